@@ -1,0 +1,1 @@
+//! Resolved settings. PLACEHOLDER.

@@ -1,0 +1,265 @@
+//! Pure decisions: given the folded state, the settings and `now`, when is each action due?
+//!
+//! Every function here returns the earliest time its decision becomes due if nothing else is
+//! appended (`None`: it cannot become due). The running watcher sleeps until the earliest of
+//! them; `inspect` prints them. One implementation serves both, so what `inspect` shows is
+//! what the watcher acts on (`spec/lifecycle.md` sections 4 and 5).
+
+use std::time::Duration;
+
+use crate::fold::{Pause, State};
+use crate::rollout::header::Role;
+use crate::time::Ts;
+
+/// A call pending this long no longer counts as in flight: no single Codex tool legitimately
+/// runs longer (the opt-in sleep tool is capped at 12 h), so it was orphaned by a crash.
+pub const ORPHANED_CALL_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// A grant of pause credit is never smaller than this (unless the cap says otherwise).
+pub const MIN_GRANT: Duration = Duration::from_secs(1);
+
+const ONE_MS: Duration = Duration::from_millis(1);
+
+/// When no call counts as in flight any more: when the newest pending call turns 12 h old.
+/// `None` when nothing is pending.
+pub fn calls_settle_at(state: &State) -> Option<Ts> {
+    state
+        .pending
+        .iter()
+        .map(|c| c.since)
+        .max()
+        .map(|since| since.add(ORPHANED_CALL_AGE))
+}
+
+/// Whether a tool call counts as in flight at `now`.
+pub fn tool_in_flight(state: &State, now: Ts) -> bool {
+    calls_settle_at(state).is_some_and(|t| now < t)
+}
+
+/// Whether this process still has a stop to post, and when it may next try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StopProgress {
+    /// A `2xx` was received: the stop latches for the life of the process.
+    pub posted: bool,
+    /// After a failure, the next attempt is not due before this time.
+    pub next_attempt: Option<Ts>,
+}
+
+/// **4a. Subagent stop** (child role): the turn ended, nothing in flight, no pause open, and
+/// `grace` has passed (`>=`) since the last line or the close of the last pause.
+pub fn subagent_stop_due(
+    state: &State,
+    role: Role,
+    grace: Duration,
+    progress: StopProgress,
+) -> Option<Ts> {
+    if role != Role::Child || progress.posted || !state.turn.is_ended() {
+        return None;
+    }
+    let mut due = state.quiet_since()?.add(grace);
+    if let Some(settle) = calls_settle_at(state) {
+        due = due.max(settle);
+    }
+    if let Some(next) = progress.next_attempt {
+        due = due.max(next);
+    }
+    Some(due)
+}
+
+/// **4b. Idle end**: more than `window` (`>`) since the last line or the close of the last
+/// pause, and no tool call in flight. `started` stands in for the last line when no line was
+/// ever seen (a file that does not exist yet).
+pub fn idle_end_due(state: &State, window: Duration, started: Option<Ts>) -> Option<Ts> {
+    let quiet = match (state.quiet_since(), started) {
+        (Some(q), _) => q,
+        (None, Some(s)) => s,
+        (None, None) => return None,
+    };
+    let mut due = quiet.add(window).add(ONE_MS);
+    if let Some(settle) = calls_settle_at(state) {
+        due = due.max(settle);
+    }
+    Some(due)
+}
+
+/// **4c. Stall warning**: a turn is open, nothing in flight, no warning yet for this silence,
+/// and more than `window` (`>`) of silence. `None` window: disabled.
+pub fn stall_due(state: &State, window: Option<Duration>) -> Option<Ts> {
+    let window = window?;
+    if state.turn != crate::fold::Turn::Open || state.stalled {
+        return None;
+    }
+    let mut due = state.last_activity?.add(window).add(ONE_MS);
+    if let Some(settle) = calls_settle_at(state) {
+        due = due.max(settle);
+    }
+    Some(due)
+}
+
+/// The part of the usable pauses, each clamped to its own window, to its actual close and to
+/// `now`, that falls inside `[started, now]`; overlapping pauses count once.
+pub fn pause_credit(pauses: &[Pause], started: Ts, now: Ts) -> Duration {
+    let mut spans: Vec<(Ts, Ts)> = pauses
+        .iter()
+        .filter_map(|p| {
+            let lo = p.opened_at.max(started);
+            let hi = p.released_at()?.min(now);
+            (hi > lo).then_some((lo, hi))
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut total: i64 = 0;
+    let mut current: Option<(Ts, Ts)> = None;
+    for (lo, hi) in spans {
+        current = match current {
+            Some((clo, chi)) if lo <= chi => Some((clo, chi.max(hi))),
+            Some((clo, chi)) => {
+                total = total.saturating_add(chi.since(clo));
+                Some((lo, hi))
+            }
+            None => Some((lo, hi)),
+        };
+    }
+    if let Some((clo, chi)) = current {
+        total = total.saturating_add(chi.since(clo));
+    }
+    Duration::from_millis(u64::try_from(total).unwrap_or(0))
+}
+
+/// What the lifetime ceiling does at a given time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CeilingStep {
+    /// Not reached yet; check again at this time.
+    NotYet(Ts),
+    /// The deadline was reached with uncredited pause time: it moved by `grant`.
+    Granted(Grant),
+    /// The watcher must end now.
+    Fire,
+}
+
+/// One extension of the lifetime ceiling by pause credit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub grant: Duration,
+    pub total_granted: Duration,
+    pub remaining_cap: Duration,
+    pub grant_count: u32,
+    pub new_deadline: Ts,
+}
+
+/// **4d. Lifetime ceiling** with usage-limit pause credit (section 5): `started + lifetime`,
+/// extended lazily at the deadline by credited pause time, up to `cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ceiling {
+    pub started: Ts,
+    pub base: Duration,
+    pub cap: Duration,
+    pub deadline: Ts,
+    pub granted: Duration,
+    pub grants: u32,
+}
+
+impl Ceiling {
+    pub fn new(started: Ts, lifetime: Duration, cap: Duration) -> Ceiling {
+        Ceiling {
+            started,
+            base: lifetime,
+            cap,
+            deadline: started.add(lifetime),
+            granted: Duration::ZERO,
+            grants: 0,
+        }
+    }
+
+    /// Advances the ceiling at `now`. New lines never move it; only pause credit does, and
+    /// only when the deadline is reached. Call again after a grant: a late check can owe
+    /// several steps.
+    pub fn step(&mut self, pauses: &[Pause], now: Ts) -> CeilingStep {
+        if now < self.deadline {
+            return CeilingStep::NotYet(self.deadline);
+        }
+        let credit = pause_credit(pauses, self.started, now);
+        let uncredited = credit.saturating_sub(self.granted);
+        if self.granted >= self.cap || uncredited.is_zero() {
+            return CeilingStep::Fire;
+        }
+        // The cap always wins over the 1 s floor.
+        let grant = uncredited.max(MIN_GRANT).min(self.cap - self.granted);
+        self.granted += grant;
+        self.grants += 1;
+        self.deadline = self.deadline.add(grant);
+        CeilingStep::Granted(Grant {
+            grant,
+            total_granted: self.granted,
+            remaining_cap: self.cap - self.granted,
+            grant_count: self.grants,
+            new_deadline: self.deadline,
+        })
+    }
+
+    /// The exit message when the ceiling fires at `now` (`spec/lifecycle.md` section 5).
+    pub fn exit_message(&self, pauses: &[Pause], now: Ts) -> String {
+        let last_usable = pauses
+            .iter()
+            .rev()
+            .find(|p| p.released_at().is_some_and(|r| r > self.started));
+        let Some(last) = last_usable else {
+            return format!(
+                "lifetime ceiling reached after {}ms",
+                now.since(self.started).max(0)
+            );
+        };
+        let exhausted = if self.granted >= self.cap {
+            ", EXHAUSTED"
+        } else {
+            ""
+        };
+        let plural = if self.grants == 1 { "grant" } else { "grants" };
+        let reset = last
+            .resets_at
+            .map_or_else(|| "unknown".to_string(), Ts::rfc3339);
+        format!(
+            "lifetime ceiling reached [base {}ms; pause credit {}ms across {} {plural} (cap {}ms{exhausted}); last pause: usage_limit_exceeded until {reset}]",
+            self.base.as_millis(),
+            self.granted.as_millis(),
+            self.grants,
+            self.cap.as_millis(),
+        )
+    }
+}
+
+/// The due times of every decision, as `inspect` shows them and the watcher acts on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Due {
+    pub subagent_stop: Option<Ts>,
+    pub idle_end: Option<Ts>,
+    pub stall_warning: Option<Ts>,
+    pub lifetime_ceiling: Option<Ts>,
+}
+
+/// The windows that apply to one watcher (already resolved for its role).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    pub stop_grace: Duration,
+    /// The child's reap window or the session's idle window.
+    pub idle: Duration,
+    /// `None`: stall warnings disabled.
+    pub stall: Option<Duration>,
+}
+
+/// All due times at once.
+pub fn due_times(
+    state: &State,
+    role: Role,
+    windows: &Windows,
+    stop: StopProgress,
+    started: Option<Ts>,
+    ceiling: Option<&Ceiling>,
+) -> Due {
+    Due {
+        subagent_stop: subagent_stop_due(state, role, windows.stop_grace, stop),
+        idle_end: idle_end_due(state, windows.idle, started),
+        stall_warning: stall_due(state, windows.stall),
+        lifetime_ceiling: ceiling.map(|c| c.deadline),
+    }
+}

@@ -1,0 +1,1 @@
+//! Local state files. PLACEHOLDER.

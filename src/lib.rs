@@ -1,0 +1,16 @@
+//! kcap-watch: tails a Codex rollout, ships its redacted lines to a kcap server and tells the
+//! server when a sub-agent is done.
+//!
+//! The crate splits a pure core (classification, fold, decisions, redaction, batching: no
+//! clock, file or socket inside; `now` is an argument) from a thin shell (tail reader, HTTP
+//! client, files, the runtime loop). See `design.md` in the shared docs and the README.
+
+pub mod cli;
+pub mod config;
+pub mod decide;
+pub mod files;
+pub mod fold;
+pub mod rollout;
+pub mod ship;
+pub mod tail;
+pub mod time;

@@ -1,0 +1,167 @@
+//! The Codex rollout format: the one module that knows what Codex writes.
+//!
+//! A rollout line is classified (see [`classify`]) into a [`LineInfo`]: only the handful of
+//! fields the fold and the identity need, extracted by a streaming scanner that never builds
+//! a `serde_json::Value` and never holds more than a bounded amount of a line, because lines
+//! of hundreds of MB exist and `function_call` writes its `arguments` before its `call_id`.
+
+pub mod classify;
+pub mod header;
+
+pub use classify::{Classifier, classify};
+
+use crate::time::Ts;
+
+/// Longest captured text of an id, name, type or other short field. Longer values are cut at
+/// a character boundary (ids are UUIDs; nothing the watcher needs is longer).
+pub const MAX_SHORT_FIELD: usize = 512;
+
+/// Longest captured `last_agent_message` (the stop request carries at most 4 KiB of it after
+/// redaction; capturing more leaves room for redaction to shorten it).
+pub const MAX_MESSAGE_FIELD: usize = 16 * 1024;
+
+/// The envelope `type` of a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Kind {
+    SessionMeta,
+    ResponseItem,
+    EventMsg,
+    TurnContext,
+    Compacted,
+    /// Any other kind (`world_state`, `inter_agent_communication`, ...), or none at all.
+    #[default]
+    Other,
+}
+
+/// The `payload.type` values the fold distinguishes; everything else is [`PayloadType::Other`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PayloadType {
+    /// `task_started`, or its alias `turn_started`.
+    TaskStarted,
+    /// `task_complete`, or its alias `turn_complete`.
+    TaskComplete,
+    TurnAborted,
+    TokenCount,
+    FunctionCall,
+    CustomToolCall,
+    LocalShellCall,
+    ToolSearchCall,
+    FunctionCallOutput,
+    CustomToolCallOutput,
+    ToolSearchOutput,
+    #[default]
+    Other,
+}
+
+impl PayloadType {
+    /// Whether this `response_item` starts a tool call.
+    pub fn is_call(self) -> bool {
+        matches!(
+            self,
+            PayloadType::FunctionCall
+                | PayloadType::CustomToolCall
+                | PayloadType::LocalShellCall
+                | PayloadType::ToolSearchCall
+        )
+    }
+
+    /// Whether this `response_item` answers a tool call.
+    pub fn is_output(self) -> bool {
+        matches!(
+            self,
+            PayloadType::FunctionCallOutput
+                | PayloadType::CustomToolCallOutput
+                | PayloadType::ToolSearchOutput
+        )
+    }
+}
+
+/// One rate-limit window of a `token_count` line (`rate_limits.primary`, `.secondary`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct RateWindow {
+    /// `used_percent`, when present and a number.
+    pub used_percent: Option<f64>,
+    /// `resets_at` in unix seconds, when present and a number.
+    pub resets_at: Option<f64>,
+}
+
+/// The fields of a `session_meta` payload the watcher uses (all optional: old files lack most).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct SessionMetaInfo {
+    pub id: Option<String>,
+    pub session_id: Option<String>,
+    /// Top-level `parent_thread_id`.
+    pub parent_thread_id: Option<String>,
+    /// `source.subagent.thread_spawn.parent_thread_id` (the only parent in pre-mid-2026 files).
+    pub spawn_parent_thread_id: Option<String>,
+    pub thread_source: Option<String>,
+    /// `source.subagent` is present (any value but absent).
+    pub has_subagent_source: bool,
+    pub agent_path: Option<String>,
+    pub agent_nickname: Option<String>,
+    pub agent_role: Option<String>,
+    pub cwd: Option<String>,
+    pub cli_version: Option<String>,
+    pub originator: Option<String>,
+}
+
+/// What the fold and the identity need from one raw line.
+///
+/// A line that is not a JSON object (after removing a BOM and a trailing `\r`) has
+/// `malformed == true` and every other field at its default.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct LineInfo {
+    pub malformed: bool,
+    pub kind: Kind,
+    pub payload_type: PayloadType,
+    /// The raw `payload.type` string, whatever it is (for `inspect` and the stall warning's
+    /// "last line kind"), cut to [`MAX_SHORT_FIELD`].
+    pub payload_type_raw: Option<String>,
+    /// Envelope `timestamp`, when present and a valid RFC 3339 string.
+    pub timestamp: Option<Ts>,
+    /// `payload.call_id`.
+    pub call_id: Option<String>,
+    /// `payload.name` (the tool's name on a call).
+    pub name: Option<String>,
+    /// `payload.turn_id`.
+    pub turn_id: Option<String>,
+    /// `payload.last_agent_message`: `None` when absent, `Some("")` when `null`.
+    pub last_agent_message: Option<String>,
+    /// `payload.error.codex_error_info`: the string, or the single key of the object form
+    /// (`{"response_too_many_failed_attempts": {...}}` gives that key).
+    pub codex_error_info: Option<String>,
+    /// `payload.rate_limits` windows that are objects (`primary`, `secondary`, ...), in order.
+    /// Empty when `rate_limits` is absent or `null`. At most 8 are kept.
+    pub rate_limits: Vec<RateWindow>,
+    /// Set only for `session_meta` lines.
+    pub meta: Option<Box<SessionMetaInfo>>,
+}
+
+impl LineInfo {
+    /// A line that is not a JSON object.
+    pub fn malformed() -> LineInfo {
+        LineInfo {
+            malformed: true,
+            ..LineInfo::default()
+        }
+    }
+
+    /// A short name for the line's kind, for logs and the stall warning (`event_msg/token_count`).
+    pub fn describe(&self) -> String {
+        if self.malformed {
+            return "malformed".to_string();
+        }
+        let kind = match self.kind {
+            Kind::SessionMeta => "session_meta",
+            Kind::ResponseItem => "response_item",
+            Kind::EventMsg => "event_msg",
+            Kind::TurnContext => "turn_context",
+            Kind::Compacted => "compacted",
+            Kind::Other => "other",
+        };
+        match &self.payload_type_raw {
+            Some(t) => format!("{kind}/{t}"),
+            None => kind.to_string(),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Reading complete lines of a growing file. PLACEHOLDER.
