@@ -8,8 +8,10 @@
 pub mod cli;
 pub mod config;
 pub mod decide;
+pub mod error;
 pub mod files;
 pub mod fold;
+pub mod inspect;
 pub mod rollout;
 pub mod ship;
 pub mod tail;

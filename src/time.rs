@@ -39,12 +39,12 @@ impl Ts {
     }
 
     /// `self + d`, saturating at the representable range.
-    pub fn add(self, d: Duration) -> Ts {
+    pub fn plus(self, d: Duration) -> Ts {
         Ts(self.0.saturating_add(dur_ms(d)))
     }
 
     /// `self - d`, saturating at the representable range.
-    pub fn sub(self, d: Duration) -> Ts {
+    pub fn minus(self, d: Duration) -> Ts {
         Ts(self.0.saturating_sub(dur_ms(d)))
     }
 
@@ -120,9 +120,9 @@ mod tests {
     #[test]
     fn huge_additions_saturate_instead_of_wrapping() {
         let t = Ts::from_millis(1_000);
-        assert_eq!(t.add(Duration::MAX), Ts(i64::MAX));
-        assert!(t.add(MAX_WINDOW) > t);
-        assert_eq!(Ts(i64::MIN).sub(Duration::from_secs(1)), Ts(i64::MIN));
+        assert_eq!(t.plus(Duration::MAX), Ts(i64::MAX));
+        assert!(t.plus(MAX_WINDOW) > t);
+        assert_eq!(Ts(i64::MIN).minus(Duration::from_secs(1)), Ts(i64::MIN));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub fn calls_settle_at(state: &State) -> Option<Ts> {
         .iter()
         .map(|c| c.since)
         .max()
-        .map(|since| since.add(ORPHANED_CALL_AGE))
+        .map(|since| since.plus(ORPHANED_CALL_AGE))
 }
 
 /// Whether a tool call counts as in flight at `now`.
@@ -56,7 +56,7 @@ pub fn subagent_stop_due(
     if role != Role::Child || progress.posted || !state.turn.is_ended() {
         return None;
     }
-    let mut due = state.quiet_since()?.add(grace);
+    let mut due = state.quiet_since()?.plus(grace);
     if let Some(settle) = calls_settle_at(state) {
         due = due.max(settle);
     }
@@ -75,7 +75,7 @@ pub fn idle_end_due(state: &State, window: Duration, started: Option<Ts>) -> Opt
         (None, Some(s)) => s,
         (None, None) => return None,
     };
-    let mut due = quiet.add(window).add(ONE_MS);
+    let mut due = quiet.plus(window).plus(ONE_MS);
     if let Some(settle) = calls_settle_at(state) {
         due = due.max(settle);
     }
@@ -89,7 +89,7 @@ pub fn stall_due(state: &State, window: Option<Duration>) -> Option<Ts> {
     if state.turn != crate::fold::Turn::Open || state.stalled {
         return None;
     }
-    let mut due = state.last_activity?.add(window).add(ONE_MS);
+    let mut due = state.last_activity?.plus(window).plus(ONE_MS);
     if let Some(settle) = calls_settle_at(state) {
         due = due.max(settle);
     }
@@ -165,7 +165,7 @@ impl Ceiling {
             started,
             base: lifetime,
             cap,
-            deadline: started.add(lifetime),
+            deadline: started.plus(lifetime),
             granted: Duration::ZERO,
             grants: 0,
         }
@@ -187,7 +187,7 @@ impl Ceiling {
         let grant = uncredited.max(MIN_GRANT).min(self.cap - self.granted);
         self.granted += grant;
         self.grants += 1;
-        self.deadline = self.deadline.add(grant);
+        self.deadline = self.deadline.plus(grant);
         CeilingStep::Granted(Grant {
             grant,
             total_granted: self.granted,

@@ -197,10 +197,11 @@ impl State {
         }
         match info.kind {
             Kind::SessionMeta => {
-                if first && self.identity.is_none() {
-                    if let Some(meta) = &info.meta {
-                        self.identity = Some(Identity::from_meta(meta));
-                    }
+                if first
+                    && self.identity.is_none()
+                    && let Some(meta) = &info.meta
+                {
+                    self.identity = Some(Identity::from_meta(meta));
                 }
             }
             Kind::ResponseItem => self.apply_response_item(info, at),
@@ -275,7 +276,7 @@ impl State {
     fn open_pause(&mut self, at: Ts) {
         let resets_at = reported_reset(&self.last_rate_limits);
         let ends_at = resets_at
-            .map(|r| r.add(PAUSE_SLACK))
+            .map(|r| r.plus(PAUSE_SLACK))
             .filter(|end| *end > at);
         if self.pauses.len() >= MAX_PAUSES {
             self.pauses.remove(0);

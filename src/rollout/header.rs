@@ -102,10 +102,10 @@ impl Identity {
 
 /// `agent_type` as the kcap server expects it (`spec/server-api.md` section 3).
 pub fn agent_type(meta: &SessionMetaInfo) -> String {
-    if let Some(path) = non_empty(&meta.agent_path) {
-        if let Some(last) = path.rsplit('/').find(|seg| !seg.is_empty()) {
-            return last.to_string();
-        }
+    if let Some(path) = non_empty(&meta.agent_path)
+        && let Some(last) = path.rsplit('/').find(|seg| !seg.is_empty())
+    {
+        return last.to_string();
     }
     if let Some(nick) = non_empty(&meta.agent_nickname) {
         return nick.to_string();

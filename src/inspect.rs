@@ -1,0 +1,258 @@
+//! `kcap-watch inspect`: fold a rollout and print what a watcher would know and decide.
+//!
+//! It runs the same seeding pass and the same decision functions as the watcher, so the due
+//! times it prints are the ones a watcher acts on.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::decide::{self, StopProgress, Windows};
+use crate::error::UsageError;
+use crate::fold::State;
+use crate::rollout::header::{Identity, Role};
+use crate::tail::seed::{LineTimes, seed};
+use crate::time::Ts;
+
+/// What `inspect` was asked.
+pub struct InspectRequest<'a> {
+    pub path: &'a Path,
+    /// Decisions are evaluated at this time.
+    pub now: Ts,
+    /// Observe each line at its own `timestamp` instead of the file's modification time.
+    pub line_times: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub path: String,
+    pub role: &'static str,
+    pub session_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub agent_type: Option<String>,
+    pub parent_thread_id: Option<String>,
+    pub now: String,
+    pub lines: LinesReport,
+    pub turn: TurnReport,
+    pub pending_tools: Vec<PendingReport>,
+    pub last_activity: Option<String>,
+    pub pause: Option<PauseReport>,
+    pub stalled: bool,
+    pub due: DueReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LinesReport {
+    pub complete: u64,
+    pub blank: u64,
+    pub malformed: u64,
+    pub oversize: u64,
+    pub bytes: u64,
+    pub partial_tail_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TurnReport {
+    pub state: &'static str,
+    pub turn_id: Option<String>,
+    pub last_agent_message: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PendingReport {
+    pub call_id: String,
+    pub name: Option<String>,
+    pub since: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PauseReport {
+    pub reason: &'static str,
+    pub opened_at: String,
+    pub ends_at: Option<String>,
+    pub state: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DueReport {
+    pub subagent_stop: Option<String>,
+    pub idle_end: Option<String>,
+    pub stall_warning: Option<String>,
+    pub lifetime_ceiling: Option<String>,
+}
+
+/// Opens a rollout for reading, turning the reasons a user can fix into exit-2 errors.
+pub fn open_rollout(path: &Path) -> Result<File> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())))?;
+    if meta.is_dir() {
+        return Err(UsageError(format!(
+            "cannot read rollout {}: it is a directory",
+            path.display()
+        ))
+        .into());
+    }
+    File::open(path)
+        .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())).into())
+}
+
+/// Folds the file and evaluates every decision at `req.now`.
+pub fn inspect(req: &InspectRequest<'_>, windows_for: &dyn Fn(Role) -> Windows) -> Result<Report> {
+    let file = open_rollout(req.path)?;
+    let mtime = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .map(Ts::from_system)
+        .unwrap_or(req.now)
+        .min(req.now);
+    let times = if req.line_times {
+        LineTimes::Own { fallback: mtime }
+    } else {
+        LineTimes::All(mtime)
+    };
+    let seeded = seed(&file, times, 0)
+        .with_context(|| format!("failed to read rollout {}", req.path.display()))?;
+    let state = &seeded.state;
+    let identity = state.identity.clone().unwrap_or_else(Identity::unknown);
+    let windows = windows_for(identity.role);
+    Ok(build_report(
+        req,
+        state,
+        &identity,
+        &windows,
+        seeded.reader.partial_bytes(),
+    ))
+}
+
+fn build_report(
+    req: &InspectRequest<'_>,
+    state: &State,
+    identity: &Identity,
+    windows: &Windows,
+    partial: u64,
+) -> Report {
+    let now = req.now;
+    let due = decide::due_times(
+        state,
+        identity.role,
+        windows,
+        StopProgress::default(),
+        None,
+        None,
+    );
+    let c = state.counters;
+    Report {
+        path: req.path.display().to_string(),
+        role: identity.role.as_str(),
+        session_id: identity.session_id.clone(),
+        agent_id: identity.agent_id.clone(),
+        agent_type: identity.agent_type.clone(),
+        parent_thread_id: identity.parent_thread_id.clone(),
+        now: now.rfc3339(),
+        lines: LinesReport {
+            complete: c.lines,
+            blank: c.blank,
+            malformed: c.malformed,
+            oversize: c.oversize,
+            bytes: c.bytes,
+            partial_tail_bytes: partial,
+        },
+        turn: TurnReport {
+            state: state.turn.as_str(),
+            turn_id: state.turn_id.clone(),
+            last_agent_message: state.last_agent_message.clone(),
+        },
+        pending_tools: state
+            .pending
+            .iter()
+            .map(|p| PendingReport {
+                call_id: p.call_id.clone(),
+                name: p.name.clone(),
+                since: p.since.rfc3339(),
+            })
+            .collect(),
+        last_activity: state.last_activity.map(Ts::rfc3339),
+        pause: state.last_pause().map(|p| PauseReport {
+            reason: crate::fold::USAGE_LIMIT,
+            opened_at: p.opened_at.rfc3339(),
+            ends_at: p.ends_at.map(Ts::rfc3339),
+            state: p.state_at(now).as_str(),
+        }),
+        stalled: state.stalled || due.stall_warning.is_some_and(|t| t <= now),
+        due: DueReport {
+            subagent_stop: due.subagent_stop.map(Ts::rfc3339),
+            idle_end: due.idle_end.map(Ts::rfc3339),
+            stall_warning: due.stall_warning.map(Ts::rfc3339),
+            lifetime_ceiling: None,
+        },
+    }
+}
+
+/// Prints the report for people.
+pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    let none = || "-".to_string();
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(none);
+    writeln!(out, "rollout        {}", r.path)?;
+    writeln!(out, "role           {}", r.role)?;
+    writeln!(out, "session id     {}", opt(&r.session_id))?;
+    if r.role == "child" {
+        writeln!(out, "agent id       {}", opt(&r.agent_id))?;
+        writeln!(out, "agent type     {}", opt(&r.agent_type))?;
+        writeln!(out, "parent thread  {}", opt(&r.parent_thread_id))?;
+    }
+    let l = &r.lines;
+    writeln!(
+        out,
+        "lines          {} complete ({} blank, {} malformed, {} oversize), {} bytes, {} bytes of partial last line",
+        l.complete, l.blank, l.malformed, l.oversize, l.bytes, l.partial_tail_bytes
+    )?;
+    writeln!(
+        out,
+        "turn           {} (turn id {})",
+        r.turn.state,
+        opt(&r.turn.turn_id)
+    )?;
+    if let Some(m) = &r.turn.last_agent_message {
+        let short: String = m.chars().take(100).collect();
+        let ellipsis = if short.len() < m.len() { "…" } else { "" };
+        writeln!(out, "last message   {short}{ellipsis}")?;
+    }
+    if r.pending_tools.is_empty() {
+        writeln!(out, "in flight      none")?;
+    }
+    for p in &r.pending_tools {
+        writeln!(
+            out,
+            "in flight      {} {} since {}",
+            p.call_id,
+            p.name.as_deref().unwrap_or("?"),
+            p.since
+        )?;
+    }
+    writeln!(out, "last activity  {}", opt(&r.last_activity))?;
+    match &r.pause {
+        None => writeln!(out, "pause          none")?,
+        Some(p) => writeln!(
+            out,
+            "pause          {} opened {} until {} ({})",
+            p.reason,
+            p.opened_at,
+            p.ends_at.clone().unwrap_or_else(|| "unknown".into()),
+            p.state
+        )?,
+    }
+    writeln!(
+        out,
+        "stalled        {}",
+        if r.stalled { "yes" } else { "no" }
+    )?;
+    writeln!(out, "now            {}", r.now)?;
+    let due = |v: &Option<String>| v.clone().unwrap_or_else(|| "never".into());
+    writeln!(out, "due: stop      {}", due(&r.due.subagent_stop))?;
+    writeln!(out, "due: idle end  {}", due(&r.due.idle_end))?;
+    writeln!(out, "due: stall     {}", due(&r.due.stall_warning))?;
+    Ok(())
+}

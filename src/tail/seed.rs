@@ -1,0 +1,83 @@
+//! The start-up pass: fold every complete line already on disk, in one streaming read.
+//!
+//! A restarted watcher must decide exactly as one that never stopped, so it folds the whole
+//! prefix (not a window) before it follows the file. The same pass finds the byte offset of
+//! the resume line, so shipping can start there without a second scan.
+
+use std::io;
+
+use super::reader::{LineReader, ReadAt};
+use crate::fold::{Observed, State};
+use crate::time::Ts;
+
+/// How seeded lines get their observation time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineTimes {
+    /// Every line was observed at this time (the file's modification time, never after now).
+    All(Ts),
+    /// Each line at its own `timestamp`; a line without one takes the previous line's time,
+    /// the first line `fallback` (`inspect --line-times`, for reproducible decisions).
+    Own { fallback: Ts },
+}
+
+/// The outcome of the seeding pass.
+#[derive(Debug)]
+pub struct Seeded {
+    pub state: State,
+    /// The reader, positioned after the last complete line (holding any partial tail), ready
+    /// to follow the file.
+    pub reader: LineReader,
+    /// Byte offset where `resume_line` starts (equal to the end of the complete lines when
+    /// `resume_line` is one past the last line). `None`: the resume line is beyond the
+    /// file's complete lines, so the file was rewritten under the server.
+    pub resume_offset: Option<u64>,
+}
+
+/// Folds every complete line of `file` into a fresh state and finds `resume_line`'s offset.
+pub fn seed<R: ReadAt + ?Sized>(
+    file: &R,
+    times: LineTimes,
+    resume_line: u64,
+) -> io::Result<Seeded> {
+    let mut state = State::new();
+    let mut reader = LineReader::new(0, 0, true);
+    let mut resume_offset = (resume_line == 0).then_some(0);
+    let mut last_time = match times {
+        LineTimes::All(t) => t,
+        LineTimes::Own { fallback } => fallback,
+    };
+    loop {
+        let status = reader.read(file, 4096, &mut |line| {
+            if line.number == resume_line {
+                resume_offset = Some(line.start);
+            }
+            if line.number + 1 == resume_line {
+                resume_offset = Some(line.end);
+            }
+            let Some(info) = &line.info else { return };
+            if let LineTimes::Own { .. } = times
+                && let Some(ts) = info.timestamp.filter(|_| !line.blank)
+            {
+                last_time = ts;
+            }
+            state.apply(
+                Observed {
+                    number: line.number,
+                    raw_len: line.raw_len(),
+                    blank: line.blank,
+                    oversize: line.oversize(),
+                    info,
+                },
+                last_time,
+            );
+        })?;
+        if status.at_eof {
+            break;
+        }
+    }
+    Ok(Seeded {
+        state,
+        reader,
+        resume_offset,
+    })
+}
