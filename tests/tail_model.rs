@@ -1,0 +1,187 @@
+//! Model-based property test of the tail reader, in the style of Vector's file-source tests:
+//! random sequences of writes to a real file in a temp dir (whole lines, partial lines and
+//! their completion, blank lines, huge lines, restarts at an acknowledged line, reads), and
+//! the reader's output must equal the model's complete lines, in order, gap-free, with the
+//! right numbers and offsets.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+
+use kcap_watch::ship::redact::MAX_LINE_BYTES;
+use kcap_watch::tail::{Line, LineReader};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Append whole lines of these lengths.
+    Lines(Vec<usize>),
+    /// Append the first part of a line (no `\n`).
+    Partial(usize),
+    /// Finish the partial line (if any) with this many more bytes and a `\n`.
+    Complete(usize),
+    Blank(usize),
+    /// A line over the redaction limit.
+    Huge(usize),
+    /// Restart the reader at the given fraction of the acknowledged lines.
+    Restart(u8),
+    Read,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => prop::collection::vec(0usize..300, 1..5).prop_map(Op::Lines),
+        2 => (1usize..2000).prop_map(Op::Partial),
+        2 => (0usize..2000).prop_map(Op::Complete),
+        1 => (1usize..4).prop_map(Op::Blank),
+        1 => (MAX_LINE_BYTES - 2..MAX_LINE_BYTES * 3).prop_map(Op::Huge),
+        1 => any::<u8>().prop_map(Op::Restart),
+        3 => Just(Op::Read),
+    ]
+}
+
+/// A complete line as the model knows it.
+#[derive(Clone, Debug, PartialEq)]
+struct ModelLine {
+    start: u64,
+    end: u64,
+    text: Vec<u8>,
+}
+
+fn content(len: usize, seed: usize) -> Vec<u8> {
+    // Printable bytes with no newline; a `\r` sometimes ends a line (CRLF writers).
+    (0..len)
+        .map(|i| b"abcdefghij{}\":, "[(i * 7 + seed) % 16])
+        .collect()
+}
+
+struct Harness {
+    file: File,
+    reader_file: File,
+    written: u64,
+    model: Vec<ModelLine>,
+    partial: Option<(u64, Vec<u8>)>,
+    out: Vec<Line>,
+    reader: LineReader,
+}
+
+impl Harness {
+    fn append(&mut self, bytes: &[u8]) {
+        self.file.write_all(bytes).unwrap();
+        self.written += bytes.len() as u64;
+    }
+
+    fn whole_line(&mut self, text: Vec<u8>) {
+        let start = self.written;
+        let mut raw = text.clone();
+        raw.push(b'\n');
+        self.append(&raw);
+        self.model.push(ModelLine {
+            start,
+            end: self.written,
+            text,
+        });
+    }
+
+    fn read(&mut self) {
+        let out = &mut self.out;
+        let st = self
+            .reader
+            .read(&self.reader_file, usize::MAX, &mut |l| out.push(l))
+            .unwrap();
+        assert!(st.at_eof);
+    }
+
+    fn apply(&mut self, op: &Op, seed: usize) {
+        match op {
+            Op::Lines(lens) if self.partial.is_none() => {
+                for (i, len) in lens.iter().enumerate() {
+                    let mut t = content(*len, seed + i);
+                    if t.first() == Some(&b' ') {
+                        t[0] = b'x';
+                    }
+                    self.whole_line(t);
+                }
+            }
+            Op::Partial(len) if self.partial.is_none() => {
+                let t = content(*len, seed);
+                let start = self.written;
+                self.append(&t);
+                self.partial = Some((start, t));
+            }
+            Op::Complete(len) => {
+                if let Some((start, mut t)) = self.partial.take() {
+                    let more = content(*len, seed);
+                    self.append(&more);
+                    self.append(b"\n");
+                    t.extend_from_slice(&more);
+                    self.model.push(ModelLine {
+                        start,
+                        end: self.written,
+                        text: t,
+                    });
+                }
+            }
+            Op::Blank(n) if self.partial.is_none() => {
+                for _ in 0..*n {
+                    self.whole_line(Vec::new());
+                }
+            }
+            Op::Huge(len) if self.partial.is_none() => self.whole_line(content(*len, seed)),
+            Op::Restart(frac) => {
+                // Restart at an acknowledged line: one the reader had already emitted.
+                let acked = self.out.len();
+                let at = acked * usize::from(*frac) / 255;
+                self.out.truncate(at);
+                let (offset, number) = match self.out.last() {
+                    Some(l) => (l.end, l.number + 1),
+                    None => (0, 0),
+                };
+                self.reader = LineReader::new(offset, number, true);
+            }
+            Op::Read => self.read(),
+            _ => {}
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reader_output_equals_the_models_complete_lines(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rollout.jsonl");
+        let file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        let reader_file = File::open(&path).unwrap();
+        let mut h = Harness {
+            file,
+            reader_file,
+            written: 0,
+            model: Vec::new(),
+            partial: None,
+            out: Vec::new(),
+            reader: LineReader::new(0, 0, true),
+        };
+        for (i, op) in ops.iter().enumerate() {
+            h.apply(op, i);
+        }
+        h.read();
+        prop_assert_eq!(h.out.len(), h.model.len());
+        for (i, (got, want)) in h.out.iter().zip(&h.model).enumerate() {
+            prop_assert_eq!(got.number, i as u64);
+            prop_assert_eq!(got.start, want.start);
+            prop_assert_eq!(got.end, want.end);
+            prop_assert_eq!(got.len as usize, want.text.len());
+            if want.text.len() > MAX_LINE_BYTES {
+                prop_assert!(got.text.is_none(), "line {} is oversize", i);
+            } else {
+                prop_assert_eq!(got.text.as_deref(), Some(&want.text[..]));
+            }
+            prop_assert_eq!(got.blank, want.text.is_empty());
+        }
+        // The partial tail is held, never counted.
+        let partial = h.partial.as_ref().map_or(0, |(_, t)| t.len() as u64);
+        prop_assert_eq!(h.reader.partial_bytes(), partial);
+        prop_assert!(h.reader.retained_bytes() < 2 * MAX_LINE_BYTES + 512 * 1024);
+    }
+}
