@@ -1,5 +1,6 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
+pub mod outbox;
 pub mod redact;
 
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,7 @@
 
 use std::io;
 
+use super::index::LineIndex;
 use super::reader::{LineReader, ReadAt};
 use crate::fold::{Observed, State};
 use crate::time::Ts;
@@ -31,6 +32,8 @@ pub struct Seeded {
     /// `resume_line` is one past the last line). `None`: the resume line is beyond the
     /// file's complete lines, so the file was rewritten under the server.
     pub resume_offset: Option<u64>,
+    /// Checkpoints of line starts, to start shipping at any line later.
+    pub index: LineIndex,
 }
 
 /// Folds every complete line of `file` into a fresh state and finds `resume_line`'s offset.
@@ -42,12 +45,14 @@ pub fn seed<R: ReadAt + ?Sized>(
     let mut state = State::new();
     let mut reader = LineReader::new(0, 0, true);
     let mut resume_offset = (resume_line == 0).then_some(0);
+    let mut index = LineIndex::new();
     let mut last_time = match times {
         LineTimes::All(t) => t,
         LineTimes::Own { fallback } => fallback,
     };
     loop {
         let status = reader.read(file, 4096, &mut |line| {
+            index.record(line.number, line.start);
             if line.number == resume_line {
                 resume_offset = Some(line.start);
             }
@@ -79,5 +84,6 @@ pub fn seed<R: ReadAt + ?Sized>(
         state,
         reader,
         resume_offset,
+        index,
     })
 }

@@ -1,0 +1,330 @@
+//! The outbox: redacted lines waiting for delivery, cut into bounded batches.
+//!
+//! Pure bookkeeping, no IO: the runtime loop feeds it lines, asks for the next batch, and
+//! reports what the server answered. The server's acknowledgement is the only thing that
+//! advances [`Outbox::confirmed_to`] (the watermark is the only commit point); a batch the
+//! server refuses as a whole is halved until the one line it refuses is isolated, so one bad
+//! line cannot block the rest of the transcript.
+
+use std::collections::VecDeque;
+
+/// At most this many lines per batch (`spec/server-api.md` section 2).
+pub const MAX_BATCH_LINES: usize = 1000;
+
+/// About this many bytes of JSON body per batch.
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// Lines kept queued (beyond them the reader pauses; nothing is dropped).
+pub const MAX_QUEUED_LINES: usize = 2 * MAX_BATCH_LINES;
+
+/// Bytes kept queued.
+pub const MAX_QUEUED_BYTES: usize = 2 * MAX_BATCH_BYTES;
+
+/// One redacted line ready to ship.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShipLine {
+    pub number: u64,
+    /// The redacted text, already encoded as a JSON string literal (quotes included), so a
+    /// batch body is assembled without re-serialising and its size is exact.
+    pub json: String,
+}
+
+impl ShipLine {
+    pub fn new(number: u64, redacted: &str) -> ShipLine {
+        // Serialising a `&str` into a JSON string cannot fail.
+        let json = serde_json::to_string(redacted).unwrap_or_else(|_| "\"\"".to_string());
+        ShipLine { number, json }
+    }
+
+    /// The redacted text back (for the spools).
+    pub fn text(&self) -> String {
+        serde_json::from_str(&self.json).unwrap_or_default()
+    }
+}
+
+/// A batch handed out for delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub lines: Vec<ShipLine>,
+}
+
+impl Batch {
+    pub fn first(&self) -> u64 {
+        self.lines.first().map_or(0, |l| l.number)
+    }
+
+    pub fn last(&self) -> u64 {
+        self.lines.last().map_or(0, |l| l.number)
+    }
+
+    /// Bytes of the lines' JSON text.
+    pub fn bytes(&self) -> usize {
+        self.lines.iter().map(|l| l.json.len()).sum()
+    }
+
+    /// The `/hooks/transcript` body (`spec/server-api.md` section 2).
+    pub fn body(&self, session_id: &str, agent_id: Option<&str>, vendor: &str) -> String {
+        let mut out = String::with_capacity(self.bytes() + self.lines.len() * 12 + 160);
+        out.push_str("{\"session_id\":");
+        out.push_str(&json_str(session_id));
+        out.push_str(",\"agent_id\":");
+        match agent_id {
+            Some(a) => out.push_str(&json_str(a)),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"vendor\":");
+        out.push_str(&json_str(vendor));
+        out.push_str(",\"lines\":[");
+        for (i, l) in self.lines.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&l.json);
+        }
+        out.push_str("],\"line_numbers\":[");
+        for (i, l) in self.lines.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&l.number.to_string());
+        }
+        out.push_str("]}");
+        out
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+/// What to do after the server refused a batch permanently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The batch was split; its lines go out again in smaller batches.
+    Split,
+    /// This single line is refused: spool it, log its number, go on without it.
+    Isolated(ShipLine),
+}
+
+/// Queue, in-flight batch and confirmed position.
+#[derive(Debug)]
+pub struct Outbox {
+    queue: VecDeque<ShipLine>,
+    queued_bytes: usize,
+    in_flight: Option<Batch>,
+    /// Lines below this number are confirmed (stored by the server, or spooled).
+    confirmed_to: u64,
+    /// While isolating a refused line: batch size limit and the last line it applies to.
+    split: Option<(usize, u64)>,
+}
+
+impl Outbox {
+    /// An outbox whose first line to ship is `resume_line`.
+    pub fn new(resume_line: u64) -> Outbox {
+        Outbox {
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            in_flight: None,
+            confirmed_to: resume_line,
+            split: None,
+        }
+    }
+
+    /// Every line below this number is stored by the server (or spooled).
+    pub fn confirmed_to(&self) -> u64 {
+        self.confirmed_to
+    }
+
+    /// Whether the reader may queue more lines.
+    pub fn has_room(&self) -> bool {
+        self.queue.len() < MAX_QUEUED_LINES && self.queued_bytes < MAX_QUEUED_BYTES
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.in_flight.is_none()
+    }
+
+    pub fn in_flight(&self) -> Option<&Batch> {
+        self.in_flight.as_ref()
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn push(&mut self, line: ShipLine) {
+        self.queued_bytes += line.json.len();
+        self.queue.push_back(line);
+    }
+
+    /// Blank lines between shipped ones are confirmed with them: a line number the reader
+    /// passed without queueing anything (nothing in flight or queued before it).
+    pub fn skip_to(&mut self, next_line: u64) {
+        if self.is_idle() && next_line > self.confirmed_to {
+            self.confirmed_to = next_line;
+        }
+    }
+
+    /// The next batch to send, unless one is in flight or nothing is queued.
+    pub fn next_batch(&mut self) -> Option<&Batch> {
+        if self.in_flight.is_some() || self.queue.is_empty() {
+            return None;
+        }
+        let limit = match self.split {
+            Some((n, _)) => n,
+            None => MAX_BATCH_LINES,
+        };
+        let mut lines = Vec::new();
+        let mut bytes = 0;
+        while let Some(l) = self.queue.front() {
+            if lines.len() >= limit
+                || (!lines.is_empty() && bytes + l.json.len() + 16 > MAX_BATCH_BYTES)
+            {
+                break;
+            }
+            bytes += l.json.len() + 16;
+            if let Some(l) = self.queue.pop_front() {
+                self.queued_bytes -= l.json.len();
+                lines.push(l);
+            }
+        }
+        self.in_flight = Some(Batch { lines });
+        self.in_flight.as_ref()
+    }
+
+    /// The server stored the in-flight batch.
+    pub fn delivered(&mut self) -> Option<Batch> {
+        let batch = self.in_flight.take()?;
+        self.confirmed_to = self.confirmed_to.max(batch.last() + 1);
+        if let Some((_, until)) = self.split
+            && batch.last() >= until
+        {
+            self.split = None;
+        }
+        Some(batch)
+    }
+
+    /// The in-flight batch failed transiently: it stays in flight and is sent again as is.
+    pub fn retry(&self) -> Option<&Batch> {
+        self.in_flight.as_ref()
+    }
+
+    /// The server refused the in-flight batch permanently (`400`, `413`, `422`).
+    pub fn refused(&mut self) -> Option<Refusal> {
+        let batch = self.in_flight.take()?;
+        if batch.lines.len() == 1 {
+            let line = batch.lines.into_iter().next()?;
+            self.confirmed_to = self.confirmed_to.max(line.number + 1);
+            return Some(Refusal::Isolated(line));
+        }
+        let until = self.split.map_or(batch.last(), |(_, u)| u.max(batch.last()));
+        self.split = Some((batch.lines.len() / 2, until));
+        for l in batch.lines.into_iter().rev() {
+            self.queued_bytes += l.json.len();
+            self.queue.push_front(l);
+        }
+        Some(Refusal::Split)
+    }
+
+    /// Everything not confirmed, in order (the in-flight batch first): what shutdown spools.
+    pub fn take_unconfirmed(&mut self) -> Vec<ShipLine> {
+        let mut out: Vec<ShipLine> = self.in_flight.take().map(|b| b.lines).unwrap_or_default();
+        out.extend(self.queue.drain(..));
+        self.queued_bytes = 0;
+        out
+    }
+
+    /// Lines handed to the spool count as confirmed (offline mode, shutdown).
+    pub fn confirm_spooled(&mut self, through: u64) {
+        self.confirmed_to = self.confirmed_to.max(through + 1);
+    }
+
+    /// Starts over at `resume_line` (the server lost lines it had acknowledged): drops what
+    /// is queued; the caller re-reads from that line.
+    pub fn rewind(&mut self, resume_line: u64) {
+        self.queue.clear();
+        self.queued_bytes = 0;
+        self.in_flight = None;
+        self.split = None;
+        self.confirmed_to = resume_line;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox_with(n: u64) -> Outbox {
+        let mut o = Outbox::new(0);
+        for i in 0..n {
+            o.push(ShipLine::new(i, &format!("line {i}")));
+        }
+        o
+    }
+
+    #[test]
+    fn batches_hold_at_most_a_thousand_lines_and_only_one_is_in_flight() {
+        let mut o = outbox_with(2500);
+        assert_eq!(o.next_batch().map(|b| b.lines.len()), Some(1000));
+        assert!(o.next_batch().is_none(), "one batch in flight");
+        o.delivered();
+        assert_eq!(o.confirmed_to(), 1000);
+        assert_eq!(o.next_batch().map(|b| b.first()), Some(1000));
+    }
+
+    #[test]
+    fn batches_stay_under_four_mebibytes() {
+        let mut o = Outbox::new(0);
+        let big = "x".repeat(60 * 1024);
+        for i in 0..200 {
+            o.push(ShipLine::new(i, &big));
+        }
+        let b = o.next_batch().unwrap().clone();
+        assert!(b.body("s", None, "codex").len() <= MAX_BATCH_BYTES);
+        assert!(b.lines.len() > 50);
+    }
+
+    #[test]
+    fn a_transient_failure_keeps_the_position() {
+        let mut o = outbox_with(3);
+        o.next_batch();
+        assert_eq!(o.retry().map(|b| b.lines.len()), Some(3));
+        assert_eq!(o.confirmed_to(), 0);
+    }
+
+    #[test]
+    fn a_refused_line_is_isolated_by_halving_and_the_rest_gets_through() {
+        let mut o = outbox_with(10);
+        let bad = 6;
+        let mut delivered = Vec::new();
+        let mut isolated = Vec::new();
+        while let Some(b) = o.next_batch() {
+            if b.lines.iter().any(|l| l.number == bad) {
+                if let Some(Refusal::Isolated(l)) = o.refused() {
+                    isolated.push(l.number);
+                }
+            } else {
+                delivered.extend(o.delivered().unwrap().lines.iter().map(|l| l.number));
+            }
+        }
+        assert_eq!(isolated, vec![bad]);
+        assert_eq!(delivered, vec![0, 1, 2, 3, 4, 5, 7, 8, 9]);
+        assert_eq!(o.confirmed_to(), 10);
+    }
+
+    #[test]
+    fn body_matches_the_transcript_contract() {
+        let mut o = Outbox::new(41);
+        o.push(ShipLine::new(41, "{\"a\":\"b\"}"));
+        o.push(ShipLine::new(43, "x"));
+        let body = o.next_batch().unwrap().body("s1", Some("a1"), "codex");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["session_id"], "s1");
+        assert_eq!(v["agent_id"], "a1");
+        assert_eq!(v["vendor"], "codex");
+        assert_eq!(v["lines"][0], "{\"a\":\"b\"}");
+        assert_eq!(v["line_numbers"], serde_json::json!([41, 43]));
+        let none = o.retry().unwrap().body("s1", None, "codex");
+        assert!(none.contains("\"agent_id\":null"));
+    }
+}
