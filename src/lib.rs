@@ -6,12 +6,14 @@
 //! client, files, the runtime loop). See `design.md` in the shared docs and the README.
 
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod decide;
 pub mod error;
 pub mod files;
 pub mod fold;
 pub mod inspect;
+pub mod logging;
 pub mod rollout;
 pub mod ship;
 pub mod tail;
