@@ -217,7 +217,9 @@ impl Outbox {
             self.confirmed_to = self.confirmed_to.max(line.number + 1);
             return Some(Refusal::Isolated(line));
         }
-        let until = self.split.map_or(batch.last(), |(_, u)| u.max(batch.last()));
+        let until = self
+            .split
+            .map_or(batch.last(), |(_, u)| u.max(batch.last()));
         self.split = Some((batch.lines.len() / 2, until));
         for l in batch.lines.into_iter().rev() {
             self.queued_bytes += l.json.len();

@@ -36,8 +36,7 @@ impl LineIndex {
             self.points.push((number, start));
             return;
         };
-        if number > last_n && (number - last_n >= EVERY_LINES || start - last_off >= EVERY_BYTES)
-        {
+        if number > last_n && (number - last_n >= EVERY_LINES || start - last_off >= EVERY_BYTES) {
             self.points.push((number, start));
         }
     }

@@ -38,7 +38,11 @@ impl Wakeups {
         let wake = Arc::new(Notify::new());
         let failed = Arc::new(AtomicBool::new(false));
         if force_poll {
-            return Wakeups::polling(wake, failed, "polling forced by KCAP_WATCH_FORCE_POLL".into());
+            return Wakeups::polling(
+                wake,
+                failed,
+                "polling forced by KCAP_WATCH_FORCE_POLL".into(),
+            );
         }
         match watch_parent(rollout, wake.clone(), failed.clone()) {
             Ok(w) => Wakeups {

@@ -1,0 +1,312 @@
+//! `kcap-watch inspect` against real files: the fold scenarios of `spec/lifecycle.md`
+//! section 8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, and bad paths.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kcap_watch() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kcap-watch"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KCAP_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn inspect(path: &Path, now: &str) -> Value {
+    let out = kcap_watch()
+        .args(["inspect", "--json", "--line-times", "--now", now])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "inspect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON object")
+}
+
+const META: &str = r#"{"timestamp":"2026-07-28T09:59:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7000-a000-000000000002","session_id":"019fa981-2dca-7000-a000-000000000001","thread_source":"subagent","agent_path":"/root/spec_quality"}}"#;
+
+fn line(at: &str, kind: &str, payload: &str) -> String {
+    format!(r#"{{"timestamp":"2026-07-28T{at}Z","type":"{kind}","payload":{payload}}}"#)
+}
+
+fn rollout(dir: &Path, lines: &[String]) -> std::path::PathBuf {
+    let path = dir.join("rollout.jsonl");
+    let mut text = String::from(META);
+    text.push('\n');
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn started(at: &str) -> String {
+    line(at, "event_msg", r#"{"type":"task_started","turn_id":"t1"}"#)
+}
+
+fn call(at: &str, id: &str) -> String {
+    line(
+        at,
+        "response_item",
+        &format!(
+            r#"{{"type":"function_call","name":"exec_command","arguments":"{{}}","call_id":"{id}"}}"#
+        ),
+    )
+}
+
+#[test]
+fn scenario_2_turn_aborted_clears_the_unanswered_call_and_the_stop_is_due_five_minutes_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            call("09:59:30.000", "call-1"),
+            line(
+                "10:00:00.000",
+                "event_msg",
+                r#"{"type":"turn_aborted","turn_id":"t1","reason":"interrupted"}"#,
+            ),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:04:00Z");
+    assert_eq!(r["turn"]["state"], "aborted");
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T10:05:00.000Z");
+    assert_eq!(r["agent_type"], "spec_quality");
+}
+
+#[test]
+fn scenario_2_a_call_after_task_complete_reopens_the_turn_and_shows_as_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            line(
+                "10:00:00.000",
+                "event_msg",
+                r#"{"type":"task_complete","turn_id":"t1","last_agent_message":"done"}"#,
+            ),
+            call("10:01:00.000", "call-2"),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:30:00Z");
+    assert_eq!(r["turn"]["state"], "open");
+    assert_eq!(r["due"]["subagent_stop"], Value::Null);
+    assert_eq!(
+        r["pending_tools"],
+        serde_json::json!([{"call_id": "call-2", "name": "exec_command", "since": "2026-07-28T10:01:00.000Z"}])
+    );
+}
+
+#[test]
+fn scenario_3_a_token_count_after_completion_moves_the_stop_but_keeps_the_turn_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            line(
+                "10:00:00.000",
+                "event_msg",
+                r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null}"#,
+            ),
+            line(
+                "10:02:00.000",
+                "event_msg",
+                r#"{"type":"token_count","info":null,"rate_limits":null}"#,
+            ),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:03:00Z");
+    assert_eq!(r["turn"]["state"], "completed");
+    assert_eq!(r["turn"]["last_agent_message"], "");
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T10:07:00.000Z");
+    assert_eq!(r["last_activity"], "2026-07-28T10:02:00.000Z");
+}
+
+#[test]
+fn scenario_3_a_response_item_after_completion_reopens_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            line(
+                "10:00:00.000",
+                "event_msg",
+                r#"{"type":"task_complete","turn_id":"t1"}"#,
+            ),
+            line(
+                "10:02:00.000",
+                "response_item",
+                r#"{"type":"message","role":"assistant","content":[]}"#,
+            ),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:10:00Z");
+    assert_eq!(r["turn"]["state"], "open");
+    assert_eq!(r["due"]["subagent_stop"], Value::Null);
+}
+
+#[test]
+fn scenario_6_an_80_kb_output_is_oversize_and_still_clears_its_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(80 * 1024);
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            call("09:59:10.000", "call-big"),
+            line(
+                "09:59:50.000",
+                "response_item",
+                &format!(
+                    r#"{{"type":"function_call_output","output":"{big}","call_id":"call-big"}}"#
+                ),
+            ),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:00:00Z");
+    assert_eq!(r["lines"]["oversize"], 1);
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    assert_eq!(r["turn"]["state"], "open");
+}
+
+#[test]
+fn scenario_10_usage_limit_without_token_count_is_unknowable_and_the_stop_comes_five_minutes_later()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(
+        dir.path(),
+        &[
+            started("09:59:00.000"),
+            line(
+                "10:00:00.000",
+                "event_msg",
+                r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"message":"limit","codex_error_info":"usage_limit_exceeded"}}"#,
+            ),
+        ],
+    );
+    let r = inspect(&path, "2026-07-28T10:01:00Z");
+    assert_eq!(r["pause"]["state"], "unknowable");
+    assert_eq!(r["pause"]["reason"], "usage_limit_exceeded");
+    assert_eq!(r["pause"]["ends_at"], Value::Null);
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T10:05:00.000Z");
+    assert_eq!(r["due"]["lifetime_ceiling"], Value::Null);
+}
+
+#[test]
+fn the_usage_limit_fixture_shows_the_pause_expired_at_its_reset_and_a_session_role() {
+    let r = inspect(
+        Path::new("fixtures/codex/session-usage-limit.jsonl"),
+        "2026-07-28T12:00:00Z",
+    );
+    assert_eq!(r["role"], "session");
+    assert_eq!(r["agent_id"], Value::Null);
+    // The session resumed at 11:50, after the reported end: the pause had closed itself.
+    assert_eq!(r["pause"]["state"], "expired");
+    assert_eq!(r["pause"]["ends_at"], "2026-07-28T11:47:30.000Z");
+    assert_eq!(r["due"]["subagent_stop"], Value::Null);
+}
+
+#[test]
+fn the_two_turn_child_fixture_is_completed_with_one_oversize_line() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-two-turns.jsonl"),
+        "2026-07-28T16:20:00Z",
+    );
+    assert_eq!(r["role"], "child");
+    assert_eq!(r["agent_type"], "Hypatia");
+    assert_eq!(r["session_id"], "019fa9812dca7a319c553b1f0e6d2a01");
+    assert_eq!(r["lines"]["complete"], 36);
+    assert_eq!(r["lines"]["oversize"], 1);
+    assert_eq!(r["turn"]["state"], "completed");
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    let last = r["last_activity"].as_str().unwrap();
+    let stop = r["due"]["subagent_stop"].as_str().unwrap();
+    assert_eq!(
+        &stop[..14],
+        &last[..14],
+        "stop due 5 minutes after the last line"
+    );
+}
+
+#[test]
+fn edge_cases_count_blank_malformed_and_the_partial_tail() {
+    let r = inspect(
+        Path::new("fixtures/codex/edge-cases.jsonl"),
+        "2026-07-28T12:00:00Z",
+    );
+    assert_eq!(r["lines"]["complete"], 8);
+    assert_eq!(r["lines"]["blank"], 2);
+    assert_eq!(r["lines"]["malformed"], 2);
+    assert!(r["lines"]["partial_tail_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(r["turn"]["state"], "completed");
+    assert_eq!(r["turn"]["last_agent_message"], "caf\u{e9}");
+    assert_eq!(r["session_id"], "019fa990aaaa7d048f337e4fb19c6d04");
+}
+
+#[test]
+fn an_empty_file_inspects_as_a_session_with_unknown_ids() {
+    let r = inspect(
+        Path::new("fixtures/codex/empty.jsonl"),
+        "2026-07-28T12:00:00Z",
+    );
+    assert_eq!(r["role"], "session");
+    assert_eq!(r["session_id"], Value::Null);
+    assert_eq!(r["lines"]["complete"], 0);
+}
+
+fn run_inspect(path: &Path) -> Output {
+    kcap_watch().args(["inspect"]).arg(path).output().unwrap()
+}
+
+#[test]
+fn a_directory_or_missing_file_exits_2_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_inspect(dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+    let out = run_inspect(&dir.path().join("nope.jsonl"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.jsonl"));
+    assert!(out.stdout.is_empty(), "errors never go to stdout");
+}
+
+#[test]
+fn a_bad_now_flag_exits_2_naming_the_flag() {
+    let out = kcap_watch()
+        .args([
+            "inspect",
+            "--now",
+            "yesterday",
+            "fixtures/codex/empty.jsonl",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--now"));
+}
+
+#[test]
+fn text_output_is_for_people_and_names_the_turn_and_due_times() {
+    let out = kcap_watch()
+        .args(["inspect", "--line-times", "--now", "2026-07-28T16:20:00Z"])
+        .arg("fixtures/codex/child-two-turns.jsonl")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("completed"));
+    assert!(text.contains("due: stop"));
+    assert!(text.contains("Hypatia"));
+}
