@@ -1,14 +1,117 @@
-//! `watch` and `replay`: the commands that need the runtime. PLACEHOLDER until shipping lands.
+//! `watch` and `replay`: the commands that need the async runtime.
 
-use anyhow::Result;
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
 
 use crate::cli::{ReplayArgs, SettingsArgs, WatchArgs};
 use crate::config::Resolved;
+use crate::error::{UsageError, code};
+use crate::watch::clock::SystemClock;
+use crate::watch::{self, ExitReason, Summary, WatchOptions};
 
-pub fn watch(_args: WatchArgs, _settings: fn(&SettingsArgs) -> Result<Resolved>) -> Result<i32> {
-    anyhow::bail!("watch is not implemented yet")
+/// Resolves settings and starts logging (provided by `main`).
+pub type SettingsFn = fn(&SettingsArgs) -> Result<Resolved>;
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // One thread: the loop is a single select!, requests are tasks, the heartbeat has its own
+    // OS thread.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
 }
 
-pub fn replay(_args: ReplayArgs, _settings: fn(&SettingsArgs) -> Result<Resolved>) -> Result<i32> {
-    anyhow::bail!("replay is not implemented yet")
+pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
+    let resolved = settings(&args.settings)?;
+    let opts = WatchOptions {
+        rollout: args.rollout().to_path_buf(),
+        session_id: args.session_id().map(str::to_string),
+        agent_id: args.agent_id.clone(),
+        role: args.role.map(Into::into),
+        parent_pid: args.parent_pid,
+        cwd: args.cwd.as_ref().map(|c| c.display().to_string()),
+        vendor: "codex".to_string(),
+        once: args.once,
+    };
+    let online = resolved.settings.server.is_some();
+    let (reason, summary) =
+        runtime()?.block_on(watch::run(opts, resolved.settings, Arc::new(SystemClock)))?;
+    if reason == ExitReason::OnceDone || args.once {
+        print_summary(&summary, online)?;
+    }
+    Ok(code::OK)
+}
+
+fn print_summary(s: &Summary, online: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let none = || "-".to_string();
+    writeln!(
+        out,
+        "{} {}{} turn {}: folded {} lines",
+        s.role.unwrap_or("session"),
+        s.session_id.clone().unwrap_or_else(none),
+        s.agent_id
+            .as_deref()
+            .map(|a| format!("/{a}"))
+            .unwrap_or_default(),
+        s.turn,
+        s.lines_folded
+    )?;
+    if online {
+        writeln!(
+            out,
+            "shipped {} lines from line {}",
+            s.lines_shipped,
+            s.resume_line.unwrap_or(0)
+        )?;
+    }
+    if s.lines_spooled > 0 || !online {
+        let path = s
+            .transcript_spool
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(none);
+        writeln!(out, "spooled {} lines to {path}", s.lines_spooled)?;
+    }
+    if let Some(stop) = s.stop {
+        let where_ = match stop {
+            "spooled" => format!(
+                " ({})",
+                s.hook_spool
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+            _ => String::new(),
+        };
+        writeln!(out, "subagent-stop: {stop}{where_}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
+    let resolved = settings(&args.settings)?;
+    let s = resolved.settings;
+    let Some(url) = s.server.clone() else {
+        return Err(UsageError(
+            "replay needs a kcap server: set KCAP_URL (or pass --server)".to_string(),
+        )
+        .into());
+    };
+    let report = runtime()?.block_on(crate::ship::replay::replay(
+        &s,
+        &url,
+        args.session_id.as_deref(),
+    ))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "replayed {} transcript records and {} lifecycle requests; kept {} for later",
+        report.transcript_delivered, report.hooks_delivered, report.kept
+    )?;
+    out.flush()?;
+    Ok(code::OK)
 }
