@@ -1,6 +1,9 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
+pub mod backoff;
+pub mod client;
 pub mod redact;
+pub mod token;
 
 use serde::{Deserialize, Serialize};
 
