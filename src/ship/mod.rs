@@ -1,7 +1,10 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
+pub mod backoff;
+pub mod client;
 pub mod outbox;
 pub mod redact;
+pub mod token;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,693 @@
+//! The kcap HTTP API (`spec/server-api.md`): the watermark query, transcript batches and the
+//! lifecycle hooks, and the exact JSON bodies of those hooks.
+//!
+//! This module only speaks HTTP and sorts answers into what the caller must do next
+//! ([`Outcome`], [`Failure`]); it never retries or sleeps. The runtime loop owns the retries
+//! (with [`super::backoff::Backoff`]), so a slow server never blocks it.
+//!
+//! Rules that shape the code:
+//! - A 2xx only counts once its whole response has arrived: a connection cut mid-response is
+//!   a transient failure and the batch is sent again (resending is harmless, losing is not).
+//! - Redirects are not followed: a redirected `POST` would turn into a `GET` and lose its
+//!   body. A 3xx is reported as transient so nothing is dropped and the log shows it.
+//! - The bearer token never appears in an error or log text, even if a server echoes it.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
+use serde::{Deserialize, Serialize};
+
+use super::token::{Token, TokenOrigin, TokenSource};
+use crate::time::Ts;
+
+/// Route of transcript batches, under `/hooks/`.
+pub const ROUTE_TRANSCRIPT: &str = "transcript";
+/// Route of the child's stop, under `/hooks/` (also the `route` of hook spool records).
+pub const ROUTE_SUBAGENT_STOP: &str = "subagent-stop";
+/// Route of the child's start, under `/hooks/`.
+pub const ROUTE_SUBAGENT_START: &str = "subagent-start";
+/// Route of a session's end, under `/hooks/`.
+pub const ROUTE_SESSION_END: &str = "session-end/codex";
+
+/// At most this much of an error response's body is kept for the log.
+const SNIPPET_BYTES: usize = 512;
+/// At most this much of any response body is held in memory (the rest is read and dropped,
+/// so a 2xx is only believed once complete).
+const KEEP_BYTES: usize = 64 * 1024;
+
+/// Overall deadline of each kind of request (connect + send + read), `spec/server-api.md`
+/// section 5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    pub watermark: Duration,
+    pub transcript: Duration,
+    pub hook: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            watermark: Duration::from_secs(10),
+            transcript: Duration::from_secs(30),
+            hook: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The server's answer to "where do I resume?".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watermark {
+    /// The highest line number the server stored.
+    Line(u64),
+    /// The stream exists but holds no line (`204`, or `200` with a `null` number).
+    Empty,
+    /// No such stream (`404`): a child watcher posts `subagent-start` before shipping.
+    NotFound,
+}
+
+impl Watermark {
+    /// The first line to ship: `N + 1`, or 0 with no watermark.
+    pub fn resume_line(self) -> u64 {
+        match self {
+            Watermark::Line(n) => n.saturating_add(1),
+            Watermark::Empty | Watermark::NotFound => 0,
+        }
+    }
+}
+
+/// What became of a `POST`, sorted by what the caller does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Any 2xx, fully received: the request is durably stored.
+    Delivered,
+    /// `408`, `429`, `5xx`, a redirect, a transport error or a timeout: send the same request
+    /// again after a backoff (no sooner than `retry_after`, when the server sent one).
+    Transient {
+        status: Option<u16>,
+        retry_after: Option<Duration>,
+        error: String,
+    },
+    /// `401`/`403`: keep everything, re-read the token, try again in a minute.
+    Unauthorized { status: u16 },
+    /// Any other 4xx: the server refuses this request as it is.
+    Rejected { status: u16, body_snippet: String },
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Delivered => f.write_str("delivered"),
+            Outcome::Transient { error, .. } => f.write_str(error),
+            Outcome::Unauthorized { status } => {
+                write!(f, "the server refused the token (HTTP {status})")
+            }
+            Outcome::Rejected {
+                status,
+                body_snippet,
+            } => write!(
+                f,
+                "the server rejected the request (HTTP {status}): {body_snippet}"
+            ),
+        }
+    }
+}
+
+/// Why the watermark is unknown; the same classes as [`Outcome`]. Whatever the class, the
+/// caller keeps asking (with backoff) and ships nothing until it knows where to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Server error, transport error, timeout, redirect or an unreadable `200`.
+    Transient {
+        status: Option<u16>,
+        retry_after: Option<Duration>,
+        error: String,
+    },
+    /// `401`/`403`: re-read the token before asking again.
+    Unauthorized { status: u16 },
+    /// Another 4xx.
+    Rejected { status: u16, body_snippet: String },
+}
+
+impl Failure {
+    /// The server's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Failure::Transient { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Transient { error, .. } => f.write_str(error),
+            Failure::Unauthorized { status } => {
+                write!(f, "the server refused the token (HTTP {status})")
+            }
+            Failure::Rejected {
+                status,
+                body_snippet,
+            } => write!(
+                f,
+                "the server rejected the watermark query (HTTP {status}): {body_snippet}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The kcap HTTP client. Cloning is cheap (connection pool and token are shared), so each
+/// spawned request task gets its own clone.
+#[derive(Clone, Debug)]
+pub struct KcapClient {
+    http: reqwest::Client,
+    base: Url,
+    token: Arc<Mutex<TokenSource>>,
+    deadlines: Deadlines,
+}
+
+impl KcapClient {
+    /// `base` is `KCAP_URL` (a path prefix is kept; a trailing slash does not matter).
+    pub fn new(base: &str, token: TokenSource, deadlines: Deadlines) -> anyhow::Result<Self> {
+        let base = Url::parse(base.trim())
+            .with_context(|| format!("failed to parse KCAP_URL {:?}", base.trim()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            bail!("failed to use KCAP_URL {base}: it must be an http:// or https:// URL");
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("kcap-watch/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("failed to build the HTTP client")?;
+        Ok(KcapClient {
+            http,
+            base,
+            token: Arc::new(Mutex::new(token)),
+            deadlines,
+        })
+    }
+
+    /// The server's base URL, as configured.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// Re-reads the token file and store (after `Unauthorized`; the caller paces it).
+    pub fn reload_token(&self, now: Ts) {
+        self.tokens().reload(now);
+    }
+
+    /// Where the token in use comes from (for logs; never the token).
+    pub fn token_origin(&self) -> TokenOrigin {
+        self.tokens().origin().clone()
+    }
+
+    /// `GET /api/sessions/{session_id}/last-line?agentId={agent_id}`; `agent_id` is `None`
+    /// for a session watcher.
+    pub async fn watermark(
+        &self,
+        session_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Watermark, Failure> {
+        let mut url = self.endpoint(&["api", "sessions", session_id, "last-line"]);
+        if let Some(agent_id) = agent_id {
+            url.query_pairs_mut().append_pair("agentId", agent_id);
+        }
+        let what = format!("read the watermark of {}", url.path());
+        let answer = self
+            .exchange(Method::GET, url, None, self.deadlines.watermark, &what)
+            .await;
+        let Answer::Http { status, body, .. } = &answer else {
+            return Err(classify(answer, &what).into_failure());
+        };
+        match (*status, body) {
+            (204, Ok(_)) => Ok(Watermark::Empty),
+            (404, _) => Ok(Watermark::NotFound),
+            (200, Ok(bytes)) => match serde_json::from_slice::<LastLine>(bytes) {
+                Ok(LastLine {
+                    last_line_number: Some(n),
+                }) => Ok(Watermark::Line(n)),
+                Ok(LastLine {
+                    last_line_number: None,
+                }) => Ok(Watermark::Empty),
+                Err(e) => Err(Failure::Transient {
+                    status: Some(200),
+                    retry_after: None,
+                    error: format!("failed to {what}: unreadable answer: {e}"),
+                }),
+            },
+            _ => Err(classify(answer, &what).into_failure()),
+        }
+    }
+
+    /// `POST /hooks/transcript` with one serialised [`super::TranscriptBatch`].
+    pub async fn post_transcript(&self, batch_json: String) -> Outcome {
+        self.post(ROUTE_TRANSCRIPT, batch_json, self.deadlines.transcript)
+            .await
+    }
+
+    /// `POST /hooks/{route}` (`subagent-stop`, `subagent-start`, `session-end/codex`).
+    pub async fn post_hook(&self, route: &str, body_json: String) -> Outcome {
+        self.post(route, body_json, self.deadlines.hook).await
+    }
+
+    async fn post(&self, route: &str, body: String, deadline: Duration) -> Outcome {
+        let mut segments = vec!["hooks"];
+        segments.extend(route.split('/').filter(|s| !s.is_empty()));
+        let url = self.endpoint(&segments);
+        let what = format!("post {}", url.path());
+        let answer = self
+            .exchange(Method::POST, url, Some(body), deadline, &what)
+            .await;
+        classify(answer, &what)
+    }
+
+    fn tokens(&self) -> MutexGuard<'_, TokenSource> {
+        // A panic while holding the lock cannot leave a TokenSource half-updated in a way
+        // that matters (reload assigns whole fields), so a poisoned lock is still usable.
+        self.token.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn endpoint(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        // `new` rejected cannot-be-a-base URLs, the only case where this fails.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    /// One request with its deadline, the whole response body read (bounded in memory).
+    async fn exchange(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<String>,
+        deadline: Duration,
+        what: &str,
+    ) -> Answer {
+        let token = self.tokens().current();
+        let mut request = self.http.request(method, url).timeout(deadline);
+        if let Some(header) = token.as_ref().and_then(bearer) {
+            request = request.header(AUTHORIZATION, header);
+        }
+        if let Some(body) = body {
+            // A `String` body is sent with its Content-Length, uncompressed.
+            request = request.header(CONTENT_TYPE, "application/json").body(body);
+        }
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return Answer::Transport(scrub(
+                    format!("failed to {what}: {}", describe(&e, deadline)),
+                    token.as_ref(),
+                ));
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, Ts::now()));
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut kept = Vec::new();
+        let body = loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = KEEP_BYTES.saturating_sub(kept.len());
+                    kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Ok(None) => break Ok(kept),
+                Err(e) => {
+                    break Err(scrub(
+                        format!(
+                            "failed to {what}: HTTP {status} but the response was cut short: {}",
+                            describe(&e, deadline)
+                        ),
+                        token.as_ref(),
+                    ));
+                }
+            }
+        };
+        Answer::Http {
+            status,
+            retry_after,
+            location,
+            body,
+            token,
+        }
+    }
+}
+
+/// What came back, before sorting.
+enum Answer {
+    Transport(String),
+    Http {
+        status: u16,
+        retry_after: Option<Duration>,
+        location: Option<String>,
+        /// The body (its first [`KEEP_BYTES`]), or why it could not be read to its end.
+        body: Result<Vec<u8>, String>,
+        token: Option<Token>,
+    },
+}
+
+#[derive(Deserialize)]
+struct LastLine {
+    #[serde(default)]
+    last_line_number: Option<u64>,
+}
+
+fn classify(answer: Answer, what: &str) -> Outcome {
+    let (status, retry_after, location, body, token) = match answer {
+        Answer::Transport(error) => {
+            return Outcome::Transient {
+                status: None,
+                retry_after: None,
+                error,
+            };
+        }
+        Answer::Http {
+            status,
+            retry_after,
+            location,
+            body,
+            token,
+        } => (status, retry_after, location, body, token),
+    };
+    let snippet = |body: &Result<Vec<u8>, String>| match body {
+        Ok(bytes) => scrub(snippet(bytes), token.as_ref()),
+        Err(_) => String::new(),
+    };
+    match StatusCode::from_u16(status) {
+        Ok(s) if s.is_success() => match body {
+            Ok(_) => Outcome::Delivered,
+            Err(error) => Outcome::Transient {
+                status: Some(status),
+                retry_after: None,
+                error,
+            },
+        },
+        Ok(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Outcome::Unauthorized { status },
+        Ok(s) if s.is_redirection() => Outcome::Transient {
+            status: Some(status),
+            retry_after,
+            error: format!(
+                "failed to {what}: HTTP {status} redirect to {} (KCAP_URL should name the final address)",
+                location.as_deref().unwrap_or("an unnamed place")
+            ),
+        },
+        Ok(StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS) | Err(_) => {
+            Outcome::Transient {
+                status: Some(status),
+                retry_after,
+                error: format!("failed to {what}: HTTP {status} {}", snippet(&body)),
+            }
+        }
+        Ok(s) if s.is_client_error() => Outcome::Rejected {
+            status,
+            body_snippet: snippet(&body),
+        },
+        Ok(_) => Outcome::Transient {
+            status: Some(status),
+            retry_after,
+            error: format!("failed to {what}: HTTP {status} {}", snippet(&body))
+                .trim_end()
+                .to_owned(),
+        },
+    }
+}
+
+impl Outcome {
+    /// The same class as a watermark failure.
+    fn into_failure(self) -> Failure {
+        match self {
+            Outcome::Transient {
+                status,
+                retry_after,
+                error,
+            } => Failure::Transient {
+                status,
+                retry_after,
+                error,
+            },
+            Outcome::Unauthorized { status } => Failure::Unauthorized { status },
+            Outcome::Rejected {
+                status,
+                body_snippet,
+            } => Failure::Rejected {
+                status,
+                body_snippet,
+            },
+            // Only a watermark answer with a 2xx other than 200/204 lands here.
+            Outcome::Delivered => Failure::Transient {
+                status: None,
+                retry_after: None,
+                error: "failed to read the watermark: unexpected success status".to_owned(),
+            },
+        }
+    }
+}
+
+/// `Authorization: Bearer …`, marked sensitive so no debug output of the request shows it.
+fn bearer(token: &Token) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// A transport error as "cause: cause: …", without the URL (the caller names the route).
+fn describe(e: &reqwest::Error, deadline: Duration) -> String {
+    if e.is_timeout() {
+        return format!("no answer within {deadline:?}");
+    }
+    let mut text = String::new();
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    if e.is_connect() {
+        text.push_str("failed to connect");
+    } else if e.is_body() || e.is_decode() {
+        text.push_str("failed to read the response");
+    } else {
+        text.push_str("failed to send the request");
+    }
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The first bytes of a response body for a log line, on one line.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(SNIPPET_BYTES)]);
+    let mut one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if body.len() > SNIPPET_BYTES {
+        one_line.push('…');
+    }
+    one_line.trim().to_owned()
+}
+
+/// Removes the token from text that is about to be logged, whatever put it there.
+fn scrub(text: String, token: Option<&Token>) -> String {
+    match token {
+        Some(t) if text.contains(t.expose()) => text.replace(t.expose(), "[REDACTED]"),
+        _ => text,
+    }
+}
+
+/// `Retry-After` as a delay: delta seconds, or an HTTP date (`now` turns it into a delay; a
+/// date in the past means "now"). `None` when unreadable.
+pub fn parse_retry_after(value: &str, now: Ts) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // More digits than a u64 holds is still "a very long time".
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    // IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) is RFC 2822 syntax.
+    static PARSER: jiff::fmt::rfc2822::DateTimeParser = jiff::fmt::rfc2822::DateTimeParser::new();
+    let at = PARSER.parse_timestamp(value).ok()?;
+    Some(Ts(at.as_millisecond()).duration_since(now))
+}
+
+/// Why a session watcher posts `session-end` (`spec/lifecycle.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionEndReason {
+    IdleTimeout,
+    ParentExited,
+}
+
+#[derive(Serialize)]
+struct SubagentStop<'a> {
+    hook_event_name: &'static str,
+    session_id: &'a str,
+    agent_id: &'a str,
+    agent_type: &'a str,
+    transcript_path: &'a str,
+    agent_transcript_path: &'a str,
+    cwd: &'static str,
+    stop_hook_active: bool,
+    last_assistant_message: &'a str,
+}
+
+#[derive(Serialize)]
+struct SubagentStart<'a> {
+    hook_event_name: &'static str,
+    session_id: &'a str,
+    agent_id: &'a str,
+    agent_type: &'a str,
+    transcript_path: &'a str,
+    cwd: &'static str,
+}
+
+#[derive(Serialize)]
+struct SessionEnd<'a> {
+    session_id: &'a str,
+    transcript_path: &'a str,
+    cwd: &'a str,
+    hook_event_name: &'static str,
+    reason: SessionEndReason,
+    ended_at: String,
+}
+
+fn to_json<T: Serialize>(value: &T) -> String {
+    // These bodies are structs of strings, bools and a unit enum: serde_json cannot fail on
+    // them (it only fails on non-string map keys or a failing custom Serialize).
+    serde_json::to_string(value).expect("a hook body always serialises")
+}
+
+/// The `subagent-stop` body (`spec/server-api.md` section 3). `last_assistant_message` must
+/// already be redacted and cut to 4 KiB (or be empty).
+pub fn subagent_stop_body(
+    session_id: &str,
+    agent_id: &str,
+    agent_type: &str,
+    transcript_path: &Path,
+    last_assistant_message: &str,
+) -> String {
+    let path = transcript_path.to_string_lossy();
+    to_json(&SubagentStop {
+        hook_event_name: "subagent_stop",
+        session_id,
+        agent_id,
+        agent_type,
+        transcript_path: &path,
+        agent_transcript_path: &path,
+        cwd: "",
+        stop_hook_active: false,
+        last_assistant_message,
+    })
+}
+
+/// The `subagent-start` body (`spec/server-api.md` section 3), posted when the child's
+/// watermark answered `404`.
+pub fn subagent_start_body(
+    session_id: &str,
+    agent_id: &str,
+    agent_type: &str,
+    transcript_path: &Path,
+) -> String {
+    to_json(&SubagentStart {
+        hook_event_name: "subagent_start",
+        session_id,
+        agent_id,
+        agent_type,
+        transcript_path: &transcript_path.to_string_lossy(),
+        cwd: "",
+    })
+}
+
+/// The `session-end/codex` body (`spec/server-api.md` section 4).
+pub fn session_end_body(
+    session_id: &str,
+    transcript_path: &Path,
+    cwd: &str,
+    reason: SessionEndReason,
+    ended_at: Ts,
+) -> String {
+    to_json(&SessionEnd {
+        session_id,
+        transcript_path: &transcript_path.to_string_lossy(),
+        cwd,
+        hook_event_name: "session_end",
+        reason,
+        ended_at: ended_at.rfc3339(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = Ts::parse_rfc3339("2026-07-28T16:00:00Z").unwrap();
+        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Tue, 28 Jul 2026 16:01:30 GMT", now),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse_retry_after("Tue, 28 Jul 2026 15:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("-3", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("", now), None);
+    }
+
+    #[test]
+    fn scrub_removes_the_token() {
+        let t = Token::new("abc123secret").unwrap();
+        assert_eq!(
+            scrub("echo: Bearer abc123secret!".into(), Some(&t)),
+            "echo: Bearer [REDACTED]!"
+        );
+    }
+
+    #[test]
+    fn snippets_are_short_and_on_one_line() {
+        let long = "x".repeat(2000);
+        let s = snippet(long.as_bytes());
+        assert!(s.chars().count() <= SNIPPET_BYTES + 1);
+        assert_eq!(snippet(b"bad\nline\r\n"), "bad line");
+    }
+
+    #[test]
+    fn a_path_prefix_in_the_base_url_is_kept() {
+        for base in ["https://h.example/kcap", "https://h.example/kcap/"] {
+            let c = KcapClient::new(base, TokenSource::fixed(None), Deadlines::default()).unwrap();
+            assert_eq!(
+                c.endpoint(&["hooks", "session-end", "codex"]).as_str(),
+                "https://h.example/kcap/hooks/session-end/codex"
+            );
+        }
+    }
+
+    #[test]
+    fn resume_line() {
+        assert_eq!(Watermark::Line(41).resume_line(), 42);
+        assert_eq!(Watermark::Empty.resume_line(), 0);
+        assert_eq!(Watermark::NotFound.resume_line(), 0);
+    }
+}

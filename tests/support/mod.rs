@@ -1,0 +1,7 @@
+//! Helpers shared by the integration tests; each test crate includes this with `mod support;`
+//! and uses only part of it.
+#![allow(dead_code, unused_imports)]
+
+pub mod fake_kcap;
+
+pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};
