@@ -1,6 +1,7 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
 pub mod redact;
+pub mod spool;
 
 use serde::{Deserialize, Serialize};
 
