@@ -1,1 +1,504 @@
-//! Local state files. PLACEHOLDER.
+//! Local state files: the per-key lock, pid/started/heartbeat files, log files, and the
+//! private-mode, atomic-write helpers everything under `<config>` goes through.
+//!
+//! The kcap CLI's spawner reads these files from another process, so their formats are its
+//! formats (`spec/files.md`): the pid file is `"<pid>\n<start token>"` with no trailing newline
+//! (some of its readers split on `'\n'` and expect exactly two parts), and the time files hold a
+//! bare RFC 3339 timestamp. Every file another process reads whole is replaced atomically, so a
+//! reader never sees half a timestamp.
+//!
+//! The heartbeat gets its own OS thread ([`Heartbeat`]) rather than a task on the runtime: the
+//! spawner kills a watcher whose heartbeat is older than 20 s, and a beat must never wait behind
+//! a hung request, a slow disk read or a huge line.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::time::Ts;
+
+/// How often the watcher beats: the spawner replaces a watcher whose heartbeat is older than
+/// 20 s, and the spec keeps it under 5 s old.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+
+/// `<session>` for a session watcher, `<session>-<agent>` for a child watcher.
+pub fn watcher_key(session_id: &str, agent_id: Option<&str>) -> String {
+    match agent_id {
+        Some(agent) => format!("{session_id}-{agent}"),
+        None => session_id.to_owned(),
+    }
+}
+
+/// Creates `path` and any missing parents, each new directory with mode 0700. Existing
+/// directories keep their mode: the watcher does not take over directories it did not make
+/// (`KCAP_WATCHER_DIR` may point at a shared place).
+pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+        .create(path)
+        .map_err(|e| with_context(e, format!("failed to create directory {}", path.display())))
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file (mode 0600) in the same directory,
+/// written and flushed, then renamed over `path`. A concurrent reader sees the old content or
+/// the new, never a mix.
+///
+/// No fsync: the readers are live processes on this machine (the spawner, a replay), and after
+/// a power loss the pid, start token and heartbeat are meaningless anyway (the boot id changes).
+/// Skipping it keeps a beat cheap on a slow disk.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let context = || format!("failed to write {}", path.display());
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(fs::Permissions::from_mode(0o600));
+    }
+    // On any error below the temporary file is removed when `tmp` drops.
+    let mut tmp = builder
+        .tempfile_in(dir)
+        .map_err(|e| with_context(e, context()))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.flush())
+        .map_err(|e| with_context(e, context()))?;
+    tmp.persist(path)
+        .map_err(|e| with_context(e.error, context()))?;
+    Ok(())
+}
+
+/// The kcap CLI's process start token for `pid`: on Linux `lx:<boot_id>:<starttime>`, where
+/// `boot_id` is `/proc/sys/kernel/random/boot_id` trimmed and `starttime` is field 22 of
+/// `/proc/<pid>/stat` in plain decimal. The CLI's reaper compares tokens byte for byte and treats
+/// any difference as a recycled pid, so this must match its computation exactly.
+///
+/// `None` when the process is gone or `/proc` is unreadable, and on other platforms (the CLI
+/// uses schemes there that this watcher does not reproduce; a pid file without a token is the
+/// CLI's own legacy layout, which it handles).
+pub fn process_start_token(pid: u32) -> Option<String> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let start = stat_starttime(&stat)?;
+        let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let boot = boot.trim();
+        if boot.is_empty() {
+            return None;
+        }
+        Some(format!("lx:{boot}:{start}"))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line. Field 2 is the command name in
+/// parentheses and may itself contain spaces and `)` (a process can name itself anything), so
+/// the fields after it are counted from the *last* `)`: field 3 is the first of them.
+pub fn stat_starttime(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // Field 3 is index 0 of `rest`, so field 22 is index 19.
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a process with this pid exists (`kill(pid, 0)`). A process owned by another user
+/// answers `EPERM`: it exists, so it counts as alive.
+pub fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        // pid 0 and values that turn negative as pid_t would address process groups.
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        if raw <= 0 {
+            return false;
+        }
+        // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
+        if unsafe { libc::kill(raw, 0) } == 0 {
+            return true;
+        }
+        io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        // No cheap probe: assume alive, which never takes over another process's files.
+        let _ = pid;
+        true
+    }
+}
+
+/// Why [`WatcherFiles::acquire`] failed.
+#[derive(Debug)]
+pub enum AcquireError {
+    /// Another live watcher holds `<key>.lock`. The caller exits 75 (temporary failure).
+    Held {
+        key: String,
+        /// From the pid file, when it names another process (the spawner may already have
+        /// written *our* pid there before we found the lock taken, so our own pid is not
+        /// reported).
+        holder_pid: Option<u32>,
+    },
+    Io(io::Error),
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Held {
+                key,
+                holder_pid: Some(pid),
+            } => write!(
+                f,
+                "another watcher (pid {pid}) is already running for {key}; not starting a second one"
+            ),
+            AcquireError::Held {
+                key,
+                holder_pid: None,
+            } => write!(
+                f,
+                "another watcher is already running for {key}; not starting a second one"
+            ),
+            AcquireError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AcquireError::Held { .. } => None,
+            AcquireError::Io(e) => Some(e),
+        }
+    }
+}
+
+/// This watcher's files under `<watchers>`, and the advisory lock that makes it the only
+/// watcher for its key. The lock is held as long as this value lives.
+#[derive(Debug)]
+pub struct WatcherFiles {
+    key: String,
+    pid: u32,
+    pid_path: PathBuf,
+    started_path: PathBuf,
+    heartbeat_path: PathBuf,
+    /// Holds the lock; closing it (on drop) releases it. The lock file itself is never removed:
+    /// unlinking a locked file would let the next watcher lock a fresh inode while this one
+    /// still runs.
+    _lock: File,
+}
+
+impl WatcherFiles {
+    /// Takes the exclusive, non-blocking lock on `<watchers>/<key>.lock`, then writes
+    /// `<key>.pid` (this pid and its start token), `<key>.started` and `<key>.heartbeat`
+    /// (both `now`).
+    pub fn acquire(watcher_dir: &Path, key: &str, now: Ts) -> Result<WatcherFiles, AcquireError> {
+        check_file_key(key).map_err(AcquireError::Io)?;
+        ensure_private_dir(watcher_dir).map_err(AcquireError::Io)?;
+
+        let lock_path = watcher_dir.join(format!("{key}.lock"));
+        let lock = private_options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| {
+                AcquireError::Io(with_context(
+                    e,
+                    format!("failed to open lock file {}", lock_path.display()),
+                ))
+            })?;
+
+        let pid = std::process::id();
+        let pid_path = watcher_dir.join(format!("{key}.pid"));
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let holder_pid = read_pid_file(&pid_path).filter(|&p| p != pid);
+                return Err(AcquireError::Held {
+                    key: key.to_owned(),
+                    holder_pid,
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(AcquireError::Io(with_context(
+                    e,
+                    format!("failed to lock {}", lock_path.display()),
+                )));
+            }
+        }
+
+        let files = WatcherFiles {
+            key: key.to_owned(),
+            pid,
+            started_path: watcher_dir.join(format!("{key}.started")),
+            heartbeat_path: watcher_dir.join(format!("{key}.heartbeat")),
+            pid_path,
+            _lock: lock,
+        };
+        // The spawner may have written the pid file already (same content when it spawned us
+        // directly); it is replaced whole either way.
+        write_atomic(&files.pid_path, pid_file_content(pid).as_bytes())
+            .map_err(AcquireError::Io)?;
+        write_atomic(&files.started_path, now.rfc3339().as_bytes()).map_err(AcquireError::Io)?;
+        files.beat(now).map_err(AcquireError::Io)?;
+        Ok(files)
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Writes `now` to the heartbeat file.
+    pub fn beat(&self, now: Ts) -> io::Result<()> {
+        write_atomic(&self.heartbeat_path, now.rfc3339().as_bytes())
+    }
+
+    pub fn heartbeat_path(&self) -> &Path {
+        &self.heartbeat_path
+    }
+
+    pub fn pid_path(&self) -> &Path {
+        &self.pid_path
+    }
+
+    /// Clean exit: removes the pid, heartbeat and started files, then releases the lock. Stop
+    /// any [`Heartbeat`] thread first, or it may write the heartbeat file again.
+    ///
+    /// Only when the pid file still names this process: the spawner writes a successor's pid
+    /// (and its `.started`) before the successor gets the lock, and those are not ours to
+    /// remove. The kcap CLI retires its own watchers' files the same way.
+    pub fn release(self) {
+        if read_pid_file(&self.pid_path) == Some(self.pid) {
+            for path in [&self.pid_path, &self.heartbeat_path, &self.started_path] {
+                if let Err(e) = fs::remove_file(path)
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    tracing::warn!(
+                        event = "watcher_file_remove_failed",
+                        path = %path.display(),
+                        error = %e,
+                        "failed to remove {}: {e}",
+                        path.display()
+                    );
+                }
+            }
+        }
+        // Dropping `self` closes the lock file, which releases the lock.
+    }
+}
+
+/// `"<pid>\n<token>"`, or just the pid when no token can be computed: the kcap CLI's layout.
+fn pid_file_content(pid: u32) -> String {
+    match process_start_token(pid) {
+        Some(token) => format!("{pid}\n{token}"),
+        None => pid.to_string(),
+    }
+}
+
+fn read_pid_file(path: &Path) -> Option<u32> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines().next()?.trim().parse().ok()
+}
+
+/// A key becomes a file name: refuse anything that could leave the directory.
+fn check_file_key(key: &str) -> io::Result<()> {
+    if key.is_empty()
+        || key == "."
+        || key == ".."
+        || key.contains(['/', '\\', '\0'])
+        || key.starts_with('.')
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("failed to use {key:?} as a file name: not a plain name"),
+        ));
+    }
+    Ok(())
+}
+
+/// Beats the heartbeat file from a dedicated thread until dropped (or [`Heartbeat::stop`]).
+///
+/// A thread rather than a runtime task, because nothing on the runtime may delay a beat: the
+/// spawner replaces a watcher whose heartbeat is 20 s old (`spec/files.md`, "Heartbeat").
+#[derive(Debug)]
+pub struct Heartbeat {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    /// Writes the wall-clock time (RFC 3339 UTC) to `path` now and then every `every`.
+    pub fn spawn(path: PathBuf, every: Duration) -> Heartbeat {
+        let (tx, rx) = mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("kcap-heartbeat".to_owned())
+            .spawn(move || beat_loop(&path, every, &rx));
+        let thread = match spawned {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                // Only under resource exhaustion; the watcher still works, and the spawner's
+                // staleness check will say so.
+                tracing::error!(
+                    event = "heartbeat_thread_failed",
+                    error = %e,
+                    "failed to start the heartbeat thread: {e}"
+                );
+                None
+            }
+        };
+        Heartbeat {
+            stop: Some(tx),
+            thread,
+        }
+    }
+
+    /// Stops the thread and waits for it (it never blocks for longer than one write).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        // Dropping the sender wakes the thread's `recv_timeout` at once.
+        self.stop.take();
+        if let Some(handle) = self.thread.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn beat_loop(path: &Path, every: Duration, stop: &mpsc::Receiver<()>) {
+    let mut failing = false;
+    loop {
+        match write_atomic(path, Ts::now().rfc3339().as_bytes()) {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!(event = "heartbeat_recovered", path = %path.display(), "heartbeat writes work again");
+            }
+            Ok(()) => {}
+            // Logged once per failure streak, not every beat.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(event = "heartbeat_write_failed", path = %path.display(), error = %e, "{e}");
+            }
+            Err(_) => {}
+        }
+        match stop.recv_timeout(every) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            // A message or a dropped sender both mean stop.
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// `<config>/logs/<session_id>[-<agent_id>].log`.
+pub fn log_file_path(config_dir: &Path, session_id: &str, agent_id: Option<&str>) -> PathBuf {
+    config_dir
+        .join("logs")
+        .join(format!("{}.log", watcher_key(session_id, agent_id)))
+}
+
+/// Opens a log file for appending (mode 0600, its directory 0700 when created).
+pub fn open_log_file(path: &Path) -> io::Result<File> {
+    ensure_private_dir(parent_dir(path))?;
+    private_options()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| with_context(e, format!("failed to open log file {}", path.display())))
+}
+
+/// Open options that create files readable by their owner only.
+pub(crate) fn private_options() -> OpenOptions {
+    #[allow(unused_mut)] // `mut` is only needed on unix.
+    let mut options = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+}
+
+/// The directory a file lives in (`.` for a bare name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// `"<context>: <cause>"`, keeping the error kind so callers can still match on it.
+pub(crate) fn with_context(e: io::Error, context: String) -> io::Error {
+    io::Error::new(e.kind(), format!("{context}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_joins_session_and_agent_with_a_dash() {
+        assert_eq!(watcher_key("s1", None), "s1");
+        assert_eq!(watcher_key("s1", Some("a2")), "s1-a2");
+    }
+
+    #[test]
+    fn starttime_is_counted_from_the_last_paren() {
+        // A comm of `a) b` (shown as `(a) b)`) would shift every field if split naively.
+        let stat =
+            b"4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(stat_starttime(stat), Some(987654));
+        let plain = b"7 (sh) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0\n";
+        assert_eq!(stat_starttime(plain), Some(55));
+    }
+
+    #[test]
+    fn starttime_of_a_truncated_or_garbled_stat_is_none() {
+        assert_eq!(stat_starttime(b"12 (x) S 1 2 3"), None);
+        assert_eq!(stat_starttime(b"no parens at all"), None);
+        let not_a_number = b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 abc 0";
+        assert_eq!(stat_starttime(not_a_number), None);
+    }
+
+    #[test]
+    fn keys_that_escape_the_directory_are_refused() {
+        for bad in ["", ".", "..", "../x", "a/b", ".hidden", "a\0b"] {
+            assert!(check_file_key(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_file_key("0199a2b4c0de-0199ffff").is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn pid_zero_and_group_pids_are_not_alive() {
+        assert!(!process_alive(0));
+        assert!(!process_alive(u32::MAX));
+        assert!(process_alive(std::process::id()));
+    }
+}

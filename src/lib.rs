@@ -18,3 +18,4 @@ pub mod rollout;
 pub mod ship;
 pub mod tail;
 pub mod time;
+pub mod watch;

@@ -4,6 +4,8 @@ pub mod backoff;
 pub mod client;
 pub mod outbox;
 pub mod redact;
+pub mod replay;
+pub mod spool;
 pub mod token;
 
 use serde::{Deserialize, Serialize};
