@@ -182,7 +182,7 @@ fn watcher_files_are_private_and_hold_rfc3339_times() {
     assert_eq!(started, "2026-07-28T19:02:11.000Z");
     assert_eq!(fs::read_to_string(files.heartbeat_path()).unwrap(), started);
 
-    files.beat(NOW.add(Duration::from_secs(2))).unwrap();
+    files.beat(NOW.plus(Duration::from_secs(2))).unwrap();
     assert_eq!(
         fs::read_to_string(files.heartbeat_path()).unwrap(),
         "2026-07-28T19:02:13.000Z"
@@ -482,7 +482,7 @@ fn a_batch_that_would_cross_8_mib_is_not_written_and_flags_the_session() {
     // A later refusal keeps naming the first gap.
     let mut later = batch(None, &[4]);
     later.lines[0] = "w".repeat(1000);
-    let outcome = append_transcript(config, &later, NOW.add(Duration::from_secs(9))).unwrap();
+    let outcome = append_transcript(config, &later, NOW.plus(Duration::from_secs(9))).unwrap();
     assert!(matches!(
         outcome,
         SpoolOutcome::OverCap {
