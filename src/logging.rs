@@ -5,7 +5,7 @@
 //! stdout, which carries only a command's own output (`inspect --json` can be piped).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
@@ -73,6 +73,7 @@ pub fn init(filter: &str, format: LogFormat) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(io::stderr)
+                    .with_ansi(io::stderr().is_terminal())
                     .with_target(false)
                     .with_filter(filter()),
             )

@@ -12,10 +12,10 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::rollout::header::normalize_id;
+use crate::ship::TranscriptBatch;
 use crate::ship::client::{Deadlines, KcapClient, Outcome};
 use crate::ship::spool::{self, Draining, HookRecord};
 use crate::ship::token::TokenSource;
-use crate::ship::TranscriptBatch;
 use crate::time::Ts;
 
 /// Transient failures are retried this many times per record before the rest is kept.
@@ -126,29 +126,46 @@ where
                     delivered += 1;
                     break;
                 }
-                Outcome::Transient { error, retry_after, .. } if attempt < ATTEMPTS => {
+                Outcome::Transient {
+                    error, retry_after, ..
+                } if attempt < ATTEMPTS => {
                     let delay = retry_after
                         .unwrap_or(Duration::from_millis(250 << attempt))
                         .min(Duration::from_secs(10));
-                    warn!(event = "ship_failed", "replay: {error}; retrying in {delay:?}");
+                    warn!(
+                        event = "ship_failed",
+                        "replay: {error}; retrying in {delay:?}"
+                    );
                     tokio::time::sleep(delay).await;
                 }
                 Outcome::Unauthorized { .. } => {
                     client.reload_token(Ts::now());
                     if attempt >= ATTEMPTS {
-                        warn!(event = "ship_failed", "replay: the server refuses the token; keeping the rest");
+                        warn!(
+                            event = "ship_failed",
+                            "replay: the server refuses the token; keeping the rest"
+                        );
                         keep.push(rec.raw.clone());
                         giving_up = true;
                         break;
                     }
                 }
-                Outcome::Rejected { status, body_snippet } => {
-                    warn!(event = "ship_failed", status, "replay: the server refused a record ({body_snippet}); keeping it");
+                Outcome::Rejected {
+                    status,
+                    body_snippet,
+                } => {
+                    warn!(
+                        event = "ship_failed",
+                        status, "replay: the server refused a record ({body_snippet}); keeping it"
+                    );
                     keep.push(rec.raw.clone());
                     break;
                 }
                 other => {
-                    warn!(event = "ship_failed", "replay: {other}; keeping the rest for later");
+                    warn!(
+                        event = "ship_failed",
+                        "replay: {other}; keeping the rest for later"
+                    );
                     keep.push(rec.raw.clone());
                     giving_up = true;
                     break;
@@ -158,9 +175,12 @@ where
     }
     let kept = keep.len() as u64;
     let path = draining.path().to_path_buf();
-    draining
-        .finish(&keep)
-        .with_context(|| format!("failed to put back undelivered records of {}", path.display()))?;
+    draining.finish(&keep).with_context(|| {
+        format!(
+            "failed to put back undelivered records of {}",
+            path.display()
+        )
+    })?;
     info!(event = "replayed", delivered, kept, path = %path.display(), "replayed {}", path.display());
     Ok((delivered, kept))
 }

@@ -24,6 +24,7 @@ use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, Heartbeat, WatcherFiles};
 use crate::fold::{Observed, State};
 use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
 use crate::ship::client::{
     Deadlines, KcapClient, Outcome, SessionEndReason, Watermark, session_end_body,
@@ -33,7 +34,6 @@ use crate::ship::outbox::{Outbox, Refusal, ShipLine};
 use crate::ship::redact::{Redactor, truncate_utf8};
 use crate::ship::spool::{self, SpoolOutcome};
 use crate::ship::token::TokenSource;
-use crate::ship::TranscriptBatch;
 use crate::tail::index::LineIndex;
 use crate::tail::reader::{LineReader, ReadAt};
 use crate::tail::seed::{LineTimes, seed};
@@ -296,15 +296,17 @@ impl Watcher {
             }
         }
         self.open_and_seed()?;
+        self.settle_identity()?;
         info!(
             event = "watcher_started",
             path = %self.path.display(),
             role = self.role().as_str(),
+            session_id = self.session_id().unwrap_or(""),
+            agent_id = self.agent_id().unwrap_or(""),
             online = self.online(),
             "watching {}",
             self.path.display()
         );
-        self.settle_identity()?;
         if self.opts.once {
             return self.run_once().await;
         }
@@ -370,7 +372,9 @@ impl Watcher {
                 break;
             }
             if self.clock.now() >= deadline {
-                anyhow::bail!("failed to read the watermark from the kcap server within {ONCE_SHIP_BUDGET:?}");
+                anyhow::bail!(
+                    "failed to read the watermark from the kcap server within {ONCE_SHIP_BUDGET:?}"
+                );
             }
             let next = self.next_due().min(deadline);
             tokio::select! {
@@ -387,7 +391,8 @@ impl Watcher {
             self.warn_stall(now);
         }
         let mut reason = ExitReason::OnceDone;
-        if due.subagent_stop.is_some_and(|t| t <= now) && self.transcript_confirmed_through_turn_end()
+        if due.subagent_stop.is_some_and(|t| t <= now)
+            && self.transcript_confirmed_through_turn_end()
         {
             self.post_stop_now().await;
         }
@@ -465,7 +470,11 @@ impl Watcher {
         if self.files.is_some() || (self.opts.once && self.identity.is_some()) {
             return Ok(());
         }
-        let mut id = self.state.identity.clone().unwrap_or_else(Identity::unknown);
+        let mut id = self
+            .state
+            .identity
+            .clone()
+            .unwrap_or_else(Identity::unknown);
         let header_known = self.state.identity.is_some();
         if let Some(s) = &self.opts.session_id {
             id.session_id = Some(normalize_id(s));
@@ -496,24 +505,31 @@ impl Watcher {
             id.agent_id = None;
         }
         self.identity = Some(id);
-        if self.opts.once && !self.online() {
-            // Offline --once still takes the lock: two watchers must never spool concurrently.
-        }
         self.acquire_files()?;
         self.begin_shipping();
         Ok(())
     }
 
     fn acquire_files(&mut self) -> Result<()> {
-        let (Some(session), agent) = (self.session_id().map(str::to_string), self.agent_id().map(str::to_string)) else {
+        let (Some(session), agent) = (
+            self.session_id().map(str::to_string),
+            self.agent_id().map(str::to_string),
+        ) else {
             return Ok(());
         };
         let key = files::watcher_key(&session, agent.as_deref());
         match WatcherFiles::acquire(&self.settings.watcher_dir, &key, self.clock.now()) {
             Ok(f) => {
-                self.heartbeat = Some(Heartbeat::spawn(f.heartbeat_path().to_path_buf(), HEARTBEAT_EVERY));
+                self.heartbeat = Some(Heartbeat::spawn(
+                    f.heartbeat_path().to_path_buf(),
+                    HEARTBEAT_EVERY,
+                ));
                 self.files = Some(f);
-                crate::logging::attach_file(&files::log_file_path(&self.settings.config_dir, &session, agent.as_deref()));
+                crate::logging::attach_file(&files::log_file_path(
+                    &self.settings.config_dir,
+                    &session,
+                    agent.as_deref(),
+                ));
                 Ok(())
             }
             Err(AcquireError::Held { key, holder_pid }) => Err(LockHeld { key, holder_pid }.into()),
@@ -530,14 +546,24 @@ impl Watcher {
             self.watermark_retry_at = Some(self.clock.now());
             return;
         }
-        let (Some(session), agent) = (self.session_id().map(str::to_string), self.agent_id().map(str::to_string)) else {
+        let (Some(session), agent) = (
+            self.session_id().map(str::to_string),
+            self.agent_id().map(str::to_string),
+        ) else {
             return;
         };
-        let resume = match spool::highest_spooled_line(&self.settings.config_dir, &session, agent.as_deref()) {
+        let resume = match spool::highest_spooled_line(
+            &self.settings.config_dir,
+            &session,
+            agent.as_deref(),
+        ) {
             Ok(Some(n)) => n + 1,
             Ok(None) => 0,
             Err(e) => {
-                warn!(event = "spool_unreadable", "failed to read the transcript spool: {e}; resuming at line 0");
+                warn!(
+                    event = "spool_unreadable",
+                    "failed to read the transcript spool: {e}; resuming at line 0"
+                );
                 0
             }
         };
@@ -589,7 +615,9 @@ impl Watcher {
 
     /// Folds every new complete line, observed now.
     fn read_new_lines(&mut self) -> Result<()> {
-        let Some(r) = &self.rollout else { return Ok(()) };
+        let Some(r) = &self.rollout else {
+            return Ok(());
+        };
         let now = self.clock.now();
         let state = &mut self.state;
         let index = &mut self.index;
@@ -622,7 +650,9 @@ impl Watcher {
     /// A file that shrinks below the read position, or whose first line changed, was
     /// rewritten. A file renamed away or deleted is read to its end through the open handle.
     fn check_rewritten(&mut self) -> Result<()> {
-        let Some(r) = &self.rollout else { return Ok(()) };
+        let Some(r) = &self.rollout else {
+            return Ok(());
+        };
         let len = r.file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
         if len < self.reader.offset() {
             return Err(self.rewritten("the file shrank below the read position"));
@@ -729,11 +759,16 @@ impl Watcher {
         if self.watermark_in_flight {
             return;
         }
-        let Some(at) = self.watermark_retry_at else { return };
+        let Some(at) = self.watermark_retry_at else {
+            return;
+        };
         if now < at {
             return;
         }
-        let (Some(session), agent) = (self.session_id().map(str::to_string), self.agent_id().map(str::to_string)) else {
+        let (Some(session), agent) = (
+            self.session_id().map(str::to_string),
+            self.agent_id().map(str::to_string),
+        ) else {
             return;
         };
         self.watermark_retry_at = None;
@@ -792,7 +827,10 @@ impl Watcher {
                 self.start_posted = true;
                 match out {
                     Outcome::Delivered => {
-                        info!(event = "subagent_start_posted", "posted subagent-start (no stream existed)")
+                        info!(
+                            event = "subagent_start_posted",
+                            "posted subagent-start (no stream existed)"
+                        )
                     }
                     other => {
                         warn!(event = "subagent_start_failed", error = %other, "failed to post subagent-start: {other}; spooling it");
@@ -809,17 +847,27 @@ impl Watcher {
             Ok(w) => {
                 self.watermark_backoff.reset();
                 let resume = w.resume_line();
-                info!(event = "watermark", resume_line = resume, "server watermark: resume at line {resume}");
+                info!(
+                    event = "watermark",
+                    resume_line = resume,
+                    "server watermark: resume at line {resume}"
+                );
                 let first = self.watermark.is_none();
                 if first {
                     self.set_resume(w, resume);
-                    if w == Watermark::NotFound && self.role() == Role::Child && !self.start_posted {
+                    if w == Watermark::NotFound && self.role() == Role::Child && !self.start_posted
+                    {
                         self.post_start();
                     }
                 } else if resume < self.outbox.confirmed_to() && !self.resent_once {
                     // The server lost lines it had acknowledged: resend from its resume line,
                     // once (a server that skips trailing lines would otherwise loop forever).
-                    warn!(event = "watermark", resume_line = resume, acknowledged_to = self.outbox.confirmed_to(), "server is behind what it acknowledged; resending from line {resume}");
+                    warn!(
+                        event = "watermark",
+                        resume_line = resume,
+                        acknowledged_to = self.outbox.confirmed_to(),
+                        "server is behind what it acknowledged; resending from line {resume}"
+                    );
                     self.resent_once = true;
                     self.transcript_in_flight = false;
                     self.set_resume(w, resume);
@@ -847,7 +895,11 @@ impl Watcher {
 
     fn log_unauthorized(&mut self, status: u16) {
         if !self.unauthorized_logged {
-            error!(event = "ship_failed", status, "the kcap server refused the token (HTTP {status}); keeping every line, re-reading the token every 60 s");
+            error!(
+                event = "ship_failed",
+                status,
+                "the kcap server refused the token (HTTP {status}); keeping every line, re-reading the token every 60 s"
+            );
             self.unauthorized_logged = true;
         }
     }
@@ -861,7 +913,16 @@ impl Watcher {
                 self.ship_backoff.reset();
                 if let Some(b) = self.outbox.delivered() {
                     self.lines_shipped += b.lines.len() as u64;
-                    info!(event = "batch_shipped", first = b.first(), last = b.last(), count = b.lines.len(), bytes = b.bytes(), "shipped lines {}..={}", b.first(), b.last());
+                    info!(
+                        event = "batch_shipped",
+                        first = b.first(),
+                        last = b.last(),
+                        count = b.lines.len(),
+                        bytes = b.bytes(),
+                        "shipped lines {}..={}",
+                        b.first(),
+                        b.last()
+                    );
                 }
                 if let Some(ship) = &self.ship_reader {
                     self.outbox.skip_to(ship.next_number());
@@ -872,7 +933,11 @@ impl Watcher {
                     self.watermark_retry_at = Some(now);
                 }
             }
-            Outcome::Transient { status, retry_after, error } => {
+            Outcome::Transient {
+                status,
+                retry_after,
+                error,
+            } => {
                 self.failing_since.get_or_insert(now);
                 let delay = self.ship_backoff.next_delay(retry_after);
                 warn!(event = "ship_failed", status = status.map(i64::from).unwrap_or(-1), error = %error, retry_in_ms = delay.as_millis() as u64, "failed to ship lines: {error}; retrying in {delay:?}");
@@ -886,12 +951,25 @@ impl Watcher {
                 }
                 self.ship_retry_at = Some(now.plus(UNAUTHORIZED_RETRY));
             }
-            Outcome::Rejected { status, body_snippet } => match self.outbox.refused() {
+            Outcome::Rejected {
+                status,
+                body_snippet,
+            } => match self.outbox.refused() {
                 Some(Refusal::Split) => {
-                    warn!(event = "ship_failed", status, "the server refused a batch (HTTP {status}); halving it to find the line it refuses");
+                    warn!(
+                        event = "ship_failed",
+                        status,
+                        "the server refused a batch (HTTP {status}); halving it to find the line it refuses"
+                    );
                 }
                 Some(Refusal::Isolated(line)) => {
-                    error!(event = "ship_failed", status, line = line.number, "the server refuses line {} (HTTP {status}: {body_snippet}); spooling it and going on", line.number);
+                    error!(
+                        event = "ship_failed",
+                        status,
+                        line = line.number,
+                        "the server refuses line {} (HTTP {status}: {body_snippet}); spooling it and going on",
+                        line.number
+                    );
                     self.spool_lines(vec![line]);
                 }
                 None => {}
@@ -914,7 +992,9 @@ impl Watcher {
                 }
                 let status = match &other {
                     Outcome::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
-                    Outcome::Unauthorized { status } | Outcome::Rejected { status, .. } => i64::from(*status),
+                    Outcome::Unauthorized { status } | Outcome::Rejected { status, .. } => {
+                        i64::from(*status)
+                    }
                     Outcome::Delivered => 200,
                 };
                 warn!(event = "subagent_stop_failed", status, error = %other, "failed to post subagent-stop: {other}; retrying in 60 s");
@@ -945,7 +1025,8 @@ impl Watcher {
             due.stall_warning,
             due.lifetime_ceiling,
             self.ship_retry_at,
-            self.watermark_retry_at.filter(|_| !self.watermark_in_flight),
+            self.watermark_retry_at
+                .filter(|_| !self.watermark_in_flight),
         ];
         for t in candidates.into_iter().flatten() {
             next = next.min(t);
@@ -983,7 +1064,14 @@ impl Watcher {
                             .state
                             .pauses
                             .last()
-                            .map(|p| format!("usage_limit_exceeded opened {} until {}", p.opened_at, p.resets_at.map_or_else(|| "unknown".into(), |r| r.rfc3339())))
+                            .map(|p| {
+                                format!(
+                                    "usage_limit_exceeded opened {} until {}",
+                                    p.opened_at,
+                                    p.resets_at
+                                        .map_or_else(|| "unknown".into(), |r| r.rfc3339())
+                                )
+                            })
                             .unwrap_or_default();
                         info!(
                             event = "pause_extension_granted",
@@ -999,7 +1087,10 @@ impl Watcher {
                     CeilingStep::Fire => {
                         let msg = c.exit_message(&self.state.pauses, now);
                         info!(event = "lifetime_ceiling", "{msg}");
-                        return self.finish(ExitReason::LifetimeCeiling(msg), false).await.map(Some);
+                        return self
+                            .finish(ExitReason::LifetimeCeiling(msg), false)
+                            .await
+                            .map(Some);
                     }
                 }
             }
@@ -1009,9 +1100,13 @@ impl Watcher {
                 Role::Child => ExitReason::IdleReap,
                 Role::Session => ExitReason::IdleTimeout,
             };
-            let idle_ms = self.state.quiet_since().unwrap_or(self.started).duration_since(now);
-            info!(event = "idle_end", reason = reason.as_str(), "no activity for {:?}; ending", now.duration_since(self.state.quiet_since().unwrap_or(self.started)));
-            let _ = idle_ms;
+            let quiet = now.duration_since(self.state.quiet_since().unwrap_or(self.started));
+            info!(
+                event = "idle_end",
+                reason = reason.as_str(),
+                idle_ms = quiet.as_millis() as u64,
+                "no activity for {quiet:?}; ending"
+            );
             return self.finish(reason, false).await.map(Some);
         }
         Ok(None)
@@ -1043,7 +1138,8 @@ impl Watcher {
         subagent_stop_body(
             id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
-            id.and_then(|i| i.agent_type.as_deref()).unwrap_or("subagent"),
+            id.and_then(|i| i.agent_type.as_deref())
+                .unwrap_or("subagent"),
             &self.path,
             truncate_utf8(&redacted, MAX_STOP_MESSAGE),
         )
@@ -1054,13 +1150,16 @@ impl Watcher {
         subagent_start_body(
             id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
-            id.and_then(|i| i.agent_type.as_deref()).unwrap_or("subagent"),
+            id.and_then(|i| i.agent_type.as_deref())
+                .unwrap_or("subagent"),
             &self.path,
         )
     }
 
     fn post_start(&mut self) {
-        let Some(client) = self.client.clone() else { return };
+        let Some(client) = self.client.clone() else {
+            return;
+        };
         let body = self.start_body();
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -1124,7 +1223,9 @@ impl Watcher {
     }
 
     fn spool_hook(&mut self, route: &str, body: String) {
-        let Some(session) = self.session_id().map(str::to_string) else { return };
+        let Some(session) = self.session_id().map(str::to_string) else {
+            return;
+        };
         match spool::append_hook(&self.settings.config_dir, &session, route, &body) {
             Ok(SpoolOutcome::Written { path, .. }) => {
                 info!(event = "spooled", route, path = %path.display(), "spooled {route} request to {}", path.display());
@@ -1132,16 +1233,23 @@ impl Watcher {
             Ok(SpoolOutcome::OverCap { path, .. }) => {
                 error!(event = "spooled", route, path = %path.display(), "hook spool {} is full; {route} request for session {session} not kept", path.display());
             }
-            Err(e) => error!(event = "spooled", route, "failed to spool {route} request: {e}"),
+            Err(e) => error!(
+                event = "spooled",
+                route, "failed to spool {route} request: {e}"
+            ),
         }
     }
 
     /// Appends lines to the transcript spool in bounded records; they count as confirmed.
     fn spool_lines(&mut self, lines: Vec<ShipLine>) {
-        let Some(session) = self.session_id().map(str::to_string) else { return };
+        let Some(session) = self.session_id().map(str::to_string) else {
+            return;
+        };
         let agent = self.agent_id().map(str::to_string);
         for chunk in lines.chunks(crate::ship::outbox::MAX_BATCH_LINES) {
-            let Some(last) = chunk.last().map(|l| l.number) else { continue };
+            let Some(last) = chunk.last().map(|l| l.number) else {
+                continue;
+            };
             let batch = TranscriptBatch {
                 session_id: session.clone(),
                 agent_id: agent.clone(),
@@ -1163,7 +1271,10 @@ impl Watcher {
                     return;
                 }
                 Err(e) => {
-                    error!(event = "spooled", "failed to spool lines {}..={last}: {e}", chunk[0].number);
+                    error!(
+                        event = "spooled",
+                        "failed to spool lines {}..={last}: {e}", chunk[0].number
+                    );
                     return;
                 }
             }
@@ -1249,7 +1360,12 @@ impl Watcher {
             }
             _ => {}
         }
-        info!(event = "watcher_exiting", reason = reason.as_str(), "watcher exiting ({})", reason.as_str());
+        info!(
+            event = "watcher_exiting",
+            reason = reason.as_str(),
+            "watcher exiting ({})",
+            reason.as_str()
+        );
         Ok(reason)
     }
 
