@@ -169,7 +169,8 @@ struct Watcher {
     watermark_in_flight: bool,
     watermark_retry_at: Option<Ts>,
     watermark_backoff: Backoff,
-    /// After a delivery failure heals, the watermark is read once more.
+    /// After a delivery failure, the watermark is read once more before the next batch goes
+    /// out (a server restored from a backup while it was down has lost what it acknowledged).
     recheck_watermark: bool,
     resent_once: bool,
     ship_reader: Option<LineReader>,
@@ -795,6 +796,14 @@ impl Watcher {
         if self.ship_retry_at.is_some_and(|at| now < at) {
             return;
         }
+        if self.recheck_watermark {
+            // Read before resending: once the healing batch is stored, the watermark is past
+            // any lines the server lost meanwhile and the loss could no longer be seen.
+            if !self.watermark_in_flight && self.watermark_retry_at.is_none() {
+                self.watermark_retry_at = Some(now);
+            }
+            return;
+        }
         self.ship_retry_at = None;
         let Some(session) = self.session_id().map(str::to_string) else {
             return;
@@ -853,6 +862,7 @@ impl Watcher {
                     "server watermark: resume at line {resume}"
                 );
                 let first = self.watermark.is_none();
+                self.recheck_watermark = false;
                 if first {
                     self.set_resume(w, resume);
                     if w == Watermark::NotFound && self.role() == Role::Child && !self.start_posted
@@ -886,7 +896,7 @@ impl Watcher {
                     self.watermark_retry_at = Some(now.plus(delay));
                 }
                 if self.watermark.is_some() {
-                    // A post-healing check failed: the next success checks again.
+                    // The check before resending failed: no batch goes out until it answers.
                     self.recheck_watermark = true;
                 }
             }
@@ -908,7 +918,7 @@ impl Watcher {
         self.transcript_in_flight = false;
         match out {
             Outcome::Delivered => {
-                let healed = self.failing_since.take().is_some();
+                self.failing_since = None;
                 self.unauthorized_logged = false;
                 self.ship_backoff.reset();
                 if let Some(b) = self.outbox.delivered() {
@@ -927,23 +937,28 @@ impl Watcher {
                 if let Some(ship) = &self.ship_reader {
                     self.outbox.skip_to(ship.next_number());
                 }
-                if healed || self.recheck_watermark {
-                    // A failure healed: read the watermark once (never in a loop).
-                    self.recheck_watermark = false;
-                    self.watermark_retry_at = Some(now);
-                }
             }
             Outcome::Transient {
                 status,
                 retry_after,
                 error,
             } => {
+                // Once per failure streak (never in a loop): the watermark is read again
+                // before the next attempt.
+                if self.failing_since.is_none() {
+                    self.recheck_watermark = true;
+                }
                 self.failing_since.get_or_insert(now);
                 let delay = self.ship_backoff.next_delay(retry_after);
                 warn!(event = "ship_failed", status = status.map(i64::from).unwrap_or(-1), error = %error, retry_in_ms = delay.as_millis() as u64, "failed to ship lines: {error}; retrying in {delay:?}");
                 self.ship_retry_at = Some(now.plus(delay));
             }
             Outcome::Unauthorized { status } => {
+                // Once per failure streak (never in a loop): the watermark is read again
+                // before the next attempt.
+                if self.failing_since.is_none() {
+                    self.recheck_watermark = true;
+                }
                 self.failing_since.get_or_insert(now);
                 self.log_unauthorized(status);
                 if let Some(c) = &self.client {
