@@ -180,6 +180,8 @@ struct Watcher {
     ship_backoff: Backoff,
     failing_since: Option<Ts>,
     unauthorized_logged: bool,
+    /// The server refused the token: re-read it right before the next request.
+    token_refused: bool,
     start_posted: bool,
     // Lifecycle.
     stop: StopProgress,
@@ -250,6 +252,7 @@ impl Watcher {
             ship_backoff: Backoff::new(),
             failing_since: None,
             unauthorized_logged: false,
+            token_refused: false,
             start_posted: false,
             stop: StopProgress::default(),
             stop_in_flight: false,
@@ -756,8 +759,7 @@ impl Watcher {
     }
 
     fn maybe_ask_watermark(&mut self, now: Ts) {
-        let Some(client) = &self.client else { return };
-        if self.watermark_in_flight {
+        if self.client.is_none() || self.watermark_in_flight {
             return;
         }
         let Some(at) = self.watermark_retry_at else {
@@ -772,9 +774,11 @@ impl Watcher {
         ) else {
             return;
         };
+        let Some(client) = self.client_for_attempt(now) else {
+            return;
+        };
         self.watermark_retry_at = None;
         self.watermark_in_flight = true;
-        let client = client.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let res = client.watermark(&session, agent.as_deref()).await;
@@ -783,8 +787,7 @@ impl Watcher {
     }
 
     fn maybe_send_batch(&mut self, now: Ts) {
-        let Some(client) = &self.client else { return };
-        if self.watermark.is_none() || self.transcript_in_flight {
+        if self.client.is_none() || self.watermark.is_none() || self.transcript_in_flight {
             return;
         }
         if self.role() == Role::Child
@@ -817,7 +820,9 @@ impl Watcher {
             },
         };
         let body = batch.body(&session, agent.as_deref(), &self.opts.vendor);
-        let client = client.clone();
+        let Some(client) = self.client_for_attempt(now) else {
+            return;
+        };
         let tx = self.tx.clone();
         self.transcript_in_flight = true;
         tokio::spawn(async move {
@@ -886,9 +891,7 @@ impl Watcher {
             Err(f) => {
                 if let crate::ship::client::Failure::Unauthorized { status } = f {
                     self.log_unauthorized(status);
-                    if let Some(c) = &self.client {
-                        c.reload_token(now);
-                    }
+                    self.token_refused = true;
                     self.watermark_retry_at = Some(now.plus(UNAUTHORIZED_RETRY));
                 } else {
                     let delay = self.watermark_backoff.next_delay(f.retry_after());
@@ -901,6 +904,17 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// The client for the next request. After a `401`/`403` the token is re-read first, right
+    /// before the retry: re-read at the refusal, a token the kcap CLI refreshed during the
+    /// minute's wait would only be picked up a minute later still.
+    fn client_for_attempt(&mut self, now: Ts) -> Option<KcapClient> {
+        let client = self.client.clone()?;
+        if std::mem::take(&mut self.token_refused) {
+            client.reload_token(now);
+        }
+        Some(client)
     }
 
     fn log_unauthorized(&mut self, status: u16) {
@@ -961,9 +975,7 @@ impl Watcher {
                 }
                 self.failing_since.get_or_insert(now);
                 self.log_unauthorized(status);
-                if let Some(c) = &self.client {
-                    c.reload_token(now);
-                }
+                self.token_refused = true;
                 self.ship_retry_at = Some(now.plus(UNAUTHORIZED_RETRY));
             }
             Outcome::Rejected {
@@ -1000,10 +1012,8 @@ impl Watcher {
                 info!(event = "subagent_stop_posted", "posted subagent-stop");
             }
             other => {
-                if let Outcome::Unauthorized { .. } = other
-                    && let Some(c) = &self.client
-                {
-                    c.reload_token(now);
+                if let Outcome::Unauthorized { .. } = other {
+                    self.token_refused = true;
                 }
                 let status = match &other {
                     Outcome::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
@@ -1184,9 +1194,9 @@ impl Watcher {
     }
 
     /// One stop attempt, off the loop (online), or into the hook spool (offline).
-    fn start_stop_attempt(&mut self, _now: Ts) {
+    fn start_stop_attempt(&mut self, now: Ts) {
         let body = self.stop_body();
-        match self.client.clone() {
+        match self.client_for_attempt(now) {
             Some(client) => {
                 self.stop_in_flight = true;
                 let tx = self.tx.clone();
