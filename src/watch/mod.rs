@@ -198,12 +198,8 @@ impl Watcher {
         let path = std::path::absolute(&opts.rollout).with_context(|| {
             format!("failed to resolve rollout path {}", opts.rollout.display())
         })?;
-        if path.is_dir() {
-            return Err(UsageError(format!(
-                "cannot read rollout {}: it is a directory",
-                path.display()
-            ))
-            .into());
+        if let Ok(meta) = std::fs::metadata(&path) {
+            not_a_regular_file(&path, &meta)?;
         }
         let client = match &settings.server {
             Some(url) => {
@@ -593,8 +589,9 @@ impl Watcher {
 
     fn on_file_change(&mut self) -> Result<()> {
         if self.rollout.is_none() {
-            if !self.path.exists() {
-                return Ok(());
+            match std::fs::metadata(&self.path) {
+                Ok(meta) => not_a_regular_file(&self.path, &meta)?,
+                Err(_) => return Ok(()),
             }
             // The file appeared after the watcher started: its lines are new, observed now.
             let file = match File::open(&self.path) {
@@ -1437,6 +1434,20 @@ fn ship_line(redactor: &Redactor, line: &crate::tail::Line) -> ShipLine {
         None => crate::ship::redact::oversize_placeholder(line.len),
     };
     ShipLine::new(line.number, &text)
+}
+
+/// A rollout must be a regular file: opening a named pipe would block until some writer
+/// opened it (a hang before the heartbeat even starts), and nothing else can be tailed.
+fn not_a_regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "it is a directory"
+    } else {
+        "it is not a regular file"
+    };
+    Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into())
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
