@@ -94,6 +94,8 @@ pub struct LineReader {
     /// Its text, while it fits [`KEEP_TEXT`].
     text: Vec<u8>,
     text_dropped: bool,
+    /// The dropped text began with a BOM (its length excludes it on line 0).
+    dropped_bom: bool,
     last_byte: Option<u8>,
     classifier: Option<Classifier>,
     buf: Vec<u8>,
@@ -110,6 +112,7 @@ impl LineReader {
             partial_len: 0,
             text: Vec::new(),
             text_dropped: false,
+            dropped_bom: false,
             last_byte: None,
             classifier: classify.then(Classifier::new),
             buf: Vec::new(),
@@ -213,6 +216,8 @@ impl LineReader {
                 self.text.extend_from_slice(seg);
             } else {
                 self.text_dropped = true;
+                let head = self.text.iter().chain(seg).take(BOM.len());
+                self.dropped_bom = head.eq(BOM.iter());
                 self.text = Vec::new();
             }
         }
@@ -223,9 +228,9 @@ impl LineReader {
         let info = self.classifier.as_mut().map(Classifier::finish);
         let bom = if start == 0 && self.partial_len >= 3 {
             if self.text_dropped {
-                // Line 0 was too long to keep; the classifier saw its first bytes. A BOM is
-                // only 3 bytes, so it matters only for the exact length.
-                0
+                // Line 0 was too long to keep: its first bytes were checked when it was
+                // dropped, so the length (the oversize placeholder's size) excludes the BOM.
+                usize::from(self.dropped_bom) * BOM.len()
             } else {
                 usize::from(self.text.starts_with(BOM)) * BOM.len()
             }
@@ -260,6 +265,7 @@ impl LineReader {
             self.text = Vec::new();
         }
         self.text_dropped = false;
+        self.dropped_bom = false;
         self.last_byte = None;
         line
     }
