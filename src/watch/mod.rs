@@ -45,9 +45,6 @@ use clock::{Clock, until};
 /// older than 20 s).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
-/// After a failed stop attempt, the next one is due this much later.
-pub const STOP_RETRY: Duration = Duration::from_secs(60);
-
 /// After `401`/`403`, the token is re-read and the request tried again this much later.
 pub const UNAUTHORIZED_RETRY: Duration = Duration::from_secs(60);
 
@@ -997,8 +994,8 @@ impl Watcher {
                     }
                     Outcome::Delivered => 200,
                 };
-                warn!(event = "subagent_stop_failed", status, error = %other, "failed to post subagent-stop: {other}; retrying in 60 s");
-                self.stop.next_attempt = Some(now.plus(STOP_RETRY));
+                warn!(event = "subagent_stop_failed", status, error = %other, "failed to post subagent-stop: {other}; retrying in {:?}", self.settings.stop_retry);
+                self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
             }
         }
     }
