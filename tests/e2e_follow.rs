@@ -21,11 +21,17 @@ fn meta() -> String {
 }
 
 fn msg(i: usize) -> String {
-    format!(r#"{{"type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"line {i}"}}]}}}}"#)
+    format!(
+        r#"{{"type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"line {i}"}}]}}}}"#
+    )
 }
 
 fn append(path: &Path, bytes: &[u8]) {
-    let mut f = OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     f.write_all(bytes).unwrap();
 }
 
@@ -73,7 +79,12 @@ impl Follow {
         let mut out = Vec::new();
         for rec in text.lines() {
             let v: Value = serde_json::from_str(rec).unwrap();
-            for (n, l) in v["line_numbers"].as_array().unwrap().iter().zip(v["lines"].as_array().unwrap()) {
+            for (n, l) in v["line_numbers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(v["lines"].as_array().unwrap())
+            {
                 out.push((n.as_u64().unwrap(), l.as_str().unwrap().to_string()));
             }
         }
@@ -104,7 +115,10 @@ fn appended_lines_appear_in_the_spool_in_order_with_physical_numbers() {
     append(&f.rollout, format!("{}\n\n{}\n", msg(1), msg(2)).as_bytes());
     assert!(wait_for(W, || f.spooled().len() == 3));
     let got = f.spooled();
-    assert_eq!(got.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0, 1, 3]);
+    assert_eq!(
+        got.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        vec![0, 1, 3]
+    );
     assert_eq!(got[2].1, msg(2));
     f.stop();
 }
@@ -189,6 +203,9 @@ fn sigterm_spools_what_is_complete_and_removes_the_pid_file() {
     let (stderr, _dir) = f.stop_keep();
     assert!(!pid.exists(), "pid file removed at exit");
     assert!(stderr.contains("watcher_exiting"));
-    let spool = std::fs::read_to_string(config.join(format!("transcript-spool/{SESSION}.transcript.jsonl"))).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let spool = std::fs::read_to_string(
+        config.join(format!("transcript-spool/{SESSION}.transcript.jsonl")),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {stderr}"));
     assert!(spool.contains("line 1"));
 }

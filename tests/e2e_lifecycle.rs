@@ -31,11 +31,17 @@ fn started() -> String {
 }
 
 fn complete(msg: &str) -> String {
-    ev(&format!(r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":"{msg}"}}"#))
+    ev(&format!(
+        r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":"{msg}"}}"#
+    ))
 }
 
 fn append(path: &Path, lines: &[String]) {
-    let mut f = OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     for l in lines {
         f.write_all(l.as_bytes()).unwrap();
         f.write_all(b"\n").unwrap();
@@ -97,8 +103,15 @@ fn a_completed_child_turn_gets_exactly_one_stop_even_after_re_engagement_then_re
     assert!(stderr.contains("idle_reap"), "{stderr}");
     assert_eq!(server.hooks("subagent-stop").len(), 1);
     assert_eq!(server.request_count("subagent-stop"), 1);
-    assert_eq!(server.lines(SESSION, CHILD).len(), 5, "everything shipped before exit");
-    assert!(server.hooks("session-end/codex").is_empty(), "a child never posts session-end");
+    assert_eq!(
+        server.lines(SESSION, CHILD).len(),
+        5,
+        "everything shipped before exit"
+    );
+    assert!(
+        server.hooks("session-end/codex").is_empty(),
+        "a child never posts session-end"
+    );
 }
 
 #[test]
@@ -113,7 +126,11 @@ fn a_server_failing_the_first_stop_attempts_still_gets_exactly_one_successful_st
     );
     assert!(server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1));
     std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(server.request_count("subagent-stop"), 3, "two failures, one success, then latched");
+    assert_eq!(
+        server.request_count("subagent-stop"),
+        3,
+        "two failures, one success, then latched"
+    );
     assert_eq!(server.hooks("subagent-stop").len(), 1);
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
@@ -171,11 +188,17 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
     let run = Run::new(&[child_meta(), started(), call]);
     let mut child = run.spawn(&server, &["--reap-after", "1s", "--stop-grace", "0s"], &[]);
     std::thread::sleep(Duration::from_secs(3));
-    assert!(child.try_wait().unwrap().is_none(), "a silent tool is not idleness");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "a silent tool is not idleness"
+    );
     let output = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call-wait","output":"done"}}"#.to_string();
     append(&run.rollout, &[output]);
     let status = wait_exit(&mut child, W);
     assert!(status.success());
     assert_eq!(server.lines(SESSION, CHILD).len(), 4);
-    assert!(server.hooks("subagent-stop").is_empty(), "the turn never ended");
+    assert!(
+        server.hooks("subagent-stop").is_empty(),
+        "the turn never ended"
+    );
 }

@@ -71,7 +71,11 @@ fn once_against_the_server_ships_the_child_fixture_completely_redacted() {
         stop["last_assistant_message"],
         "Added tests::handler_regression; it fails before the fix and passes after."
     );
-    assert!(stdout(&out).contains("shipped 36 lines"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("shipped 36 lines"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -107,8 +111,15 @@ fn the_server_watermark_drives_resume() {
         .collect();
     assert_eq!(posted.first(), Some(&20), "resumes at watermark + 1");
     assert_eq!(posted.len(), lines.len() - 20);
-    assert_eq!(server.lines(SESSION, CHILD)[&0], "held", "nothing before the resume line is resent");
-    assert!(server.hooks("subagent-start").is_empty(), "the stream existed");
+    assert_eq!(
+        server.lines(SESSION, CHILD)[&0],
+        "held",
+        "nothing before the resume line is resent"
+    );
+    assert!(
+        server.hooks("subagent-start").is_empty(),
+        "the stream existed"
+    );
     assert!(server.hooks("subagent-stop").is_empty(), "grace not passed");
 }
 
@@ -145,7 +156,10 @@ fn transient_failures_are_retried_until_every_line_is_delivered() {
     let out = run(cmd, T);
     assert!(out.status.success(), "{}", stderr(&out));
     let session = "019fa9812dca7a319c553b1f0e6d2a01";
-    assert_eq!(server.lines(session, "").len(), physical_lines(&rollout).len());
+    assert_eq!(
+        server.lines(session, "").len(),
+        physical_lines(&rollout).len()
+    );
     assert!(stderr(&out).contains("ship_failed"));
 }
 
@@ -167,9 +181,9 @@ fn a_line_the_server_refuses_is_isolated_spooled_and_the_rest_delivered() {
     assert!(!stored.contains_key(&7));
     assert_eq!(stored.len(), physical_lines(&rollout).len() - 1);
     assert!(stderr(&out).contains("line 7"), "the error names the line");
-    let spool = std::fs::read_to_string(config.join(format!(
-        "transcript-spool/{session}.transcript.jsonl"
-    )))
+    let spool = std::fs::read_to_string(
+        config.join(format!("transcript-spool/{session}.transcript.jsonl")),
+    )
     .unwrap();
     let rec: Value = serde_json::from_str(spool.lines().next().unwrap()).unwrap();
     assert_eq!(rec["line_numbers"], serde_json::json!([7]));
@@ -181,11 +195,15 @@ fn offline_once_spools_and_replay_delivers_then_replaying_again_is_harmless() {
     let config = dir.path().join("config");
     let rollout = fixture_copy("child-two-turns.jsonl", dir.path());
     let mut cmd = kcap_watch(&config);
-    cmd.args(["watch", "--once", "--stop-grace", "0s"]).arg(&rollout);
+    cmd.args(["watch", "--once", "--stop-grace", "0s"])
+        .arg(&rollout);
     let out = run(cmd, T);
     assert!(out.status.success(), "{}", stderr(&out));
     let spool = config.join(format!("transcript-spool/{SESSION}.transcript.jsonl"));
-    assert!(stdout(&out).contains(&spool.display().to_string()), "prints where the spool is");
+    assert!(
+        stdout(&out).contains(&spool.display().to_string()),
+        "prints where the spool is"
+    );
     assert!(config.join(format!("spool/{SESSION}.jsonl")).exists());
 
     // A second offline run resumes after the spooled lines: nothing is spooled twice.
@@ -198,12 +216,21 @@ fn offline_once_spools_and_replay_delivers_then_replaying_again_is_harmless() {
     let server = FakeKcap::start();
     for _ in 0..2 {
         let mut replay = kcap_watch(&config);
-        replay.env("KCAP_URL", server.url()).args(["replay", "--session-id", SESSION]);
+        replay
+            .env("KCAP_URL", server.url())
+            .args(["replay", "--session-id", SESSION]);
         let out = run(replay, T);
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    assert_eq!(server.lines(SESSION, CHILD).len(), physical_lines(&rollout).len());
-    assert_eq!(server.hooks("subagent-stop").len(), 1, "the spooled stop is delivered once");
+    assert_eq!(
+        server.lines(SESSION, CHILD).len(),
+        physical_lines(&rollout).len()
+    );
+    assert_eq!(
+        server.hooks("subagent-stop").len(),
+        1,
+        "the spooled stop is delivered once"
+    );
     assert!(!spool.exists(), "a delivered spool is gone");
 }
 

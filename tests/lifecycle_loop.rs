@@ -39,7 +39,9 @@ fn usage_limit(resets_at: Ts) -> [String; 2] {
             r#"{{"type":"token_count","rate_limits":{{"primary":{{"used_percent":100.0,"resets_at":{}}}}}}}"#,
             resets_at.as_millis() / 1000
         )),
-        ev(r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"codex_error_info":"usage_limit_exceeded"}}"#),
+        ev(
+            r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"codex_error_info":"usage_limit_exceeded"}}"#,
+        ),
     ]
 }
 
@@ -94,17 +96,19 @@ impl Setup {
     }
 
     fn hook_spool(&self) -> Vec<String> {
-        let p = self.dir.path().join(format!("config/spool/{SESSION}.jsonl"));
+        let p = self
+            .dir
+            .path()
+            .join(format!("config/spool/{SESSION}.jsonl"));
         std::fs::read_to_string(p)
             .map(|t| t.lines().map(str::to_string).collect())
             .unwrap_or_default()
     }
 
     fn spooled_lines(&self) -> usize {
-        let p = self
-            .dir
-            .path()
-            .join(format!("config/transcript-spool/{SESSION}.transcript.jsonl"));
+        let p = self.dir.path().join(format!(
+            "config/transcript-spool/{SESSION}.transcript.jsonl"
+        ));
         std::fs::read_to_string(p)
             .map(|t| {
                 t.lines()
@@ -136,7 +140,11 @@ impl Setup {
 }
 
 fn append(path: &Path, lines: &[String]) {
-    let mut f = OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     for l in lines {
         writeln!(f, "{l}").unwrap();
     }
@@ -146,7 +154,10 @@ fn append(path: &Path, lines: &[String]) {
 async fn settle(mut done: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !done() {
-        assert!(start.elapsed() < Duration::from_secs(5), "watcher did not react");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "watcher did not react"
+        );
         tokio::task::yield_now().await;
         std::thread::sleep(Duration::from_millis(1));
     }

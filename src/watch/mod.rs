@@ -116,7 +116,8 @@ pub struct Summary {
 /// Completions of spawned request tasks.
 enum Done {
     Watermark(Result<Watermark, crate::ship::client::Failure>),
-    Transcript(Outcome),
+    /// The outcome, tagged with the shipping generation it was sent in.
+    Transcript(u64, Outcome),
     Stop(Outcome),
     Start(Outcome),
 }
@@ -168,7 +169,9 @@ struct Watcher {
     watermark_backoff: Backoff,
     /// After a delivery failure heals, the watermark is read once more.
     recheck_watermark: bool,
-    resent_once: bool,
+    /// Bumped when shipping restarts from another line: answers to requests sent before
+    /// are stale and ignored.
+    ship_generation: u64,
     ship_reader: Option<LineReader>,
     outbox: Outbox,
     ship_retry_at: Option<Ts>,
@@ -238,7 +241,7 @@ impl Watcher {
             watermark_retry_at: None,
             watermark_backoff: Backoff::new(),
             recheck_watermark: false,
-            resent_once: false,
+            ship_generation: 0,
             ship_reader: None,
             outbox: Outbox::new(0),
             ship_retry_at: None,
@@ -564,11 +567,18 @@ impl Watcher {
                 0
             }
         };
-        self.set_resume(Watermark::Line(resume.wrapping_sub(1)), resume);
+        let watermark = match resume.checked_sub(1) {
+            Some(n) => Watermark::Line(n),
+            None => Watermark::Empty,
+        };
+        self.set_resume(watermark, resume);
     }
 
     fn set_resume(&mut self, watermark: Watermark, resume: u64) {
         self.watermark = Some(watermark);
+        self.ship_generation += 1;
+        self.transcript_in_flight = false;
+        self.ship_retry_at = None;
         self.outbox.rewind(resume);
         let (line, offset) = self.index.locate(resume);
         self.ship_reader = Some(LineReader::new(offset, line, false));
@@ -707,7 +717,7 @@ impl Watcher {
 
     fn check_rewrite_against_watermark(&mut self) -> Result<()> {
         if let Some(Watermark::Line(n)) = self.watermark
-            && self.online()
+            && self.rollout.is_some()
             && n.saturating_add(1) > self.reader.next_number()
         {
             return Err(self.rewritten("the server holds more lines than the file"));
@@ -807,10 +817,11 @@ impl Watcher {
         let body = batch.body(&session, agent.as_deref(), &self.opts.vendor);
         let client = client.clone();
         let tx = self.tx.clone();
+        let generation = self.ship_generation;
         self.transcript_in_flight = true;
         tokio::spawn(async move {
             let out = client.post_transcript(body).await;
-            let _ = tx.send(Done::Transcript(out)).await;
+            let _ = tx.send(Done::Transcript(generation, out)).await;
         });
     }
 
@@ -818,7 +829,11 @@ impl Watcher {
         let now = self.clock.now();
         match done {
             Done::Watermark(res) => self.on_watermark(res, now),
-            Done::Transcript(out) => self.on_transcript(out, now),
+            Done::Transcript(generation, out) => {
+                if generation == self.ship_generation {
+                    self.on_transcript(out, now);
+                }
+            }
             Done::Stop(out) => self.on_stop(out, now),
             Done::Start(out) => {
                 self.start_posted = true;
@@ -856,17 +871,16 @@ impl Watcher {
                     {
                         self.post_start();
                     }
-                } else if resume < self.outbox.confirmed_to() && !self.resent_once {
-                    // The server lost lines it had acknowledged: resend from its resume line,
-                    // once (a server that skips trailing lines would otherwise loop forever).
+                } else if resume < self.outbox.confirmed_to() {
+                    // The server lost lines it had acknowledged: resend from its resume line.
+                    // This check runs once per healed failure, never in a loop (a server that
+                    // skips trailing lines would otherwise make it loop forever).
                     warn!(
                         event = "watermark",
                         resume_line = resume,
                         acknowledged_to = self.outbox.confirmed_to(),
                         "server is behind what it acknowledged; resending from line {resume}"
                     );
-                    self.resent_once = true;
-                    self.transcript_in_flight = false;
                     self.set_resume(w, resume);
                 }
             }
