@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::FakeKcap;
 use support::Fault;
-use support::bin::{kcap_watch, wait_exit, wait_for, wait_output};
+use support::bin::{kcap_watch, wait_exit, wait_output};
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
@@ -201,4 +201,46 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
         server.hooks("subagent-stop").is_empty(),
         "the turn never ended"
     );
+}
+
+#[test]
+fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[]);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        &run.rollout,
+    )
+    .unwrap();
+    let mut parent = std::process::Command::new("sleep").arg("1").spawn().unwrap();
+    let pid = parent.id().to_string();
+    let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
+    let _ = parent.wait();
+    let status = wait_exit(&mut child, W);
+    assert!(status.success());
+    let ends = server.hooks("session-end/codex");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "parent_exited");
+    assert_eq!(
+        server.lines(SESSION, "").len(),
+        support::bin::physical_lines(&run.rollout).len(),
+        "everything shipped before exit"
+    );
+}
+
+#[test]
+fn sigterm_never_posts_session_end() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[]);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        &run.rollout,
+    )
+    .unwrap();
+    let child = run.spawn(&server, &[], &[]);
+    assert!(server.wait_until(W, |s| !s.lines(SESSION, "").is_empty()));
+    support::bin::signal(&child, libc::SIGTERM);
+    let out = wait_output(child, W);
+    assert!(out.status.success());
+    assert!(server.hooks("session-end/codex").is_empty());
 }

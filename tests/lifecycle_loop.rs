@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use kcap_watch::config::Settings;
 use kcap_watch::rollout::header::Role;
@@ -326,9 +326,4 @@ async fn a_session_ends_after_its_idle_window_counted_from_the_close_of_a_pause(
         .collect();
     assert_eq!(ends.len(), 1);
     assert!(ends[0].contains("idle_timeout"));
-}
-
-#[allow(dead_code)]
-fn _system_time(t: Ts) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(t.as_millis() as u64)
 }
