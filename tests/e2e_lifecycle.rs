@@ -212,7 +212,10 @@ fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
         &run.rollout,
     )
     .unwrap();
-    let mut parent = std::process::Command::new("sleep").arg("1").spawn().unwrap();
+    let mut parent = std::process::Command::new("sleep")
+        .arg("1")
+        .spawn()
+        .unwrap();
     let pid = parent.id().to_string();
     let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
     let _ = parent.wait();
@@ -243,4 +246,38 @@ fn sigterm_never_posts_session_end() {
     let out = wait_output(child, W);
     assert!(out.status.success());
     assert!(server.hooks("session-end/codex").is_empty());
+}
+
+/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+#[test]
+fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
+    let server = FakeKcap::start();
+    server.fail_always(Some("transcript"), Fault::Status(500));
+    let run = Run::new(&[child_meta(), started(), complete("done")]);
+    let mut child = run.spawn(&server, &["--stop-grace", "0s"], &[]);
+    assert!(server.wait_until(W, |s| s.request_count("transcript") >= 1));
+    let before = cpu_time(child.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_time(child.id()) - before;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        used < Duration::from_millis(500),
+        "used {used:?} of CPU in 3 s"
+    );
+    assert!(
+        server.hooks("subagent-stop").is_empty(),
+        "no stop before the transcript is stored"
+    );
 }

@@ -1026,18 +1026,25 @@ impl Watcher {
     }
 
     /// The earliest time anything is due: a decision, a retry, the watermark.
+    ///
+    /// Only times the loop can act on count: a stop waiting for its transcript to be
+    /// acknowledged, or a request already in flight, is woken by the answer instead, so a due
+    /// time in the past can never turn the loop into a busy loop.
     fn next_due(&self) -> Ts {
         let now = self.clock.now();
         let due = self.due(now);
         let mut next = now.plus(crate::time::MAX_WINDOW);
+        let stop_actionable = !self.stop_in_flight
+            && self.identity.is_some()
+            && self.transcript_confirmed_through_turn_end();
         let candidates = [
-            due.subagent_stop.filter(|_| !self.stop_in_flight),
+            due.subagent_stop.filter(|_| stop_actionable),
             due.idle_end,
             due.stall_warning,
             due.lifetime_ceiling,
-            self.ship_retry_at,
+            self.ship_retry_at.filter(|_| !self.transcript_in_flight),
             self.watermark_retry_at
-                .filter(|_| !self.watermark_in_flight),
+                .filter(|_| !self.watermark_in_flight && self.identity.is_some()),
         ];
         for t in candidates.into_iter().flatten() {
             next = next.min(t);
@@ -1318,8 +1325,13 @@ impl Watcher {
 
     /// Spools everything not confirmed: the outbox, then the rest of the file.
     fn spool_unconfirmed(&mut self) {
-        if self.identity.is_none() || self.watermark.is_none() {
+        if self.identity.is_none() {
             return;
+        }
+        if self.watermark.is_none() {
+            // The server never said where to resume: spool everything (resending is harmless;
+            // losing a line is not).
+            self.set_resume(Watermark::Empty, 0);
         }
         let lines = self.outbox.take_unconfirmed();
         self.spool_lines(lines);
