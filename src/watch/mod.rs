@@ -226,7 +226,7 @@ impl Watcher {
             started,
             path,
             rollout: None,
-            reader: LineReader::new(0, 0, true),
+            reader: LineReader::fold_only(0, 0),
             state: State::new(),
             index: LineIndex::new(),
             identity: None,
@@ -1431,8 +1431,8 @@ impl Watcher {
 /// The shipped form of a raw line: redacted, or the oversize placeholder.
 fn ship_line(redactor: &Redactor, line: &crate::tail::Line) -> ShipLine {
     let text = match &line.text {
-        Some(t) => redactor.redact_line(t),
-        None => crate::ship::redact::oversize_placeholder(line.len),
+        Some(t) if !line.oversize => redactor.redact_line(t),
+        _ => crate::ship::redact::oversize_placeholder(line.len),
     };
     ShipLine::new(line.number, &text)
 }
