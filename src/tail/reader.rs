@@ -76,6 +76,17 @@ impl Line {
     pub fn oversize(&self) -> bool {
         self.oversize
     }
+
+    /// The line as the fold takes it; `None` when the reader does not classify.
+    pub fn observed(&self) -> Option<crate::fold::Observed<'_>> {
+        Some(crate::fold::Observed {
+            number: self.number,
+            raw_len: self.raw_len(),
+            blank: self.blank,
+            oversize: self.oversize,
+            info: self.info.as_ref()?,
+        })
+    }
 }
 
 /// What one [`LineReader::read`] call achieved.

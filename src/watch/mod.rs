@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, Heartbeat, WatcherFiles};
-use crate::fold::{Observed, State};
+use crate::fold::State;
 use crate::rollout::header::{Identity, Role, normalize_id};
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
@@ -633,17 +633,8 @@ impl Watcher {
                 .reader
                 .read(&r.file, 4096, &mut |line| {
                     index.record(line.number, line.start);
-                    if let Some(info) = &line.info {
-                        state.apply(
-                            Observed {
-                                number: line.number,
-                                raw_len: line.raw_len(),
-                                blank: line.blank,
-                                oversize: line.oversize(),
-                                info,
-                            },
-                            now,
-                        );
+                    if let Some(observed) = line.observed() {
+                        state.apply(observed, now);
                     }
                 })
                 .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
