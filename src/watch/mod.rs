@@ -233,7 +233,7 @@ impl Watcher {
             files: None,
             heartbeat: None,
             client,
-            redactor: Redactor::global(),
+            redactor: crate::ship::redact::global(),
             tx,
             rx,
             watermark: None,
