@@ -1233,7 +1233,10 @@ impl Watcher {
     }
 
     async fn post_session_end(&mut self, reason: SessionEndReason) {
-        let id = self.identity.clone().unwrap_or_else(Identity::unknown);
+        // A watcher that never learned its session (no file, no ids) has nothing to end.
+        let Some(id) = self.identity.clone() else {
+            return;
+        };
         let body = session_end_body(
             id.session_id.as_deref().unwrap_or(""),
             &self.path,
