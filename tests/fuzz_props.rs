@@ -25,7 +25,7 @@ use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
 use kcap_watch::rollout::header::Role;
 use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
-use kcap_watch::ship::redact::{MAX_LINE_BYTES, Redactor};
+use kcap_watch::ship::redact::{self, MAX_LINE_BYTES};
 use kcap_watch::tail::{Line, LineReader};
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
@@ -335,7 +335,7 @@ fn reference_malformed(line: &[u8]) -> Option<bool> {
 fn classifier_is_chunking_invariant_and_agrees_with_a_json_parser_on_malformed() {
     fuzz(
         "classify: chunks and malformed",
-        4_000,
+        10_000,
         || {
             (
                 any_line(),
@@ -379,7 +379,7 @@ fn kind_of(s: Option<&str>) -> Kind {
 fn classifier_reads_the_fields_a_json_parser_reads() {
     fuzz(
         "classify: fields",
-        3_000,
+        6_000,
         || {
             (
                 envelope(),
@@ -531,7 +531,7 @@ fn the_fold_keeps_its_invariants_and_the_decisions_never_panic() {
 fn redaction_never_panics_and_replaces_oversize_lines_whole() {
     fuzz(
         "redact: any bytes",
-        3_000,
+        5_000,
         || {
             prop_oneof![
                 20 => prop::collection::vec(any::<u8>(), 0..400),
@@ -540,7 +540,7 @@ fn redaction_never_panics_and_replaces_oversize_lines_whole() {
             ]
         },
         |line| {
-            let out = Redactor::global().redact_line(&line);
+            let out = redact::global().redact_line(&line);
             if line.len() > MAX_LINE_BYTES {
                 let v: Value = serde_json::from_str(&out).expect("the placeholder is JSON");
                 prop_assert_eq!(&v["type"], "redacted_oversize_line");
@@ -703,7 +703,7 @@ fn benign_text() -> impl Strategy<Value = String> {
 fn redaction_removes_every_listed_secret_shape_and_keeps_json_valid() {
     fuzz(
         "redact: secrets",
-        3_000,
+        10_000,
         || (secret(), benign_text(), benign_text(), 0u8..5),
         |((secret_text, must_go), before, after, place)| {
             let inner = format!("{before} {secret_text} {after}");
@@ -726,7 +726,7 @@ fn redaction_removes_every_listed_secret_shape_and_keeps_json_valid() {
                 // raw line break, so breaks are escaped as in JSON.
                 _ => inner.replace('\n', "\\n"),
             };
-            let out = Redactor::global().redact_line(line.as_bytes());
+            let out = redact::global().redact_line(line.as_bytes());
             prop_assert!(
                 !out.contains(&must_go),
                 "{must_go:?} survived redaction:\n{line}\n->\n{out}"
@@ -755,7 +755,7 @@ fn harness_output(text: &str) -> String {
 fn redaction_leaves_lines_without_secrets_byte_for_byte_alone() {
     fuzz(
         "redact: no secret, no change",
-        2_000,
+        5_000,
         || (benign_text(), any::<u32>(), 0u8..3),
         |(text, n, shape)| {
             let line = match shape {
@@ -765,7 +765,7 @@ fn redaction_leaves_lines_without_secrets_byte_for_byte_alone() {
                 ),
                 _ => format!("  {text}\t{{not json {n}"),
             };
-            let out = Redactor::global().redact_line(line.as_bytes());
+            let out = redact::global().redact_line(line.as_bytes());
             prop_assert_eq!(out, line);
             Ok(())
         },
@@ -811,9 +811,9 @@ fn json_doc() -> impl Strategy<Value = String> {
 
 #[test]
 fn redaction_keeps_any_valid_json_valid() {
-    fuzz("redact: json stays json", 2_000, json_doc, |doc| {
+    fuzz("redact: json stays json", 5_000, json_doc, |doc| {
         prop_assume!(doc.len() <= MAX_LINE_BYTES);
-        let out = Redactor::global().redact_line(doc.as_bytes());
+        let out = redact::global().redact_line(doc.as_bytes());
         prop_assert!(
             serde_json::from_str::<Value>(&out).is_ok(),
             "redaction broke the JSON:\n{doc}\n->\n{out}"
@@ -884,16 +884,15 @@ fn model(data: &[u8]) -> Vec<Line> {
             t = t.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(t);
         }
         t = t.strip_suffix(b"\r").unwrap_or(t);
-        let text = (t.len() <= MAX_LINE_BYTES).then(|| t.to_vec());
+        let oversize = t.len() > MAX_LINE_BYTES;
         out.push(Line {
             number: number as u64,
             start: start as u64,
             end: i as u64 + 1,
             len: t.len() as u64,
-            blank: text
-                .as_ref()
-                .is_some_and(|t| t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'))),
-            text,
+            blank: t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
+            text: (!oversize).then(|| t.to_vec()),
+            oversize,
             info: Some(classify(raw)),
         });
         start = i + 1;
@@ -905,7 +904,7 @@ fn model(data: &[u8]) -> Vec<Line> {
 fn the_tail_reader_emits_exactly_the_complete_lines_however_the_file_grows() {
     fuzz(
         "tail reader",
-        600,
+        1_000,
         || {
             (
                 file(),

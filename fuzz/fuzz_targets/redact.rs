@@ -2,11 +2,11 @@
 //! that was valid JSON valid JSON.
 #![no_main]
 
-use kcap_watch::ship::redact::{MAX_LINE_BYTES, Redactor};
+use kcap_watch::ship::redact::{self, MAX_LINE_BYTES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let out = Redactor::global().redact_line(data);
+    let out = redact::global().redact_line(data);
     if data.len() > MAX_LINE_BYTES {
         assert!(out.contains("redacted_oversize_line"));
         return;
