@@ -25,7 +25,7 @@ use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
 use kcap_watch::rollout::header::Role;
 use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
-use kcap_watch::ship::redact::{MAX_LINE_BYTES, Redactor};
+use kcap_watch::ship::redact::MAX_LINE_BYTES;
 use kcap_watch::tail::{Line, LineReader};
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
@@ -540,7 +540,7 @@ fn redaction_never_panics_and_replaces_oversize_lines_whole() {
             ]
         },
         |line| {
-            let out = Redactor::global().redact_line(&line);
+            let out = kcap_watch::ship::redact::global().redact_line(&line);
             if line.len() > MAX_LINE_BYTES {
                 let v: Value = serde_json::from_str(&out).expect("the placeholder is JSON");
                 prop_assert_eq!(&v["type"], "redacted_oversize_line");
@@ -726,7 +726,7 @@ fn redaction_removes_every_listed_secret_shape_and_keeps_json_valid() {
                 // raw line break, so breaks are escaped as in JSON.
                 _ => inner.replace('\n', "\\n"),
             };
-            let out = Redactor::global().redact_line(line.as_bytes());
+            let out = kcap_watch::ship::redact::global().redact_line(line.as_bytes());
             prop_assert!(
                 !out.contains(&must_go),
                 "{must_go:?} survived redaction:\n{line}\n->\n{out}"
@@ -765,7 +765,7 @@ fn redaction_leaves_lines_without_secrets_byte_for_byte_alone() {
                 ),
                 _ => format!("  {text}\t{{not json {n}"),
             };
-            let out = Redactor::global().redact_line(line.as_bytes());
+            let out = kcap_watch::ship::redact::global().redact_line(line.as_bytes());
             prop_assert_eq!(out, line);
             Ok(())
         },
@@ -813,7 +813,7 @@ fn json_doc() -> impl Strategy<Value = String> {
 fn redaction_keeps_any_valid_json_valid() {
     fuzz("redact: json stays json", 2_000, json_doc, |doc| {
         prop_assume!(doc.len() <= MAX_LINE_BYTES);
-        let out = Redactor::global().redact_line(doc.as_bytes());
+        let out = kcap_watch::ship::redact::global().redact_line(doc.as_bytes());
         prop_assert!(
             serde_json::from_str::<Value>(&out).is_ok(),
             "redaction broke the JSON:\n{doc}\n->\n{out}"
@@ -890,9 +890,8 @@ fn model(data: &[u8]) -> Vec<Line> {
             start: start as u64,
             end: i as u64 + 1,
             len: t.len() as u64,
-            blank: text
-                .as_ref()
-                .is_some_and(|t| t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'))),
+            blank: t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
+            oversize: t.len() > MAX_LINE_BYTES,
             text,
             info: Some(classify(raw)),
         });

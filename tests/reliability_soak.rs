@@ -266,7 +266,7 @@ fn sigkill_soak_server_holds_every_line_once_in_order_and_two_watchers_never_ove
 
 /// A stop for the fixture's child whose message is the last turn's (redacted) final answer.
 fn stop_posted_with(server: &FakeKcap, last_message: &str) -> bool {
-    let want = kcap_watch::ship::redact::Redactor::global()
+    let want = kcap_watch::ship::redact::global()
         .redact_text(last_message)
         .into_owned();
     server.hooks("subagent-stop").iter().any(|h| {

@@ -6,7 +6,7 @@ use kcap_watch::ship::redact::{MAX_LINE_BYTES, Redactor};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let out = Redactor::global().redact_line(data);
+    let out = kcap_watch::ship::redact::global().redact_line(data);
     if data.len() > MAX_LINE_BYTES {
         assert!(out.contains("redacted_oversize_line"));
         return;

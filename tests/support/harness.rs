@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kcap_watch::ship::redact::{MAX_LINE_BYTES, Redactor, oversize_placeholder};
+use kcap_watch::ship::redact::{MAX_LINE_BYTES, oversize_placeholder};
 use kcap_watch::time::Ts;
 use serde_json::Value;
 
@@ -426,7 +426,7 @@ pub fn expected_lines(bytes: &[u8]) -> BTreeMap<u64, String> {
             let text = if line.len() > MAX_LINE_BYTES {
                 oversize_placeholder(line.len() as u64)
             } else {
-                Redactor::global().redact_line(line)
+                kcap_watch::ship::redact::global().redact_line(line)
             };
             out.insert(number, text);
         }
