@@ -112,7 +112,9 @@ pub struct Summary {
     pub lines_spooled: u64,
     pub transcript_spool: Option<PathBuf>,
     pub hook_spool: Option<PathBuf>,
-    pub stop: Option<&'static str>,
+    /// What became of the child's stop (`None` for a session): posted, spooled (with the
+    /// hook spool's path), or when it would be due.
+    pub stop: Option<String>,
     pub turn: &'static str,
 }
 
@@ -477,6 +479,22 @@ impl Watcher {
 
     fn summary(&self) -> Summary {
         let session = self.session_id().map(str::to_string);
+        let config = &self.settings.config_dir;
+        let hook_spool = session
+            .as_deref()
+            .map(|s| spool::hook_spool_path(config, s));
+        let stop = match (self.role(), self.stop.posted) {
+            (Role::Child, true) if self.online() => Some("posted".to_string()),
+            (Role::Child, true) => Some(format!(
+                "spooled to {}",
+                hook_spool.as_deref().unwrap_or(Path::new("-")).display()
+            )),
+            (Role::Child, false) => Some(match self.due(self.clock.now()).subagent_stop {
+                Some(t) => format!("not due until {t}"),
+                None => format!("not due (turn {})", self.state.turn.as_str()),
+            }),
+            (Role::Session, _) => None,
+        };
         Summary {
             session_id: session.clone(),
             agent_id: self.agent_id().map(str::to_string),
@@ -487,16 +505,9 @@ impl Watcher {
             lines_spooled: self.lines_spooled,
             transcript_spool: session
                 .as_deref()
-                .map(|s| spool::transcript_spool_path(&self.settings.config_dir, s)),
-            hook_spool: session
-                .as_deref()
-                .map(|s| spool::hook_spool_path(&self.settings.config_dir, s)),
-            stop: match (self.role(), self.stop.posted) {
-                (Role::Child, true) if self.online() => Some("posted"),
-                (Role::Child, true) => Some("spooled"),
-                (Role::Child, false) => Some("not due"),
-                _ => None,
-            },
+                .map(|s| spool::transcript_spool_path(config, s)),
+            hook_spool,
+            stop,
             turn: self.state.turn.as_str(),
         }
     }
