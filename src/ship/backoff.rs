@@ -6,11 +6,11 @@
 //! spawned task and schedules the retry itself, which is why this is a small stateful
 //! object handing out the next delay rather than a `Retryable` wrapper around a future.
 //!
-//! The delays come from backon's exponential policy with jitter. backon's jitter adds a
-//! uniform random share of the current step on top of it (a delay in `[d, 2d)`), so the
-//! step is capped at half of [`MAX_DELAY`] to keep every jittered delay within it: many
-//! watchers that failed together (a server restart) then come back spread over the window
-//! instead of in lockstep.
+//! Full jitter: backon's exponential policy gives the envelope `d = min(30 s, 250 ms × 2ⁿ)`
+//! and each delay is drawn uniformly from `[250 ms, d]`. (backon's own jitter only adds a
+//! random share on top of `d`, a delay in `[d, 2d)`, which keeps watchers that failed together
+//! closer in step.) Many watchers that failed together, say at a server restart, come back
+//! spread over the whole window.
 
 use std::time::Duration;
 
@@ -43,11 +43,9 @@ impl Default for Backoff {
 impl Backoff {
     pub fn new() -> Backoff {
         let builder = ExponentialBuilder::new()
-            .with_jitter()
             .with_factor(2.0)
             .with_min_delay(MIN_DELAY)
-            // Jitter adds up to one more step, see the module docs.
-            .with_max_delay(MAX_DELAY / 2)
+            .with_max_delay(MAX_DELAY)
             .without_max_times();
         Backoff {
             builder,
@@ -60,7 +58,9 @@ impl Backoff {
     /// comes back sooner than the server asked.
     pub fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
         // `without_max_times` makes the iterator endless; MAX_DELAY covers the impossible end.
-        let computed = self.steps.next().unwrap_or(MAX_DELAY).min(MAX_DELAY);
+        let envelope = self.steps.next().unwrap_or(MAX_DELAY).clamp(MIN_DELAY, MAX_DELAY);
+        let spread = u64::try_from((envelope - MIN_DELAY).as_millis()).unwrap_or(0);
+        let computed = MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread));
         match retry_after {
             Some(asked) => computed.max(asked.min(MAX_RETRY_AFTER)),
             None => computed,
@@ -81,7 +81,7 @@ mod tests {
     fn first_delay_is_small() {
         for _ in 0..50 {
             let d = Backoff::new().next_delay(None);
-            assert!(d >= MIN_DELAY && d < 2 * MIN_DELAY, "{d:?}");
+            assert_eq!(d, MIN_DELAY);
         }
     }
 
@@ -90,11 +90,9 @@ mod tests {
         let mut b = Backoff::new();
         let delays: Vec<Duration> = (0..200).map(|_| b.next_delay(None)).collect();
         assert!(delays.iter().all(|d| *d <= MAX_DELAY && *d >= MIN_DELAY));
-        // After enough failures the delay sits in the upper half of the window.
-        assert!(
-            delays[20..].iter().all(|d| *d >= MAX_DELAY / 2),
-            "{delays:?}"
-        );
+        // Full jitter: once the envelope is at the cap, delays cover the whole window.
+        assert!(delays[20..].iter().any(|d| *d < MAX_DELAY / 4), "{delays:?}");
+        assert!(delays[20..].iter().any(|d| *d > MAX_DELAY * 3 / 4), "{delays:?}");
         // Jitter: not every late delay is the same.
         let first = delays[100];
         assert!(delays[100..].iter().any(|d| *d != first));
@@ -140,9 +138,10 @@ mod tests {
         for _ in 0..30 {
             b.next_delay(None);
         }
-        assert!(b.next_delay(None) >= MAX_DELAY / 2);
+        let late: Vec<Duration> = (0..50).map(|_| b.next_delay(None)).collect();
+        assert!(late.iter().any(|d| *d > 4 * MIN_DELAY), "{late:?}");
         b.reset();
         let d = b.next_delay(None);
-        assert!(d < 2 * MIN_DELAY, "{d:?}");
+        assert_eq!(d, MIN_DELAY, "the first retry after a reset waits the minimum");
     }
 }
