@@ -45,9 +45,6 @@ use clock::{Clock, until};
 /// older than 20 s).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
-/// After a failed stop attempt, the next one is due this much later.
-pub const STOP_RETRY: Duration = Duration::from_secs(60);
-
 /// After `401`/`403`, the token is re-read and the request tried again this much later.
 pub const UNAUTHORIZED_RETRY: Duration = Duration::from_secs(60);
 
@@ -119,7 +116,8 @@ pub struct Summary {
 /// Completions of spawned request tasks.
 enum Done {
     Watermark(Result<Watermark, crate::ship::client::Failure>),
-    Transcript(Outcome),
+    /// The outcome, tagged with the shipping generation it was sent in.
+    Transcript(u64, Outcome),
     Stop(Outcome),
     Start(Outcome),
 }
@@ -171,7 +169,9 @@ struct Watcher {
     watermark_backoff: Backoff,
     /// After a delivery failure heals, the watermark is read once more.
     recheck_watermark: bool,
-    resent_once: bool,
+    /// Bumped when shipping restarts from another line: answers to requests sent before
+    /// are stale and ignored.
+    ship_generation: u64,
     ship_reader: Option<LineReader>,
     outbox: Outbox,
     ship_retry_at: Option<Ts>,
@@ -241,7 +241,7 @@ impl Watcher {
             watermark_retry_at: None,
             watermark_backoff: Backoff::new(),
             recheck_watermark: false,
-            resent_once: false,
+            ship_generation: 0,
             ship_reader: None,
             outbox: Outbox::new(0),
             ship_retry_at: None,
@@ -567,11 +567,18 @@ impl Watcher {
                 0
             }
         };
-        self.set_resume(Watermark::Line(resume.wrapping_sub(1)), resume);
+        let watermark = match resume.checked_sub(1) {
+            Some(n) => Watermark::Line(n),
+            None => Watermark::Empty,
+        };
+        self.set_resume(watermark, resume);
     }
 
     fn set_resume(&mut self, watermark: Watermark, resume: u64) {
         self.watermark = Some(watermark);
+        self.ship_generation += 1;
+        self.transcript_in_flight = false;
+        self.ship_retry_at = None;
         self.outbox.rewind(resume);
         let (line, offset) = self.index.locate(resume);
         self.ship_reader = Some(LineReader::new(offset, line, false));
@@ -710,7 +717,7 @@ impl Watcher {
 
     fn check_rewrite_against_watermark(&mut self) -> Result<()> {
         if let Some(Watermark::Line(n)) = self.watermark
-            && self.online()
+            && self.rollout.is_some()
             && n.saturating_add(1) > self.reader.next_number()
         {
             return Err(self.rewritten("the server holds more lines than the file"));
@@ -810,10 +817,11 @@ impl Watcher {
         let body = batch.body(&session, agent.as_deref(), &self.opts.vendor);
         let client = client.clone();
         let tx = self.tx.clone();
+        let generation = self.ship_generation;
         self.transcript_in_flight = true;
         tokio::spawn(async move {
             let out = client.post_transcript(body).await;
-            let _ = tx.send(Done::Transcript(out)).await;
+            let _ = tx.send(Done::Transcript(generation, out)).await;
         });
     }
 
@@ -821,7 +829,11 @@ impl Watcher {
         let now = self.clock.now();
         match done {
             Done::Watermark(res) => self.on_watermark(res, now),
-            Done::Transcript(out) => self.on_transcript(out, now),
+            Done::Transcript(generation, out) => {
+                if generation == self.ship_generation {
+                    self.on_transcript(out, now);
+                }
+            }
             Done::Stop(out) => self.on_stop(out, now),
             Done::Start(out) => {
                 self.start_posted = true;
@@ -859,17 +871,16 @@ impl Watcher {
                     {
                         self.post_start();
                     }
-                } else if resume < self.outbox.confirmed_to() && !self.resent_once {
-                    // The server lost lines it had acknowledged: resend from its resume line,
-                    // once (a server that skips trailing lines would otherwise loop forever).
+                } else if resume < self.outbox.confirmed_to() {
+                    // The server lost lines it had acknowledged: resend from its resume line.
+                    // This check runs once per healed failure, never in a loop (a server that
+                    // skips trailing lines would otherwise make it loop forever).
                     warn!(
                         event = "watermark",
                         resume_line = resume,
                         acknowledged_to = self.outbox.confirmed_to(),
                         "server is behind what it acknowledged; resending from line {resume}"
                     );
-                    self.resent_once = true;
-                    self.transcript_in_flight = false;
                     self.set_resume(w, resume);
                 }
             }
@@ -997,8 +1008,8 @@ impl Watcher {
                     }
                     Outcome::Delivered => 200,
                 };
-                warn!(event = "subagent_stop_failed", status, error = %other, "failed to post subagent-stop: {other}; retrying in 60 s");
-                self.stop.next_attempt = Some(now.plus(STOP_RETRY));
+                warn!(event = "subagent_stop_failed", status, error = %other, "failed to post subagent-stop: {other}; retrying in {:?}", self.settings.stop_retry);
+                self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
             }
         }
     }
@@ -1015,18 +1026,25 @@ impl Watcher {
     }
 
     /// The earliest time anything is due: a decision, a retry, the watermark.
+    ///
+    /// Only times the loop can act on count: a stop waiting for its transcript to be
+    /// acknowledged, or a request already in flight, is woken by the answer instead, so a due
+    /// time in the past can never turn the loop into a busy loop.
     fn next_due(&self) -> Ts {
         let now = self.clock.now();
         let due = self.due(now);
         let mut next = now.plus(crate::time::MAX_WINDOW);
+        let stop_actionable = !self.stop_in_flight
+            && self.identity.is_some()
+            && self.transcript_confirmed_through_turn_end();
         let candidates = [
-            due.subagent_stop.filter(|_| !self.stop_in_flight),
+            due.subagent_stop.filter(|_| stop_actionable),
             due.idle_end,
             due.stall_warning,
             due.lifetime_ceiling,
-            self.ship_retry_at,
+            self.ship_retry_at.filter(|_| !self.transcript_in_flight),
             self.watermark_retry_at
-                .filter(|_| !self.watermark_in_flight),
+                .filter(|_| !self.watermark_in_flight && self.identity.is_some()),
         ];
         for t in candidates.into_iter().flatten() {
             next = next.min(t);
@@ -1307,8 +1325,13 @@ impl Watcher {
 
     /// Spools everything not confirmed: the outbox, then the rest of the file.
     fn spool_unconfirmed(&mut self) {
-        if self.identity.is_none() || self.watermark.is_none() {
+        if self.identity.is_none() {
             return;
+        }
+        if self.watermark.is_none() {
+            // The server never said where to resume: spool everything (resending is harmless;
+            // losing a line is not).
+            self.set_resume(Watermark::Empty, 0);
         }
         let lines = self.outbox.take_unconfirmed();
         self.spool_lines(lines);

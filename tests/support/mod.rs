@@ -2,6 +2,7 @@
 //! and uses only part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod bin;
 pub mod fake_kcap;
 
 pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};

@@ -1,0 +1,283 @@
+//! Lifecycle end to end: the real binary, the fake kcap server, short windows through flags.
+//! One stop per child (even across re-engagement and a failing server), a restarted watcher
+//! still posting it, session-end on idle, and a pending tool call holding off idle end.
+
+mod support;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use support::FakeKcap;
+use support::Fault;
+use support::bin::{kcap_watch, wait_exit, wait_output};
+
+const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
+const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
+const W: Duration = Duration::from_secs(30);
+
+fn child_meta() -> String {
+    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","parent_thread_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_path":"/root/spec_quality","agent_nickname":"Hypatia"}}"#.to_string()
+}
+
+fn ev(payload: &str) -> String {
+    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+}
+
+fn started() -> String {
+    ev(r#"{"type":"task_started","turn_id":"t1"}"#)
+}
+
+fn complete(msg: &str) -> String {
+    ev(&format!(
+        r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":"{msg}"}}"#
+    ))
+}
+
+fn append(path: &Path, lines: &[String]) {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for l in lines {
+        f.write_all(l.as_bytes()).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+}
+
+struct Run {
+    dir: tempfile::TempDir,
+    rollout: PathBuf,
+}
+
+impl Run {
+    fn new(lines: &[String]) -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        let rollout = dir.path().join("rollout-child.jsonl");
+        append(&rollout, lines);
+        Run { dir, rollout }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("config")
+    }
+
+    fn spawn(&self, server: &FakeKcap, flags: &[&str], env: &[(&str, &str)]) -> Child {
+        let mut cmd = kcap_watch(&self.config());
+        cmd.env("KCAP_URL", server.url())
+            .args(["watch"])
+            .arg(&self.rollout)
+            .args(["--poll-interval", "50ms"])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    }
+}
+
+#[test]
+fn a_completed_child_turn_gets_exactly_one_stop_even_after_re_engagement_then_reaps() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[child_meta(), started()]);
+    let child = run.spawn(&server, &["--stop-grace", "1s", "--reap-after", "4s"], &[]);
+    append(&run.rollout, &[complete("first answer")]);
+    assert!(server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1));
+    let stop = &server.hooks("subagent-stop")[0];
+    assert_eq!(stop["agent_type"], "spec_quality");
+    assert_eq!(stop["last_assistant_message"], "first answer");
+    assert_eq!(stop["session_id"], SESSION);
+    assert_eq!(stop["agent_id"], CHILD);
+    // Every line up to the turn's end was stored before the stop.
+    assert_eq!(server.lines(SESSION, CHILD).len(), 3);
+    // Re-engagement and a second completion: no second stop.
+    append(&run.rollout, &[started(), complete("second answer")]);
+    let out = wait_output(child, W);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("idle_reap"), "{stderr}");
+    assert_eq!(server.hooks("subagent-stop").len(), 1);
+    assert_eq!(server.request_count("subagent-stop"), 1);
+    assert_eq!(
+        server.lines(SESSION, CHILD).len(),
+        5,
+        "everything shipped before exit"
+    );
+    assert!(
+        server.hooks("session-end/codex").is_empty(),
+        "a child never posts session-end"
+    );
+}
+
+#[test]
+fn a_server_failing_the_first_stop_attempts_still_gets_exactly_one_successful_stop() {
+    let server = FakeKcap::start();
+    server.fail_next_on("subagent-stop", 2, Fault::Status(503));
+    let run = Run::new(&[child_meta(), started(), complete("done")]);
+    let mut child = run.spawn(
+        &server,
+        &["--stop-grace", "0s"],
+        &[("KCAP_WATCH_STOP_RETRY_MS", "200")],
+    );
+    assert!(server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        server.request_count("subagent-stop"),
+        3,
+        "two failures, one success, then latched"
+    );
+    assert_eq!(server.hooks("subagent-stop").len(), 1);
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("subagent_stop_failed"));
+}
+
+#[test]
+fn a_watcher_killed_after_the_turn_end_was_shipped_posts_the_stop_after_restart() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[child_meta(), started(), complete("done")]);
+    let mut first = run.spawn(&server, &["--stop-grace", "1h"], &[]);
+    assert!(server.wait_until(W, |s| s.lines(SESSION, CHILD).len() == 3));
+    let _ = first.kill(); // SIGKILL: no shutdown of any kind
+    let _ = first.wait();
+    assert!(server.hooks("subagent-stop").is_empty());
+    let mut second = run.spawn(&server, &["--stop-grace", "1s"], &[]);
+    assert!(server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1));
+    let _ = second.kill();
+    let _ = second.wait();
+    // The restarted watcher resumed from the watermark: nothing was shipped twice.
+    let transcript_posts = server.requests_to("transcript");
+    let resent: usize = transcript_posts
+        .iter()
+        .filter_map(|r| r.json())
+        .map(|b| b["line_numbers"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(resent, 3);
+}
+
+#[test]
+fn a_session_rollout_gets_session_end_idle_timeout() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[]);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        &run.rollout,
+    )
+    .unwrap();
+    let mut child = run.spawn(&server, &["--idle-end", "2s"], &[]);
+    let status = wait_exit(&mut child, W);
+    assert!(status.success());
+    let ends = server.hooks("session-end/codex");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "idle_timeout");
+    assert_eq!(ends[0]["session_id"], SESSION);
+    assert_eq!(ends[0]["cwd"], "/home/dev/src/acme-api");
+    assert_eq!(ends[0]["hook_event_name"], "session_end");
+    assert!(server.hooks("subagent-stop").is_empty());
+}
+
+#[test]
+fn a_pending_wait_agent_call_prevents_idle_end() {
+    let server = FakeKcap::start();
+    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"wait_agent","arguments":"{}","call_id":"call-wait"}}"#.to_string();
+    let run = Run::new(&[child_meta(), started(), call]);
+    let mut child = run.spawn(&server, &["--reap-after", "1s", "--stop-grace", "0s"], &[]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "a silent tool is not idleness"
+    );
+    let output = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call-wait","output":"done"}}"#.to_string();
+    append(&run.rollout, &[output]);
+    let status = wait_exit(&mut child, W);
+    assert!(status.success());
+    assert_eq!(server.lines(SESSION, CHILD).len(), 4);
+    assert!(
+        server.hooks("subagent-stop").is_empty(),
+        "the turn never ended"
+    );
+}
+
+#[test]
+fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[]);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        &run.rollout,
+    )
+    .unwrap();
+    let mut parent = std::process::Command::new("sleep")
+        .arg("1")
+        .spawn()
+        .unwrap();
+    let pid = parent.id().to_string();
+    let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
+    let _ = parent.wait();
+    let status = wait_exit(&mut child, W);
+    assert!(status.success());
+    let ends = server.hooks("session-end/codex");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "parent_exited");
+    assert_eq!(
+        server.lines(SESSION, "").len(),
+        support::bin::physical_lines(&run.rollout).len(),
+        "everything shipped before exit"
+    );
+}
+
+#[test]
+fn sigterm_never_posts_session_end() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[]);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        &run.rollout,
+    )
+    .unwrap();
+    let child = run.spawn(&server, &[], &[]);
+    assert!(server.wait_until(W, |s| !s.lines(SESSION, "").is_empty()));
+    support::bin::signal(&child, libc::SIGTERM);
+    let out = wait_output(child, W);
+    assert!(out.status.success());
+    assert!(server.hooks("session-end/codex").is_empty());
+}
+
+/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+#[test]
+fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
+    let server = FakeKcap::start();
+    server.fail_always(Some("transcript"), Fault::Status(500));
+    let run = Run::new(&[child_meta(), started(), complete("done")]);
+    let mut child = run.spawn(&server, &["--stop-grace", "0s"], &[]);
+    assert!(server.wait_until(W, |s| s.request_count("transcript") >= 1));
+    let before = cpu_time(child.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_time(child.id()) - before;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        used < Duration::from_millis(60),
+        "used {used:?} of CPU in 3 s"
+    );
+    assert!(
+        server.hooks("subagent-stop").is_empty(),
+        "no stop before the transcript is stored"
+    );
+}

@@ -1,0 +1,329 @@
+//! The running watcher loop under tokio's paused clock: the scenarios of `spec/lifecycle.md`
+//! section 8 that involve the loop's timers, with minutes and hours passing instantly and
+//! deterministically. Offline, so the spools show what the watcher did.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use kcap_watch::config::Settings;
+use kcap_watch::rollout::header::Role;
+use kcap_watch::time::Ts;
+use kcap_watch::watch::clock::{Clock, TokioClock};
+use kcap_watch::watch::{self, ExitReason, WatchOptions};
+
+const MIN: Duration = Duration::from_secs(60);
+const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
+
+fn child_meta() -> String {
+    r#"{"type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_nickname":"Hypatia"}}"#.to_string()
+}
+
+fn ev(payload: &str) -> String {
+    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+}
+
+fn started() -> String {
+    ev(r#"{"type":"task_started","turn_id":"t1"}"#)
+}
+
+fn complete() -> String {
+    ev(r#"{"type":"task_complete","turn_id":"t1","last_agent_message":"done"}"#)
+}
+
+fn usage_limit(resets_at: Ts) -> [String; 2] {
+    [
+        ev(&format!(
+            r#"{{"type":"token_count","rate_limits":{{"primary":{{"used_percent":100.0,"resets_at":{}}}}}}}"#,
+            resets_at.as_millis() / 1000
+        )),
+        ev(
+            r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"codex_error_info":"usage_limit_exceeded"}}"#,
+        ),
+    ]
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    rollout: PathBuf,
+    base: Ts,
+    clock: Arc<TokioClock>,
+}
+
+impl Setup {
+    /// A rollout holding `lines`, last modified at the watcher's start (`base`).
+    fn new(lines: &[String]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let rollout = dir.path().join("rollout.jsonl");
+        append(&rollout, lines);
+        // Whole seconds: file times and the paused clock then agree exactly.
+        let base = Ts::from_millis((Ts::now().as_millis() / 1000) * 1000);
+        let f = OpenOptions::new().write(true).open(&rollout).unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::from_millis(base.as_millis() as u64))
+            .unwrap();
+        let clock = TokioClock::new(base);
+        Setup {
+            dir,
+            rollout,
+            base,
+            clock,
+        }
+    }
+
+    fn settings(&self) -> Settings {
+        let mut s = Settings::with_defaults(self.dir.path().join("config"));
+        s.poll_interval = Duration::from_secs(1);
+        s
+    }
+
+    fn opts(&self) -> WatchOptions {
+        WatchOptions {
+            rollout: self.rollout.clone(),
+            session_id: None,
+            agent_id: None,
+            role: None,
+            parent_pid: None,
+            cwd: None,
+            vendor: "codex".into(),
+            once: false,
+        }
+    }
+
+    fn at(&self, d: Duration) -> Ts {
+        self.base.plus(d)
+    }
+
+    fn hook_spool(&self) -> Vec<String> {
+        let p = self
+            .dir
+            .path()
+            .join(format!("config/spool/{SESSION}.jsonl"));
+        std::fs::read_to_string(p)
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    fn spooled_lines(&self) -> usize {
+        let p = self.dir.path().join(format!(
+            "config/transcript-spool/{SESSION}.transcript.jsonl"
+        ));
+        std::fs::read_to_string(p)
+            .map(|t| {
+                t.lines()
+                    .map(|r| {
+                        serde_json::from_str::<serde_json::Value>(r).unwrap()["lines"]
+                            .as_array()
+                            .unwrap()
+                            .len()
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Sleeps (virtually) until `base + d`.
+    async fn until(&self, d: Duration) {
+        let now = self.clock.now();
+        let target = self.at(d);
+        tokio::time::sleep(target.duration_since(now)).await;
+    }
+
+    /// Appends lines and lets the watcher read them *now*: the test keeps the runtime busy
+    /// (so paused time cannot advance) until the spool shows them.
+    async fn append_now(&self, lines: &[String]) {
+        let want = self.spooled_lines() + lines.len();
+        append(&self.rollout, lines);
+        settle(|| self.spooled_lines() >= want).await;
+    }
+}
+
+fn append(path: &Path, lines: &[String]) {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+/// Yields (without letting paused time advance) until `done`, for at most 5 s of real time.
+async fn settle(mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "watcher did not react"
+        );
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn stops(s: &Setup) -> usize {
+    s.hook_spool()
+        .iter()
+        .filter(|l| l.contains("\"route\":\"subagent-stop\""))
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_scenario_1_stop_fires_at_five_minutes_not_a_second_earlier() {
+    let s = Setup::new(&[child_meta(), started(), complete()]);
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let test = async {
+        settle(|| s.spooled_lines() == 3).await;
+        s.until(5 * MIN - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "not at 4:59");
+        s.until(5 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+        assert_eq!(s.clock.now(), s.at(5 * MIN));
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_scenario_4_no_second_stop_after_re_engagement() {
+    let s = Setup::new(&[child_meta(), started(), complete()]);
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let test = async {
+        s.until(5 * MIN + Duration::from_secs(1)).await;
+        settle(|| stops(&s) == 1).await;
+        s.until(55 * MIN).await;
+        s.append_now(&[started()]).await;
+        s.until(60 * MIN).await;
+        s.append_now(&[complete()]).await;
+        s.until(90 * MIN).await;
+        assert_eq!(stops(&s), 1);
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_scenario_7_a_pending_call_blocks_the_reap_until_it_is_twelve_hours_old() {
+    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"wait_agent","arguments":"{}","call_id":"c1"}}"#.to_string();
+    let s = Setup::new(&[child_meta(), started(), call]);
+    let mut settings = s.settings();
+    settings.reap_after = 30 * MIN;
+    settings.stall_after = Some(65 * MIN);
+    let (reason, _) = watch::run(s.opts(), settings, s.clock.clone())
+        .await
+        .expect("the watcher ends as designed");
+    assert_eq!(reason, ExitReason::IdleReap);
+    // The call was observed at the file's mtime (base); it is orphaned at 12 h.
+    assert_eq!(s.clock.now(), s.at(12 * 60 * MIN));
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_scenario_8_the_stop_waits_for_the_pause_to_close_itself() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let test = async {
+        // 10:00 = base; usage limit at 10:09 with a reset at 11:47.
+        s.until(9 * MIN).await;
+        s.append_now(&usage_limit(s.at(107 * MIN))).await;
+        s.until(107 * MIN + Duration::from_secs(30) + 5 * MIN - Duration::from_secs(1))
+            .await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "not before 11:52:30");
+        s.until(107 * MIN + Duration::from_secs(30) + 5 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_scenario_9_the_lifetime_ceiling_is_extended_by_pause_credit_then_fires() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut settings = s.settings();
+    settings.lifetime = Some(45 * MIN);
+    settings.reap_after = 24 * 60 * MIN;
+    settings.stop_grace = 24 * 60 * MIN;
+    settings.poll_interval = Duration::from_secs(60);
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
+    let test = async {
+        s.until(5 * MIN).await;
+        s.append_now(&usage_limit(s.at(115 * MIN))).await;
+        s.until(45 * MIN + Duration::from_secs(1)).await;
+        // Still alive at 10:45:01: this future only completes while the watcher runs.
+    };
+    tokio::pin!(watcher);
+    tokio::select! {
+        r = &mut watcher => panic!("watcher ended before 10:45:01: {r:?}"),
+        _ = test => {}
+    }
+    let (reason, _) = watcher.await.expect("ends as designed");
+    assert_eq!(s.clock.now(), s.at(155 * MIN + Duration::from_secs(30)));
+    match reason {
+        ExitReason::LifetimeCeiling(msg) => assert_eq!(
+            msg,
+            format!(
+                "lifetime ceiling reached [base 2700000ms; pause credit 6630000ms across 3 grants (cap 7200000ms); last pause: usage_limit_exceeded until {}]",
+                s.at(115 * MIN).rfc3339()
+            )
+        ),
+        other => panic!("expected the lifetime ceiling, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lifetime_ceiling_without_pauses_fires_on_time_with_the_plain_message() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut settings = s.settings();
+    settings.lifetime = Some(90 * MIN);
+    settings.stall_after = None;
+    settings.poll_interval = Duration::from_secs(60);
+    let (reason, _) = watch::run(s.opts(), settings, s.clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(s.clock.now(), s.at(90 * MIN));
+    assert_eq!(
+        reason,
+        ExitReason::LifetimeCeiling("lifetime ceiling reached after 5400000ms".into())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_ends_after_its_idle_window_counted_from_the_close_of_a_pause() {
+    let meta = r#"{"type":"session_meta","payload":{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/w"}}"#.to_string();
+    let s = Setup::new(&[meta, started()]);
+    let mut opts = s.opts();
+    opts.role = Some(Role::Session);
+    let watcher = watch::run(opts, s.settings(), s.clock.clone());
+    let test = async {
+        s.until(10 * MIN).await;
+        // Parked for two hours: the 60-minute idle window starts at the reset + 30 s.
+        s.append_now(&usage_limit(s.at(130 * MIN))).await;
+    };
+    tokio::pin!(watcher);
+    tokio::select! {
+        r = &mut watcher => panic!("ended early: {r:?}"),
+        _ = test => {}
+    }
+    let (reason, _) = watcher.await.unwrap();
+    assert_eq!(reason, ExitReason::IdleTimeout);
+    assert_eq!(
+        s.clock.now(),
+        s.at(190 * MIN + Duration::from_secs(30) + Duration::from_millis(1))
+    );
+    let ends: Vec<String> = s
+        .hook_spool()
+        .into_iter()
+        .filter(|l| l.contains("session-end"))
+        .collect();
+    assert_eq!(ends.len(), 1);
+    assert!(ends[0].contains("idle_timeout"));
+}

@@ -1,0 +1,128 @@
+//! Running the real `kcap-watch` binary from tests: a clean `KCAP_*` environment, a private
+//! config dir per test, bounded waits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary with every inherited `KCAP_*` variable removed and `KCAP_CONFIG_DIR` set.
+pub fn kcap_watch(config_dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kcap-watch"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KCAP_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("KCAP_CONFIG_DIR", config_dir);
+    c.env("KCAP_LOG", "info");
+    c
+}
+
+/// Runs to completion, with a deadline (a hang fails the test instead of the suite).
+pub fn run(mut cmd: Command, timeout: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kcap-watch");
+    wait_output(child, timeout)
+}
+
+pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "kcap-watch did not exit within {timeout:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for a spawned watcher to exit by itself.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("kcap-watch did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Polls `done` every 20 ms until it holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// Copies a fixture into `dir` (a fresh file: its mtime is now).
+pub fn fixture_copy(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/codex")
+        .join(name);
+    let dst = dir.join(name);
+    std::fs::copy(&src, &dst).expect("copy fixture");
+    dst
+}
+
+/// The non-blank lines of a file, numbered physically (what a server must end up holding,
+/// before redaction).
+pub fn physical_lines(path: &Path) -> Vec<(u64, Vec<u8>)> {
+    let data = std::fs::read(path).expect("read rollout");
+    let mut out = Vec::new();
+    let complete = match data.iter().rposition(|b| *b == b'\n') {
+        Some(i) => &data[..=i],
+        None => &data[..0],
+    };
+    for (i, raw) in complete.split(|b| *b == b'\n').enumerate() {
+        if i as u64 >= complete.iter().filter(|b| **b == b'\n').count() as u64 {
+            break;
+        }
+        let mut line = raw;
+        if i == 0 && line.starts_with(b"\xEF\xBB\xBF") {
+            line = &line[3..];
+        }
+        if line.ends_with(b"\r") {
+            line = &line[..line.len() - 1];
+        }
+        if line.iter().all(|b| matches!(b, b' ' | b'\t')) {
+            continue;
+        }
+        out.push((i as u64, line.to_vec()));
+    }
+    out
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
