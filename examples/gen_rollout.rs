@@ -103,7 +103,9 @@ enum Tool {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
     let mult = match unit.trim().to_ascii_uppercase().as_str() {
@@ -284,31 +286,139 @@ fn base64ish(rng: &mut Rng, out: &mut String, n: usize) {
 // Vocabulary.
 
 const WORDS: &[&str] = &[
-    "handler", "request", "response", "session", "token", "config", "server", "client",
-    "parse", "error", "result", "value", "index", "buffer", "stream", "line", "offset", "state",
-    "retry", "backoff", "timeout", "cache", "schema", "migration", "user", "account", "billing",
-    "invoice", "queue", "worker", "job", "event", "payload", "header", "route", "middleware",
-    "test", "fixture", "assert", "expected", "actual", "panic", "unwrap", "option", "module",
-    "crate", "trait", "impl", "struct", "enum", "async", "await", "future", "spawn", "channel",
-    "mutex", "lock", "file", "path", "directory", "permission", "deploy", "build", "release",
-    "the", "a", "to", "of", "and", "in", "is", "for", "with", "that", "on", "this", "it", "we",
+    "handler",
+    "request",
+    "response",
+    "session",
+    "token",
+    "config",
+    "server",
+    "client",
+    "parse",
+    "error",
+    "result",
+    "value",
+    "index",
+    "buffer",
+    "stream",
+    "line",
+    "offset",
+    "state",
+    "retry",
+    "backoff",
+    "timeout",
+    "cache",
+    "schema",
+    "migration",
+    "user",
+    "account",
+    "billing",
+    "invoice",
+    "queue",
+    "worker",
+    "job",
+    "event",
+    "payload",
+    "header",
+    "route",
+    "middleware",
+    "test",
+    "fixture",
+    "assert",
+    "expected",
+    "actual",
+    "panic",
+    "unwrap",
+    "option",
+    "module",
+    "crate",
+    "trait",
+    "impl",
+    "struct",
+    "enum",
+    "async",
+    "await",
+    "future",
+    "spawn",
+    "channel",
+    "mutex",
+    "lock",
+    "file",
+    "path",
+    "directory",
+    "permission",
+    "deploy",
+    "build",
+    "release",
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "in",
+    "is",
+    "for",
+    "with",
+    "that",
+    "on",
+    "this",
+    "it",
+    "we",
 ];
 const IDENTS: &[&str] = &[
-    "handle_request", "parse_header", "retry_after", "UserAccount", "InvoiceLine", "build_router",
-    "load_config", "SessionStore", "apply_migration", "encode_body", "RateLimiter", "spawn_worker",
-    "read_offset", "LineIndex", "validate_input", "QueueConsumer", "to_json", "from_row",
+    "handle_request",
+    "parse_header",
+    "retry_after",
+    "UserAccount",
+    "InvoiceLine",
+    "build_router",
+    "load_config",
+    "SessionStore",
+    "apply_migration",
+    "encode_body",
+    "RateLimiter",
+    "spawn_worker",
+    "read_offset",
+    "LineIndex",
+    "validate_input",
+    "QueueConsumer",
+    "to_json",
+    "from_row",
 ];
 const DIRS: &[&str] = &[
-    "src", "src/api", "src/db", "src/handlers", "src/models", "tests", "crates/core/src",
-    "web/src/components", "scripts", "migrations",
+    "src",
+    "src/api",
+    "src/db",
+    "src/handlers",
+    "src/models",
+    "tests",
+    "crates/core/src",
+    "web/src/components",
+    "scripts",
+    "migrations",
 ];
-const EXTS: &[&str] = &["rs", "ts", "tsx", "py", "go", "sql", "toml", "json", "md", "yaml"];
+const EXTS: &[&str] = &[
+    "rs", "ts", "tsx", "py", "go", "sql", "toml", "json", "md", "yaml",
+];
 const NICKNAMES: &[&str] = &[
-    "Hypatia", "Turing", "Noether", "Lovelace", "Hopper", "Ramanujan", "Curie", "Euler",
+    "Hypatia",
+    "Turing",
+    "Noether",
+    "Lovelace",
+    "Hopper",
+    "Ramanujan",
+    "Curie",
+    "Euler",
 ];
 const ROLES: &[&str] = &["worker", "explorer", "reviewer", "spec_quality", "tester"];
 const UNICODE: &[&str] = &["→", "é", "ü", "✓", "✗", "—", "…", "日本", "🚀", "µs"];
-const PROJECTS: &[&str] = &["acme-api", "billing-svc", "webapp", "infra", "data-pipeline"];
+const PROJECTS: &[&str] = &[
+    "acme-api",
+    "billing-svc",
+    "webapp",
+    "infra",
+    "data-pipeline",
+];
 
 fn sentence(rng: &mut Rng, out: &mut String, words: u64) {
     for i in 0..words {
@@ -517,8 +627,13 @@ fn secretish(rng: &mut Rng) -> String {
     match rng.below(5) {
         0 => format!("GITHUB_TOKEN=ghp_{tok}\nDATABASE_PASSWORD=hunter2-{tok}\n"),
         1 => format!("> Authorization: Bearer sk-proj-{tok}\n> Cookie: session={tok}\n"),
-        2 => format!("export AWS_ACCESS_KEY_ID=AKIA{}\n", &tok[..16.min(tok.len())].to_uppercase()),
-        3 => format!("url = \"https://deploy:{tok}@git.example.com/acme/api.git?access_token={tok}\"\n"),
+        2 => format!(
+            "export AWS_ACCESS_KEY_ID=AKIA{}\n",
+            &tok[..16.min(tok.len())].to_uppercase()
+        ),
+        3 => format!(
+            "url = \"https://deploy:{tok}@git.example.com/acme/api.git?access_token={tok}\"\n"
+        ),
         _ => format!(
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEow{tok}\n{tok}{tok}\n-----END RSA PRIVATE KEY-----\n"
         ),
@@ -547,7 +662,7 @@ struct Generator {
 
 impl Generator {
     fn new(seed: u64, role: RoleArg) -> Generator {
-        let mut rng = Rng(seed ^ 0x5EED_0F_C0DE);
+        let mut rng = Rng(seed ^ 0x5EED_F00D_C0DE);
         // 2026-07-28 plus up to ~3 months, by seed.
         let now_ms = 1_785_254_400_000 + rng.below(90 * 86_400) * 1000;
         let thread_id = uuid7(&mut rng, now_ms);
@@ -680,8 +795,9 @@ impl Generator {
         if big_image {
             // A screenshot pasted into the prompt: a line of several MB.
             let n = self.big_len(size);
-            self.line
-                .push_str(",{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,iVBORw0KGgo");
+            self.line.push_str(
+                ",{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,iVBORw0KGgo",
+            );
             base64ish(&mut self.rng, &mut self.line, n);
             self.line.push_str("\"}");
             self.big_done();
@@ -732,7 +848,11 @@ impl Generator {
 
     fn big_len(&mut self, size: u64) -> usize {
         // Several MB, but never more than a tenth of a small file.
-        (self.rng.range(2 << 20, 6 << 20).min(size / 10).max(100 << 10)) as usize
+        (self
+            .rng
+            .range(2 << 20, 6 << 20)
+            .min(size / 10)
+            .max(100 << 10)) as usize
     }
 
     fn big_done(&mut self) {
@@ -779,14 +899,25 @@ impl Generator {
     fn exec_call(&mut self, out: &mut dyn Write, answered: bool) -> Result<()> {
         let call_id = self.call_id();
         let cmd = match self.rng.below(8) {
-            0 => format!("cargo test -p {} {}", rng_word(&mut self.rng), rng_word(&mut self.rng)),
-            1 => format!("rg -n \"{}\" {}", rng_ident(&mut self.rng), self.rng.pick(DIRS)),
+            0 => format!(
+                "cargo test -p {} {}",
+                rng_word(&mut self.rng),
+                rng_word(&mut self.rng)
+            ),
+            1 => format!(
+                "rg -n \"{}\" {}",
+                rng_ident(&mut self.rng),
+                self.rng.pick(DIRS)
+            ),
             2 => format!("sed -n '1,200p' {}", file_path(&mut self.rng)),
             3 => "git status --short && git diff".to_string(),
             4 => format!("ls -la {}", self.rng.pick(DIRS)),
             5 => format!("cat {}", file_path(&mut self.rng)),
             6 => "npm run build 2>&1 | tail -n 200".to_string(),
-            _ => format!("python3 -m pytest -x -q tests/test_{}.py", rng_word(&mut self.rng)),
+            _ => format!(
+                "python3 -m pytest -x -q tests/test_{}.py",
+                rng_word(&mut self.rng)
+            ),
         };
         let args = format!(
             "{{\"cmd\":\"{}\",\"workdir\":\"{}\",\"yield_time_ms\":10000,\"max_output_tokens\":10000}}",
@@ -915,7 +1046,8 @@ impl Generator {
         self.line.push_str("\"}]");
         self.finish(out)?;
         self.begin("event_msg", 5, 50);
-        self.line.push_str("\"type\":\"agent_message\",\"message\":\"");
+        self.line
+            .push_str("\"type\":\"agent_message\",\"message\":\"");
         esc(&mut self.line, &msg);
         self.line.push('"');
         self.finish(out)?;
@@ -937,7 +1069,11 @@ impl Generator {
                 self.line.push(',');
             }
             first = false;
-            let role = if self.rng.chance(0.5) { "user" } else { "assistant" };
+            let role = if self.rng.chance(0.5) {
+                "user"
+            } else {
+                "assistant"
+            };
             let len = self.rng.log_range(200, 40_000) as usize;
             let text = output_body(&mut self.rng, len);
             self.line.push_str(&format!(
@@ -996,7 +1132,7 @@ fn append(
         .append(true)
         .open(path)
         .with_context(|| format!("failed to open {} for appending", path.display()))?;
-    let mut rng = Rng(first_seq ^ 0xA99E_4D);
+    let mut rng = Rng(first_seq ^ 0x00A9_9E4D);
     let pad = prose(&mut rng, line_bytes.saturating_sub(200));
     let pad = escaped(&pad);
     let start = std::time::Instant::now();
@@ -1024,7 +1160,10 @@ fn marker(line: &[u8]) -> Option<(u64, u128)> {
     fn num_after(line: &[u8], key: &[u8]) -> Option<u128> {
         let at = memchr::memmem::find(line, key)? + key.len();
         let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-        std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+        std::str::from_utf8(&line[at..at + digits])
+            .ok()?
+            .parse()
+            .ok()
     }
     let seq = num_after(line, b"\"bench_seq\":")? as u64;
     let t = num_after(line, b"\"bench_append_ns\":")?;

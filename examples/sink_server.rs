@@ -112,7 +112,10 @@ fn marker(line: &str) -> Option<(u64, u128)> {
     fn num_after(line: &[u8], key: &[u8]) -> Option<u128> {
         let at = memchr::memmem::find(line, key)? + key.len();
         let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-        std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+        std::str::from_utf8(&line[at..at + digits])
+            .ok()?
+            .parse()
+            .ok()
     }
     let b = line.as_bytes();
     let seq = num_after(b, b"\"bench_seq\":")? as u64;
@@ -206,9 +209,11 @@ async fn stats(State(s): State<Shared>) -> Response {
 fn main() -> Result<()> {
     let args = Args::parse();
     let latency = match &args.latency_log {
-        Some(p) => Some(BufWriter::new(
-            File::create(p).with_context(|| format!("failed to create {}", p.display()))?,
-        )),
+        Some(p) => {
+            Some(BufWriter::new(File::create(p).with_context(|| {
+                format!("failed to create {}", p.display())
+            })?))
+        }
         None => None,
     };
     let listen = args.listen;
@@ -237,7 +242,9 @@ fn main() -> Result<()> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("failed to listen on {listen}"))?;
-        let addr = listener.local_addr().context("failed to read the bound address")?;
+        let addr = listener
+            .local_addr()
+            .context("failed to read the bound address")?;
         let url = format!("http://{addr}");
         match &addr_file {
             Some(p) => {
