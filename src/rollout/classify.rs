@@ -1,117 +1,1280 @@
-//! Line classification. PLACEHOLDER: a serde_json-based version that buffers the whole line;
-//! to be replaced by the bounded streaming scanner.
+//! Line classification: a push-based JSON scanner that validates a rollout line exactly as
+//! `serde_json` would and captures only the few fields the watcher needs.
+//!
+//! Why not parse into a `serde_json::Value`: rollout lines of hundreds of MB exist
+//! (`compacted` history, base64 images, huge tool outputs), and `function_call` writes its
+//! multi-MB `arguments` *before* its `call_id`, so the interesting fields cannot be read from a
+//! prefix either. The scanner therefore accepts a line in chunks of any size (split anywhere,
+//! even inside a UTF-8 sequence or an escape), keeps a small stack of what each open
+//! container means, copies at most [`MAX_SHORT_FIELD`] / [`MAX_MESSAGE_FIELD`] bytes of each
+//! wanted string, and resolves everything in [`Classifier::finish`]: the heap it holds never
+//! depends on the line's size.
+//!
+//! Validity mirrors `serde_json::from_slice::<Value>` (after removing a leading BOM), because
+//! the rest of the watcher and its tests treat serde_json as the definition of "a JSON object"
+//! (same number grammar and out-of-range rule, same escape and surrogate rules, duplicate keys
+//! resolved last-wins). The one deliberate difference is nesting: serde_json refuses more than
+//! 127 nested containers, this scanner refuses more than [`MAX_DEPTH`] (deeper lines are
+//! malformed), so that a legitimately deep tool argument never hides a `call_id`.
+//!
+//! The hot path is the inside of long strings (tool output, arguments, base64): there the
+//! scanner jumps to the next `"`, `\` or control byte a block at a time, and UTF-8 is checked
+//! separately for each whole chunk by `std::str::from_utf8`. Checking the whole line instead of
+//! each string is equivalent: outside strings only ASCII is valid JSON, and an ASCII byte can
+//! never sit inside a multi-byte sequence.
 
-use super::*;
+use std::sync::LazyLock;
 
-/// Push-based classifier: feed a line's bytes in any number of chunks, then `finish`.
-#[derive(Default)]
-pub struct Classifier {
+use super::{
+    Kind, LineInfo, MAX_MESSAGE_FIELD, MAX_SHORT_FIELD, PayloadType, RateWindow, SessionMetaInfo,
+};
+use crate::time::Ts;
+
+/// Deepest nesting of arrays and objects accepted; a deeper line is malformed. Bounds the
+/// container stack (one small frame per level).
+pub const MAX_DEPTH: usize = 512;
+
+/// Most `rate_limits` windows kept per line (Codex writes two or three).
+const MAX_WINDOWS: usize = 8;
+
+/// Longest object key compared against the known names (the longest is 18 bytes); longer keys
+/// never match, and only their hash is kept.
+const KEY_CAP: usize = 32;
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The captured string fields, each with one reusable buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Field {
+    Type,
+    Timestamp,
+    PayloadType,
+    CallId,
+    Name,
+    TurnId,
+    LastAgentMessage,
+    CodexErrorInfo,
+    Id,
+    SessionId,
+    ParentThreadId,
+    SpawnParentThreadId,
+    ThreadSource,
+    AgentPath,
+    AgentNickname,
+    AgentRole,
+    Cwd,
+    CliVersion,
+    Originator,
+}
+
+const FIELD_COUNT: usize = Field::Originator as usize + 1;
+
+/// Every field read from inside `payload` (all but the envelope's `type` and `timestamp`).
+const FIRST_PAYLOAD_FIELD: usize = Field::PayloadType as usize;
+
+impl Field {
+    fn limit(self) -> usize {
+        match self {
+            Field::LastAgentMessage => MAX_MESSAGE_FIELD,
+            _ => MAX_SHORT_FIELD,
+        }
+    }
+}
+
+/// What a captured field held at its last occurrence (duplicate keys: the last one wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Seen {
+    #[default]
+    Absent,
+    /// Present, but not (or not yet) a complete string.
+    Other,
+    Str,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    seen: Seen,
+    /// The unescaped string, cut after `limit + 4` bytes so that `finish` can both tell a
+    /// value longer than the limit and cut it at a character boundary.
     buf: Vec<u8>,
+}
+
+impl Slot {
+    fn reset(&mut self) {
+        self.seen = Seen::Absent;
+        self.buf.clear();
+    }
+
+    fn push(&mut self, bytes: &[u8], limit: usize) {
+        let room = (limit + 4).saturating_sub(self.buf.len());
+        let take = bytes.len().min(room);
+        if take == 0 {
+            return;
+        }
+        let needed = self.buf.len() + take;
+        if needed > self.buf.capacity() {
+            // Grow geometrically but never past the bound, so `retained_bytes` stays small.
+            let target = needed.max((self.buf.capacity() * 2).min(limit + 4));
+            self.buf.reserve_exact(target - self.buf.len());
+        }
+        self.buf.extend_from_slice(&bytes[..take]);
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        (self.seen == Seen::Str).then_some(&self.buf[..])
+    }
+
+    /// The value as text, cut at `limit` on a character boundary.
+    fn text(&self, limit: usize) -> Option<String> {
+        let b = self.bytes()?;
+        let mut end = b.len().min(limit);
+        while end < b.len() && end > 0 && (b[end] & 0xC0) == 0x80 {
+            end -= 1;
+        }
+        // The line passed UTF-8 validation and escapes decode to whole characters, so this
+        // only fails on a bug; dropping the field is then the safe answer.
+        String::from_utf8(b[..end].to_vec()).ok()
+    }
+
+    /// The whole value as text, or `None` when it was longer than `limit` (a cut timestamp
+    /// could parse as a different instant).
+    fn whole_text(&self, limit: usize) -> Option<&str> {
+        let b = self.bytes()?;
+        if b.len() > limit {
+            return None;
+        }
+        std::str::from_utf8(b).ok()
+    }
+}
+
+/// What an open container is, as far as the watcher cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ctx {
+    Root,
+    Payload,
+    Error,
+    /// The object form of `error.codex_error_info`: its first key is the kind.
+    ErrorInfo,
+    RateLimits,
+    /// A `rate_limits` member object, with its index in `windows`.
+    Window(u8),
+    Source,
+    Subagent,
+    ThreadSpawn,
+    /// Anything else, including every array: skipped without looking at keys.
+    Opaque,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    ctx: Ctx,
+    array: bool,
+}
+
+/// What the value after the current key feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    None,
+    Field(Field),
+    Payload,
+    Error,
+    ErrorInfo,
+    RateLimits,
+    /// A `rate_limits` member, identified by the hash of its key (for last-wins duplicates).
+    Window(u64),
+    Source,
+    Subagent,
+    ThreadSpawn,
+    UsedPercent(u8),
+    ResetsAt(u8),
+}
+
+/// Where the bytes of the current string go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Capture {
+    None,
+    Key,
+    Field(Field),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Before the top-level value: whitespace or `{`.
+    Start,
+    /// After `:` or `,` in an array: a value.
+    Value,
+    /// After `[`: a value or `]`.
+    ValueOrEnd,
+    /// After `{`: a key or `}`.
+    KeyOrEnd,
+    /// After `,` in an object: a key.
+    Key,
+    Colon,
+    /// After a value: `,` or the closing bracket.
+    AfterValue,
+    Str,
+    Escape,
+    Hex,
+    /// After a high-surrogate `\u` escape, which must be followed by `\u` and a low one.
+    LowBackslash,
+    LowU,
+    Number,
+    Literal,
+    /// The top-level object is closed: only whitespace may follow.
+    Done,
+}
+
+struct KeyBuf {
+    bytes: [u8; KEY_CAP],
+    len: usize,
+    hash: u64,
+}
+
+impl KeyBuf {
+    fn clear(&mut self) {
+        self.len = 0;
+        self.hash = FNV_OFFSET;
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+            if self.len < KEY_CAP {
+                self.bytes[self.len] = b;
+            }
+            self.len += 1;
+        }
+    }
+
+    fn known(&self) -> &[u8] {
+        if self.len <= KEY_CAP {
+            &self.bytes[..self.len]
+        } else {
+            &[]
+        }
+    }
+}
+
+/// Incremental UTF-8 check; an incomplete trailing sequence is carried to the next chunk.
+#[derive(Default)]
+struct Utf8Check {
+    carry: [u8; 4],
+    len: usize,
+}
+
+impl Utf8Check {
+    fn feed(&mut self, mut s: &[u8]) -> bool {
+        if self.len > 0 {
+            let width = match self.carry[0] {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                _ => 4,
+            };
+            let take = (width - self.len).min(s.len());
+            self.carry[self.len..self.len + take].copy_from_slice(&s[..take]);
+            self.len += take;
+            s = &s[take..];
+            match std::str::from_utf8(&self.carry[..self.len]) {
+                Ok(_) => self.len = 0,
+                // Still a valid prefix: the chunk was too short to complete it.
+                Err(e) if e.error_len().is_none() => return true,
+                Err(_) => return false,
+            }
+        }
+        match std::str::from_utf8(s) {
+            Ok(_) => true,
+            Err(e) => match e.error_len() {
+                Some(_) => false,
+                None => {
+                    let tail = &s[e.valid_up_to()..];
+                    self.carry[..tail.len()].copy_from_slice(tail);
+                    self.len = tail.len();
+                    true
+                }
+            },
+        }
+    }
+}
+
+/// serde_json's powers of ten (each the correctly rounded `1e<i>`), for [`from_parts`].
+static POW10: LazyLock<[f64; 309]> = LazyLock::new(|| {
+    let mut t = [0.0; 309];
+    for (i, p) in t.iter_mut().enumerate() {
+        *p = format!("1e{i}").parse().unwrap_or(f64::INFINITY);
+    }
+    t
+});
+
+/// Builds a float from a significand and a decimal exponent the way serde_json does without
+/// its `float_roundtrip` feature (so values and the out-of-range rule match it exactly).
+fn from_parts(positive: bool, significand: u64, mut exponent: i32) -> Option<f64> {
+    let mut f = significand as f64;
+    loop {
+        match POW10.get(exponent.unsigned_abs() as usize) {
+            Some(&pow) => {
+                if exponent >= 0 {
+                    f *= pow;
+                    if f.is_infinite() {
+                        return None;
+                    }
+                } else {
+                    f /= pow;
+                }
+                break;
+            }
+            None => {
+                if f == 0.0 {
+                    break;
+                }
+                if exponent >= 0 {
+                    return None;
+                }
+                f /= 1e308;
+                exponent += 308;
+            }
+        }
+    }
+    Some(if positive { f } else { -f })
+}
+
+fn overflows_u64(acc: u64, digit: u64) -> bool {
+    acc >= u64::MAX / 10 && (acc > u64::MAX / 10 || digit > u64::MAX % 10)
+}
+
+fn overflows_i32(acc: i32, digit: i32) -> bool {
+    acc >= i32::MAX / 10 && (acc > i32::MAX / 10 || digit > i32::MAX % 10)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NumPhase {
+    /// After `-`.
+    Minus,
+    /// A leading `0` (no digit may follow).
+    Zero,
+    Int,
+    /// Integer digits past `u64`: they only scale the exponent.
+    LongInt,
+    Frac,
+    /// Fraction digits past `u64`: ignored.
+    FracOverflow,
+    /// After `e`.
+    ExpStart,
+    /// After `e+` / `e-`.
+    ExpSign,
+    ExpDigits,
+    /// Exponent past `i32` with a zero result (a non-zero one is out of range).
+    ExpOverflow,
+}
+
+/// A number being scanned, with serde_json's bounded state (significand, exponent).
+#[derive(Clone, Copy, Debug)]
+struct NumberScan {
+    phase: NumPhase,
+    positive: bool,
+    significand: u64,
+    /// Decimal exponent accumulated before the fraction or `e` (long integers, fractions).
+    exponent: i32,
+    /// Fraction digits taken into the significand (as a negative exponent).
+    frac: i32,
+    exp_positive: bool,
+    exp: i32,
+}
+
+enum NumStep {
+    More,
+    /// The byte does not belong to the number (it is not consumed).
+    End,
+    Fail,
+}
+
+impl NumberScan {
+    fn start(b: u8) -> NumberScan {
+        let mut n = NumberScan {
+            phase: NumPhase::Minus,
+            positive: b != b'-',
+            significand: 0,
+            exponent: 0,
+            frac: 0,
+            exp_positive: true,
+            exp: 0,
+        };
+        if b != b'-' {
+            n.first_digit(b);
+        }
+        n
+    }
+
+    fn first_digit(&mut self, b: u8) {
+        if b == b'0' {
+            self.phase = NumPhase::Zero;
+        } else {
+            self.phase = NumPhase::Int;
+            self.significand = u64::from(b - b'0');
+        }
+    }
+
+    fn push(&mut self, b: u8) -> NumStep {
+        let digit = b.is_ascii_digit();
+        let d = b.wrapping_sub(b'0');
+        match self.phase {
+            NumPhase::Minus => {
+                if !digit {
+                    return NumStep::Fail;
+                }
+                self.first_digit(b);
+            }
+            NumPhase::Zero | NumPhase::Int | NumPhase::LongInt => {
+                if digit {
+                    match self.phase {
+                        NumPhase::Zero => return NumStep::Fail,
+                        NumPhase::Int if overflows_u64(self.significand, u64::from(d)) => {
+                            self.phase = NumPhase::LongInt;
+                            self.exponent = 1;
+                        }
+                        NumPhase::Int => self.significand = self.significand * 10 + u64::from(d),
+                        _ => self.exponent = self.exponent.saturating_add(1),
+                    }
+                } else if b == b'.' {
+                    self.phase = NumPhase::Frac;
+                } else if b == b'e' || b == b'E' {
+                    self.phase = NumPhase::ExpStart;
+                } else {
+                    return NumStep::End;
+                }
+            }
+            NumPhase::Frac => {
+                if digit {
+                    if overflows_u64(self.significand, u64::from(d)) {
+                        self.exponent = self.exponent.saturating_add(self.frac);
+                        self.frac = 0;
+                        self.phase = NumPhase::FracOverflow;
+                    } else {
+                        self.significand = self.significand * 10 + u64::from(d);
+                        self.frac -= 1;
+                    }
+                } else if self.frac == 0 {
+                    // `1.` and `1.e5`: a fraction needs a digit.
+                    return NumStep::Fail;
+                } else if b == b'e' || b == b'E' {
+                    self.exponent = self.exponent.saturating_add(self.frac);
+                    self.frac = 0;
+                    self.phase = NumPhase::ExpStart;
+                } else {
+                    return NumStep::End;
+                }
+            }
+            NumPhase::FracOverflow => {
+                if b == b'e' || b == b'E' {
+                    self.phase = NumPhase::ExpStart;
+                } else if !digit {
+                    return NumStep::End;
+                }
+            }
+            NumPhase::ExpStart | NumPhase::ExpSign => {
+                if digit {
+                    self.exp = i32::from(d);
+                    self.phase = NumPhase::ExpDigits;
+                } else if self.phase == NumPhase::ExpStart && (b == b'+' || b == b'-') {
+                    self.exp_positive = b == b'+';
+                    self.phase = NumPhase::ExpSign;
+                } else {
+                    return NumStep::Fail;
+                }
+            }
+            NumPhase::ExpDigits => {
+                if !digit {
+                    return NumStep::End;
+                }
+                if overflows_i32(self.exp, i32::from(d)) {
+                    if self.significand != 0 && self.exp_positive {
+                        return NumStep::Fail;
+                    }
+                    self.phase = NumPhase::ExpOverflow;
+                } else {
+                    self.exp = self.exp * 10 + i32::from(d);
+                }
+            }
+            NumPhase::ExpOverflow => {
+                if !digit {
+                    return NumStep::End;
+                }
+            }
+        }
+        NumStep::More
+    }
+
+    /// The value serde_json's `as_f64` gives, or `None` when it rejects the number.
+    fn value(&self) -> Option<f64> {
+        let sign = |f: f64| if self.positive { f } else { -f };
+        match self.phase {
+            NumPhase::Minus | NumPhase::ExpStart | NumPhase::ExpSign => None,
+            NumPhase::Zero | NumPhase::Int => Some(sign(self.significand as f64)),
+            NumPhase::Frac if self.frac == 0 => None,
+            NumPhase::LongInt | NumPhase::FracOverflow => {
+                from_parts(self.positive, self.significand, self.exponent)
+            }
+            NumPhase::Frac => from_parts(
+                self.positive,
+                self.significand,
+                self.exponent.saturating_add(self.frac),
+            ),
+            NumPhase::ExpDigits => {
+                let e = if self.exp_positive {
+                    self.exponent.saturating_add(self.exp)
+                } else {
+                    self.exponent.saturating_sub(self.exp)
+                };
+                from_parts(self.positive, self.significand, e)
+            }
+            NumPhase::ExpOverflow => Some(sign(0.0)),
+        }
+    }
+}
+
+/// The line is not a JSON object; the rest of it is skipped.
+struct Malformed;
+
+/// Push-based classifier: feed a line's bytes in any number of chunks, then [`finish`].
+///
+/// [`finish`]: Classifier::finish
+pub struct Classifier {
+    failed: bool,
+    /// Past the optional BOM (at least one byte of the JSON text was seen).
+    past_start: bool,
+    bom_len: usize,
+    utf8: Utf8Check,
+    state: State,
+    stack: Vec<Frame>,
+    in_key: bool,
+    capture: Capture,
+    key: KeyBuf,
+    /// The target of the value after the current key.
+    pending: Target,
+    num: NumberScan,
+    num_target: Target,
+    literal: &'static [u8],
+    literal_pos: usize,
+    hex: u32,
+    hex_left: u8,
+    /// A high surrogate waiting for its low half (0 when none).
+    high: u32,
+    slots: [Slot; FIELD_COUNT],
+    /// The last `payload` is an object (`meta` is only given then).
+    payload_object: bool,
+    has_subagent: bool,
+    windows: [(u64, RateWindow); MAX_WINDOWS],
+    window_count: usize,
+}
+
+impl Default for Classifier {
+    fn default() -> Classifier {
+        Classifier::new()
+    }
 }
 
 impl Classifier {
     pub fn new() -> Classifier {
-        Classifier::default()
+        Classifier {
+            failed: false,
+            past_start: false,
+            bom_len: 0,
+            utf8: Utf8Check::default(),
+            state: State::Start,
+            stack: Vec::new(),
+            in_key: false,
+            capture: Capture::None,
+            key: KeyBuf {
+                bytes: [0; KEY_CAP],
+                len: 0,
+                hash: FNV_OFFSET,
+            },
+            pending: Target::None,
+            num: NumberScan::start(b'0'),
+            num_target: Target::None,
+            literal: b"",
+            literal_pos: 0,
+            hex: 0,
+            hex_left: 0,
+            high: 0,
+            slots: Default::default(),
+            payload_object: false,
+            has_subagent: false,
+            windows: [(0, RateWindow::default()); MAX_WINDOWS],
+            window_count: 0,
+        }
+    }
+
+    /// Heap bytes currently held (for tests of the memory bound).
+    #[doc(hidden)]
+    pub fn retained_bytes(&self) -> usize {
+        self.stack.capacity() * std::mem::size_of::<Frame>()
+            + self.slots.iter().map(|s| s.buf.capacity()).sum::<usize>()
     }
 
     /// Feeds the next bytes of the current line (never including its `\n`).
-    pub fn feed(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+    pub fn feed(&mut self, mut chunk: &[u8]) {
+        if self.failed {
+            return;
+        }
+        if !self.past_start {
+            while let Some(&b) = chunk.first() {
+                if self.bom_len == 0 && b != BOM[0] {
+                    self.past_start = true;
+                    break;
+                }
+                if b != BOM[self.bom_len] {
+                    self.failed = true;
+                    return;
+                }
+                self.bom_len += 1;
+                chunk = &chunk[1..];
+                if self.bom_len == BOM.len() {
+                    self.past_start = true;
+                    break;
+                }
+            }
+        }
+        if chunk.is_empty() {
+            return;
+        }
+        if !self.utf8.feed(chunk) || self.scan(chunk).is_err() {
+            self.failed = true;
+        }
     }
 
     /// Classifies the line fed so far and resets for the next line.
     pub fn finish(&mut self) -> LineInfo {
-        let buf = std::mem::take(&mut self.buf);
-        let mut b: &[u8] = &buf;
-        if b.starts_with(b"\xEF\xBB\xBF") {
-            b = &b[3..];
-        }
-        let v: serde_json::Value = match serde_json::from_slice(b) {
-            Ok(v) => v,
-            Err(_) => return LineInfo::malformed(),
+        let valid = !self.failed && self.state == State::Done && self.utf8.len == 0;
+        let info = if valid {
+            self.resolve()
+        } else {
+            LineInfo::malformed()
         };
-        let Some(obj) = v.as_object() else {
-            return LineInfo::malformed();
-        };
-        let s = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
-        let mut info = LineInfo {
-            kind: match obj.get("type").and_then(|t| t.as_str()) {
-                Some("session_meta") => Kind::SessionMeta,
-                Some("response_item") => Kind::ResponseItem,
-                Some("event_msg") => Kind::EventMsg,
-                Some("turn_context") => Kind::TurnContext,
-                Some("compacted") => Kind::Compacted,
-                _ => Kind::Other,
-            },
-            timestamp: obj
-                .get("timestamp")
-                .and_then(|t| t.as_str())
-                .and_then(Ts::parse_rfc3339),
-            ..LineInfo::default()
-        };
-        let Some(p) = obj.get("payload").and_then(|p| p.as_object()) else {
-            return info;
-        };
-        info.payload_type_raw = s(p.get("type"));
-        info.payload_type = match info.payload_type_raw.as_deref() {
-            Some("task_started" | "turn_started") => PayloadType::TaskStarted,
-            Some("task_complete" | "turn_complete") => PayloadType::TaskComplete,
-            Some("turn_aborted") => PayloadType::TurnAborted,
-            Some("token_count") => PayloadType::TokenCount,
-            Some("function_call") => PayloadType::FunctionCall,
-            Some("custom_tool_call") => PayloadType::CustomToolCall,
-            Some("local_shell_call") => PayloadType::LocalShellCall,
-            Some("tool_search_call") => PayloadType::ToolSearchCall,
-            Some("function_call_output") => PayloadType::FunctionCallOutput,
-            Some("custom_tool_call_output") => PayloadType::CustomToolCallOutput,
-            Some("tool_search_output") => PayloadType::ToolSearchOutput,
-            _ => PayloadType::Other,
-        };
-        info.call_id = s(p.get("call_id"));
-        info.name = s(p.get("name"));
-        info.turn_id = s(p.get("turn_id"));
-        info.last_agent_message = match p.get("last_agent_message") {
-            None => None,
-            Some(serde_json::Value::String(m)) => Some(m.clone()),
-            Some(_) => Some(String::new()),
-        };
-        info.codex_error_info = p
-            .get("error")
-            .and_then(|e| e.get("codex_error_info"))
-            .and_then(|c| match c {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Object(o) => o.keys().next().cloned(),
-                _ => None,
-            });
-        if let Some(rl) = p.get("rate_limits").and_then(|r| r.as_object()) {
-            for w in rl.values().filter_map(|w| w.as_object()).take(8) {
-                info.rate_limits.push(RateWindow {
-                    used_percent: w.get("used_percent").and_then(|n| n.as_f64()),
-                    resets_at: w.get("resets_at").and_then(|n| n.as_f64()),
-                });
-            }
-        }
-        if info.kind == Kind::SessionMeta {
-            let sub = p.get("source").and_then(|s| s.get("subagent"));
-            info.meta = Some(Box::new(SessionMetaInfo {
-                id: s(p.get("id")),
-                session_id: s(p.get("session_id")),
-                parent_thread_id: s(p.get("parent_thread_id")),
-                spawn_parent_thread_id: s(sub
-                    .and_then(|s| s.get("thread_spawn"))
-                    .and_then(|t| t.get("parent_thread_id"))),
-                thread_source: s(p.get("thread_source")),
-                has_subagent_source: sub.is_some(),
-                agent_path: s(p.get("agent_path")),
-                agent_nickname: s(p.get("agent_nickname")),
-                agent_role: s(p.get("agent_role")),
-                cwd: s(p.get("cwd")),
-                cli_version: s(p.get("cli_version")),
-                originator: s(p.get("originator")),
-            }));
-        }
+        self.reset();
         info
     }
+
+    fn reset(&mut self) {
+        self.failed = false;
+        self.past_start = false;
+        self.bom_len = 0;
+        self.utf8 = Utf8Check::default();
+        self.state = State::Start;
+        self.stack.clear();
+        self.capture = Capture::None;
+        self.pending = Target::None;
+        self.num_target = Target::None;
+        self.high = 0;
+        for s in &mut self.slots {
+            s.reset();
+        }
+        self.payload_object = false;
+        self.has_subagent = false;
+        self.window_count = 0;
+    }
+
+    fn slot(&self, f: Field) -> &Slot {
+        &self.slots[f as usize]
+    }
+
+    fn resolve(&self) -> LineInfo {
+        let text = |f: Field| self.slot(f).text(f.limit());
+        let kind = match self.slot(Field::Type).bytes() {
+            Some(b"session_meta") => Kind::SessionMeta,
+            Some(b"response_item") => Kind::ResponseItem,
+            Some(b"event_msg") => Kind::EventMsg,
+            Some(b"turn_context") => Kind::TurnContext,
+            Some(b"compacted") => Kind::Compacted,
+            _ => Kind::Other,
+        };
+        let payload_type = match self.slot(Field::PayloadType).bytes() {
+            Some(b"task_started" | b"turn_started") => PayloadType::TaskStarted,
+            Some(b"task_complete" | b"turn_complete") => PayloadType::TaskComplete,
+            Some(b"turn_aborted") => PayloadType::TurnAborted,
+            Some(b"token_count") => PayloadType::TokenCount,
+            Some(b"function_call") => PayloadType::FunctionCall,
+            Some(b"custom_tool_call") => PayloadType::CustomToolCall,
+            Some(b"local_shell_call") => PayloadType::LocalShellCall,
+            Some(b"tool_search_call") => PayloadType::ToolSearchCall,
+            Some(b"function_call_output") => PayloadType::FunctionCallOutput,
+            Some(b"custom_tool_call_output") => PayloadType::CustomToolCallOutput,
+            Some(b"tool_search_output") => PayloadType::ToolSearchOutput,
+            _ => PayloadType::Other,
+        };
+        let lam = self.slot(Field::LastAgentMessage);
+        let meta = (kind == Kind::SessionMeta && self.payload_object).then(|| {
+            Box::new(SessionMetaInfo {
+                id: text(Field::Id),
+                session_id: text(Field::SessionId),
+                parent_thread_id: text(Field::ParentThreadId),
+                spawn_parent_thread_id: text(Field::SpawnParentThreadId),
+                thread_source: text(Field::ThreadSource),
+                has_subagent_source: self.has_subagent,
+                agent_path: text(Field::AgentPath),
+                agent_nickname: text(Field::AgentNickname),
+                agent_role: text(Field::AgentRole),
+                cwd: text(Field::Cwd),
+                cli_version: text(Field::CliVersion),
+                originator: text(Field::Originator),
+            })
+        });
+        LineInfo {
+            malformed: false,
+            kind,
+            payload_type,
+            payload_type_raw: text(Field::PayloadType),
+            timestamp: self
+                .slot(Field::Timestamp)
+                .whole_text(MAX_SHORT_FIELD)
+                .and_then(Ts::parse_rfc3339),
+            call_id: text(Field::CallId),
+            name: text(Field::Name),
+            turn_id: text(Field::TurnId),
+            last_agent_message: match lam.seen {
+                Seen::Absent => None,
+                Seen::Other => Some(String::new()),
+                Seen::Str => lam.text(MAX_MESSAGE_FIELD),
+            },
+            codex_error_info: text(Field::CodexErrorInfo),
+            rate_limits: self.windows[..self.window_count]
+                .iter()
+                .map(|(_, w)| *w)
+                .collect(),
+            meta,
+        }
+    }
+
+    fn scan(&mut self, s: &[u8]) -> Result<(), Malformed> {
+        let mut i = 0;
+        while i < s.len() {
+            if self.state == State::Str {
+                i = self.scan_string(s, i)?;
+            } else if self.step(s[i])? {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scans string content from `s[i]` to the closing quote or the end of the chunk. Plain
+    /// runs and the common two-byte escapes (tool output is full of `\n` and `\"`) stay in
+    /// this loop; `\u` escapes and escapes cut by the chunk end go through `step`.
+    fn scan_string(&mut self, s: &[u8], mut i: usize) -> Result<usize, Malformed> {
+        loop {
+            let n = plain_run(&s[i..]);
+            if self.capture != Capture::None {
+                self.emit(&s[i..i + n]);
+            }
+            i += n;
+            let Some(&b) = s.get(i) else {
+                return Ok(i);
+            };
+            match b {
+                b'"' => {
+                    self.end_string();
+                    return Ok(i + 1);
+                }
+                b'\\' => match s.get(i + 1).copied().and_then(short_escape) {
+                    Some(decoded) => {
+                        if self.capture != Capture::None {
+                            self.emit(&[decoded]);
+                        }
+                        i += 2;
+                    }
+                    None => {
+                        self.state = State::Escape;
+                        return Ok(i + 1);
+                    }
+                },
+                // A raw control character inside a string.
+                _ => return Err(Malformed),
+            }
+        }
+    }
+
+    /// One byte outside the plain part of a string; `Ok(false)` when the byte ended a number
+    /// and must be looked at again.
+    fn step(&mut self, b: u8) -> Result<bool, Malformed> {
+        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+        match self.state {
+            State::Start => {
+                if b == b'{' {
+                    self.push(Ctx::Root, false)?;
+                    self.state = State::KeyOrEnd;
+                } else if !ws {
+                    // Valid JSON that is not an object is malformed too.
+                    return Err(Malformed);
+                }
+            }
+            State::Value => {
+                if !ws {
+                    self.begin_value(b)?;
+                }
+            }
+            State::ValueOrEnd => {
+                if b == b']' {
+                    self.close(true)?;
+                } else if !ws {
+                    self.pending = Target::None;
+                    self.begin_value(b)?;
+                }
+            }
+            State::KeyOrEnd | State::Key => {
+                if b == b'"' {
+                    self.begin_key();
+                } else if b == b'}' && self.state == State::KeyOrEnd {
+                    self.close(false)?;
+                } else if !ws {
+                    return Err(Malformed);
+                }
+            }
+            State::Colon => {
+                if b == b':' {
+                    self.state = State::Value;
+                } else if !ws {
+                    return Err(Malformed);
+                }
+            }
+            State::AfterValue => {
+                let array = self.stack.last().is_some_and(|f| f.array);
+                match b {
+                    b',' if array => {
+                        self.pending = Target::None;
+                        self.state = State::Value;
+                    }
+                    b',' => self.state = State::Key,
+                    b']' => self.close(true)?,
+                    b'}' => self.close(false)?,
+                    _ if ws => {}
+                    _ => return Err(Malformed),
+                }
+            }
+            // `scan` skips plain string bytes itself; this is the same rule one byte at a time.
+            State::Str => match b {
+                b'"' => self.end_string(),
+                b'\\' => self.state = State::Escape,
+                0x00..=0x1F => return Err(Malformed),
+                _ => self.emit(&[b]),
+            },
+            State::Escape => {
+                if b == b'u' {
+                    self.hex = 0;
+                    self.hex_left = 4;
+                    self.state = State::Hex;
+                } else {
+                    let decoded = short_escape(b).ok_or(Malformed)?;
+                    self.emit(&[decoded]);
+                    self.state = State::Str;
+                }
+            }
+            State::Hex => {
+                let d = (b as char).to_digit(16).ok_or(Malformed)?;
+                self.hex = self.hex * 16 + d;
+                self.hex_left -= 1;
+                if self.hex_left == 0 {
+                    self.end_unicode_escape()?;
+                }
+            }
+            State::LowBackslash => {
+                if b != b'\\' {
+                    return Err(Malformed);
+                }
+                self.state = State::LowU;
+            }
+            State::LowU => {
+                if b != b'u' {
+                    return Err(Malformed);
+                }
+                self.hex = 0;
+                self.hex_left = 4;
+                self.state = State::Hex;
+            }
+            State::Number => match self.num.push(b) {
+                NumStep::More => {}
+                NumStep::Fail => return Err(Malformed),
+                NumStep::End => {
+                    self.end_number()?;
+                    return Ok(false);
+                }
+            },
+            State::Literal => {
+                if self.literal.get(self.literal_pos) != Some(&b) {
+                    return Err(Malformed);
+                }
+                self.literal_pos += 1;
+                if self.literal_pos == self.literal.len() {
+                    self.state = State::AfterValue;
+                }
+            }
+            State::Done => {
+                if !ws {
+                    return Err(Malformed);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn end_unicode_escape(&mut self) -> Result<(), Malformed> {
+        let n = self.hex;
+        let code = if self.high == 0 {
+            match n {
+                // A low surrogate with no high one before it.
+                0xDC00..=0xDFFF => return Err(Malformed),
+                0xD800..=0xDBFF => {
+                    self.high = n;
+                    self.state = State::LowBackslash;
+                    return Ok(());
+                }
+                _ => n,
+            }
+        } else {
+            if !(0xDC00..=0xDFFF).contains(&n) {
+                return Err(Malformed);
+            }
+            let c = 0x10000 + ((self.high - 0xD800) << 10) + (n - 0xDC00);
+            self.high = 0;
+            c
+        };
+        let ch = char::from_u32(code).ok_or(Malformed)?;
+        let mut utf8 = [0; 4];
+        self.emit(ch.encode_utf8(&mut utf8).as_bytes());
+        self.state = State::Str;
+        Ok(())
+    }
+
+    fn emit(&mut self, bytes: &[u8]) {
+        match self.capture {
+            Capture::None => {}
+            Capture::Key => self.key.push(bytes),
+            Capture::Field(f) => self.slots[f as usize].push(bytes, f.limit()),
+        }
+    }
+
+    fn push(&mut self, ctx: Ctx, array: bool) -> Result<(), Malformed> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(Malformed);
+        }
+        self.stack.push(Frame { ctx, array });
+        Ok(())
+    }
+
+    fn close(&mut self, array: bool) -> Result<(), Malformed> {
+        match self.stack.pop() {
+            Some(f) if f.array == array => {}
+            _ => return Err(Malformed),
+        }
+        self.state = if self.stack.is_empty() {
+            State::Done
+        } else {
+            State::AfterValue
+        };
+        Ok(())
+    }
+
+    fn top(&self) -> Ctx {
+        self.stack.last().map_or(Ctx::Opaque, |f| f.ctx)
+    }
+
+    fn begin_key(&mut self) {
+        self.in_key = true;
+        self.state = State::Str;
+        self.capture = match self.top() {
+            Ctx::Opaque => Capture::None,
+            // Only the first key of the object form names the error kind.
+            Ctx::ErrorInfo if self.slot(Field::CodexErrorInfo).seen == Seen::Other => {
+                Capture::Field(Field::CodexErrorInfo)
+            }
+            Ctx::ErrorInfo => Capture::None,
+            _ => {
+                self.key.clear();
+                Capture::Key
+            }
+        };
+    }
+
+    fn end_string(&mut self) {
+        let capture = std::mem::replace(&mut self.capture, Capture::None);
+        if self.in_key {
+            self.in_key = false;
+            self.state = State::Colon;
+            self.pending = match capture {
+                Capture::Key => self.key_target(),
+                Capture::Field(f) => {
+                    self.slots[f as usize].seen = Seen::Str;
+                    Target::None
+                }
+                Capture::None => Target::None,
+            };
+        } else {
+            if let Capture::Field(f) = capture {
+                self.slots[f as usize].seen = Seen::Str;
+            }
+            self.state = State::AfterValue;
+        }
+    }
+
+    /// Maps the key just read to what its value feeds, and forgets what an earlier
+    /// occurrence of the same key captured (duplicate keys: the last one wins, as in serde_json).
+    fn key_target(&mut self) -> Target {
+        let key = self.key.known();
+        let target = match self.top() {
+            Ctx::Root => match key {
+                b"type" => Target::Field(Field::Type),
+                b"timestamp" => Target::Field(Field::Timestamp),
+                b"payload" => Target::Payload,
+                _ => Target::None,
+            },
+            Ctx::Payload => match key {
+                b"type" => Target::Field(Field::PayloadType),
+                b"call_id" => Target::Field(Field::CallId),
+                b"name" => Target::Field(Field::Name),
+                b"turn_id" => Target::Field(Field::TurnId),
+                b"last_agent_message" => Target::Field(Field::LastAgentMessage),
+                b"error" => Target::Error,
+                b"rate_limits" => Target::RateLimits,
+                b"id" => Target::Field(Field::Id),
+                b"session_id" => Target::Field(Field::SessionId),
+                b"parent_thread_id" => Target::Field(Field::ParentThreadId),
+                b"thread_source" => Target::Field(Field::ThreadSource),
+                b"agent_path" => Target::Field(Field::AgentPath),
+                b"agent_nickname" => Target::Field(Field::AgentNickname),
+                b"agent_role" => Target::Field(Field::AgentRole),
+                b"cwd" => Target::Field(Field::Cwd),
+                b"cli_version" => Target::Field(Field::CliVersion),
+                b"originator" => Target::Field(Field::Originator),
+                b"source" => Target::Source,
+                _ => Target::None,
+            },
+            Ctx::Error => match key {
+                b"codex_error_info" => Target::ErrorInfo,
+                _ => Target::None,
+            },
+            Ctx::RateLimits => Target::Window(self.key.hash),
+            Ctx::Window(i) => match key {
+                b"used_percent" => Target::UsedPercent(i),
+                b"resets_at" => Target::ResetsAt(i),
+                _ => Target::None,
+            },
+            Ctx::Source => match key {
+                b"subagent" => Target::Subagent,
+                _ => Target::None,
+            },
+            Ctx::Subagent => match key {
+                b"thread_spawn" => Target::ThreadSpawn,
+                _ => Target::None,
+            },
+            Ctx::ThreadSpawn => match key {
+                b"parent_thread_id" => Target::Field(Field::SpawnParentThreadId),
+                _ => Target::None,
+            },
+            Ctx::ErrorInfo | Ctx::Opaque => Target::None,
+        };
+        match target {
+            Target::Field(f) => self.slots[f as usize].reset(),
+            Target::Payload => {
+                for s in &mut self.slots[FIRST_PAYLOAD_FIELD..] {
+                    s.reset();
+                }
+                self.window_count = 0;
+                self.payload_object = false;
+                self.has_subagent = false;
+            }
+            Target::Error | Target::ErrorInfo => self.slots[Field::CodexErrorInfo as usize].reset(),
+            Target::RateLimits => self.window_count = 0,
+            Target::Source => {
+                self.has_subagent = false;
+                self.slots[Field::SpawnParentThreadId as usize].reset();
+            }
+            // `source.subagent` counts whatever its value, even `null`.
+            Target::Subagent => {
+                self.has_subagent = true;
+                self.slots[Field::SpawnParentThreadId as usize].reset();
+            }
+            Target::ThreadSpawn => self.slots[Field::SpawnParentThreadId as usize].reset(),
+            Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = None,
+            Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = None,
+            Target::None | Target::Window(_) => {}
+        }
+        target
+    }
+
+    fn begin_value(&mut self, b: u8) -> Result<(), Malformed> {
+        let target = std::mem::replace(&mut self.pending, Target::None);
+        match target {
+            Target::Field(f) => self.slots[f as usize].seen = Seen::Other,
+            Target::ErrorInfo => self.slots[Field::CodexErrorInfo as usize].seen = Seen::Other,
+            _ => {}
+        }
+        if b != b'{'
+            && let Target::Window(hash) = target
+        {
+            self.remove_window(hash);
+        }
+        match b {
+            b'"' => {
+                self.in_key = false;
+                self.state = State::Str;
+                self.capture = match target {
+                    Target::Field(f) => Capture::Field(f),
+                    Target::ErrorInfo => Capture::Field(Field::CodexErrorInfo),
+                    _ => Capture::None,
+                };
+            }
+            b'{' => {
+                let ctx = match target {
+                    Target::Payload => {
+                        self.payload_object = true;
+                        Ctx::Payload
+                    }
+                    Target::Error => Ctx::Error,
+                    Target::ErrorInfo => Ctx::ErrorInfo,
+                    Target::RateLimits => Ctx::RateLimits,
+                    Target::Window(hash) => self.open_window(hash),
+                    Target::Source => Ctx::Source,
+                    Target::Subagent => Ctx::Subagent,
+                    Target::ThreadSpawn => Ctx::ThreadSpawn,
+                    _ => Ctx::Opaque,
+                };
+                self.push(ctx, false)?;
+                self.state = State::KeyOrEnd;
+            }
+            b'[' => {
+                self.push(Ctx::Opaque, true)?;
+                self.state = State::ValueOrEnd;
+            }
+            b'-' | b'0'..=b'9' => {
+                self.num = NumberScan::start(b);
+                self.num_target = target;
+                self.state = State::Number;
+            }
+            b't' | b'f' | b'n' => {
+                self.literal = match b {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    _ => b"null",
+                };
+                self.literal_pos = 1;
+                self.state = State::Literal;
+            }
+            _ => return Err(Malformed),
+        }
+        Ok(())
+    }
+
+    fn end_number(&mut self) -> Result<(), Malformed> {
+        let v = self.num.value().ok_or(Malformed)?;
+        match std::mem::replace(&mut self.num_target, Target::None) {
+            Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = Some(v),
+            Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = Some(v),
+            _ => {}
+        }
+        self.state = State::AfterValue;
+        Ok(())
+    }
+
+    /// The window for a `rate_limits` member object: a repeated key replaces its earlier
+    /// window in place (document order of first appearance, like an insertion-ordered map).
+    fn open_window(&mut self, hash: u64) -> Ctx {
+        let n = self.window_count;
+        let i = match self.windows[..n].iter().position(|(h, _)| *h == hash) {
+            Some(i) => i,
+            None if n < MAX_WINDOWS => {
+                self.window_count += 1;
+                n
+            }
+            None => return Ctx::Opaque,
+        };
+        self.windows[i] = (hash, RateWindow::default());
+        // MAX_WINDOWS fits in a u8.
+        Ctx::Window(i as u8)
+    }
+
+    fn remove_window(&mut self, hash: u64) {
+        let n = self.window_count;
+        if let Some(i) = self.windows[..n].iter().position(|(h, _)| *h == hash) {
+            self.windows.copy_within(i + 1..n, i);
+            self.window_count -= 1;
+        }
+    }
+}
+
+/// The byte a two-character escape `\<b>` stands for (`None` for `u` and invalid escapes).
+fn short_escape(b: u8) -> Option<u8> {
+    Some(match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 0x08,
+        b'f' => 0x0C,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        _ => return None,
+    })
+}
+
+fn is_special(b: u8) -> bool {
+    (b == b'"') | (b == b'\\') | (b < 0x20)
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `w` (little-endian) that is `"`, `\` or a control byte. Bytes
+/// after the first flagged one may be flagged wrongly (borrows), the first one never is.
+#[inline(always)]
+fn special_bits(w: u64) -> u64 {
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    (zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | control) & HIGHS
+}
+
+/// Index of the first special byte in `s`, a word at a time (the exact spot once a block
+/// is known to hold one).
+#[inline(always)]
+fn first_special(s: &[u8]) -> usize {
+    let (words, rest) = s.as_chunks::<8>();
+    for (k, w) in words.iter().enumerate() {
+        let bits = special_bits(u64::from_le_bytes(*w));
+        if bits != 0 {
+            return k * 8 + (bits.trailing_zeros() / 8) as usize;
+        }
+    }
+    words.len() * 8
+        + rest
+            .iter()
+            .position(|&b| is_special(b))
+            .unwrap_or(rest.len())
+}
+
+const BLOCK: usize = 32;
+
+/// Length of the run of plain string bytes (not `"`, `\` or a control byte) at the start of
+/// `s`: this is what keeps multi-MB tool outputs cheap. Escapes are dense in tool output (one
+/// every few dozen bytes), so the first 16 bytes are checked a word at a time; long runs
+/// (base64, plain text) then go a block at a time with a branch-free test that LLVM
+/// vectorises.
+#[inline]
+fn plain_run(s: &[u8]) -> usize {
+    let head = s.len().min(16);
+    let n = first_special(&s[..head]);
+    if n < head || head == s.len() {
+        return n;
+    }
+    let mut done = head;
+    let (blocks, _) = s[head..].as_chunks::<BLOCK>();
+    for block in blocks {
+        if block.iter().fold(false, |acc, &b| acc | is_special(b)) {
+            return done + first_special(block);
+        }
+        done += BLOCK;
+    }
+    done + first_special(&s[done..])
 }
 
 /// Classifies one whole line.
@@ -119,4 +1282,514 @@ pub fn classify(line: &[u8]) -> LineInfo {
     let mut c = Classifier::new();
     c.feed(line);
     c.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(line: &str) -> LineInfo {
+        let info = classify(line.as_bytes());
+        assert!(!info.malformed, "unexpectedly malformed: {line}");
+        info
+    }
+
+    fn bad(line: &[u8]) {
+        let json = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        let serde_ok =
+            serde_json::from_slice::<serde_json::Value>(json).is_ok_and(|v| v.is_object());
+        assert!(
+            !serde_ok,
+            "serde_json accepts {:?}",
+            String::from_utf8_lossy(line)
+        );
+        assert_eq!(
+            classify(line),
+            LineInfo::malformed(),
+            "should be malformed: {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+
+    #[test]
+    fn envelope_kinds_and_timestamp() {
+        for (t, k) in [
+            ("session_meta", Kind::SessionMeta),
+            ("response_item", Kind::ResponseItem),
+            ("event_msg", Kind::EventMsg),
+            ("turn_context", Kind::TurnContext),
+            ("compacted", Kind::Compacted),
+            ("world_state", Kind::Other),
+        ] {
+            let info = ok(&format!(
+                r#"{{"timestamp":"2026-07-28T16:14:05.115Z","type":"{t}","payload":{{}}}}"#
+            ));
+            assert_eq!(info.kind, k);
+            assert_eq!(
+                info.timestamp,
+                Ts::parse_rfc3339("2026-07-28T16:14:05.115Z"),
+                "{t}"
+            );
+        }
+        let info = ok(r#"{"timestamp":"yesterday","type":5}"#);
+        assert_eq!((info.kind, info.timestamp), (Kind::Other, None));
+        assert_eq!(ok("{}"), LineInfo::default());
+    }
+
+    #[test]
+    fn payload_types_and_aliases() {
+        for (t, p) in [
+            ("task_started", PayloadType::TaskStarted),
+            ("turn_started", PayloadType::TaskStarted),
+            ("task_complete", PayloadType::TaskComplete),
+            ("turn_complete", PayloadType::TaskComplete),
+            ("turn_aborted", PayloadType::TurnAborted),
+            ("token_count", PayloadType::TokenCount),
+            ("function_call", PayloadType::FunctionCall),
+            ("custom_tool_call", PayloadType::CustomToolCall),
+            ("local_shell_call", PayloadType::LocalShellCall),
+            ("tool_search_call", PayloadType::ToolSearchCall),
+            ("function_call_output", PayloadType::FunctionCallOutput),
+            ("custom_tool_call_output", PayloadType::CustomToolCallOutput),
+            ("tool_search_output", PayloadType::ToolSearchOutput),
+            ("agent_message", PayloadType::Other),
+        ] {
+            let info = ok(&format!(
+                r#"{{"type":"event_msg","payload":{{"type":"{t}"}}}}"#
+            ));
+            assert_eq!(info.payload_type, p, "{t}");
+            assert_eq!(info.payload_type_raw.as_deref(), Some(t));
+        }
+        // Escaped spelling is the same key and the same value once decoded.
+        let info = ok(r#"{"typ\u0065":"event_msg","payload":{"type":"task_\u0073tarted"}}"#);
+        assert_eq!(info.kind, Kind::EventMsg);
+        assert_eq!(info.payload_type, PayloadType::TaskStarted);
+        let info = ok(r#"{"type":"event_msg","payload":{"type":null}}"#);
+        assert_eq!(
+            (info.payload_type, info.payload_type_raw),
+            (PayloadType::Other, None)
+        );
+    }
+
+    #[test]
+    fn envelope_type_after_payload_still_counts() {
+        let info = ok(
+            r#"{"payload":{"turn_id":"t1","type":"task_complete","last_agent_message":"done"},"type":"event_msg","timestamp":"2026-07-28T16:14:05Z"}"#,
+        );
+        assert_eq!(info.kind, Kind::EventMsg);
+        assert_eq!(info.payload_type, PayloadType::TaskComplete);
+        assert_eq!(info.turn_id.as_deref(), Some("t1"));
+        assert_eq!(info.last_agent_message.as_deref(), Some("done"));
+        assert!(info.timestamp.is_some());
+    }
+
+    #[test]
+    fn call_fields() {
+        let info = ok(
+            r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{\"cmd\":[\"ls\"]}","call_id":"call_1"}}"#,
+        );
+        assert_eq!(info.payload_type, PayloadType::FunctionCall);
+        assert_eq!(info.name.as_deref(), Some("shell"));
+        assert_eq!(info.call_id.as_deref(), Some("call_1"));
+        let info = ok(r#"{"type":"response_item","payload":{"call_id":7,"name":["x"]}}"#);
+        assert_eq!((info.call_id, info.name), (None, None));
+    }
+
+    #[test]
+    fn call_id_after_huge_arguments_with_bounded_memory() {
+        let mut line = br#"{"timestamp":"2026-07-28T16:14:05.115Z","type":"response_item","payload":{"type":"function_call","name":"apply_patch","arguments":""#.to_vec();
+        let unit =
+            "line of patch text with \\\"quotes\\\", a tab\\t, \u{e9}t\u{e9} and \u{1F600}\\n";
+        while line.len() < 20 << 20 {
+            line.extend_from_slice(unit.as_bytes());
+        }
+        line.extend_from_slice(br#"","call_id":"call_big"}}"#);
+        let bound = 64 * 1024 + MAX_MESSAGE_FIELD;
+        let mut c = Classifier::new();
+        for chunk in line.chunks(64 * 1024) {
+            c.feed(chunk);
+            assert!(c.retained_bytes() < bound, "{}", c.retained_bytes());
+        }
+        let info = c.finish();
+        assert!(!info.malformed);
+        assert_eq!(info.call_id.as_deref(), Some("call_big"));
+        assert_eq!(info.name.as_deref(), Some("apply_patch"));
+        assert!(c.retained_bytes() < bound);
+    }
+
+    #[test]
+    fn last_agent_message_forms() {
+        let lam = |v: &str| {
+            ok(&format!(
+                r#"{{"type":"event_msg","payload":{{"type":"task_complete","last_agent_message":{v}}}}}"#
+            ))
+            .last_agent_message
+        };
+        assert_eq!(lam("null"), Some(String::new()));
+        assert_eq!(lam("42"), Some(String::new()));
+        assert_eq!(
+            lam(r#""line\none \"quoted\" \u00e9\ud83d\ude00""#).as_deref(),
+            Some("line\none \"quoted\" \u{e9}\u{1F600}")
+        );
+        assert_eq!(
+            ok(r#"{"payload":{"type":"task_complete"}}"#).last_agent_message,
+            None
+        );
+        // Long messages are cut at the limit, on a character boundary.
+        let long = "\u{e9}".repeat(MAX_MESSAGE_FIELD);
+        let got = lam(&format!("\"{long}\"")).unwrap_or_default();
+        assert_eq!(got.len(), MAX_MESSAGE_FIELD);
+        assert!(long.starts_with(&got));
+        let odd = format!("a{long}");
+        let got = lam(&format!("\"{odd}\"")).unwrap_or_default();
+        assert_eq!(got.len(), MAX_MESSAGE_FIELD - 1);
+    }
+
+    #[test]
+    fn short_fields_are_cut_at_a_char_boundary() {
+        let id = format!("x{}", "\u{20AC}".repeat(MAX_SHORT_FIELD));
+        let info = ok(&format!(r#"{{"payload":{{"call_id":"{id}"}}}}"#));
+        let got = info.call_id.unwrap_or_default();
+        assert!(got.len() <= MAX_SHORT_FIELD && got.len() > MAX_SHORT_FIELD - 3);
+        assert!(id.starts_with(&got));
+    }
+
+    #[test]
+    fn codex_error_info_string_or_first_key() {
+        let cei = |v: &str| {
+            ok(&format!(
+                r#"{{"type":"event_msg","payload":{{"type":"task_complete","error":{{"message":"m","codex_error_info":{v}}}}}}}"#
+            ))
+            .codex_error_info
+        };
+        assert_eq!(
+            cei(r#""usage_limit_exceeded""#).as_deref(),
+            Some("usage_limit_exceeded")
+        );
+        assert_eq!(
+            cei(r#"{"response_too_many_failed_attempts":{"http_status_code":429}}"#).as_deref(),
+            Some("response_too_many_failed_attempts")
+        );
+        assert_eq!(cei(r#"{"b":1,"a":2}"#).as_deref(), Some("b"));
+        assert_eq!(cei("{}"), None);
+        assert_eq!(cei("null"), None);
+        assert_eq!(cei("[\"x\"]"), None);
+    }
+
+    #[test]
+    fn rate_limit_windows_in_document_order() {
+        let info = ok(
+            r#"{"type":"event_msg","payload":{"type":"token_count","info":null,"rate_limits":{"limit_id":"codex","secondary":{"used_percent":18.0,"window_minutes":10080,"resets_at":1785555600},"primary":{"used_percent":100,"resets_at":1.7852653315e9},"credits":null,"weird":{"used_percent":"lots"}}}}"#,
+        );
+        assert_eq!(
+            info.rate_limits,
+            vec![
+                RateWindow {
+                    used_percent: Some(18.0),
+                    resets_at: Some(1785555600.0)
+                },
+                RateWindow {
+                    used_percent: Some(100.0),
+                    resets_at: Some(1785265331.5)
+                },
+                RateWindow {
+                    used_percent: None,
+                    resets_at: None
+                },
+            ]
+        );
+        let many: Vec<String> = (0..12)
+            .map(|i| format!(r#""w{i}":{{"used_percent":{i}}}"#))
+            .collect();
+        let info = ok(&format!(
+            r#"{{"payload":{{"rate_limits":{{{}}}}}}}"#,
+            many.join(",")
+        ));
+        assert_eq!(info.rate_limits.len(), 8);
+        assert_eq!(info.rate_limits[7].used_percent, Some(7.0));
+        // A repeated member replaces its window in place; a non-object one removes it.
+        let info = ok(
+            r#"{"payload":{"rate_limits":{"a":{"used_percent":1},"b":{"used_percent":2},"c":{"used_percent":3},"a":{"used_percent":4},"b":null}}}"#,
+        );
+        let used: Vec<_> = info.rate_limits.iter().map(|w| w.used_percent).collect();
+        assert_eq!(used, vec![Some(4.0), Some(3.0)]);
+        assert!(
+            ok(r#"{"payload":{"rate_limits":null}}"#)
+                .rate_limits
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn session_meta_fields() {
+        let info = ok(
+            r#"{"timestamp":"2026-07-28T16:14:05.115Z","type":"session_meta","payload":{"session_id":"root","id":"child","parent_thread_id":"parent","thread_source":"subagent","agent_path":"a/b","agent_nickname":"Hypatia","agent_role":"worker","source":{"subagent":{"thread_spawn":{"parent_thread_id":"spawn-parent","depth":1}}},"cwd":"/home/dev/src/acme-api","cli_version":"0.145.0","originator":"codex_cli_rs","instructions":"long text"}}"#,
+        );
+        let m = info.meta.expect("session_meta has meta");
+        assert_eq!(
+            *m,
+            SessionMetaInfo {
+                id: Some("child".into()),
+                session_id: Some("root".into()),
+                parent_thread_id: Some("parent".into()),
+                spawn_parent_thread_id: Some("spawn-parent".into()),
+                thread_source: Some("subagent".into()),
+                has_subagent_source: true,
+                agent_path: Some("a/b".into()),
+                agent_nickname: Some("Hypatia".into()),
+                agent_role: Some("worker".into()),
+                cwd: Some("/home/dev/src/acme-api".into()),
+                cli_version: Some("0.145.0".into()),
+                originator: Some("codex_cli_rs".into()),
+            }
+        );
+        let m = ok(r#"{"payload":{"source":{"subagent":null},"id":"x"},"type":"session_meta"}"#)
+            .meta
+            .expect("meta");
+        assert!(m.has_subagent_source);
+        assert_eq!(m.id.as_deref(), Some("x"));
+        let m = ok(r#"{"type":"session_meta","payload":{"source":"cli"}}"#)
+            .meta
+            .expect("meta");
+        assert!(!m.has_subagent_source);
+        assert_eq!(
+            ok(r#"{"type":"event_msg","payload":{"id":"x"}}"#).meta,
+            None
+        );
+    }
+
+    #[test]
+    fn session_meta_without_a_payload_object_has_no_meta() {
+        for payload in ["", r#","payload":null"#, r#","payload":["id"]"#] {
+            let info = ok(&format!(r#"{{"type":"session_meta"{payload}}}"#));
+            assert_eq!(
+                (info.kind, info.meta),
+                (Kind::SessionMeta, None),
+                "{payload}"
+            );
+        }
+        let info = ok(r#"{"type":"session_meta","payload":{"id":"a"},"payload":"x"}"#);
+        assert_eq!(info.meta, None);
+    }
+
+    #[test]
+    fn memory_stays_bounded_with_every_field_huge_and_deep_nesting() {
+        let huge = r"\u00e9x\\".repeat(100_000);
+        let mut line = String::from(r#"{"type":"session_meta","timestamp":""#);
+        line.push_str(&huge);
+        line.push_str(r#"","payload":{"#);
+        for key in [
+            "type",
+            "call_id",
+            "name",
+            "turn_id",
+            "last_agent_message",
+            "id",
+            "session_id",
+            "parent_thread_id",
+            "thread_source",
+            "agent_path",
+            "agent_nickname",
+            "agent_role",
+            "cwd",
+            "cli_version",
+            "originator",
+        ] {
+            line.push_str(&format!(r#""{key}":"{huge}","#));
+        }
+        line.push_str(&format!(
+            r#""error":{{"codex_error_info":{{"{huge}":1}}}},"source":{{"subagent":{{"thread_spawn":{{"parent_thread_id":"{huge}"}}}}}},"deep":"#
+        ));
+        line.push_str(&"[".repeat(MAX_DEPTH - 2));
+        line.push_str(&"]".repeat(MAX_DEPTH - 2));
+        line.push_str("}}");
+        let mut c = Classifier::new();
+        let mut peak = 0;
+        for chunk in line.as_bytes().chunks(4096) {
+            c.feed(chunk);
+            peak = peak.max(c.retained_bytes());
+        }
+        let info = c.finish();
+        assert!(!info.malformed);
+        assert_eq!(
+            info.last_agent_message.map(|m| m.len()),
+            Some(MAX_MESSAGE_FIELD)
+        );
+        assert_eq!(
+            info.meta.and_then(|m| m.cwd).map(|m| m.len()),
+            Some(MAX_SHORT_FIELD)
+        );
+        assert!(peak < 64 * 1024 + MAX_MESSAGE_FIELD, "{peak}");
+    }
+
+    #[test]
+    fn duplicate_keys_last_one_wins() {
+        let info = ok(
+            r#"{"type":"event_msg","payload":{"call_id":"a","call_id":"b"},"type":"response_item"}"#,
+        );
+        assert_eq!(info.kind, Kind::ResponseItem);
+        assert_eq!(info.call_id.as_deref(), Some("b"));
+        let info = ok(r#"{"payload":{"call_id":"a","name":"n"},"payload":{"turn_id":"t"}}"#);
+        assert_eq!(
+            (info.call_id, info.name, info.turn_id.as_deref()),
+            (None, None, Some("t"))
+        );
+        let info = ok(r#"{"payload":{"call_id":"a"},"payload":null}"#);
+        assert_eq!(info.call_id, None);
+    }
+
+    #[test]
+    fn bom_crlf_and_whitespace() {
+        let info = classify(b"\xEF\xBB\xBF{\"type\":\"event_msg\"}\r");
+        assert_eq!((info.malformed, info.kind), (false, Kind::EventMsg));
+        let mut c = Classifier::new();
+        for b in b"\xEF\xBB\xBF {\"type\" : \"compacted\" } \t\r" {
+            c.feed(&[*b]);
+        }
+        assert_eq!(c.finish().kind, Kind::Compacted);
+        bad(b"\xEF\xBB\xBF");
+        bad(b"\xEF\xBB{}");
+        bad(b"\xEF\xBB\xBF\xEF\xBB\xBF{}");
+        bad(b"{}\r\r x");
+    }
+
+    #[test]
+    fn not_objects_are_malformed() {
+        for line in [
+            &b""[..],
+            b"   ",
+            b"42",
+            b"[]",
+            b"\"x\"",
+            b"null",
+            b"{",
+            b"{\"a\":1",
+            b"{\"a\":1,}",
+            b"{\"a\" 1}",
+            b"{}{}",
+            b"{} 1",
+            b"{\"a\":[1,]}",
+            b"{\"a\":tru}",
+            b"{\"a\":nul}",
+            b"{\"a\":01}",
+            b"{\"a\":1.}",
+            b"{\"a\":1.e5}",
+            b"{\"a\":-}",
+            b"{\"a\":+1}",
+            b"{\"a\":.5}",
+            b"{\"a\":1e}",
+            b"{\"a\":1e+}",
+            b"{\"a\":1e400}",
+            b"{\"a\":-1e400}",
+            b"{\"a\":1e9999999999}",
+            b"{\"a\":\"\\x\"}",
+            b"{\"a\":\"\\u12\"}",
+            b"{\"a\":\"\\udc00\"}",
+            b"{\"a\":\"\\ud800\"}",
+            b"{\"a\":\"\\ud800\\u0041\"}",
+            b"{\"a\":\"\\ud800\\n\"}",
+            b"{\"a\":\"tab\there\"}",
+            b"{\"a\":\"nul\x00\"}",
+            b"{\"a\":1}\x00",
+            b"\x00{}",
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":\"\xe2\x82\"}",
+            b"{\"a\":\"\xed\xa0\x80\"}",
+            b"{\"\xc3\":1}",
+            b"{\"a\":1}\xc3\xa9",
+        ] {
+            bad(line);
+        }
+    }
+
+    #[test]
+    fn numbers_match_serde_json() {
+        for n in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "1.5",
+            "1e5",
+            "1E+5",
+            "1e-5",
+            "0e99999999999",
+            "1e-400",
+            "0.0000000000000000000000000000001",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            "1.7976931348623157e308",
+            "1e308",
+            "12345678901234567890123e-10",
+            "1e-99999999999",
+        ] {
+            let line = format!(r#"{{"payload":{{"rate_limits":{{"p":{{"used_percent":{n}}}}}}}}}"#);
+            let expected: serde_json::Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{n}: {e}"));
+            let info = ok(&line);
+            assert_eq!(
+                info.rate_limits[0].used_percent,
+                expected["payload"]["rate_limits"]["p"]["used_percent"].as_f64(),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn unicode_escapes_decode() {
+        let info = ok(r#"{"payload":{"name":"\u0041\u00e9\u20ac\ud83d\ude00\/\b\f\r\t\u0000"}}"#);
+        assert_eq!(
+            info.name.as_deref(),
+            Some("A\u{e9}\u{20AC}\u{1F600}/\u{8}\u{c}\r\t\0")
+        );
+        let info = ok(r#"{"payload":{"name":"\uD83D\uDE00"}}"#);
+        assert_eq!(info.name.as_deref(), Some("\u{1F600}"));
+    }
+
+    #[test]
+    fn depth_limit() {
+        let nest = |d: usize| {
+            let mut s = String::from("{\"a\":");
+            s.push_str(&"[".repeat(d - 1));
+            s.push_str(&"]".repeat(d - 1));
+            s.push('}');
+            s
+        };
+        assert!(!classify(nest(MAX_DEPTH).as_bytes()).malformed);
+        assert!(classify(nest(MAX_DEPTH + 1).as_bytes()).malformed);
+        // Far deeper input stays bounded and is simply malformed.
+        assert!(classify(nest(100_000).as_bytes()).malformed);
+    }
+
+    #[test]
+    fn a_classifier_is_reusable_after_any_line() {
+        let mut c = Classifier::new();
+        c.feed(b"{\"type\":\"event_msg\",\"payload\":{\"call_id\":\"x\"");
+        assert!(c.finish().malformed);
+        c.feed(b"\xEF\xBB");
+        assert!(c.finish().malformed);
+        c.feed(br#"{"type":"response_item","payload":{"type":"function_call_output"}}"#);
+        let info = c.finish();
+        assert_eq!(info.kind, Kind::ResponseItem);
+        assert_eq!(info.payload_type, PayloadType::FunctionCallOutput);
+        assert_eq!(info.call_id, None);
+    }
+
+    #[test]
+    fn utf8_split_across_chunks() {
+        let line = "{\"payload\":{\"name\":\"\u{1F600}\u{e9}\"}}".as_bytes();
+        for split in 0..line.len() {
+            let mut c = Classifier::new();
+            c.feed(&line[..split]);
+            c.feed(&line[split..]);
+            assert_eq!(
+                c.finish().name.as_deref(),
+                Some("\u{1F600}\u{e9}"),
+                "split {split}"
+            );
+        }
+    }
 }
