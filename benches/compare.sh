@@ -101,6 +101,8 @@ cpu_ns() {
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
 anon_kib() { awk '/^RssAnon:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
+# Proportional set size: shared pages (the binary's text, libc) divided among their users.
+pss_kib() { awk '/^Pss:/ {print $2}' /proc/"$1"/smaps_rollup 2>/dev/null || echo 0; }
 
 wait_for_file() { # path timeout_s
     local deadline=$(($(now_us) + $2 * 1000000))
@@ -339,10 +341,11 @@ sleep "$IDLE_SECS"
 i1=$(idle_cpu_total)
 IDLE_CPU_S=$(awk -v a="$i0" -v b="$i1" 'BEGIN {printf "%.3f", (b-a)/1e9}')
 : >"$WORK/idle.rss"
-for p in "${IDLE_PIDS[@]}"; do echo "$(rss_kib "$p") $(anon_kib "$p")" >>"$WORK/idle.rss"; done
+for p in "${IDLE_PIDS[@]}"; do echo "$(rss_kib "$p") $(anon_kib "$p") $(pss_kib "$p")" >>"$WORK/idle.rss"; done
 IDLE_RSS_MAX=$(cut -d' ' -f1 "$WORK/idle.rss" | sort -g | tail -1)
 IDLE_RSS_MED=$(cut -d' ' -f1 "$WORK/idle.rss" | median)
 IDLE_ANON_MED=$(cut -d' ' -f2 "$WORK/idle.rss" | median)
+IDLE_PSS_MED=$(cut -d' ' -f3 "$WORK/idle.rss" | median)
 for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
 stop_pid "$SINK_PID"
 
@@ -396,10 +399,19 @@ echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED
 echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $((SEED_JQ_RSS / 1024)) MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
 echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | watcher CPU $FOLLOW_CPU_MS ms ($FOLLOW_GOT lines shipped) | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | $CPU_PCT % | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
 echo "| append → line at the loopback sink, $LAT_GOT of $LAT_N appends every $LAT_INTERVAL | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX")) | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | — | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
-echo "| idle: $IDLE_N watchers ($alive alive) after shipping $IDLE_SIZE each, $IDLE_SECS s | total CPU $IDLE_CPU_S s; VmRSS median $(mb_of $((IDLE_RSS_MED * 1024))) MiB, max $(mb_of $((IDLE_RSS_MAX * 1024))) MiB (RssAnon median $(mb_of $((IDLE_ANON_MED * 1024))) MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | $(holds "$IDLE_CPU_S <= 0.2 && $IDLE_RSS_MAX <= 10240 && $alive == $IDLE_N") |"
+echo "| idle: $IDLE_N watchers ($alive alive) after shipping $IDLE_SIZE each, $IDLE_SECS s | total CPU $IDLE_CPU_S s; VmRSS median $(mb_of $((IDLE_RSS_MED * 1024))) MiB, max $(mb_of $((IDLE_RSS_MAX * 1024))) MiB (RssAnon median $(mb_of $((IDLE_ANON_MED * 1024))) MiB, PSS median $(mb_of $((IDLE_PSS_MED * 1024))) MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | $(holds "$IDLE_CPU_S <= 0.2 && $IDLE_RSS_MAX <= 10240 && $alive == $IDLE_N") |"
 echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping phase alone $THRU_SHIP MB/s) | \`cat > /dev/null\` $THRU_CAT MB/s | $(awk -v a="$THRU_OURS" -v b="$THRU_CAT" 'BEGIN {printf "%.3f", a/b}') of \`cat\` | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
+echo
+echo "Raw samples:"
+echo "  inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.inspect" | tr '\n' ' ')"
+echo "  wc -l wall s:          $(cut -d' ' -f1 "$WORK/seed.wc" | tr '\n' ' ')"
+echo "  jq fold wall s:        $(cut -d' ' -f1 "$WORK/seed.jq" | tr '\n' ' ')"
+echo "  ship MB/s (spawn→last): $(tr '\n' ' ' <"$WORK/thru.ours")"
+echo "  ship MB/s (first→last): $(tr '\n' ' ' <"$WORK/thru.ship")"
+echo "  cat MB/s:               $(tr '\n' ' ' <"$WORK/thru.cat")"
+echo "  idle VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle.rss")"
 echo
 echo "Commands run (from $ROOT):"
 for c in "${CMDS[@]}"; do echo "  $c"; done

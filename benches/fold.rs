@@ -1,6 +1,7 @@
 //! Throughput of the seeding path on a ~50 MB synthetic rollout held in memory: the line
-//! reader alone, classification alone, reader + classification + fold (what `inspect` and a
-//! watcher's start-up do), and redaction of every line (the shipping path).
+//! reader alone, classification alone (whole lines, one reused classifier), reader +
+//! classification + fold (what `inspect` and a watcher's start-up do), and redaction of every
+//! line (the shipping path). Throughput is counted in bytes of the whole corpus.
 //!
 //! `cargo bench --bench fold`. The corpus is `examples/gen_rollout.rs` at seed 42, the same
 //! generator `benches/compare.sh` measures the binary with. `KCAP_BENCH_MB` changes its size.
@@ -9,7 +10,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kcap_watch::fold::{Observed, State};
-use kcap_watch::rollout::classify;
+use kcap_watch::rollout::Classifier;
 use kcap_watch::ship::redact::Redactor;
 use kcap_watch::tail::LineReader;
 use kcap_watch::time::Ts;
@@ -82,10 +83,13 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(seed_fold(black_box(&data), false)))
     });
     g.bench_function("classify_lines", |b| {
+        // One classifier for every line, as the tail reader uses it.
+        let mut c = Classifier::new();
         b.iter(|| {
             let mut calls = 0usize;
             for line in lines(black_box(&data)) {
-                calls += usize::from(classify(line).call_id.is_some());
+                c.feed(line);
+                calls += usize::from(c.finish().call_id.is_some());
             }
             black_box(calls)
         })
