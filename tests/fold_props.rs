@@ -2,7 +2,7 @@
 //! same state as folding the whole file (so a restarted watcher decides like one that never
 //! stopped), and no input, however broken, makes the fold panic.
 
-use kcap_watch::fold::{Observed, State};
+use kcap_watch::fold::State;
 use kcap_watch::tail::LineReader;
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
@@ -58,17 +58,8 @@ fn at(number: u64) -> Ts {
 fn fold_into(state: &mut State, reader: &mut LineReader, data: &[u8]) {
     reader
         .read(data, usize::MAX, &mut |line| {
-            let info = line.info.as_ref().expect("the reader classifies");
-            state.apply(
-                Observed {
-                    number: line.number,
-                    raw_len: line.raw_len(),
-                    blank: line.blank,
-                    oversize: line.oversize(),
-                    info,
-                },
-                at(line.number),
-            );
+            let observed = line.observed().expect("the reader classifies");
+            state.apply(observed, at(line.number));
         })
         .expect("in-memory reads cannot fail");
 }

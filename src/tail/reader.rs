@@ -20,6 +20,9 @@ pub const READ_CHUNK: usize = 256 * 1024;
 /// Text kept for a line in progress: the shipping limit plus room for a BOM and a `\r`.
 const KEEP_TEXT: usize = MAX_LINE_BYTES + BOM.len() + 1;
 
+/// A fold-only reader needs no text: it keeps just enough to tell a blank line.
+const KEEP_FOLD_ONLY: usize = 64;
+
 /// Positional reads, so two cursors can share one open handle (which also keeps reading a
 /// file that was deleted or renamed away).
 pub trait ReadAt {
@@ -54,8 +57,11 @@ pub struct Line {
     pub end: u64,
     /// Length of its text: without BOM, `\r` and `\n`.
     pub len: u64,
-    /// Its text (without BOM, `\r`, `\n`), or `None` when over the redaction limit.
+    /// Its text (without BOM, `\r`, `\n`), or `None` when over the redaction limit (or the
+    /// reader is fold-only).
     pub text: Option<Vec<u8>>,
+    /// Its text is over the redaction limit: it ships as the placeholder.
+    pub oversize: bool,
     /// Only whitespace (never shipped, still counted).
     pub blank: bool,
     /// Its classification, when the reader classifies.
@@ -68,7 +74,18 @@ impl Line {
     }
 
     pub fn oversize(&self) -> bool {
-        self.text.is_none()
+        self.oversize
+    }
+
+    /// The line as the fold takes it; `None` when the reader does not classify.
+    pub fn observed(&self) -> Option<crate::fold::Observed<'_>> {
+        Some(crate::fold::Observed {
+            number: self.number,
+            raw_len: self.raw_len(),
+            blank: self.blank,
+            oversize: self.oversize,
+            info: self.info.as_ref()?,
+        })
     }
 }
 
@@ -91,9 +108,16 @@ pub struct LineReader {
     next_number: u64,
     /// Bytes of the line in progress seen so far (its `\n` excluded).
     partial_len: u64,
-    /// Its text, while it fits [`KEEP_TEXT`].
+    /// Its text, while it fits `keep`.
     text: Vec<u8>,
+    /// How much text to keep: [`KEEP_TEXT`], or [`KEEP_FOLD_ONLY`].
+    keep: usize,
     text_dropped: bool,
+    /// The line's first bytes (a BOM on line 0), whatever is kept.
+    head: [u8; 3],
+    head_len: usize,
+    /// Only whitespace so far (cheap: stops at the first other byte, usually the first).
+    all_ws: bool,
     last_byte: Option<u8>,
     classifier: Option<Classifier>,
     buf: Vec<u8>,
@@ -109,10 +133,23 @@ impl LineReader {
             next_number: number,
             partial_len: 0,
             text: Vec::new(),
+            keep: KEEP_TEXT,
             text_dropped: false,
+            head: [0; 3],
+            head_len: 0,
+            all_ws: true,
             last_byte: None,
             classifier: classify.then(Classifier::new),
             buf: Vec::new(),
+        }
+    }
+
+    /// A classifying reader that keeps no line text (seeding and the fold cursor: shipping
+    /// has its own cursor), so folding never copies the file's bytes.
+    pub fn fold_only(offset: u64, number: u64) -> LineReader {
+        LineReader {
+            keep: KEEP_FOLD_ONLY,
+            ..LineReader::new(offset, number, true)
         }
     }
 
@@ -206,10 +243,18 @@ impl LineReader {
         if let Some(c) = &mut self.classifier {
             c.feed(seg);
         }
+        if self.head_len < 3 {
+            let n = (3 - self.head_len).min(seg.len());
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&seg[..n]);
+            self.head_len += n;
+        }
+        if self.all_ws {
+            self.all_ws = seg.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
+        }
         self.partial_len += seg.len() as u64;
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
-            if self.text.len() + seg.len() <= KEEP_TEXT {
+            if self.text.len() + seg.len() <= self.keep {
                 self.text.extend_from_slice(seg);
             } else {
                 self.text_dropped = true;
@@ -221,34 +266,31 @@ impl LineReader {
     fn complete(&mut self, end: u64) -> Line {
         let start = self.line_start;
         let info = self.classifier.as_mut().map(Classifier::finish);
-        let bom = if start == 0 && self.partial_len >= 3 {
-            if self.text_dropped {
-                // Line 0 was too long to keep; the classifier saw its first bytes. A BOM is
-                // only 3 bytes, so it matters only for the exact length.
-                0
-            } else {
-                usize::from(self.text.starts_with(BOM)) * BOM.len()
-            }
+        let bom = if start == 0 && self.head_len == 3 && self.head == *BOM {
+            BOM.len()
         } else {
             0
         };
         let cr = usize::from(self.last_byte == Some(b'\r'));
         let len = self.partial_len.saturating_sub((bom + cr) as u64);
-        let text = if self.text_dropped || len > MAX_LINE_BYTES as u64 {
-            None
-        } else {
-            let t = &self.text[bom..self.text.len() - cr];
-            Some(t.to_vec())
+        let oversize = len > MAX_LINE_BYTES as u64;
+        let kept = (!self.text_dropped)
+            .then(|| &self.text[bom.min(self.text.len())..self.text.len() - cr]);
+        let blank = match kept {
+            Some(t) => t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
+            None => self.all_ws && bom == 0,
         };
-        let blank = text
-            .as_ref()
-            .is_some_and(|t| t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')));
+        let text = match kept {
+            Some(t) if !oversize && self.keep == KEEP_TEXT => Some(t.to_vec()),
+            _ => None,
+        };
         let line = Line {
             number: self.next_number,
             start,
             end,
             len,
             text,
+            oversize,
             blank,
             info,
         };
@@ -260,6 +302,8 @@ impl LineReader {
             self.text = Vec::new();
         }
         self.text_dropped = false;
+        self.head_len = 0;
+        self.all_ws = true;
         self.last_byte = None;
         line
     }

@@ -8,7 +8,7 @@ use std::io;
 
 use super::index::LineIndex;
 use super::reader::{LineReader, ReadAt};
-use crate::fold::{Observed, State};
+use crate::fold::State;
 use crate::time::Ts;
 
 /// How seeded lines get their observation time.
@@ -43,7 +43,7 @@ pub fn seed<R: ReadAt + ?Sized>(
     resume_line: u64,
 ) -> io::Result<Seeded> {
     let mut state = State::new();
-    let mut reader = LineReader::new(0, 0, true);
+    let mut reader = LineReader::fold_only(0, 0);
     let mut resume_offset = (resume_line == 0).then_some(0);
     let mut index = LineIndex::new();
     let mut last_time = match times {
@@ -59,22 +59,15 @@ pub fn seed<R: ReadAt + ?Sized>(
             if line.number + 1 == resume_line {
                 resume_offset = Some(line.end);
             }
-            let Some(info) = &line.info else { return };
+            let Some(observed) = line.observed() else {
+                return;
+            };
             if let LineTimes::Own { .. } = times
-                && let Some(ts) = info.timestamp.filter(|_| !line.blank)
+                && let Some(ts) = observed.info.timestamp.filter(|_| !line.blank)
             {
                 last_time = ts;
             }
-            state.apply(
-                Observed {
-                    number: line.number,
-                    raw_len: line.raw_len(),
-                    blank: line.blank,
-                    oversize: line.oversize(),
-                    info,
-                },
-                last_time,
-            );
+            state.apply(observed, last_time);
         })?;
         if status.at_eof {
             break;

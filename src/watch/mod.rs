@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, Heartbeat, WatcherFiles};
-use crate::fold::{Observed, State};
+use crate::fold::State;
 use crate::rollout::header::{Identity, Role, normalize_id};
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
@@ -226,7 +226,7 @@ impl Watcher {
             started,
             path,
             rollout: None,
-            reader: LineReader::new(0, 0, true),
+            reader: LineReader::fold_only(0, 0),
             state: State::new(),
             index: LineIndex::new(),
             identity: None,
@@ -633,17 +633,8 @@ impl Watcher {
                 .reader
                 .read(&r.file, 4096, &mut |line| {
                     index.record(line.number, line.start);
-                    if let Some(info) = &line.info {
-                        state.apply(
-                            Observed {
-                                number: line.number,
-                                raw_len: line.raw_len(),
-                                blank: line.blank,
-                                oversize: line.oversize(),
-                                info,
-                            },
-                            now,
-                        );
+                    if let Some(observed) = line.observed() {
+                        state.apply(observed, now);
                     }
                 })
                 .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
@@ -1431,8 +1422,8 @@ impl Watcher {
 /// The shipped form of a raw line: redacted, or the oversize placeholder.
 fn ship_line(redactor: &Redactor, line: &crate::tail::Line) -> ShipLine {
     let text = match &line.text {
-        Some(t) => redactor.redact_line(t),
-        None => crate::ship::redact::oversize_placeholder(line.len),
+        Some(t) if !line.oversize => redactor.redact_line(t),
+        _ => crate::ship::redact::oversize_placeholder(line.len),
     };
     ShipLine::new(line.number, &text)
 }
