@@ -157,6 +157,7 @@ start_watcher() { # name rollout ; sets WATCHER_PID (uses SINK_URL)
 }
 
 mb_of() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+mib_of_kib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 
 # --- machine --------------------------------------------------------------------------------
 
@@ -395,11 +396,11 @@ echo "corpus: $SIZE_MB MiB, $BIG_LINES lines (gen_rollout --seed 7); medians of 
 echo
 echo "| what | ours | baseline (same run) | ratio | target | holds |"
 echo "|---|---|---|---|---|---|"
-echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED_OURS") s (max RSS $((SEED_OURS_RSS / 1024)) MiB) | \`wc -l\` $(r2 "$SEED_WC") s | $SEED_RATIO× \`wc -l\` | ≤ 4× | $(holds "$SEED_RATIO <= 4") |"
-echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $((SEED_JQ_RSS / 1024)) MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
+echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED_OURS") s (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | \`wc -l\` $(r2 "$SEED_WC") s | $SEED_RATIO× \`wc -l\` | ≤ 4× | $(holds "$SEED_RATIO <= 4") |"
+echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
 echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | watcher CPU $FOLLOW_CPU_MS ms ($FOLLOW_GOT lines shipped) | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | $CPU_PCT % | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
 echo "| append → line at the loopback sink, $LAT_GOT of $LAT_N appends every $LAT_INTERVAL | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX")) | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | — | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
-echo "| idle: $IDLE_N watchers ($alive alive) after shipping $IDLE_SIZE each, $IDLE_SECS s | total CPU $IDLE_CPU_S s; VmRSS median $(mb_of $((IDLE_RSS_MED * 1024))) MiB, max $(mb_of $((IDLE_RSS_MAX * 1024))) MiB (RssAnon median $(mb_of $((IDLE_ANON_MED * 1024))) MiB, PSS median $(mb_of $((IDLE_PSS_MED * 1024))) MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | $(holds "$IDLE_CPU_S <= 0.2 && $IDLE_RSS_MAX <= 10240 && $alive == $IDLE_N") |"
+echo "| idle: $IDLE_N watchers ($alive alive) after shipping $IDLE_SIZE each, $IDLE_SECS s | total CPU $IDLE_CPU_S s; VmRSS median $(mib_of_kib "$IDLE_RSS_MED") MiB, max $(mib_of_kib "$IDLE_RSS_MAX") MiB (RssAnon median $(mib_of_kib "$IDLE_ANON_MED") MiB, PSS median $(mib_of_kib "$IDLE_PSS_MED") MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | $(holds "$IDLE_CPU_S <= 0.2 && $IDLE_RSS_MAX <= 10240 && $alive == $IDLE_N") |"
 echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping phase alone $THRU_SHIP MB/s) | \`cat > /dev/null\` $THRU_CAT MB/s | $(awk -v a="$THRU_OURS" -v b="$THRU_CAT" 'BEGIN {printf "%.3f", a/b}') of \`cat\` | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
