@@ -88,12 +88,14 @@ pub struct DueReport {
 pub fn open_rollout(path: &Path) -> Result<File> {
     let meta = std::fs::metadata(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())))?;
-    if meta.is_dir() {
-        return Err(UsageError(format!(
-            "cannot read rollout {}: it is a directory",
-            path.display()
-        ))
-        .into());
+    // A named pipe would block the open until a writer came along.
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "it is a directory"
+        } else {
+            "it is not a regular file"
+        };
+        return Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into());
     }
     File::open(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())).into())

@@ -281,3 +281,25 @@ fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
         "no stop before the transcript is stored"
     );
 }
+
+#[test]
+fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw_line_clears_the_call()
+ {
+    let server = FakeKcap::start();
+    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"call-big"}}"#.to_string();
+    let big = "y".repeat(80 * 1024);
+    let output = format!(
+        r#"{{"type":"response_item","payload":{{"type":"function_call_output","output":"{big}","call_id":"call-big"}}}}"#
+    );
+    let run = Run::new(&[child_meta(), started(), call, output]);
+    let mut child = run.spawn(&server, &["--reap-after", "2s"], &[]);
+    // Had the redacted placeholder (no call_id) been folded, the call would still be in
+    // flight and would block the reap.
+    let status = wait_exit(&mut child, W);
+    assert!(status.success());
+    let stored = server.lines(SESSION, CHILD);
+    assert_eq!(stored.len(), 4);
+    let placeholder: serde_json::Value = serde_json::from_str(&stored[&3]).unwrap();
+    assert_eq!(placeholder["type"], "redacted_oversize_line");
+    assert!(placeholder["original_bytes"].as_u64().unwrap() > 80 * 1024);
+}

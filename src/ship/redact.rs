@@ -1,44 +1,966 @@
-//! Redaction of shipped lines. PLACEHOLDER (no secret rules yet).
+//! Redaction of shipped lines: raw rollout text never leaves the process.
+//!
+//! The rules cover at least what the kcap CLI's `SecretRedactor` removes, applied in the same
+//! order (`spec/server-api.md`, section 2), with two promises the CLI does not make:
+//!
+//! - **In place.** Only the secret spans change; every other byte of the line is shipped as
+//!   written. Nothing is re-serialised, so the server sees Codex's own JSON.
+//! - **Valid JSON stays valid JSON.** The CLI's PEM pass can run across string boundaries. Here,
+//!   when a line parses as JSON, the text rules run *inside each string literal's raw
+//!   (still escaped) content*, and every redacted span is widened to whole escape sequences
+//!   (`\"`, `\\`, `\n`, `\u1234`, surrogate pairs), so a match can neither swallow a closing
+//!   quote nor cut an escape or a key. The key rule (`"api_key": "..."`) works on the
+//!   structure instead: a string value after a key whose name looks secret becomes
+//!   `"[REDACTED]"`, and numbers and objects under such keys (`"input_tokens": 123`,
+//!   `"total_token_usage": {...}` in every `token_count` line) are left alone. A line that is not
+//!   JSON (a crash fragment, say) gets the text rules over its whole text.
+//!
+//! Most lines hold no secret, so the common path is one Aho-Corasick scan for trigger words
+//! that every rule's match must contain. A line with no trigger is returned untouched. Otherwise
+//! only the strings holding a trigger are looked at, first with one regex that is the union of
+//! all rules (in long tool output, only on the lines around the triggers), and only a string
+//! that matches it runs the rule families its triggers can start.
+//!
+//! Secrets spelled with JSON `\u` escapes inside their body (`ghp_\u0041...`) are not
+//! recognised. Codex writes rollouts with serde_json, which escapes only quotes, backslashes and
+//! control characters, so a token made of printable ASCII always appears verbatim; a `\u`
+//! escape that a program printed is itself escaped (`\\u0041`) and decodes to those six
+//! characters, not to a letter. Likewise the case-insensitive rules fold case with Unicode
+//! but their triggers are ASCII, so a name spelled with the Kelvin sign or a long s is missed.
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::LazyLock;
 
-/// Lines longer than this (bytes of UTF-8) ship as the oversize placeholder.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+use aho_corasick::{AhoCorasick, Input, MatchKind};
+use memchr::{memchr, memchr2, memchr3, memmem};
+use regex::{Captures, Regex};
+use serde::de::IgnoredAny;
 
+/// Lines longer than this (bytes as read, before any U+FFFD replacement) ship as the oversize
+/// placeholder.
+pub const MAX_LINE_BYTES: usize = 65_536;
+
+/// What a secret is replaced with.
+const REDACTED: &str = "[REDACTED]";
+
+/// The kcap CLI's placeholder for a line over [`MAX_LINE_BYTES`], plus the original size. The
+/// server treats the unknown `type` as a no-op, so line numbering stays intact.
 pub fn oversize_placeholder(original_bytes: u64) -> String {
     format!(
-        "{{\"type\":\"redacted_oversize_line\",\"reason\":\"line exceeded SecretRedactor size limit\",\"original_bytes\":{original_bytes}}}"
+        r#"{{"type":"redacted_oversize_line","reason":"line exceeded SecretRedactor size limit","original_bytes":{original_bytes}}}"#
     )
 }
 
-pub struct Redactor;
-
-static GLOBAL: Redactor = Redactor;
-
-impl Redactor {
-    pub fn global() -> &'static Redactor {
-        &GLOBAL
-    }
-
-    pub fn redact_line(&self, raw: &[u8]) -> String {
-        if raw.len() > MAX_LINE_BYTES {
-            return oversize_placeholder(raw.len() as u64);
-        }
-        String::from_utf8_lossy(raw).into_owned()
-    }
-
-    pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        Cow::Borrowed(text)
-    }
-}
-
+/// The longest prefix of `s` that fits in `max_bytes` and ends on a character boundary.
+///
+/// Truncate *after* redacting: a secret cut in half before redaction may no longer look like
+/// one.
 pub fn truncate_utf8(s: &str, max_bytes: usize) -> &str {
     if s.len() <= max_bytes {
         return s;
     }
     let mut end = max_bytes;
+    // Terminates: offset 0 is always a character boundary.
     while !s.is_char_boundary(end) {
         end -= 1;
     }
     &s[..end]
+}
+
+/// The shared redactor, compiled on first use.
+pub fn global() -> &'static Redactor {
+    static REDACTOR: LazyLock<Redactor> = LazyLock::new(Redactor::new);
+    &REDACTOR
+}
+
+/// Rule families, as bits: a trigger word names the families whose matches can contain it.
+mod family {
+    pub const PEM: u16 = 1 << 0;
+    pub const AWS: u16 = 1 << 1;
+    pub const VENDOR: u16 = 1 << 2;
+    pub const HEADER: u16 = 1 << 3;
+    pub const QUERY: u16 = 1 << 4;
+    pub const USERINFO: u16 = 1 << 5;
+    pub const ASSIGNMENT: u16 = 1 << 6;
+    pub const LABEL: u16 = 1 << 7;
+    pub const CONNECTION: u16 = 1 << 8;
+    /// The structural JSON key rule (not a text rule): the key may name a secret.
+    pub const KEY: u16 = 1 << 9;
+    /// The key certainly names a secret (no need to ask the key regex).
+    pub const KEY_NAME: u16 = 1 << 10;
+    /// Families whose matches contain `:`, `=`, a space or a tab.
+    pub const SEPARATED: u16 = HEADER | QUERY | USERINFO | ASSIGNMENT | LABEL | CONNECTION;
+    /// The structural bits.
+    pub const KEYS: u16 = KEY | KEY_NAME;
+    /// The credential words: a name, label or header built on one can start any of these.
+    pub const WORDS: u16 = HEADER | QUERY | ASSIGNMENT | LABEL | CONNECTION | KEY;
+}
+
+/// Substrings that every match of a family contains, as the rules spell them (their rules are
+/// case-sensitive). If a string holds none of a family's triggers, that family cannot match in
+/// it, so it is not run.
+const EXACT_TRIGGERS: &[(&str, u16)] = &[
+    ("PRIVATE KEY", family::PEM),
+    ("AKIA", family::AWS),
+    ("ASIA", family::AWS),
+    ("AROA", family::AWS),
+    ("AIDA", family::AWS),
+    ("AGPA", family::AWS),
+    ("ANPA", family::AWS),
+    ("ANVA", family::AWS),
+    ("AIPA", family::AWS),
+    ("ABIA", family::AWS),
+    ("ACCA", family::AWS),
+    ("APKA", family::AWS),
+    ("A3T", family::AWS),
+    ("sk-", family::VENDOR),
+    ("sk_live_", family::VENDOR),
+    ("sk_test_", family::VENDOR),
+    ("rk_live_", family::VENDOR),
+    ("rk_test_", family::VENDOR),
+    ("ghp_", family::VENDOR),
+    ("gho_", family::VENDOR),
+    ("ghs_", family::VENDOR),
+    ("ghu_", family::VENDOR),
+    ("ghr_", family::VENDOR),
+    ("github_pat_", family::VENDOR),
+    ("cfat_", family::VENDOR),
+    ("xox", family::VENDOR),
+    ("pypi-", family::VENDOR),
+    ("npm_", family::VENDOR),
+    ("glpat-", family::VENDOR),
+    ("dckr_", family::VENDOR),
+    ("AIza", family::VENDOR),
+    ("://", family::USERINFO),
+];
+
+/// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase.
+const WORD_TRIGGERS: &[(&str, u16)] = &[
+    ("key=", family::QUERY),
+    ("sig=", family::QUERY),
+    ("auth=", family::QUERY),
+    ("pass=", family::QUERY),
+    ("passw", family::WORDS),
+    ("api key", family::WORDS),
+    ("access key", family::WORDS),
+    ("authorization", family::WORDS),
+    ("cookie", family::WORDS),
+    ("signature", family::WORDS),
+    ("subscription-key", family::WORDS),
+    ("bearer", family::WORDS),
+    // Any key containing one of these is a secret's name.
+    ("secret", family::WORDS | family::KEY_NAME),
+    ("token", family::WORDS | family::KEY_NAME),
+    ("passphrase", family::WORDS | family::KEY_NAME),
+    ("pwd", family::WORDS | family::KEY_NAME),
+    ("api_key", family::WORDS | family::KEY_NAME),
+    ("api-key", family::WORDS | family::KEY_NAME),
+    ("apikey", family::WORDS | family::KEY_NAME),
+    ("private_key", family::WORDS | family::KEY_NAME),
+    ("private-key", family::WORDS | family::KEY_NAME),
+    ("privatekey", family::WORDS | family::KEY_NAME),
+    ("access_key", family::WORDS | family::KEY_NAME),
+    ("access-key", family::WORDS | family::KEY_NAME),
+    ("accesskey", family::WORDS | family::KEY_NAME),
+    ("credential", family::WORDS | family::KEY_NAME),
+];
+
+/// A word boundary that also holds after a JSON escape (`\nsk-...` is a new line starting with
+/// `sk-`, although `n` is a word character). Non-capturing, so group numbers are unaffected.
+const BOUNDARY: &str = r"(?:^|[^A-Za-z0-9_]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})";
+
+/// The words a secret's name contains, shared by the assignment rule and the JSON key rule.
+const NAME_WORDS: &str = r"secret|token|passw(?:or)?d|passphrase|pwd|api[_-]?key|private[_-]?key|credentials?|access[_-]?key";
+
+/// One text rule: its matches are redacted (the whole match, or one capture group).
+struct TextRule {
+    family: u16,
+    regex: Regex,
+    /// Capture group holding the secret (0: the whole match).
+    group: usize,
+    /// A match that has the shape but is known not to be a secret.
+    exempt: fn(&Captures<'_>) -> bool,
+}
+
+fn never_exempt(_: &Captures<'_>) -> bool {
+    false
+}
+
+/// For the assignment rule: `"input_tokens": 12345678` (escaped JSON in a tool's output) is a
+/// count, and `token = read_token(path)` (group 3 holds the `(`) is code an agent is reading.
+fn is_count_or_code(caps: &Captures<'_>) -> bool {
+    if caps.get(3).is_some() {
+        return true;
+    }
+    let (Some(name), Some(value)) = (caps.get(1), caps.get(2)) else {
+        return false;
+    };
+    let name = name.as_str().as_bytes();
+    name.len() >= 6
+        && name[name.len() - 6..].eq_ignore_ascii_case(b"tokens")
+        && value.as_str().bytes().all(|b| b.is_ascii_digit())
+}
+
+/// For "the password is ...": agents write prose about secrets ("the password is incorrect."),
+/// and a short value of letters only is a word, not a credential.
+fn is_prose_word(caps: &Captures<'_>) -> bool {
+    let Some(value) = caps.get(1) else {
+        return false;
+    };
+    let word = value.as_str().trim_end_matches(['.', '!', '?', ':', ')']);
+    word.len() < 16 && word.chars().all(char::is_alphabetic)
+}
+
+/// How the text a rule runs on is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Escaping {
+    /// Plain text: any span may be replaced.
+    None,
+    /// The raw content of a JSON string literal: spans are widened to whole escapes.
+    Json,
+}
+
+/// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
+pub struct Redactor {
+    /// [`EXACT_TRIGGERS`], searched in the text as written.
+    exact_triggers: AhoCorasick,
+    /// [`WORD_TRIGGERS`], searched in an ASCII-lowercased copy.
+    word_triggers: AhoCorasick,
+    /// In the kcap CLI's order.
+    text_rules: Vec<TextRule>,
+    /// Matches where any text rule matches.
+    any_text_rule: Regex,
+    /// A JSON key whose string value is a secret.
+    secret_key: Regex,
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Redactor {
+    pub fn new() -> Self {
+        let rule = |family: u16, pattern: &str, group: usize| TextRule {
+            family,
+            // The patterns are constants; the unit tests compile every one of them.
+            regex: Regex::new(pattern).expect("redaction pattern is a valid regex"),
+            group,
+            exempt: never_exempt,
+        };
+        let text_rules = vec![
+            // A block without its END line (cut-off output) is redacted to the end of the text.
+            rule(
+                family::PEM,
+                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+                0,
+            ),
+            rule(
+                family::AWS,
+                r"(?:AKIA|ASIA|AROA|AIDA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA|APKA|A3T[A-Z0-9])[A-Z0-9]{16}",
+                0,
+            ),
+            rule(
+                family::VENDOR,
+                &format!(r"{BOUNDARY}(sk-[A-Za-z0-9_-]{{10,}})"),
+                1,
+            ),
+            rule(
+                family::VENDOR,
+                r"(?:gh[pousr]_|github_pat_|cfat_|[sr]k_live_|[sr]k_test_|xox[abposr]-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)[A-Za-z0-9_-]{10,}|AIza[A-Za-z0-9_-]{30,}",
+                0,
+            ),
+            // The header name stays; its value (scheme included) goes. Optional quotes around
+            // the name and value catch `{"Authorization": "..."}` written inside text.
+            rule(
+                family::HEADER,
+                r#"(?i)(?:(?:proxy-)?authorization|(?:set-)?cookie|api-key|private-token|stripe-signature|[a-z0-9-]*subscription-key|x-[a-z0-9-]*(?:api-key|token|secret|password|signature))(?:\\*["'])?[ \t]*:[ \t]*(?:\\*["'])?([^\\"'\r\n]+)"#,
+                1,
+            ),
+            rule(
+                family::QUERY,
+                r#"(?i)[?&][a-z0-9_.\-]*(?:token|secret|passw(?:or)?d|pass|pwd|key|sig|signature|auth|credential)=([^&#\s"'\\<>]+)"#,
+                1,
+            ),
+            rule(
+                family::USERINFO,
+                r#"(?i)[a-z][a-z0-9+.\-]*://[^\s/?#@"'\\:]*:([^\s/?#@"'\\]+)@"#,
+                1,
+            ),
+            TextRule {
+                exempt: is_count_or_code,
+                ..rule(
+                    family::ASSIGNMENT,
+                    &format!(
+                        r#"(?i)([A-Za-z0-9_.\-]*(?:{NAME_WORDS})[A-Za-z0-9_.\-]*)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?([^\s"'\\,;&<>{{}}\[\]()`|]{{8,}})([(\[])?"#
+                    ),
+                    2,
+                )
+            },
+            rule(
+                family::LABEL,
+                r#"(?i)(?:bearer|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key|client[ _-]?secret)(?:[ \t]*[:=][ \t]*|[ \t]+(?:(?:is|was)[ \t]+)?)(?:\\*["'])?([A-Za-z0-9_\-./+=~]{16,})"#,
+                1,
+            ),
+            rule(
+                family::LABEL,
+                r#"(?i)(?:password|passwd|passphrase|pwd|secret)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?([^\s"'\\,;]{4,})"#,
+                1,
+            ),
+            TextRule {
+                exempt: is_prose_word,
+                ..rule(
+                    family::LABEL,
+                    r#"(?i)(?:password|passwd|passphrase|secret)[ \t]+(?:is|was)[ \t]+(?:\\*["'])?([^\s"'\\,;]{6,})"#,
+                    1,
+                )
+            },
+            rule(
+                family::CONNECTION,
+                r#"(?i)(?:password|pwd)[ \t]*=[ \t]*(?:\\*["'])?([^;"'\\\s]+)"#,
+                1,
+            ),
+        ];
+        let any_text_rule = Regex::new(
+            &text_rules
+                .iter()
+                .map(|rule| format!("(?:{})", rule.regex.as_str()))
+                .collect::<Vec<_>>()
+                .join("|"),
+        )
+        .expect("a union of valid regexes is valid");
+        let secret_key = Regex::new(&format!(
+            r"(?i)(?:{NAME_WORDS})|^(?:proxy-)?authorization$|^(?:set-)?cookies?$|^stripe-signature$"
+        ))
+        .expect("redaction pattern is a valid regex");
+        let triggers = |list: &[(&str, u16)]| {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(list.iter().map(|(word, _)| word))
+                // A few dozen short constant words: far below any automaton size limit.
+                .expect("trigger automaton builds")
+        };
+        Redactor {
+            exact_triggers: triggers(EXACT_TRIGGERS),
+            word_triggers: triggers(WORD_TRIGGERS),
+            text_rules,
+            any_text_rule,
+            secret_key,
+        }
+    }
+
+    /// The shipping path: one line's bytes (no terminator, no BOM) to the text sent in
+    /// `lines`. Oversize lines become the placeholder; invalid UTF-8 becomes U+FFFD.
+    pub fn redact_line(&self, raw: &[u8]) -> String {
+        if raw.len() > MAX_LINE_BYTES {
+            return oversize_placeholder(raw.len() as u64);
+        }
+        // Checking first is much faster than the lossy conversion, and almost always succeeds.
+        let text = match std::str::from_utf8(raw) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
+        let redacted = self.redact_text(&text);
+        if let Cow::Owned(redacted) = redacted {
+            return redacted;
+        }
+        text.into_owned()
+    }
+
+    /// The same rules for text that is not a raw line, such as the child's decoded last
+    /// message. JSON text gets the JSON treatment; anything else the text rules.
+    pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let hits = self.trigger_hits(text);
+        if hits.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        if serde_json::from_str::<IgnoredAny>(text).is_ok() {
+            self.redact_json(text, &hits)
+        } else {
+            let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
+            let families =
+                self.families_to_run(text, families, Escaping::None, hits.iter().map(|h| h.start));
+            self.run_text_rules(text, families, Escaping::None)
+        }
+    }
+
+    /// Every trigger occurrence, ordered by start. The case-insensitive words are searched
+    /// case-sensitively in an ASCII-lowercased copy: a case-insensitive automaton cannot use
+    /// the vectorised literal search and is several times slower, and secret-free lines spend
+    /// most of their time here.
+    fn trigger_hits(&self, text: &str) -> Vec<Hit> {
+        let mut hits = Vec::new();
+        collect_hits(
+            &self.exact_triggers,
+            EXACT_TRIGGERS,
+            text.as_bytes(),
+            &mut hits,
+        );
+        let lowered = text.as_bytes().to_ascii_lowercase();
+        collect_hits(&self.word_triggers, WORD_TRIGGERS, &lowered, &mut hits);
+        hits.sort_unstable_by_key(|hit| hit.start);
+        hits
+    }
+
+    /// `line` is valid JSON: text rules inside each string that holds a trigger, the key rule
+    /// on the structure.
+    fn redact_json<'a>(&self, line: &'a str, hits: &[Hit]) -> Cow<'a, str> {
+        let bytes = line.as_bytes();
+        let mut edits: Vec<(Range<usize>, Cow<'a, str>)> = Vec::new();
+        let mut next_hit = 0;
+        let mut redact_next_string = false;
+        let mut pos = 0;
+        while let Some(offset) = bytes.get(pos..).and_then(|rest| memchr(b'"', rest)) {
+            // Outside strings a quote can only open one, since the line is valid JSON.
+            let open = pos + offset;
+            let close = string_end(bytes, open + 1);
+            let content = open + 1..close;
+            pos = close + 1;
+
+            // Triggers contain no quote, so one starting inside the content ends inside it.
+            while next_hit < hits.len() && hits[next_hit].start < content.start {
+                next_hit += 1;
+            }
+            let first_hit = next_hit;
+            let mut families = 0;
+            while next_hit < hits.len() && hits[next_hit].start < content.end {
+                families |= hits[next_hit].families;
+                next_hit += 1;
+            }
+
+            if redact_next_string {
+                redact_next_string = false;
+                if !content.is_empty() {
+                    edits.push((content, Cow::Borrowed(REDACTED)));
+                }
+                continue;
+            }
+            let after = skip_json_whitespace(bytes, close + 1);
+            let is_key = bytes.get(after) == Some(&b':');
+            if is_key
+                && (families & family::KEY_NAME != 0
+                    || (families & family::KEY != 0
+                        && self.secret_key.is_match(&line[content.clone()])))
+            {
+                // Only a string value is a secret: counts and usage objects stay.
+                let value = skip_json_whitespace(bytes, after + 1);
+                redact_next_string = bytes.get(value) == Some(&b'"');
+            }
+            if families & !family::KEYS != 0 {
+                let text = &line[content.clone()];
+                let hit_starts = hits[first_hit..next_hit]
+                    .iter()
+                    .map(|hit| hit.start - content.start);
+                let families = self.families_to_run(text, families, Escaping::Json, hit_starts);
+                if let Cow::Owned(redacted) = self.run_text_rules(text, families, Escaping::Json) {
+                    edits.push((content, Cow::Owned(redacted)));
+                }
+            }
+        }
+        if edits.is_empty() {
+            return Cow::Borrowed(line);
+        }
+        let mut out = String::with_capacity(line.len());
+        let mut copied = 0;
+        for (range, replacement) in edits {
+            out.push_str(&line[copied..range.start]);
+            out.push_str(&replacement);
+            copied = range.end;
+        }
+        out.push_str(&line[copied..]);
+        Cow::Owned(out)
+    }
+
+    /// The text rule families worth running on `text`: none, usually. `hit_starts` are the
+    /// trigger positions in `text`.
+    fn families_to_run(
+        &self,
+        text: &str,
+        families: u16,
+        escaping: Escaping,
+        hit_starts: impl Iterator<Item = usize>,
+    ) -> u16 {
+        let mut families = families & !family::KEYS;
+        // A name or label is followed by `:`, `=` or a space before its value; identifiers
+        // such as the `input_tokens` key of every `token_count` line have none of them.
+        if families & family::SEPARATED != 0 && !has_separator(text.as_bytes()) {
+            families &= !family::SEPARATED;
+        }
+        if families == 0 {
+            return 0;
+        }
+        // Triggers are common words ("token", "key="): most strings holding one still match no
+        // rule, and one pass of the union of all rules answers that. In a long JSON string
+        // (tool output) only the lines around the triggers need that pass: no rule but the PEM
+        // one matches across an escaped line break.
+        let matches = if escaping == Escaping::Json
+            && text.len() > WINDOWED_GATE_MIN_BYTES
+            && families & family::PEM == 0
+        {
+            trigger_lines(text.as_bytes(), hit_starts)
+                .into_iter()
+                .any(|lines| self.any_text_rule.is_match(&text[lines]))
+        } else {
+            self.any_text_rule.is_match(text)
+        };
+        if matches { families } else { 0 }
+    }
+
+    /// Runs the text rules of `families`, in order, each on the previous one's output.
+    fn run_text_rules<'a>(&self, text: &'a str, families: u16, escaping: Escaping) -> Cow<'a, str> {
+        let mut current = Cow::Borrowed(text);
+        if families == 0 {
+            return current;
+        }
+        for rule in &self.text_rules {
+            if rule.family & families == 0 {
+                continue;
+            }
+            if let Some(redacted) = rule.apply(&current, escaping) {
+                current = Cow::Owned(redacted);
+            }
+        }
+        current
+    }
+}
+
+/// Below this size a JSON string is checked whole rather than line by line.
+const WINDOWED_GATE_MIN_BYTES: usize = 1024;
+
+/// Appends every occurrence of `triggers` in `haystack`.
+fn collect_hits(
+    triggers: &AhoCorasick,
+    list: &[(&str, u16)],
+    haystack: &[u8],
+    hits: &mut Vec<Hit>,
+) {
+    let mut from = 0;
+    while let Some(m) = triggers.find(Input::new(haystack).range(from..)) {
+        hits.push(Hit {
+            start: m.start(),
+            families: list[m.pattern().as_usize()].1,
+        });
+        // Resume just after the start, not the end: `api_key=` holds both `api_key` and
+        // `key=`. (No two triggers of one list match at the same start, so none is lost.)
+        from = m.start() + 1;
+    }
+}
+
+/// A trigger occurrence.
+struct Hit {
+    start: usize,
+    families: u16,
+}
+
+impl TextRule {
+    /// `text` with this rule's secrets replaced, or `None` when it has none.
+    fn apply(&self, text: &str, escaping: Escaping) -> Option<String> {
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        let mut escapes: Option<Vec<Range<usize>>> = None;
+        for caps in self.regex.captures_iter(text) {
+            let Some(secret) = caps.get(self.group) else {
+                continue;
+            };
+            if secret.as_str() == REDACTED || (self.exempt)(&caps) {
+                continue;
+            }
+            let mut span = secret.range();
+            if escaping == Escaping::Json {
+                let escapes = escapes.get_or_insert_with(|| escape_sequences(text.as_bytes()));
+                span = widen_to_escapes(span, escapes);
+            }
+            match spans.last_mut() {
+                // Widening can reach into the previous span; merge instead of overlapping.
+                Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+                _ => spans.push(span),
+            }
+        }
+        if spans.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut copied = 0;
+        for span in spans {
+            out.push_str(&text[copied..span.start]);
+            out.push_str(REDACTED);
+            copied = span.end;
+        }
+        out.push_str(&text[copied..]);
+        Some(out)
+    }
+}
+
+/// Index of the quote closing the string whose content starts at `from` (or the end of input).
+fn string_end(bytes: &[u8], from: usize) -> usize {
+    let mut i = from;
+    while let Some(offset) = bytes.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {
+        let at = i + offset;
+        if bytes[at] == b'"' {
+            return at;
+        }
+        // The escaped character is never a quote that ends the string.
+        i = at + 2;
+    }
+    bytes.len()
+}
+
+/// The lines of a JSON string's raw content that hold the triggers at `hit_starts`
+/// (ascending). Lines are split at every backslash followed by `n`, whether it is a `\n`
+/// escape or (in JSON encoded twice, as shell tool output is) the `n` after an escaped
+/// backslash: no rule other than the PEM one matches text containing that pair, except as the
+/// word boundary it starts with, so a line starts at its leading backslash. Linear: each byte
+/// is searched at most twice.
+fn trigger_lines(content: &[u8], hit_starts: impl Iterator<Item = usize>) -> Vec<Range<usize>> {
+    static FORWARD: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(LINE_BREAK));
+    static BACKWARD: LazyLock<memmem::FinderRev<'static>> =
+        LazyLock::new(|| memmem::FinderRev::new(LINE_BREAK));
+    let mut lines: Vec<Range<usize>> = Vec::new();
+    for at in hit_starts {
+        let floor = match lines.last() {
+            Some(last) if at < last.end => continue,
+            Some(last) => last.end,
+            None => 0,
+        };
+        let start = content
+            .get(floor..at)
+            .and_then(|before| BACKWARD.rfind(before))
+            .map_or(floor, |offset| floor + offset);
+        let end = content
+            .get(at..)
+            .and_then(|after| FORWARD.find(after))
+            .map_or(content.len(), |offset| at + offset);
+        match lines.last_mut() {
+            Some(last) if start <= last.end => last.end = end,
+            _ => lines.push(start..end),
+        }
+    }
+    lines
+}
+
+const LINE_BREAK: &[u8] = b"\\n";
+
+fn has_separator(text: &[u8]) -> bool {
+    memchr3(b':', b'=', b' ', text).is_some() || memchr(b'\t', text).is_some()
+}
+
+fn skip_json_whitespace(bytes: &[u8], mut i: usize) -> usize {
+    while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The escape sequences of a JSON string's raw content, in order. A surrogate pair
+/// (`\ud83d\ude00`) is one unit: cutting between its halves leaves invalid JSON.
+fn escape_sequences(content: &[u8]) -> Vec<Range<usize>> {
+    let mut units = Vec::new();
+    let mut i = 0;
+    while let Some(offset) = content.get(i..).and_then(|rest| memchr(b'\\', rest)) {
+        let start = i + offset;
+        let is_unicode = content.get(start + 1) == Some(&b'u');
+        let mut end = (start + if is_unicode { 6 } else { 2 }).min(content.len());
+        if is_unicode
+            && is_surrogate(content.get(start + 2..end), 0xD800)
+            && content.get(end..end + 2) == Some(b"\\u")
+            && is_surrogate(content.get(end + 2..end + 6), 0xDC00)
+        {
+            end += 6;
+        }
+        units.push(start..end);
+        i = end;
+    }
+    units
+}
+
+/// Whether `hex` is four hex digits in `base..base + 0x400` (a high or low surrogate).
+fn is_surrogate(hex: Option<&[u8]>, base: u32) -> bool {
+    hex.and_then(|hex| std::str::from_utf8(hex).ok())
+        .filter(|hex| hex.len() == 4)
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .is_some_and(|code| (base..base + 0x400).contains(&code))
+}
+
+/// `span` grown so that neither end falls inside an escape sequence.
+fn widen_to_escapes(mut span: Range<usize>, escapes: &[Range<usize>]) -> Range<usize> {
+    let first = escapes.partition_point(|e| e.end <= span.start);
+    if let Some(e) = escapes.get(first)
+        && e.start < span.start
+    {
+        span.start = e.start;
+    }
+    let last = escapes.partition_point(|e| e.end <= span.end);
+    if let Some(e) = escapes.get(last)
+        && e.start < span.end
+    {
+        span.end = e.end;
+    }
+    span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redact(text: &str) -> String {
+        global().redact_text(text).into_owned()
+    }
+
+    #[test]
+    fn every_pattern_compiles() {
+        let redactor = Redactor::new();
+        assert_eq!(redactor.text_rules.len(), 12);
+    }
+
+    #[test]
+    fn no_trigger_is_a_prefix_of_another_in_its_list() {
+        // The trigger scan resumes one byte after each hit's start, which finds every
+        // occurrence only if no two triggers of a list can match at the same position.
+        for list in [EXACT_TRIGGERS, WORD_TRIGGERS] {
+            for (a, _) in list {
+                for (b, _) in list {
+                    assert!(a == b || !b.starts_with(a), "{a} is a prefix of {b}");
+                }
+            }
+        }
+        for (word, _) in WORD_TRIGGERS {
+            assert_eq!(*word, word.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn a_decoded_message_is_redacted_then_truncated() {
+        let message = "Done. I used the deploy key:\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB\n-----END EC PRIVATE KEY-----\nand GITHUB_TOKEN=ghp_aBcDeFgHiJ0123456789 to push.";
+        let redacted = global().redact_text(message);
+        assert_eq!(
+            redacted,
+            "Done. I used the deploy key:\n[REDACTED]\nand GITHUB_TOKEN=[REDACTED] to push."
+        );
+        assert_eq!(truncate_utf8(&redacted, 12), "Done. I used");
+    }
+
+    #[test]
+    fn placeholder_is_the_cli_text_plus_size() {
+        assert_eq!(
+            oversize_placeholder(70_000),
+            r#"{"type":"redacted_oversize_line","reason":"line exceeded SecretRedactor size limit","original_bytes":70000}"#
+        );
+    }
+
+    #[test]
+    fn pem_block_inside_a_json_string() {
+        let line = r#"{"output":"key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7v\nq3Zx\n-----END RSA PRIVATE KEY-----\ndone"}"#;
+        assert_eq!(redact(line), r#"{"output":"key:\n[REDACTED]\ndone"}"#);
+    }
+
+    #[test]
+    fn pem_block_without_end_is_redacted_to_the_end_of_its_string() {
+        let line = r#"{"output":"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk","n":1}"#;
+        assert_eq!(redact(line), r#"{"output":"[REDACTED]","n":1}"#);
+    }
+
+    #[test]
+    fn pem_block_in_plain_text() {
+        let text = "a\n-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\nb";
+        assert_eq!(redact(text), "a\n[REDACTED]\nb");
+    }
+
+    #[test]
+    fn aws_key_ids() {
+        assert_eq!(
+            redact(r#"{"o":"id=AKIAIOSFODNN7EXAMPLE and ASIAY34FZKBOKMUTVV7A"}"#),
+            r#"{"o":"id=[REDACTED] and [REDACTED]"}"#
+        );
+    }
+
+    #[test]
+    fn vendor_tokens() {
+        assert_eq!(
+            redact(
+                r#"{"o":"ghp_aBcDeFgHiJ0123456789 github_pat_11ABCDEFG0_abcdefghij glpat-xxxxxxxxxxyyyy npm_abcdefghij12 xoxb-1234567890-abc"}"#
+            ),
+            r#"{"o":"[REDACTED] [REDACTED] [REDACTED] [REDACTED] [REDACTED]"}"#
+        );
+        assert_eq!(
+            redact("key sk-proj-abcdefghij12345 and sk_live_abcdefghij123"),
+            "key [REDACTED] and [REDACTED]"
+        );
+        // Too short to be a token.
+        assert_eq!(redact("ghp_short"), "ghp_short");
+    }
+
+    #[test]
+    fn sk_needs_a_word_boundary_which_a_json_escape_provides() {
+        assert_eq!(redact("task-abcdefghijklmnop"), "task-abcdefghijklmnop");
+        assert_eq!(
+            redact(r#"{"o":"line\nsk-abcdefghijklmnop"}"#),
+            r#"{"o":"line\n[REDACTED]"}"#
+        );
+    }
+
+    #[test]
+    fn credential_header_values() {
+        assert_eq!(
+            redact(r#"{"o":"> Authorization: Bearer abc.def-123\r\n> Host: x\r\n"}"#),
+            r#"{"o":"> Authorization: [REDACTED]\r\n> Host: x\r\n"}"#
+        );
+        assert_eq!(
+            redact(r#"{"cmd":"curl -H 'X-Api-Key: abc123' -H \"Cookie: a=b; c=d\" u"}"#),
+            r#"{"cmd":"curl -H 'X-Api-Key: [REDACTED]' -H \"Cookie: [REDACTED]\" u"}"#
+        );
+        assert_eq!(
+            redact("Proxy-Authorization: Basic dXNlcjpwYXNz"),
+            "Proxy-Authorization: [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn header_objects_in_json() {
+        assert_eq!(
+            redact(r#"{"headers":{"Authorization":"Bearer abc","Accept":"*/*"}}"#),
+            r#"{"headers":{"Authorization":"[REDACTED]","Accept":"*/*"}}"#
+        );
+    }
+
+    #[test]
+    fn url_query_secrets_and_userinfo_passwords() {
+        assert_eq!(
+            redact(r#"{"o":"GET https://api.x.io/v1?token=abc123&page=2&api_key=zzz"}"#),
+            r#"{"o":"GET https://api.x.io/v1?token=[REDACTED]&page=2&api_key=[REDACTED]"}"#
+        );
+        assert_eq!(
+            redact("https://s3.aws/b?X-Amz-Signature=deadbeef&sig=cafe"),
+            "https://s3.aws/b?X-Amz-Signature=[REDACTED]&sig=[REDACTED]"
+        );
+        assert_eq!(
+            redact(r#"{"o":"git clone https://alice:s3cr3tpw@git.example.com/r.git"}"#),
+            r#"{"o":"git clone https://alice:[REDACTED]@git.example.com/r.git"}"#
+        );
+        assert_eq!(redact("http://host:8080/path"), "http://host:8080/path");
+    }
+
+    #[test]
+    fn json_key_rule_redacts_strings_only() {
+        let line = r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":123,"output_tokens":45},"max_tokens":4096},"turn_id":"t1","api_key":"abc","db_password":"p","auth_token":null,"Secret":""}}"#;
+        assert_eq!(
+            redact(line),
+            r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":123,"output_tokens":45},"max_tokens":4096},"turn_id":"t1","api_key":"[REDACTED]","db_password":"[REDACTED]","auth_token":null,"Secret":""}}"#
+        );
+    }
+
+    #[test]
+    fn json_key_rule_replaces_escapes_whole() {
+        assert_eq!(
+            redact(r#"{"client_secret" : "a\"b\\c\u00e9"}"#),
+            r#"{"client_secret" : "[REDACTED]"}"#
+        );
+    }
+
+    #[test]
+    fn assignments_and_yaml_pairs() {
+        assert_eq!(
+            redact("export GITHUB_TOKEN=abcdefgh12 DB_PASSWORD='hunter2hunter2'"),
+            "export GITHUB_TOKEN=[REDACTED] DB_PASSWORD='[REDACTED]'"
+        );
+        assert_eq!(
+            redact(r#"{"o":"db:\n  db_password: hunter2hunter2\n  user: bob"}"#),
+            r#"{"o":"db:\n  db_password: [REDACTED]\n  user: bob"}"#
+        );
+        // JSON written inside a string (tool arguments) is text.
+        assert_eq!(
+            redact(r#"{"arguments":"{\"aws_secret_access_key\":\"wJalrXUtnFEMI/K7MDENG\"}"}"#),
+            r#"{"arguments":"{\"aws_secret_access_key\":\"[REDACTED]\"}"}"#
+        );
+        // Short values and token counts are not secrets.
+        assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=abc");
+        assert_eq!(
+            redact("let api_key = std::env::var(name)?;"),
+            "let api_key = std::env::var(name)?;"
+        );
+        assert_eq!(
+            redact(r#"{"o":"{\"input_tokens\": 123456789}"}"#),
+            r#"{"o":"{\"input_tokens\": 123456789}"}"#
+        );
+    }
+
+    #[test]
+    fn labelled_secrets() {
+        assert_eq!(
+            redact("use token abcdefghijklmnop1234 now"),
+            "use token [REDACTED] now"
+        );
+        assert_eq!(
+            redact("the secret is hunter2x and the password: pa55"),
+            "the secret is [REDACTED] and the password: [REDACTED]"
+        );
+        assert_eq!(
+            redact("Bearer eyJhbGciOiJIUzI1NiJ9.e30"),
+            "Bearer [REDACTED]"
+        );
+        assert_eq!(redact("token validation"), "token validation");
+        assert_eq!(
+            redact("the password is incorrect."),
+            "the password is incorrect."
+        );
+    }
+
+    #[test]
+    fn connection_string_passwords() {
+        assert_eq!(
+            redact(r#"{"o":"Server=x;User Id=u;Password=p4s;Pwd=q;"}"#),
+            r#"{"o":"Server=x;User Id=u;Password=[REDACTED];Pwd=[REDACTED];"}"#
+        );
+    }
+
+    #[test]
+    fn text_without_triggers_is_borrowed_untouched() {
+        let line = r#"{"timestamp":"2026-07-28T16:14:05.115Z","type":"response_item","payload":{"type":"message","content":"hello"}}"#;
+        assert!(matches!(global().redact_text(line), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn widening_keeps_surrogate_pairs_and_escapes_whole() {
+        // A PEM block ending in the middle of a pair is cut after the whole pair.
+        let content = br"a\ud83d\ude00b\\c";
+        let escapes = escape_sequences(content);
+        assert_eq!(escapes, vec![1..13, 14..16]);
+        assert_eq!(widen_to_escapes(3..8, &escapes), 1..13);
+        assert_eq!(widen_to_escapes(13..15, &escapes), 13..16);
+        assert_eq!(widen_to_escapes(0..1, &escapes), 0..1);
+    }
+
+    #[test]
+    fn lines_over_the_limit_become_the_placeholder() {
+        let mut line = br#"{"o":""#.to_vec();
+        line.resize(MAX_LINE_BYTES - 2, b'a');
+        line.extend_from_slice(br#""}"#);
+        assert_eq!(line.len(), MAX_LINE_BYTES);
+        let mut with_secret = line.clone();
+        with_secret[6..26].copy_from_slice(b"AKIAIOSFODNN7EXAMPLE");
+        let shipped = global().redact_line(&with_secret);
+        assert!(shipped.starts_with(r#"{"o":"[REDACTED]aaa"#));
+
+        line.insert(6, b'a');
+        assert_eq!(
+            global().redact_line(&line),
+            oversize_placeholder(MAX_LINE_BYTES as u64 + 1)
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters() {
+        assert_eq!(
+            global().redact_line(b"{\"o\":\"\xff token abcdefghijklmnop1234"),
+            "{\"o\":\"\u{FFFD} token [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate_utf8("héllo", 2), "h");
+        assert_eq!(truncate_utf8("héllo", 3), "hé");
+        assert_eq!(truncate_utf8("hi", 4096), "hi");
+    }
 }

@@ -13,9 +13,11 @@
 //! **Appending.** Parent and child watchers (and the kcap CLI) append to the same file, and a
 //! replay may rename it at any moment. So each record is written with a single `write` on a file
 //! opened with `O_APPEND` just for that record, then closed. Around that write the appender holds
-//! a shared `flock` and checks that the file it opened is still the one at the spool path; a
-//! claim (below) renames the file and then takes the exclusive lock once, which waits for a
-//! write already in progress, and any later writer sees the rename and reopens. That closes the
+//! an exclusive `flock` (so it can tell a record cut short by a crash, and end that fragment's
+//! line first, with no other appender mid-write) and checks that the file it opened is still
+//! the one at the spool path; a claim (below) renames the file and then takes the exclusive lock
+//! once, which waits for a write already in progress, and any later writer sees the rename and
+//! reopens. That closes the
 //! window in which a record written to a just-renamed file would be read by nobody. (The kcap
 //! CLI's .NET appender takes the same shared lock implicitly, but does not re-check the path.)
 //! The caps are checked against the size seen just before the write, so two processes racing at
@@ -634,16 +636,30 @@ fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
     // to whatever it opened, which a replay still reads unless it already has.
     let mut rounds = 0;
     let file = loop {
-        let file = private_options().append(true).create(true).open(path)?;
-        file.lock_shared()?;
+        let file = private_options()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
+        // Exclusive, so no other appender is mid-write while the file's end is checked below.
+        file.lock()?;
         rounds += 1;
         if rounds == 16 || still_at(&file, path)? {
             break file;
         }
     };
     let len = file.metadata()?.len();
-    if len.saturating_add(record.len() as u64) > cap {
+    if len.saturating_add(record.len() as u64 + 1) > cap {
         return Ok(false);
+    }
+    // A crash (SIGKILL can cut a large write to a regular file short) leaves a record without
+    // its `\n`: start on a fresh line, or this record is glued to the fragment and lost with it.
+    if len > 0 {
+        let mut last = [0u8];
+        if std::os::unix::fs::FileExt::read_at(&file, &mut last, len - 1)? == 1 && last[0] != b'\n'
+        {
+            (&file).write_all(b"\n")?;
+        }
     }
     let written = loop {
         match (&file).write(record) {

@@ -167,7 +167,8 @@ struct Watcher {
     watermark_in_flight: bool,
     watermark_retry_at: Option<Ts>,
     watermark_backoff: Backoff,
-    /// After a delivery failure heals, the watermark is read once more.
+    /// After a delivery failure, the watermark is read once more before the next batch goes
+    /// out (a server restored from a backup while it was down has lost what it acknowledged).
     recheck_watermark: bool,
     /// Bumped when shipping restarts from another line: answers to requests sent before
     /// are stale and ignored.
@@ -179,6 +180,8 @@ struct Watcher {
     ship_backoff: Backoff,
     failing_since: Option<Ts>,
     unauthorized_logged: bool,
+    /// The server refused the token: re-read it right before the next request.
+    token_refused: bool,
     start_posted: bool,
     // Lifecycle.
     stop: StopProgress,
@@ -195,12 +198,8 @@ impl Watcher {
         let path = std::path::absolute(&opts.rollout).with_context(|| {
             format!("failed to resolve rollout path {}", opts.rollout.display())
         })?;
-        if path.is_dir() {
-            return Err(UsageError(format!(
-                "cannot read rollout {}: it is a directory",
-                path.display()
-            ))
-            .into());
+        if let Ok(meta) = std::fs::metadata(&path) {
+            not_a_regular_file(&path, &meta)?;
         }
         let client = match &settings.server {
             Some(url) => {
@@ -233,7 +232,7 @@ impl Watcher {
             files: None,
             heartbeat: None,
             client,
-            redactor: Redactor::global(),
+            redactor: crate::ship::redact::global(),
             tx,
             rx,
             watermark: None,
@@ -249,6 +248,7 @@ impl Watcher {
             ship_backoff: Backoff::new(),
             failing_since: None,
             unauthorized_logged: false,
+            token_refused: false,
             start_posted: false,
             stop: StopProgress::default(),
             stop_in_flight: false,
@@ -596,8 +596,9 @@ impl Watcher {
 
     fn on_file_change(&mut self) -> Result<()> {
         if self.rollout.is_none() {
-            if !self.path.exists() {
-                return Ok(());
+            match std::fs::metadata(&self.path) {
+                Ok(meta) => not_a_regular_file(&self.path, &meta)?,
+                Err(_) => return Ok(()),
             }
             // The file appeared after the watcher started: its lines are new, observed now.
             let file = match File::open(&self.path) {
@@ -753,8 +754,7 @@ impl Watcher {
     }
 
     fn maybe_ask_watermark(&mut self, now: Ts) {
-        let Some(client) = &self.client else { return };
-        if self.watermark_in_flight {
+        if self.client.is_none() || self.watermark_in_flight {
             return;
         }
         let Some(at) = self.watermark_retry_at else {
@@ -769,9 +769,11 @@ impl Watcher {
         ) else {
             return;
         };
+        let Some(client) = self.client_for_attempt(now) else {
+            return;
+        };
         self.watermark_retry_at = None;
         self.watermark_in_flight = true;
-        let client = client.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let res = client.watermark(&session, agent.as_deref()).await;
@@ -780,8 +782,7 @@ impl Watcher {
     }
 
     fn maybe_send_batch(&mut self, now: Ts) {
-        let Some(client) = &self.client else { return };
-        if self.watermark.is_none() || self.transcript_in_flight {
+        if self.client.is_none() || self.watermark.is_none() || self.transcript_in_flight {
             return;
         }
         if self.role() == Role::Child
@@ -791,6 +792,14 @@ impl Watcher {
             return;
         }
         if self.ship_retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        if self.recheck_watermark {
+            // Read before resending: once the healing batch is stored, the watermark is past
+            // any lines the server lost meanwhile and the loss could no longer be seen.
+            if !self.watermark_in_flight && self.watermark_retry_at.is_none() {
+                self.watermark_retry_at = Some(now);
+            }
             return;
         }
         self.ship_retry_at = None;
@@ -806,7 +815,9 @@ impl Watcher {
             },
         };
         let body = batch.body(&session, agent.as_deref(), &self.opts.vendor);
-        let client = client.clone();
+        let Some(client) = self.client_for_attempt(now) else {
+            return;
+        };
         let tx = self.tx.clone();
         let generation = self.ship_generation;
         self.transcript_in_flight = true;
@@ -856,6 +867,7 @@ impl Watcher {
                     "server watermark: resume at line {resume}"
                 );
                 let first = self.watermark.is_none();
+                self.recheck_watermark = false;
                 if first {
                     self.set_resume(w, resume);
                     if w == Watermark::NotFound && self.role() == Role::Child && !self.start_posted
@@ -878,9 +890,7 @@ impl Watcher {
             Err(f) => {
                 if let crate::ship::client::Failure::Unauthorized { status } = f {
                     self.log_unauthorized(status);
-                    if let Some(c) = &self.client {
-                        c.reload_token(now);
-                    }
+                    self.token_refused = true;
                     self.watermark_retry_at = Some(now.plus(UNAUTHORIZED_RETRY));
                 } else {
                     let delay = self.watermark_backoff.next_delay(f.retry_after());
@@ -888,11 +898,22 @@ impl Watcher {
                     self.watermark_retry_at = Some(now.plus(delay));
                 }
                 if self.watermark.is_some() {
-                    // A post-healing check failed: the next success checks again.
+                    // The check before resending failed: no batch goes out until it answers.
                     self.recheck_watermark = true;
                 }
             }
         }
+    }
+
+    /// The client for the next request. After a `401`/`403` the token is re-read first, right
+    /// before the retry: re-read at the refusal, a token the kcap CLI refreshed during the
+    /// minute's wait would only be picked up a minute later still.
+    fn client_for_attempt(&mut self, now: Ts) -> Option<KcapClient> {
+        let client = self.client.clone()?;
+        if std::mem::take(&mut self.token_refused) {
+            client.reload_token(now);
+        }
+        Some(client)
     }
 
     fn log_unauthorized(&mut self, status: u16) {
@@ -910,7 +931,7 @@ impl Watcher {
         self.transcript_in_flight = false;
         match out {
             Outcome::Delivered => {
-                let healed = self.failing_since.take().is_some();
+                self.failing_since = None;
                 self.unauthorized_logged = false;
                 self.ship_backoff.reset();
                 if let Some(b) = self.outbox.delivered() {
@@ -929,28 +950,31 @@ impl Watcher {
                 if let Some(ship) = &self.ship_reader {
                     self.outbox.skip_to(ship.next_number());
                 }
-                if healed || self.recheck_watermark {
-                    // A failure healed: read the watermark once (never in a loop).
-                    self.recheck_watermark = false;
-                    self.watermark_retry_at = Some(now);
-                }
             }
             Outcome::Transient {
                 status,
                 retry_after,
                 error,
             } => {
+                // Once per failure streak (never in a loop): the watermark is read again
+                // before the next attempt.
+                if self.failing_since.is_none() {
+                    self.recheck_watermark = true;
+                }
                 self.failing_since.get_or_insert(now);
                 let delay = self.ship_backoff.next_delay(retry_after);
                 warn!(event = "ship_failed", status = status.map(i64::from).unwrap_or(-1), error = %error, retry_in_ms = delay.as_millis() as u64, "failed to ship lines: {error}; retrying in {delay:?}");
                 self.ship_retry_at = Some(now.plus(delay));
             }
             Outcome::Unauthorized { status } => {
+                // Once per failure streak (never in a loop): the watermark is read again
+                // before the next attempt.
+                if self.failing_since.is_none() {
+                    self.recheck_watermark = true;
+                }
                 self.failing_since.get_or_insert(now);
                 self.log_unauthorized(status);
-                if let Some(c) = &self.client {
-                    c.reload_token(now);
-                }
+                self.token_refused = true;
                 self.ship_retry_at = Some(now.plus(UNAUTHORIZED_RETRY));
             }
             Outcome::Rejected {
@@ -987,10 +1011,8 @@ impl Watcher {
                 info!(event = "subagent_stop_posted", "posted subagent-stop");
             }
             other => {
-                if let Outcome::Unauthorized { .. } = other
-                    && let Some(c) = &self.client
-                {
-                    c.reload_token(now);
+                if let Outcome::Unauthorized { .. } = other {
+                    self.token_refused = true;
                 }
                 let status = match &other {
                     Outcome::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
@@ -1178,9 +1200,9 @@ impl Watcher {
     }
 
     /// One stop attempt, off the loop (online), or into the hook spool (offline).
-    fn start_stop_attempt(&mut self, _now: Ts) {
+    fn start_stop_attempt(&mut self, now: Ts) {
         let body = self.stop_body();
-        match self.client.clone() {
+        match self.client_for_attempt(now) {
             Some(client) => {
                 self.stop_in_flight = true;
                 let tx = self.tx.clone();
@@ -1211,7 +1233,10 @@ impl Watcher {
     }
 
     async fn post_session_end(&mut self, reason: SessionEndReason) {
-        let id = self.identity.clone().unwrap_or_else(Identity::unknown);
+        // A watcher that never learned its session (no file, no ids) has nothing to end.
+        let Some(id) = self.identity.clone() else {
+            return;
+        };
         let body = session_end_body(
             id.session_id.as_deref().unwrap_or(""),
             &self.path,
@@ -1426,6 +1451,20 @@ fn ship_line(redactor: &Redactor, line: &crate::tail::Line) -> ShipLine {
         _ => crate::ship::redact::oversize_placeholder(line.len),
     };
     ShipLine::new(line.number, &text)
+}
+
+/// A rollout must be a regular file: opening a named pipe would block until some writer
+/// opened it (a hang before the heartbeat even starts), and nothing else can be tailed.
+fn not_a_regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "it is a directory"
+    } else {
+        "it is not a regular file"
+    };
+    Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into())
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
