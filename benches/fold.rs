@@ -11,7 +11,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kcap_watch::fold::{Observed, State};
 use kcap_watch::rollout::Classifier;
-use kcap_watch::ship::redact::Redactor;
+use kcap_watch::ship::redact;
 use kcap_watch::tail::LineReader;
 use kcap_watch::time::Ts;
 
@@ -98,7 +98,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(seed_fold(black_box(&data), true)))
     });
     g.bench_function("redact_lines", |b| {
-        let r = Redactor::global();
+        let r = redact::global();
         b.iter(|| {
             let mut bytes = 0usize;
             for line in lines(black_box(&data)) {
