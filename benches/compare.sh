@@ -164,6 +164,7 @@ mib_of_kib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 MACHINE="$(nproc) cores ($CPU_MODEL), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), $(jq --version), $(tail --version | head -1)"
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "machine: $MACHINE; commit $REV; work dir $WORK"
 
 # --- the corpus -----------------------------------------------------------------------------
@@ -308,7 +309,7 @@ stop_pid "$SINK_PID"
 
 # --- 4. idle: 20 watchers ---------------------------------------------------------------------
 
-log "idle: $IDLE_N watchers on $IDLE_SIZE rollouts (one directory), ship everything, then $IDLE_SECS s idle"
+log "idle: $IDLE_N watchers on $IDLE_SIZE rollouts (one directory): (a) ship everything then $IDLE_SECS s idle; (b) restarted, seed only (the sink holds every line), then $IDLE_SECS s idle"
 mkdir -p "$WORK/idle"
 IDLE_LINES=0
 for ((i = 0; i < IDLE_N; i++)); do
@@ -317,36 +318,54 @@ for ((i = 0; i < IDLE_N; i++)); do
     IDLE_LINES=$((IDLE_LINES + $(wc -l <"$f")))
 done
 cmd "$GEN --size $IDLE_SIZE --seed 100..$((100 + IDLE_N - 1)) --role child --end open --out idle/rollout-N.jsonl"
+cmd "$IDLE_N x KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch idle/rollout-N.jsonl ${WATCH_FLAGS[*]}   # (a) sink: $SINK --done-after-lines <all lines>; (b) the same command again after SIGTERM, the sink now answering each stream's watermark"
 start_sink idle --done-after-lines "$IDLE_LINES" --done-file "$WORK/idle.done"
 touch "$WORK"/idle/*.jsonl
-IDLE_PIDS=()
-for ((i = 0; i < IDLE_N; i++)); do
-    mkdir -p "$WORK/idle.cfg"
-    KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/idle.cfg \
-        "$BIN" watch "$WORK/idle/rollout-$i.jsonl" "${WATCH_FLAGS[@]}" >"$WORK/idle-$i.out" 2>"$WORK/idle-$i.err" &
-    IDLE_PIDS+=($!)
-    PIDS+=($!)
-done
-cmd "$IDLE_N x KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch idle/rollout-N.jsonl ${WATCH_FLAGS[*]}"
-wait_for_file "$WORK/idle.done" 600
-sleep 2
+
+start_idle_watchers() { # phase
+    IDLE_PIDS=()
+    for ((i = 0; i < IDLE_N; i++)); do
+        KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/idle.cfg \
+            "$BIN" watch "$WORK/idle/rollout-$i.jsonl" "${WATCH_FLAGS[@]}" >"$WORK/idle-$1-$i.out" 2>"$WORK/idle-$1-$i.err" &
+        IDLE_PIDS+=($!)
+        PIDS+=($!)
+    done
+}
 idle_cpu_total() {
     local p t=0
     for p in "${IDLE_PIDS[@]}"; do t=$((t + $(cpu_ns "$p"))); done
     echo "$t"
 }
-alive=0
-for p in "${IDLE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
-i0=$(idle_cpu_total)
-sleep "$IDLE_SECS"
-i1=$(idle_cpu_total)
-IDLE_CPU_S=$(awk -v a="$i0" -v b="$i1" 'BEGIN {printf "%.3f", (b-a)/1e9}')
-: >"$WORK/idle.rss"
-for p in "${IDLE_PIDS[@]}"; do echo "$(rss_kib "$p") $(anon_kib "$p") $(pss_kib "$p")" >>"$WORK/idle.rss"; done
-IDLE_RSS_MAX=$(cut -d' ' -f1 "$WORK/idle.rss" | sort -g | tail -1)
-IDLE_RSS_MED=$(cut -d' ' -f1 "$WORK/idle.rss" | median)
-IDLE_ANON_MED=$(cut -d' ' -f2 "$WORK/idle.rss" | median)
-IDLE_PSS_MED=$(cut -d' ' -f3 "$WORK/idle.rss" | median)
+measure_idle() { # phase: sets IDLE_<phase>_* (CPU s, VmRSS median/max, RssAnon median, PSS median, alive)
+    local phase=$1 alive=0 p c0 c1
+    for p in "${IDLE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    c0=$(idle_cpu_total)
+    sleep "$IDLE_SECS"
+    c1=$(idle_cpu_total)
+    : >"$WORK/idle-$phase.rss"
+    for p in "${IDLE_PIDS[@]}"; do echo "$(rss_kib "$p") $(anon_kib "$p") $(pss_kib "$p")" >>"$WORK/idle-$phase.rss"; done
+    printf -v "IDLE_${phase}_ALIVE" %s "$alive"
+    printf -v "IDLE_${phase}_CPU" %s "$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.3f", (b-a)/1e9}')"
+    printf -v "IDLE_${phase}_RSS_MED" %s "$(cut -d' ' -f1 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_RSS_MAX" %s "$(cut -d' ' -f1 "$WORK/idle-$phase.rss" | sort -g | tail -1)"
+    printf -v "IDLE_${phase}_ANON_MED" %s "$(cut -d' ' -f2 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_PSS_MED" %s "$(cut -d' ' -f3 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_PSS_MAX" %s "$(cut -d' ' -f3 "$WORK/idle-$phase.rss" | sort -g | tail -1)"
+}
+
+mkdir -p "$WORK/idle.cfg"
+start_idle_watchers a
+wait_for_file "$WORK/idle.done" 600
+sleep 2
+measure_idle a
+for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+
+start_idle_watchers b
+for ((i = 0; i < IDLE_N; i++)); do
+    wait_for_grep "resume at line" "$WORK/idle-b-$i.err" 120
+done
+sleep 2
+measure_idle b
 for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
 stop_pid "$SINK_PID"
 
@@ -357,7 +376,7 @@ cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch $BIG ${WATCH_FLAGS[*]}   #
 cmd "cat $BIG > /dev/null   # x$RUNS"
 THRU_LINES=$(wc -l <"$BIG")
 THRU_BYTES=$(stat -c %s "$BIG")
-: >"$WORK/thru.ours" >"$WORK/thru.ship" >"$WORK/thru.cat"
+: >"$WORK/thru.ours" >"$WORK/thru.ship" >"$WORK/thru.cat" >"$WORK/thru.busy"
 for ((i = 0; i < RUNS; i++)); do
     rm -f "$WORK/thru.done"
     start_sink "thru$i" --done-after-lines "$THRU_LINES" --done-file "$WORK/thru.done"
@@ -368,6 +387,8 @@ for ((i = 0; i < RUNS; i++)); do
     read -r first_ns last_ns < <(jq -r '"\(.first_ns) \(.last_ns)"' "$WORK/thru.done")
     awk -v b="$THRU_BYTES" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.ours"
     awk -v b="$THRU_BYTES" -v f="$first_ns" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l - f)/1e9)}' >>"$WORK/thru.ship"
+    # How busy the watcher was: its CPU (all threads) over the wall time to the last line.
+    awk -v c="$(cpu_ns "$WATCHER_PID")" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.2f\n", (c/1e9) / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.busy"
     stop_pid "$WATCHER_PID"
     stop_pid "$SINK_PID"
     c0=$(now_us)
@@ -392,6 +413,7 @@ SIZE_MB=$(mb_of "$BIG_BYTES")
 echo
 echo "kcap-watch performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
 echo "machine: $MACHINE"
+echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine shares its 2 cores)"
 echo "corpus: $SIZE_MB MiB, $BIG_LINES lines (gen_rollout --seed 7); medians of $RUNS runs unless noted"
 echo
 echo "| what | ours | baseline (same run) | ratio | target | holds |"
@@ -400,7 +422,14 @@ echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED
 echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
 echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | watcher CPU $FOLLOW_CPU_MS ms ($FOLLOW_GOT lines shipped) | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | $CPU_PCT % | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
 echo "| append → line at the loopback sink, $LAT_GOT of $LAT_N appends every $LAT_INTERVAL | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX")) | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | — | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
-echo "| idle: $IDLE_N watchers ($alive alive) after shipping $IDLE_SIZE each, $IDLE_SECS s | total CPU $IDLE_CPU_S s; VmRSS median $(mib_of_kib "$IDLE_RSS_MED") MiB, max $(mib_of_kib "$IDLE_RSS_MAX") MiB (RssAnon median $(mib_of_kib "$IDLE_ANON_MED") MiB, PSS median $(mib_of_kib "$IDLE_PSS_MED") MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | $(holds "$IDLE_CPU_S <= 0.2 && $IDLE_RSS_MAX <= 10240 && $alive == $IDLE_N") |"
+idle_row() { # phase label
+    local p=$1 alive cpu rmed rmax amed pmed pmax
+    alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmed=IDLE_${p}_RSS_MED rmax=IDLE_${p}_RSS_MAX
+    amed=IDLE_${p}_ANON_MED pmed=IDLE_${p}_PSS_MED pmax=IDLE_${p}_PSS_MAX
+    echo "| idle: $IDLE_N watchers (${!alive} alive) $2, $IDLE_SECS s | total CPU ${!cpu} s; VmRSS median $(mib_of_kib "${!rmed}") MiB, max $(mib_of_kib "${!rmax}") MiB (RssAnon median $(mib_of_kib "${!amed}") MiB; PSS median $(mib_of_kib "${!pmed}"), max $(mib_of_kib "${!pmax}") MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | CPU $(holds "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(holds "${!rmax} <= 10240"); PSS $(holds "${!pmax} <= 10240") |"
+}
+idle_row b "after seeding $IDLE_SIZE each (restarted; the server held every line)"
+idle_row a "after shipping $IDLE_SIZE each from line 0"
 echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping phase alone $THRU_SHIP MB/s) | \`cat > /dev/null\` $THRU_CAT MB/s | $(awk -v a="$THRU_OURS" -v b="$THRU_CAT" 'BEGIN {printf "%.3f", a/b}') of \`cat\` | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
@@ -412,7 +441,9 @@ echo "  jq fold wall s:        $(cut -d' ' -f1 "$WORK/seed.jq" | tr '\n' ' ')"
 echo "  ship MB/s (spawn→last): $(tr '\n' ' ' <"$WORK/thru.ours")"
 echo "  ship MB/s (first→last): $(tr '\n' ' ' <"$WORK/thru.ship")"
 echo "  cat MB/s:               $(tr '\n' ' ' <"$WORK/thru.cat")"
-echo "  idle VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle.rss")"
+echo "  idle after seeding, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-b.rss")"
+echo "  idle after shipping, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-a.rss")"
+echo "  shipping: watcher CPU / wall time per run: $(tr '\n' ' ' <"$WORK/thru.busy")"
 echo
 echo "Commands run (from $ROOT):"
 for c in "${CMDS[@]}"; do echo "  $c"; done
