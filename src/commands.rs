@@ -75,18 +75,8 @@ fn print_summary(s: &Summary, online: bool) -> Result<()> {
             .unwrap_or_else(none);
         writeln!(out, "spooled {} lines to {path}", s.lines_spooled)?;
     }
-    if let Some(stop) = s.stop {
-        let where_ = match stop {
-            "spooled" => format!(
-                " ({})",
-                s.hook_spool
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            ),
-            _ => String::new(),
-        };
-        writeln!(out, "subagent-stop: {stop}{where_}")?;
+    if let Some(stop) = &s.stop {
+        writeln!(out, "subagent-stop: {stop}")?;
     }
     out.flush()?;
     Ok(())

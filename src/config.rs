@@ -634,9 +634,10 @@ impl Resolver<'_> {
                 None => return Ok(None),
             },
         };
+        let shown = without_password(&raw);
         let fail = |why: String| ConfigError {
             name: origin,
-            message: format!("failed to use {origin} {raw:?} as the kcap server URL: {why}"),
+            message: format!("failed to use {origin} {shown:?} as the kcap server URL: {why}"),
         };
         let url = reqwest::Url::parse(raw.trim()).map_err(|e| fail(e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -650,7 +651,7 @@ impl Resolver<'_> {
         };
         if url.scheme() == "http" && !is_loopback(host) {
             self.warnings.push(format!(
-                "{origin} {raw:?} uses plain http to {host}, which is not loopback: the token \
+                "{origin} {shown:?} uses plain http to {host}, which is not loopback: the token \
                  travels in clear text"
             ));
         }
@@ -717,6 +718,24 @@ impl Resolver<'_> {
                           KCAP_CONFIG_DIR or --config-dir"
                     .to_string(),
             })
+    }
+}
+
+/// A URL as messages show it: a password in its userinfo is a credential, never logged.
+/// Works on text that does not parse as a URL too (it is shown in that error).
+fn without_password(raw: &str) -> String {
+    let Some(start) = raw.find("://").map(|i| i + 3) else {
+        return raw.to_string();
+    };
+    let end = raw[start..]
+        .find(['/', '?', '#'])
+        .map_or(raw.len(), |i| start + i);
+    let Some(at) = raw[start..end].rfind('@').map(|i| start + i) else {
+        return raw.to_string();
+    };
+    match raw[start..at].find(':') {
+        Some(colon) => format!("{}:[REDACTED]{}", &raw[..start + colon], &raw[at..]),
+        None => raw.to_string(),
     }
 }
 
