@@ -1,0 +1,449 @@
+#!/usr/bin/env bash
+# Measures kcap-watch against the baselines of issue "6/6 Performance", each baseline measured
+# in the same run (these machines are shared and noisy), and prints a table of medians and
+# ratios plus every command it ran.
+#
+#   cargo build --release --examples && benches/compare.sh [--quick] [--keep] [--size 500MB]
+#
+# --quick: a 50 MB file, fewer runs and shorter windows (a couple of minutes).
+# --keep:  keep the work directory (rollouts, logs, latency samples) and print its path.
+#
+# Needs bash, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the two
+# examples it uses (examples/gen_rollout.rs, examples/sink_server.rs) itself.
+set -euo pipefail
+
+QUICK=0
+KEEP=0
+SIZE_OVERRIDE=""
+while (($#)); do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --keep) KEEP=1 ;;
+    --size)
+        SIZE_OVERRIDE="$2"
+        shift
+        ;;
+    -h | --help)
+        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "compare.sh: unknown argument $1" >&2
+        exit 2
+        ;;
+    esac
+    shift
+done
+
+if ((QUICK)); then
+    SIZE=50MB RUNS=3 JQ_RUNS=2 CPU_SECS=15 LAT_N=200 LAT_INTERVAL=20ms
+    IDLE_N=20 IDLE_SIZE=2MB IDLE_SECS=15
+else
+    SIZE=500MB RUNS=5 JQ_RUNS=3 CPU_SECS=60 LAT_N=1000 LAT_INTERVAL=20ms
+    IDLE_N=20 IDLE_SIZE=20MB IDLE_SECS=60
+fi
+[[ -n $SIZE_OVERRIDE ]] && SIZE=$SIZE_OVERRIDE
+
+for tool in jq curl /usr/bin/time; do
+    command -v "$tool" >/dev/null || {
+        echo "compare.sh: $tool is required" >&2
+        exit 2
+    }
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+echo "== building (cargo build --release --bin kcap-watch --example gen_rollout --example sink_server)" >&2
+cargo build --release --quiet --bin kcap-watch --example gen_rollout --example sink_server
+TARGET=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+BIN=$TARGET/release/kcap-watch
+GEN=$TARGET/release/examples/gen_rollout
+SINK=$TARGET/release/examples/sink_server
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kcap-compare.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    if ((KEEP)); then
+        echo "work directory kept: $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+CMDS=()
+cmd() { CMDS+=("$*"); }
+log() { echo "== $*" >&2; }
+
+# --- helpers -------------------------------------------------------------------------------
+
+now_us() { echo "${EPOCHREALTIME/./}"; }
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "nan"; exit} if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# percentile P (0-100) of the numbers on stdin, nearest-rank.
+percentile() { sort -g | awk -v p="$1" '{a[NR]=$1} END {if (NR==0) {print "nan"; exit} r=int((p/100)*NR+0.999999); if (r<1) r=1; if (r>NR) r=NR; print a[r]}'; }
+
+# CPU nanoseconds a process has used (all threads), from the scheduler's own accounting.
+cpu_ns() {
+    local pid=$1 total=0 t v
+    for t in /proc/"$pid"/task/*/schedstat; do
+        read -r v _ <"$t" 2>/dev/null || continue
+        total=$((total + v))
+    done
+    echo "$total"
+}
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
+anon_kib() { awk '/^RssAnon:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
+# Proportional set size: shared pages (the binary's text, libc) divided among their users.
+pss_kib() { awk '/^Pss:/ {print $2}' /proc/"$1"/smaps_rollup 2>/dev/null || echo 0; }
+
+wait_for_file() { # path timeout_s
+    local deadline=$(($(now_us) + $2 * 1000000))
+    while [[ ! -s $1 ]]; do
+        if (($(now_us) > deadline)); then
+            echo "compare.sh: timed out waiting for $1" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+wait_for_grep() { # pattern file timeout_s
+    local deadline=$(($(now_us) + $3 * 1000000))
+    until grep -q "$1" "$2" 2>/dev/null; do
+        if (($(now_us) > deadline)); then
+            echo "compare.sh: timed out waiting for '$1' in $2" >&2
+            tail -n 20 "$2" >&2 || true
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+start_sink() { # name extra-args... ; sets SINK_PID and SINK_URL
+    local name=$1
+    shift
+    rm -f "$WORK/$name.addr"
+    "$SINK" --addr-file "$WORK/$name.addr" "$@" >"$WORK/$name.sink.log" 2>&1 &
+    SINK_PID=$!
+    PIDS+=("$SINK_PID")
+    wait_for_file "$WORK/$name.addr" 20
+    SINK_URL=$(cat "$WORK/$name.addr")
+}
+
+stop_pid() { # pid: SIGTERM, then wait
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# Watcher settings for every benchmark run: nothing may end it early (the generated files
+# end with an open turn; reap and stall timers count from the file's mtime).
+WATCH_FLAGS=(--reap-after 10h --idle-end 10h --stall-after 0 --poll-interval 1s)
+
+start_watcher() { # name rollout ; sets WATCHER_PID (uses SINK_URL)
+    local name=$1 rollout=$2
+    mkdir -p "$WORK/$name.cfg"
+    KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/$name.cfg KCAP_LOG=info \
+        "$BIN" watch "$rollout" "${WATCH_FLAGS[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    WATCHER_PID=$!
+    PIDS+=("$WATCHER_PID")
+}
+
+mb_of() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+mib_of_kib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+
+# --- machine --------------------------------------------------------------------------------
+
+CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+MACHINE="$(nproc) cores ($CPU_MODEL), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), $(jq --version), $(tail --version | head -1)"
+REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+log "machine: $MACHINE; commit $REV; work dir $WORK"
+
+# --- the corpus -----------------------------------------------------------------------------
+
+BIG=$WORK/rollout-big.jsonl
+log "generating a $SIZE rollout"
+cmd "$GEN --size $SIZE --seed 7 --role child --end open --out $BIG"
+"$GEN" --size "$SIZE" --seed 7 --role child --end open --out "$BIG"
+BIG_BYTES=$(stat -c %s "$BIG")
+BIG_LINES=$(wc -l <"$BIG")
+cat "$BIG" >/dev/null # warm the page cache
+log "corpus: $(mb_of "$BIG_BYTES") MiB, $BIG_LINES lines"
+
+# --- 1. seeding: inspect --json vs wc -l vs jq ----------------------------------------------
+
+cat >"$WORK/fold.jq" <<'JQ'
+# The fold kcap-watch does, in one pass: turn state and id, open call ids, line count.
+reduce inputs as $l ({turn: "none", turn_id: null, pending: {}, lines: 0};
+  .lines += 1
+  | if $l.type == "event_msg" then
+      ($l.payload.type) as $t
+      | if $t == "task_started" or $t == "turn_started" then
+          .turn = "open" | .turn_id = $l.payload.turn_id | .pending = {}
+        elif $t == "task_complete" or $t == "turn_complete" then
+          .turn = "completed" | .turn_id = ($l.payload.turn_id // .turn_id) | .pending = {}
+        elif $t == "turn_aborted" then
+          .turn = "aborted" | .turn_id = ($l.payload.turn_id // .turn_id) | .pending = {}
+        else . end
+    elif $l.type == "response_item" then
+      .turn = "open"
+      | ($l.payload.call_id) as $c
+      | ($l.payload.type) as $p
+      | if $c == null then .
+        elif ($p | IN("function_call", "custom_tool_call", "local_shell_call", "tool_search_call")) then
+          .pending[$c] = true
+        elif ($p | IN("function_call_output", "custom_tool_call_output", "tool_search_output")) then
+          del(.pending[$c])
+        else . end
+    else . end)
+| {turn, turn_id, pending: (.pending | keys), lines}
+JQ
+INSPECT_VIEW='{turn: .turn.state, turn_id: .turn.turn_id, pending: ([.pending_tools[].call_id] | sort), lines: .lines.complete}'
+
+check_jq_fold() { # rollout
+    local ours theirs
+    ours=$("$BIN" inspect --json "$1" | jq -c "$INSPECT_VIEW")
+    theirs=$(jq -n -c -f "$WORK/fold.jq" <"$1")
+    if [[ $ours != "$theirs" ]]; then
+        echo "compare.sh: the jq fold disagrees with inspect on $1:" >&2
+        echo "  inspect: $ours" >&2
+        echo "  jq:      $theirs" >&2
+        return 1
+    fi
+}
+log "checking the jq fold against inspect --json"
+for f in "$ROOT"/fixtures/codex/child-two-turns.jsonl "$ROOT"/fixtures/codex/child-aborted-pending.jsonl "$BIG"; do
+    check_jq_fold "$f"
+done
+cmd "jq -n -c -f fold.jq < $BIG   # fold.jq: see benches/compare.sh; its answer matched inspect --json"
+
+timed() { # out-file cmd... : appends "wall_s cpu_s maxrss_kib" to out-file
+    local out=$1 t0 t1
+    shift
+    t0=$(now_us)
+    /usr/bin/time -f '%U %S %M' -o "$WORK/time.tmp" "$@"
+    t1=$(now_us)
+    read -r u s m <"$WORK/time.tmp"
+    awk -v w=$((t1 - t0)) -v u="$u" -v s="$s" -v m="$m" 'BEGIN {printf "%.4f %.2f %d\n", w/1e6, u+s, m}' >>"$out"
+}
+
+log "seeding: $RUNS x inspect --json, $RUNS x wc -l, $JQ_RUNS x jq (interleaved)"
+cmd "$BIN inspect --json $BIG > /dev/null   # x$RUNS, wall clock via EPOCHREALTIME, CPU/RSS via /usr/bin/time"
+cmd "wc -l $BIG   # x$RUNS"
+: >"$WORK/seed.inspect" >"$WORK/seed.wc" >"$WORK/seed.jq"
+for ((i = 0; i < RUNS; i++)); do
+    timed "$WORK/seed.inspect" sh -c '"$0" inspect --json "$1" >/dev/null' "$BIN" "$BIG"
+    timed "$WORK/seed.wc" sh -c 'wc -l "$0" >/dev/null' "$BIG"
+    if ((i < JQ_RUNS)); then
+        timed "$WORK/seed.jq" sh -c 'jq -n -c -f "$0" <"$1" >/dev/null' "$WORK/fold.jq" "$BIG"
+    fi
+done
+SEED_OURS=$(cut -d' ' -f1 "$WORK/seed.inspect" | median)
+SEED_OURS_RSS=$(cut -d' ' -f3 "$WORK/seed.inspect" | median)
+SEED_WC=$(cut -d' ' -f1 "$WORK/seed.wc" | median)
+SEED_JQ=$(cut -d' ' -f1 "$WORK/seed.jq" | median)
+SEED_JQ_RSS=$(cut -d' ' -f3 "$WORK/seed.jq" | median)
+
+# --- 2 and 3. one appended line per second: CPU; then append -> arrival latency -------------
+
+log "following: watcher on the $SIZE file, $CPU_SECS lines at 1 line/s, baseline re-reads the file every second"
+start_sink follow --watermark $((BIG_LINES - 1)) --latency-log "$WORK/follow.lat"
+touch "$BIG"
+cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch $BIG ${WATCH_FLAGS[*]}   # sink: $SINK --watermark $((BIG_LINES - 1)) --latency-log follow.lat"
+start_watcher follow "$BIG"
+FOLLOW_PID=$WATCHER_PID
+wait_for_grep watching "$WORK/follow.err" 120
+# Let the watermark answer arrive and the start-up settle.
+sleep 2
+cmd "$GEN append $BIG --count $CPU_SECS --interval 1s --first-seq 0"
+cmd "bash -c 'for ((i = 0; i < $CPU_SECS; i++)); do wc -l < $BIG > /dev/null; sleep 1; done'   # baseline, under /usr/bin/time, alongside"
+c0=$(cpu_ns "$FOLLOW_PID")
+/usr/bin/time -f '%U %S' -o "$WORK/reread.time" \
+    bash -c 'for ((i = 0; i < $1; i++)); do wc -l <"$0" >/dev/null; sleep 1; done' "$BIG" "$CPU_SECS" &
+REREAD_PID=$!
+"$GEN" append "$BIG" --count "$CPU_SECS" --interval 1s --first-seq 0
+wait "$REREAD_PID"
+sleep 1
+c1=$(cpu_ns "$FOLLOW_PID")
+FOLLOW_CPU_MS=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.1f", (b-a)/1e6}')
+REREAD_CPU_MS=$(awk '{printf "%.1f", ($1+$2)*1000}' "$WORK/reread.time")
+FOLLOW_GOT=$(curl -fsS "$SINK_URL/stats" | jq .lines)
+
+log "latency: $LAT_N appends every $LAT_INTERVAL, watcher -> sink and tail -F, simultaneously"
+cmd "tail -F -n0 $BIG | $GEN stamp --count $LAT_N --out tail.lat   # baseline, alongside"
+cmd "$GEN append $BIG --count $LAT_N --interval $LAT_INTERVAL --first-seq 100000"
+mkfifo "$WORK/tail.fifo"
+"$GEN" stamp --count "$LAT_N" --out "$WORK/tail.lat" <"$WORK/tail.fifo" &
+STAMP_PID=$!
+tail -F -n0 "$BIG" >"$WORK/tail.fifo" 2>/dev/null &
+TAIL_PID=$!
+PIDS+=("$STAMP_PID" "$TAIL_PID")
+sleep 1
+"$GEN" append "$BIG" --count "$LAT_N" --interval "$LAT_INTERVAL" --first-seq 100000
+deadline=$(($(now_us) + 20000000))
+while (($(awk '$1 >= 100000' "$WORK/follow.lat" | wc -l) < LAT_N)) && (($(now_us) < deadline)); do
+    sleep 0.1
+done
+# stamp exits after LAT_N lines.
+for ((i = 0; i < 50; i++)); do kill -0 "$STAMP_PID" 2>/dev/null || break; sleep 0.1; done
+stop_pid "$STAMP_PID"
+stop_pid "$TAIL_PID"
+awk '$1 >= 100000 {print $2/1000}' "$WORK/follow.lat" >"$WORK/ours.lat.ms"
+awk '{print $2/1000}' "$WORK/tail.lat" >"$WORK/tail.lat.ms"
+LAT_GOT=$(wc -l <"$WORK/ours.lat.ms")
+LAT_P50=$(percentile 50 <"$WORK/ours.lat.ms")
+LAT_P99=$(percentile 99 <"$WORK/ours.lat.ms")
+LAT_MAX=$(percentile 100 <"$WORK/ours.lat.ms")
+TAIL_P50=$(percentile 50 <"$WORK/tail.lat.ms")
+TAIL_P99=$(percentile 99 <"$WORK/tail.lat.ms")
+stop_pid "$FOLLOW_PID"
+stop_pid "$SINK_PID"
+
+# --- 4. idle: 20 watchers ---------------------------------------------------------------------
+
+log "idle: $IDLE_N watchers on $IDLE_SIZE rollouts (one directory): (a) ship everything then $IDLE_SECS s idle; (b) restarted, seed only (the sink holds every line), then $IDLE_SECS s idle"
+mkdir -p "$WORK/idle"
+IDLE_LINES=0
+for ((i = 0; i < IDLE_N; i++)); do
+    f=$WORK/idle/rollout-$i.jsonl
+    "$GEN" --size "$IDLE_SIZE" --seed $((100 + i)) --role child --end open --out "$f"
+    IDLE_LINES=$((IDLE_LINES + $(wc -l <"$f")))
+done
+cmd "$GEN --size $IDLE_SIZE --seed 100..$((100 + IDLE_N - 1)) --role child --end open --out idle/rollout-N.jsonl"
+cmd "$IDLE_N x KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch idle/rollout-N.jsonl ${WATCH_FLAGS[*]}   # (a) sink: $SINK --done-after-lines <all lines>; (b) the same command again after SIGTERM, the sink now answering each stream's watermark"
+start_sink idle --done-after-lines "$IDLE_LINES" --done-file "$WORK/idle.done"
+touch "$WORK"/idle/*.jsonl
+
+start_idle_watchers() { # phase
+    IDLE_PIDS=()
+    for ((i = 0; i < IDLE_N; i++)); do
+        KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/idle.cfg \
+            "$BIN" watch "$WORK/idle/rollout-$i.jsonl" "${WATCH_FLAGS[@]}" >"$WORK/idle-$1-$i.out" 2>"$WORK/idle-$1-$i.err" &
+        IDLE_PIDS+=($!)
+        PIDS+=($!)
+    done
+}
+idle_cpu_total() {
+    local p t=0
+    for p in "${IDLE_PIDS[@]}"; do t=$((t + $(cpu_ns "$p"))); done
+    echo "$t"
+}
+measure_idle() { # phase: sets IDLE_<phase>_* (CPU s, VmRSS median/max, RssAnon median, PSS median, alive)
+    local phase=$1 alive=0 p c0 c1
+    for p in "${IDLE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    c0=$(idle_cpu_total)
+    sleep "$IDLE_SECS"
+    c1=$(idle_cpu_total)
+    : >"$WORK/idle-$phase.rss"
+    for p in "${IDLE_PIDS[@]}"; do echo "$(rss_kib "$p") $(anon_kib "$p") $(pss_kib "$p")" >>"$WORK/idle-$phase.rss"; done
+    printf -v "IDLE_${phase}_ALIVE" %s "$alive"
+    printf -v "IDLE_${phase}_CPU" %s "$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.3f", (b-a)/1e9}')"
+    printf -v "IDLE_${phase}_RSS_MED" %s "$(cut -d' ' -f1 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_RSS_MAX" %s "$(cut -d' ' -f1 "$WORK/idle-$phase.rss" | sort -g | tail -1)"
+    printf -v "IDLE_${phase}_ANON_MED" %s "$(cut -d' ' -f2 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_PSS_MED" %s "$(cut -d' ' -f3 "$WORK/idle-$phase.rss" | median)"
+    printf -v "IDLE_${phase}_PSS_MAX" %s "$(cut -d' ' -f3 "$WORK/idle-$phase.rss" | sort -g | tail -1)"
+}
+
+mkdir -p "$WORK/idle.cfg"
+start_idle_watchers a
+wait_for_file "$WORK/idle.done" 600
+sleep 2
+measure_idle a
+for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+
+start_idle_watchers b
+for ((i = 0; i < IDLE_N; i++)); do
+    wait_for_grep "resume at line" "$WORK/idle-b-$i.err" 120
+done
+sleep 2
+measure_idle b
+for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+stop_pid "$SINK_PID"
+
+# --- 5. throughput: ship the whole file to the loopback sink ---------------------------------
+
+log "throughput: $RUNS x ship the $SIZE file from line 0 (fresh sink and config each run), $RUNS x cat"
+cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch $BIG ${WATCH_FLAGS[*]}   # x$RUNS, sink: $SINK --done-after-lines <lines>; time from spawn to the last line's arrival"
+cmd "cat $BIG > /dev/null   # x$RUNS"
+THRU_LINES=$(wc -l <"$BIG")
+THRU_BYTES=$(stat -c %s "$BIG")
+: >"$WORK/thru.ours" >"$WORK/thru.ship" >"$WORK/thru.cat" >"$WORK/thru.busy"
+for ((i = 0; i < RUNS; i++)); do
+    rm -f "$WORK/thru.done"
+    start_sink "thru$i" --done-after-lines "$THRU_LINES" --done-file "$WORK/thru.done"
+    rm -rf "$WORK/thru.cfg"
+    t0=$(now_us)
+    start_watcher thru "$BIG"
+    wait_for_file "$WORK/thru.done" 900
+    read -r first_ns last_ns < <(jq -r '"\(.first_ns) \(.last_ns)"' "$WORK/thru.done")
+    awk -v b="$THRU_BYTES" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.ours"
+    awk -v b="$THRU_BYTES" -v f="$first_ns" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l - f)/1e9)}' >>"$WORK/thru.ship"
+    # How busy the watcher was: its CPU (all threads) over the wall time to the last line.
+    awk -v c="$(cpu_ns "$WATCHER_PID")" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.2f\n", (c/1e9) / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.busy"
+    stop_pid "$WATCHER_PID"
+    stop_pid "$SINK_PID"
+    c0=$(now_us)
+    cat "$BIG" >/dev/null
+    c1=$(now_us)
+    awk -v b="$THRU_BYTES" -v w=$((c1 - c0)) 'BEGIN {printf "%.1f\n", b/1048576 / (w/1e6)}' >>"$WORK/thru.cat"
+done
+THRU_OURS=$(median <"$WORK/thru.ours")
+THRU_SHIP=$(median <"$WORK/thru.ship")
+THRU_CAT=$(median <"$WORK/thru.cat")
+
+# --- the table ------------------------------------------------------------------------------
+
+holds() { awk "BEGIN {exit !($1)}" && echo yes || echo "**no**"; }
+r2() { awk -v x="$1" 'BEGIN {printf "%.2f", x}'; }
+
+SEED_RATIO=$(awk -v a="$SEED_OURS" -v b="$SEED_WC" 'BEGIN {printf "%.2f", a/b}')
+JQ_RATIO=$(awk -v a="$SEED_OURS" -v b="$SEED_JQ" 'BEGIN {printf "%.1f", b/a}')
+CPU_PCT=$(awk -v a="$FOLLOW_CPU_MS" -v b="$REREAD_CPU_MS" 'BEGIN {printf "%.2f", 100*a/b}')
+SIZE_MB=$(mb_of "$BIG_BYTES")
+
+echo
+echo "kcap-watch performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
+echo "machine: $MACHINE"
+echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine shares its 2 cores)"
+echo "corpus: $SIZE_MB MiB, $BIG_LINES lines (gen_rollout --seed 7); medians of $RUNS runs unless noted"
+echo
+echo "| what | ours | baseline (same run) | ratio | target | holds |"
+echo "|---|---|---|---|---|---|"
+echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED_OURS") s (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | \`wc -l\` $(r2 "$SEED_WC") s | $SEED_RATIO× \`wc -l\` | ≤ 4× | $(holds "$SEED_RATIO <= 4") |"
+echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
+echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | watcher CPU $FOLLOW_CPU_MS ms ($FOLLOW_GOT lines shipped) | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | $CPU_PCT % | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
+echo "| append → line at the loopback sink, $LAT_GOT of $LAT_N appends every $LAT_INTERVAL | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX")) | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | — | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
+idle_row() { # phase label
+    local p=$1 alive cpu rmed rmax amed pmed pmax
+    alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmed=IDLE_${p}_RSS_MED rmax=IDLE_${p}_RSS_MAX
+    amed=IDLE_${p}_ANON_MED pmed=IDLE_${p}_PSS_MED pmax=IDLE_${p}_PSS_MAX
+    echo "| idle: $IDLE_N watchers (${!alive} alive) $2, $IDLE_SECS s | total CPU ${!cpu} s; VmRSS median $(mib_of_kib "${!rmed}") MiB, max $(mib_of_kib "${!rmax}") MiB (RssAnon median $(mib_of_kib "${!amed}") MiB; PSS median $(mib_of_kib "${!pmed}"), max $(mib_of_kib "${!pmax}") MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | CPU $(holds "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(holds "${!rmax} <= 10240"); PSS $(holds "${!pmax} <= 10240") |"
+}
+idle_row b "after seeding $IDLE_SIZE each (restarted; the server held every line)"
+idle_row a "after shipping $IDLE_SIZE each from line 0"
+echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping phase alone $THRU_SHIP MB/s) | \`cat > /dev/null\` $THRU_CAT MB/s | $(awk -v a="$THRU_OURS" -v b="$THRU_CAT" 'BEGIN {printf "%.3f", a/b}') of \`cat\` | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
+echo
+echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
+echo
+echo "Raw samples:"
+echo "  inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.inspect" | tr '\n' ' ')"
+echo "  wc -l wall s:          $(cut -d' ' -f1 "$WORK/seed.wc" | tr '\n' ' ')"
+echo "  jq fold wall s:        $(cut -d' ' -f1 "$WORK/seed.jq" | tr '\n' ' ')"
+echo "  ship MB/s (spawn→last): $(tr '\n' ' ' <"$WORK/thru.ours")"
+echo "  ship MB/s (first→last): $(tr '\n' ' ' <"$WORK/thru.ship")"
+echo "  cat MB/s:               $(tr '\n' ' ' <"$WORK/thru.cat")"
+echo "  idle after seeding, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-b.rss")"
+echo "  idle after shipping, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-a.rss")"
+echo "  shipping: watcher CPU / wall time per run: $(tr '\n' ' ' <"$WORK/thru.busy")"
+echo
+echo "Commands run (from $ROOT):"
+for c in "${CMDS[@]}"; do echo "  $c"; done
