@@ -58,7 +58,11 @@ impl Backoff {
     /// comes back sooner than the server asked.
     pub fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
         // `without_max_times` makes the iterator endless; MAX_DELAY covers the impossible end.
-        let envelope = self.steps.next().unwrap_or(MAX_DELAY).clamp(MIN_DELAY, MAX_DELAY);
+        let envelope = self
+            .steps
+            .next()
+            .unwrap_or(MAX_DELAY)
+            .clamp(MIN_DELAY, MAX_DELAY);
         let spread = u64::try_from((envelope - MIN_DELAY).as_millis()).unwrap_or(0);
         let computed = MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread));
         match retry_after {
@@ -91,8 +95,14 @@ mod tests {
         let delays: Vec<Duration> = (0..200).map(|_| b.next_delay(None)).collect();
         assert!(delays.iter().all(|d| *d <= MAX_DELAY && *d >= MIN_DELAY));
         // Full jitter: once the envelope is at the cap, delays cover the whole window.
-        assert!(delays[20..].iter().any(|d| *d < MAX_DELAY / 4), "{delays:?}");
-        assert!(delays[20..].iter().any(|d| *d > MAX_DELAY * 3 / 4), "{delays:?}");
+        assert!(
+            delays[20..].iter().any(|d| *d < MAX_DELAY / 4),
+            "{delays:?}"
+        );
+        assert!(
+            delays[20..].iter().any(|d| *d > MAX_DELAY * 3 / 4),
+            "{delays:?}"
+        );
         // Jitter: not every late delay is the same.
         let first = delays[100];
         assert!(delays[100..].iter().any(|d| *d != first));
@@ -142,6 +152,9 @@ mod tests {
         assert!(late.iter().any(|d| *d > 4 * MIN_DELAY), "{late:?}");
         b.reset();
         let d = b.next_delay(None);
-        assert_eq!(d, MIN_DELAY, "the first retry after a reset waits the minimum");
+        assert_eq!(
+            d, MIN_DELAY,
+            "the first retry after a reset waits the minimum"
+        );
     }
 }

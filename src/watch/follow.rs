@@ -45,6 +45,7 @@ impl Watcher {
         self.rollout = Some(Rollout {
             ino: meta.ino(),
             first_line: None,
+            seen: None,
             file,
         });
         self.remember_first_line();
@@ -158,11 +159,13 @@ impl Watcher {
                 file,
                 first_line: None,
                 ino,
+                seen: None,
             });
         }
-        self.check_rewritten()?;
-        self.read_new_lines()?;
-        self.remember_first_line();
+        if self.check_rewritten()? {
+            self.read_new_lines()?;
+            self.remember_first_line();
+        }
         self.settle_identity()?;
         Ok(())
     }
@@ -194,15 +197,20 @@ impl Watcher {
 
     /// A file that shrinks below the read position, or whose first line changed, was
     /// rewritten. A file renamed away or deleted is read to its end through the open handle.
-    pub(super) fn check_rewritten(&mut self) -> Result<()> {
+    ///
+    /// Returns whether the file changed since the last check (new bytes may be there).
+    pub(super) fn check_rewritten(&mut self) -> Result<bool> {
         let Some(r) = &self.rollout else {
-            return Ok(());
+            return Ok(false);
         };
-        let len = r.file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        let meta = r.file.metadata().ok();
+        let len = meta.as_ref().map_or(u64::MAX, |m| m.len());
         if len < self.reader.offset() {
             return Err(self.rewritten("the file shrank below the read position"));
         }
-        if let Some(first) = &r.first_line {
+        let seen = (len, meta.and_then(|m| m.modified().ok()));
+        let changed = r.seen != Some(seen);
+        if changed && let Some(first) = &r.first_line {
             let mut buf = vec![0; first.len() + 1];
             let n = ReadAt::read_at(&r.file, &mut buf, 0).unwrap_or(0);
             let same = n >= first.len() && buf[..first.len()] == first[..];
@@ -226,9 +234,14 @@ impl Watcher {
             if let Some(r) = &mut self.rollout {
                 r.file = new;
                 r.ino = m.ino();
+                r.seen = None;
             }
+            return Ok(true);
         }
-        Ok(())
+        if let Some(r) = &mut self.rollout {
+            r.seen = Some(seen);
+        }
+        Ok(changed)
     }
 
     pub(super) fn rewritten(&self, why: &'static str) -> anyhow::Error {

@@ -133,6 +133,9 @@ struct Rollout {
     /// The first line's first bytes, once complete (a changed first line = a rewrite).
     first_line: Option<Vec<u8>>,
     ino: u64,
+    /// Size and modification time at the last check: unchanged means nothing to read and
+    /// nothing rewritten, so an idle safety-net tick costs one `fstat` and one `stat`.
+    seen: Option<(u64, Option<std::time::SystemTime>)>,
 }
 
 const FIRST_LINE_PREFIX: usize = 4096;
@@ -182,6 +185,8 @@ struct Watcher {
     outbox: Outbox,
     ship_retry_at: Option<Ts>,
     transcript_in_flight: bool,
+    /// A large batch was delivered: give freed memory back once the outbox is idle.
+    trim_when_idle: bool,
     ship_backoff: Backoff,
     failing_since: Option<Ts>,
     unauthorized_logged: bool,
@@ -250,6 +255,7 @@ impl Watcher {
             outbox: Outbox::new(0),
             ship_retry_at: None,
             transcript_in_flight: false,
+            trim_when_idle: false,
             ship_backoff: Backoff::new(),
             failing_since: None,
             unauthorized_logged: false,

@@ -51,23 +51,30 @@ impl Watcher {
     }
 
     /// Everything that moves without waiting: reading, shipping, the watermark.
+    ///
+    /// A batch goes out before the outbox is refilled (and again after), and refilling yields
+    /// between reads, so redacting the next lines overlaps the request in flight.
     pub(super) async fn pump(&mut self) -> Result<()> {
         self.check_rewrite_against_watermark()?;
-        self.fill_outbox()?;
         let now = self.clock.now();
         self.maybe_ask_watermark(now);
         self.maybe_send_batch(now);
+        self.fill_outbox().await?;
+        self.maybe_send_batch(self.clock.now());
+        if self.outbox.is_idle() && std::mem::take(&mut self.trim_when_idle) {
+            release_freed_memory();
+        }
         Ok(())
     }
 
     /// Reads lines from the shipping cursor into the outbox (offline: into the spool).
-    pub(super) fn fill_outbox(&mut self) -> Result<()> {
+    pub(super) async fn fill_outbox(&mut self) -> Result<()> {
         let (Some(r), Some(ship)) = (&self.rollout, &mut self.ship_reader) else {
             return Ok(());
         };
         let resume = self.outbox.confirmed_to();
         let limit = self.reader.line_start();
-        let mut fresh: Vec<ShipLine> = Vec::new();
+        let mut queued_any = false;
         while ship.line_start() < limit && self.outbox.has_room() {
             let redactor = self.redactor;
             let outbox = &mut self.outbox;
@@ -76,18 +83,19 @@ impl Watcher {
                     if line.number < resume || line.blank {
                         return;
                     }
-                    let l = ship_line(redactor, &line);
-                    fresh.push(l.clone());
-                    outbox.push(l);
+                    queued_any = true;
+                    outbox.push(ship_line(redactor, &line));
                 })
                 .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
             if st.at_eof || st.lines == 0 {
                 break;
             }
+            // Let the request in flight make progress while a backlog is redacted.
+            tokio::task::yield_now().await;
         }
         let next = ship.next_number();
         self.outbox.skip_to(next);
-        if !self.online() && !fresh.is_empty() {
+        if !self.online() && queued_any {
             // Offline: each line goes to the spool as soon as it is read.
             let lines = self.outbox.take_unconfirmed();
             self.spool_lines(lines);
@@ -150,14 +158,14 @@ impl Watcher {
             return;
         };
         let agent = self.agent_id().map(str::to_string);
-        let batch = match self.outbox.in_flight() {
-            Some(b) => b.clone(),
+        let vendor = self.opts.vendor.as_str();
+        let body = match self.outbox.in_flight() {
+            Some(b) => b.body(&session, agent.as_deref(), vendor),
             None => match self.outbox.next_batch() {
-                Some(b) => b.clone(),
+                Some(b) => b.body(&session, agent.as_deref(), vendor),
                 None => return,
             },
         };
-        let body = batch.body(&session, agent.as_deref(), &self.opts.vendor);
         let Some(client) = self.client_for_attempt(now) else {
             return;
         };
@@ -254,6 +262,9 @@ impl Watcher {
                 self.unauthorized_logged = false;
                 self.ship_backoff.reset();
                 if let Some(b) = self.outbox.delivered() {
+                    // A large backlog leaves the allocator holding its peak; hand it back once
+                    // the outbox drains (an idle watcher should stay small).
+                    self.trim_when_idle |= b.bytes() > 1 << 20;
                     self.lines_shipped += b.lines.len() as u64;
                     info!(
                         event = "batch_shipped",
@@ -451,4 +462,14 @@ pub(super) fn ship_line(redactor: &Redactor, line: &crate::tail::Line) -> ShipLi
         _ => crate::ship::redact::oversize_placeholder(line.len),
     };
     ShipLine::new(line.number, &text)
+}
+
+/// Returns freed heap memory to the system (glibc keeps it otherwise).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; no memory of ours is
+    // touched, and it is safe to call at any time from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
