@@ -145,11 +145,17 @@ impl LineReader {
     }
 
     /// A classifying reader that keeps no line text (seeding and the fold cursor: shipping
-    /// has its own cursor), so folding never copies the file's bytes.
-    pub fn fold_only(offset: u64, number: u64) -> LineReader {
+    /// has its own cursor), so folding never copies the file's bytes. `timestamps`: parse each
+    /// line's envelope `timestamp` (only `inspect --line-times` uses it).
+    pub fn fold_only(offset: u64, number: u64, timestamps: bool) -> LineReader {
         LineReader {
             keep: KEEP_FOLD_ONLY,
-            ..LineReader::new(offset, number, true)
+            classifier: Some(if timestamps {
+                Classifier::new()
+            } else {
+                Classifier::without_timestamps()
+            }),
+            ..LineReader::new(offset, number, false)
         }
     }
 

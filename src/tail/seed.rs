@@ -43,7 +43,7 @@ pub fn seed<R: ReadAt + ?Sized>(
     resume_line: u64,
 ) -> io::Result<Seeded> {
     let mut state = State::new();
-    let mut reader = LineReader::fold_only(0, 0);
+    let mut reader = LineReader::fold_only(0, 0, matches!(times, LineTimes::Own { .. }));
     let mut resume_offset = (resume_line == 0).then_some(0);
     let mut index = LineIndex::new();
     let mut last_time = match times {

@@ -235,7 +235,7 @@ impl Watcher {
             started,
             path,
             rollout: None,
-            reader: LineReader::fold_only(0, 0),
+            reader: LineReader::fold_only(0, 0, false),
             state: State::new(),
             index: LineIndex::new(),
             identity: None,
