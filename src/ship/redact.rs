@@ -221,6 +221,22 @@ enum Escaping {
     Json,
 }
 
+/// Where [`Redactor::families_to_run`] looks for a match of any rule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// The whole text.
+    Whole,
+    /// In long text, only the lines around the triggers. Sound in any text, JSON or not: no
+    /// rule but the PEM one matches across a `\n` pair (see [`trigger_lines`]), and every
+    /// match holds a trigger.
+    Lines,
+}
+
+/// Whether `text` is one JSON value.
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<IgnoredAny>(text).is_ok()
+}
+
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
 pub struct Redactor {
     /// [`EXACT_TRIGGERS`], searched in the text as written.
@@ -376,12 +392,27 @@ impl Redactor {
         if hits.is_empty() {
             return Cow::Borrowed(text);
         }
-        if serde_json::from_str::<IgnoredAny>(text).is_ok() {
-            self.redact_json(text, &hits)
+        let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
+        let hit_starts = || hits.iter().map(|h| h.start);
+        // Whether the text is JSON decides how it is redacted, and in a long line (tool output)
+        // checking is a fair share of the cost. Most such lines match no text rule anywhere,
+        // though, and then neither reading needs the answer: as text nothing changes, and as
+        // JSON only the key rule can (a rule matching inside a string matches in the lines of
+        // the whole text too). So the check runs only when there is something to redact. Short
+        // lines keep the check first: per string, most triggers are ruled out without a regex.
+        if text.len() > WINDOWED_GATE_MIN_BYTES
+            && self.families_to_run(text, families, Window::Lines, hit_starts()) == 0
+        {
+            let redacted = self.redact_json(text, &hits, false);
+            return match redacted {
+                Cow::Owned(_) if is_json(text) => redacted,
+                _ => Cow::Borrowed(text),
+            };
+        }
+        if is_json(text) {
+            self.redact_json(text, &hits, true)
         } else {
-            let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
-            let families =
-                self.families_to_run(text, families, Escaping::None, hits.iter().map(|h| h.start));
+            let families = self.families_to_run(text, families, Window::Whole, hit_starts());
             self.run_text_rules(text, families, Escaping::None)
         }
     }
@@ -404,9 +435,10 @@ impl Redactor {
         hits
     }
 
-    /// `line` is valid JSON: text rules inside each string that holds a trigger, the key rule
-    /// on the structure.
-    fn redact_json<'a>(&self, line: &'a str, hits: &[Hit]) -> Cow<'a, str> {
+    /// `line` is valid JSON: text rules inside each string that holds a trigger (unless
+    /// `text_rules` is false), the key rule on the structure. Given any other text it returns
+    /// nonsense, but does not panic.
+    fn redact_json<'a>(&self, line: &'a str, hits: &[Hit], text_rules: bool) -> Cow<'a, str> {
         let bytes = line.as_bytes();
         let mut edits: Vec<(Range<usize>, Cow<'a, str>)> = Vec::new();
         let mut next_hit = 0;
@@ -448,12 +480,12 @@ impl Redactor {
                 let value = skip_json_whitespace(bytes, after + 1);
                 redact_next_string = bytes.get(value) == Some(&b'"');
             }
-            if families & !family::KEYS != 0 {
+            if text_rules && families & !family::KEYS != 0 {
                 let text = &line[content.clone()];
                 let hit_starts = hits[first_hit..next_hit]
                     .iter()
                     .map(|hit| hit.start - content.start);
-                let families = self.families_to_run(text, families, Escaping::Json, hit_starts);
+                let families = self.families_to_run(text, families, Window::Lines, hit_starts);
                 if let Cow::Owned(redacted) = self.run_text_rules(text, families, Escaping::Json) {
                     edits.push((content, Cow::Owned(redacted)));
                 }
@@ -479,7 +511,7 @@ impl Redactor {
         &self,
         text: &str,
         families: u16,
-        escaping: Escaping,
+        window: Window,
         hit_starts: impl Iterator<Item = usize>,
     ) -> u16 {
         let mut families = families & !family::KEYS;
@@ -495,7 +527,7 @@ impl Redactor {
         // rule, and one pass of the union of all rules answers that. In a long JSON string
         // (tool output) only the lines around the triggers need that pass: no rule but the PEM
         // one matches across an escaped line break.
-        let matches = if escaping == Escaping::Json
+        let matches = if window == Window::Lines
             && text.len() > WINDOWED_GATE_MIN_BYTES
             && families & family::PEM == 0
         {
@@ -912,6 +944,77 @@ mod tests {
             redact(r#"{"o":"Server=x;User Id=u;Password=p4s;Pwd=q;"}"#),
             r#"{"o":"Server=x;User Id=u;Password=[REDACTED];Pwd=[REDACTED];"}"#
         );
+    }
+
+    #[test]
+    fn the_key_rule_applies_only_to_json() {
+        // No text rule matches these lines, so only the structure can redact, and a cut-off
+        // line has none: shipping it unchanged is what the text rules say. Short and long
+        // lines take different paths.
+        for filler in ["", &"x ".repeat(WINDOWED_GATE_MIN_BYTES)] {
+            assert_eq!(
+                redact(&format!(r#"{{"api_key":"abc","o":"{filler}"}}"#)),
+                format!(r#"{{"api_key":"[REDACTED]","o":"{filler}"}}"#)
+            );
+            let cut_off = format!(r#"{{"api_key":"abc","o":"{filler}"#);
+            assert_eq!(redact(&cut_off), cut_off);
+            let not_json = format!(r#"x "api_key":"abc" {filler}"#);
+            assert_eq!(redact(&not_json), not_json);
+            // Outside JSON the text rules still see everything.
+            assert_eq!(
+                redact(&format!(
+                    r#"{filler} "token": "abcdefghijklmnop1234" {filler}"#
+                )),
+                format!(r#"{filler} "token": "[REDACTED]" {filler}"#)
+            );
+        }
+    }
+
+    /// [`Redactor::redact_text`] as it was before the JSON check could be skipped: check
+    /// first, then redact.
+    fn redact_checking_first(text: &str) -> String {
+        let r = global();
+        let hits = r.trigger_hits(text);
+        if is_json(text) {
+            return r.redact_json(text, &hits, true).into_owned();
+        }
+        let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
+        let hit_starts = hits.iter().map(|h| h.start);
+        let families = r.families_to_run(text, families, Window::Whole, hit_starts);
+        r.run_text_rules(text, families, Escaping::None)
+            .into_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Skipping the check never changes what ships, in JSON and not, around secrets,
+        /// keys, escapes and line breaks, in lines long enough to skip it.
+        #[test]
+        fn skipping_the_json_check_changes_nothing(
+            fragments in proptest::collection::vec(
+                proptest::sample::select(&[
+                    r#"{"api_key":"#, r#""abc""#, r#"{"o":""#, r#""}"#, r#"","#, r#"\n"#,
+                    r#"\""#, r#"\\"#, "token ", "token: ", "abcdefghijklmnop1234 ", "\n",
+                    "sk-abcdefghij1234 ", "-----BEGIN RSA PRIVATE KEY-----", "password=hunter2 ",
+                    "https://u:pw@h/ ", "key=", "?sig=zz ", "{", "}", ":", ",", "[1,2]", " ",
+                    "x y z w v u t s r q p o n m l k j i h g f e d c b a ",
+                ][..]),
+                0..120,
+            ),
+            wrap in proptest::bool::ANY,
+        ) {
+            let body = fragments.concat();
+            let pad = "x ".repeat(WINDOWED_GATE_MIN_BYTES / 2 + 1);
+            let text = if wrap {
+                // Always valid JSON, with a key for the key rule.
+                let output = serde_json::to_string(&format!("{pad}{body}")).unwrap();
+                format!(r#"{{"api_key":"k","o":{output}}}"#)
+            } else {
+                format!("{pad}{body}")
+            };
+            proptest::prop_assert_eq!(global().redact_text(&text).into_owned(), redact_checking_first(&text));
+        }
     }
 
     #[test]
