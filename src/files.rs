@@ -289,7 +289,15 @@ impl WatcherFiles {
     /// remove. The kcap CLI retires its own watchers' files the same way.
     pub fn release(self) {
         if read_pid_file(&self.pid_path) == Some(self.pid) {
-            for path in [&self.pid_path, &self.heartbeat_path, &self.started_path] {
+            let [slot0, slot1, new] = heartbeat_slots(&self.heartbeat_path);
+            for path in [
+                &self.pid_path,
+                &self.heartbeat_path,
+                &self.started_path,
+                &slot0,
+                &slot1,
+                &new,
+            ] {
                 if let Err(e) = fs::remove_file(path)
                     && e.kind() != io::ErrorKind::NotFound
                 {
@@ -394,8 +402,9 @@ impl Drop for Heartbeat {
 
 fn beat_loop(path: &Path, every: Duration, stop: &mpsc::Receiver<()>) {
     let mut failing = false;
+    let mut beater = Beater::new(path);
     loop {
-        match write_atomic(path, Ts::now().rfc3339().as_bytes()) {
+        match beater.beat(Ts::now().rfc3339().as_bytes()) {
             Ok(()) if failing => {
                 failing = false;
                 tracing::info!(event = "heartbeat_recovered", path = %path.display(), "heartbeat writes work again");
@@ -413,6 +422,85 @@ fn beat_loop(path: &Path, every: Duration, stop: &mpsc::Receiver<()>) {
             // A message or a dropped sender both mean stop.
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+/// The private files a heartbeat takes turns with: `<heartbeat>-0`, `<heartbeat>-1`, and the
+/// name a new link briefly has before it is renamed over the heartbeat.
+pub fn heartbeat_slots(path: &Path) -> [PathBuf; 3] {
+    let name = |suffix: &str| {
+        let mut s = path.as_os_str().to_os_string();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    [name("-0"), name("-1"), name("-new")]
+}
+
+/// Replaces the heartbeat atomically without freeing an inode on every beat.
+///
+/// A plain atomic write (temp file, rename) makes the file system evict the replaced inode,
+/// which on ext4 is most of an idle watcher's CPU. Here two private files, each kept linked
+/// under its own name, take turns: the one not visible is rewritten in place, linked under a
+/// temporary name and renamed over the heartbeat, so readers still only ever see a whole
+/// file, and the replaced inode survives under its private name. Where hard links do not
+/// work, plain atomic writes take over.
+struct Beater {
+    path: PathBuf,
+    slots: [PathBuf; 3],
+    files: [Option<File>; 2],
+    next: usize,
+    plain: bool,
+}
+
+impl Beater {
+    fn new(path: &Path) -> Beater {
+        Beater {
+            path: path.to_path_buf(),
+            slots: heartbeat_slots(path),
+            files: [None, None],
+            next: 0,
+            plain: false,
+        }
+    }
+
+    fn beat(&mut self, text: &[u8]) -> io::Result<()> {
+        if self.plain {
+            return write_atomic(&self.path, text);
+        }
+        match self.beat_linked(text) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::debug!(event = "heartbeat_plain", error = %e, "linked heartbeat failed ({e}); using plain atomic writes");
+                self.plain = true;
+                write_atomic(&self.path, text)
+            }
+        }
+    }
+
+    fn beat_linked(&mut self, text: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let k = self.next;
+        let file = match &mut self.files[k] {
+            Some(f) => f,
+            slot => slot.insert(
+                private_options()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&self.slots[k])?,
+            ),
+        };
+        file.write_all_at(text, 0)?;
+        file.set_len(text.len() as u64)?;
+        let new = &self.slots[2];
+        match fs::remove_file(new) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        fs::hard_link(&self.slots[k], new)?;
+        fs::rename(new, &self.path)?;
+        self.next = 1 - k;
+        Ok(())
     }
 }
 

@@ -263,9 +263,43 @@ fn heartbeat_thread_keeps_beating_until_dropped() {
 
     drop(heartbeat);
     fs::remove_file(&path).unwrap();
+    for slot in kcap_watch::files::heartbeat_slots(&path) {
+        let _ = fs::remove_file(slot);
+    }
     // The thread is joined on drop: nothing writes the file any more.
     assert!(!path.exists());
     assert_eq!(file_names(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn heartbeats_take_turns_between_two_inodes_instead_of_a_new_one_each_beat() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.heartbeat");
+    let heartbeat = Heartbeat::spawn(path.clone(), Duration::from_millis(10));
+    let mut inodes = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    while inodes.len() < 3 && start.elapsed() < Duration::from_secs(1) {
+        if let Ok(m) = fs::metadata(&path) {
+            inodes.insert(m.ino());
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            // Readers only ever see a whole timestamp.
+            assert!(
+                text.is_empty() || Ts::parse_rfc3339(&text).is_some(),
+                "{text:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    drop(heartbeat);
+    assert_eq!(
+        inodes.len(),
+        2,
+        "the heartbeat alternates between two files"
+    );
+    let [slot0, slot1, _] = kcap_watch::files::heartbeat_slots(&path);
+    assert_eq!(mode(&slot0), 0o600);
+    assert_eq!(mode(&slot1), 0o600);
 }
 
 #[test]
