@@ -88,15 +88,7 @@ pub struct DueReport {
 pub fn open_rollout(path: &Path) -> Result<File> {
     let meta = std::fs::metadata(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())))?;
-    // A named pipe would block the open until a writer came along.
-    if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "it is a directory"
-        } else {
-            "it is not a regular file"
-        };
-        return Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into());
-    }
+    crate::tail::require_regular_file(path, &meta)?;
     File::open(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())).into())
 }

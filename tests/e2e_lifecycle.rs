@@ -61,6 +61,17 @@ impl Run {
         Run { dir, rollout }
     }
 
+    /// A copy of the parent-session fixture (a session rollout, freshly modified).
+    fn session_fixture() -> Run {
+        let run = Run::new(&[]);
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+            &run.rollout,
+        )
+        .unwrap();
+        run
+    }
+
     fn config(&self) -> PathBuf {
         self.dir.path().join("config")
     }
@@ -163,12 +174,7 @@ fn a_watcher_killed_after_the_turn_end_was_shipped_posts_the_stop_after_restart(
 #[test]
 fn a_session_rollout_gets_session_end_idle_timeout() {
     let server = FakeKcap::start();
-    let run = Run::new(&[]);
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
-        &run.rollout,
-    )
-    .unwrap();
+    let run = Run::session_fixture();
     let mut child = run.spawn(&server, &["--idle-end", "2s"], &[]);
     let status = wait_exit(&mut child, W);
     assert!(status.success());
@@ -206,12 +212,7 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
 #[test]
 fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
     let server = FakeKcap::start();
-    let run = Run::new(&[]);
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
-        &run.rollout,
-    )
-    .unwrap();
+    let run = Run::session_fixture();
     let mut parent = std::process::Command::new("sleep")
         .arg("1")
         .spawn()
@@ -234,12 +235,7 @@ fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
 #[test]
 fn sigterm_never_posts_session_end() {
     let server = FakeKcap::start();
-    let run = Run::new(&[]);
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
-        &run.rollout,
-    )
-    .unwrap();
+    let run = Run::session_fixture();
     let child = run.spawn(&server, &[], &[]);
     assert!(server.wait_until(W, |s| !s.lines(SESSION, "").is_empty()));
     support::bin::signal(&child, libc::SIGTERM);

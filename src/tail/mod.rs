@@ -11,3 +11,22 @@ pub mod seed;
 pub mod wake;
 
 pub use reader::{Line, LineReader};
+
+use std::path::Path;
+
+use crate::error::UsageError;
+
+/// A rollout must be a regular file: opening a named pipe would block until some writer
+/// opened it (a hang before the heartbeat even starts), and nothing else can be tailed.
+/// The error is a usage error (exit 2) naming the path and the reason.
+pub fn require_regular_file(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "it is a directory"
+    } else {
+        "it is not a regular file"
+    };
+    Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into())
+}

@@ -144,7 +144,7 @@ impl Watcher {
     pub(super) fn on_file_change(&mut self) -> Result<()> {
         if self.rollout.is_none() {
             match std::fs::metadata(&self.path) {
-                Ok(meta) => not_a_regular_file(&self.path, &meta)?,
+                Ok(meta) => crate::tail::require_regular_file(&self.path, &meta)?,
                 Err(_) => return Ok(()),
             }
             // The file appeared after the watcher started: its lines are new, observed now.

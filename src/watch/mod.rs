@@ -209,7 +209,7 @@ impl Watcher {
             format!("failed to resolve rollout path {}", opts.rollout.display())
         })?;
         if let Ok(meta) = std::fs::metadata(&path) {
-            not_a_regular_file(&path, &meta)?;
+            crate::tail::require_regular_file(&path, &meta)?;
         }
         let client = match &settings.server {
             Some(url) => {
@@ -517,20 +517,6 @@ impl Watcher {
             turn: self.state.turn.as_str(),
         }
     }
-}
-
-/// A rollout must be a regular file: opening a named pipe would block until some writer
-/// opened it (a hang before the heartbeat even starts), and nothing else can be tailed.
-fn not_a_regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
-    if meta.is_file() {
-        return Ok(());
-    }
-    let what = if meta.is_dir() {
-        "it is a directory"
-    } else {
-        "it is not a regular file"
-    };
-    Err(UsageError(format!("cannot read rollout {}: {what}", path.display())).into())
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
