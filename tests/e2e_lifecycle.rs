@@ -299,3 +299,26 @@ fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw
     assert_eq!(placeholder["type"], "redacted_oversize_line");
     assert!(placeholder["original_bytes"].as_u64().unwrap() > 80 * 1024);
 }
+
+#[test]
+fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_running() {
+    let server = FakeKcap::start();
+    let run = Run::new(&[child_meta(), started()]);
+    let mut child = run.spawn(&server, &["--stall-after", "1s"], &[]);
+    std::thread::sleep(Duration::from_millis(2500));
+    // The next line re-arms it; a second silence warns again.
+    append(
+        &run.rollout,
+        &[ev(r#"{"type":"agent_reasoning","text":"still here"}"#)],
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "a stall never ends the watcher"
+    );
+    support::bin::signal(&child, libc::SIGTERM);
+    let out = wait_output(child, W);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("stall_detected").count(), 2, "{stderr}");
+    assert!(stderr.contains("turn_id=\"t1\""), "{stderr}");
+}

@@ -310,3 +310,15 @@ fn text_output_is_for_people_and_names_the_turn_and_due_times() {
     assert!(text.contains("due: stop"));
     assert!(text.contains("Hypatia"));
 }
+
+#[test]
+fn scenario_7_inspect_shows_a_stall_after_65_minutes_of_silence_in_an_open_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rollout(dir.path(), &[started("10:00:00.000")]);
+    let before = inspect(&path, "2026-07-28T11:05:00Z");
+    assert_eq!(before["stalled"], false);
+    assert_eq!(before["due"]["stall_warning"], "2026-07-28T11:05:00.001Z");
+    let after = inspect(&path, "2026-07-28T11:06:00Z");
+    assert_eq!(after["stalled"], true);
+    assert_eq!(after["turn"]["state"], "open");
+}
