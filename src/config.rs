@@ -19,6 +19,7 @@ use clap::ValueEnum;
 
 use crate::cli::SettingsArgs;
 use crate::decide::Windows;
+use crate::platform::config_dir::{self, HomeRule};
 use crate::rollout::header::Role;
 use crate::time::{MAX_WINDOW, clamp_window};
 
@@ -339,7 +340,7 @@ pub fn resolve(
         Some(d) => d,
         None => match r.non_empty("KCAP_CONFIG_DIR") {
             Some(d) => PathBuf::from(d),
-            None => r.home()?.join(".config").join("kcap"),
+            None => config_dir::default_root(&r.home()?),
         },
     };
     let watcher_dir = args
@@ -703,21 +704,19 @@ impl Resolver<'_> {
         }
     }
 
-    /// The home directory for the default config root. On Unix `directories` reads `$HOME`
-    /// first too; reading it through `env` keeps resolution a function of its inputs.
+    /// The home directory for the default config root, found as the kcap CLI finds it
+    /// (`HOME` first, on Windows too; see [`crate::platform::config_dir`]).
     fn home(&self) -> Result<PathBuf, ConfigError> {
-        #[cfg(unix)]
-        if let Some(h) = self.non_empty("HOME") {
-            return Ok(PathBuf::from(h));
-        }
-        directories::BaseDirs::new()
-            .map(|b| b.home_dir().to_path_buf())
-            .ok_or_else(|| ConfigError {
-                name: "KCAP_CONFIG_DIR",
-                message: "failed to find the home directory for the default config root: set \
+        let home_var = (self.env)("HOME");
+        config_dir::home(HomeRule::current(), home_var.as_deref(), || {
+            directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf())
+        })
+        .ok_or_else(|| ConfigError {
+            name: "KCAP_CONFIG_DIR",
+            message: "failed to find the home directory for the default config root: set \
                           KCAP_CONFIG_DIR or --config-dir"
-                    .to_string(),
-            })
+                .to_string(),
+        })
     }
 }
 

@@ -78,73 +78,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     tmp.write_all(bytes)
         .and_then(|()| tmp.flush())
         .map_err(|e| with_context(e, context()))?;
-    tmp.persist(path)
-        .map_err(|e| with_context(e.error, context()))?;
+    crate::platform::replace::persist(tmp, path).map_err(|e| with_context(e, context()))?;
     Ok(())
 }
 
-/// The kcap CLI's process start token for `pid`: on Linux `lx:<boot_id>:<starttime>`, where
-/// `boot_id` is `/proc/sys/kernel/random/boot_id` trimmed and `starttime` is field 22 of
-/// `/proc/<pid>/stat` in plain decimal. The CLI's reaper compares tokens byte for byte and treats
-/// any difference as a recycled pid, so this must match its computation exactly.
-///
-/// `None` when the process is gone or `/proc` is unreadable, and on other platforms (the CLI
-/// uses schemes there that this watcher does not reproduce; a pid file without a token is the
-/// CLI's own legacy layout, which it handles).
-pub fn process_start_token(pid: u32) -> Option<String> {
-    #[cfg(target_os = "linux")]
-    {
-        let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-        let start = stat_starttime(&stat)?;
-        let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let boot = boot.trim();
-        if boot.is_empty() {
-            return None;
-        }
-        Some(format!("lx:{boot}:{start}"))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = pid;
-        None
-    }
-}
-
-/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line. Field 2 is the command name in
-/// parentheses and may itself contain spaces and `)` (a process can name itself anything), so
-/// the fields after it are counted from the *last* `)`: field 3 is the first of them.
-pub fn stat_starttime(stat: &[u8]) -> Option<u64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    // Field 3 is index 0 of `rest`, so field 22 is index 19.
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
-}
-
-/// Whether a process with this pid exists (`kill(pid, 0)`). A process owned by another user
-/// answers `EPERM`: it exists, so it counts as alive.
-pub fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        // pid 0 and values that turn negative as pid_t would address process groups.
-        let Ok(raw) = libc::pid_t::try_from(pid) else {
-            return false;
-        };
-        if raw <= 0 {
-            return false;
-        }
-        // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
-        if unsafe { libc::kill(raw, 0) } == 0 {
-            return true;
-        }
-        io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-    #[cfg(not(unix))]
-    {
-        // No cheap probe: assume alive, which never takes over another process's files.
-        let _ = pid;
-        true
-    }
-}
+// The start token and liveness probe moved to `crate::platform`; these names stay for the
+// callers that still use them from here.
+pub use crate::platform::process::alive as process_alive;
+pub use crate::platform::start_token::{for_pid as process_start_token, stat_starttime};
 
 /// Why [`WatcherFiles::acquire`] failed.
 #[derive(Debug)]
@@ -478,7 +419,6 @@ impl Beater {
     }
 
     fn beat_linked(&mut self, text: &[u8]) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
         let k = self.next;
         let file = match &mut self.files[k] {
             Some(f) => f,
@@ -490,7 +430,7 @@ impl Beater {
                     .open(&self.slots[k])?,
             ),
         };
-        file.write_all_at(text, 0)?;
+        crate::platform::positional::write_all_at(file, text, 0)?;
         file.set_len(text.len() as u64)?;
         let new = &self.slots[2];
         match fs::remove_file(new) {
@@ -498,7 +438,7 @@ impl Beater {
             _ => {}
         }
         fs::hard_link(&self.slots[k], new)?;
-        fs::rename(new, &self.path)?;
+        crate::platform::replace::rename(new, &self.path)?;
         self.next = 1 - k;
         Ok(())
     }
@@ -557,36 +497,10 @@ mod tests {
     }
 
     #[test]
-    fn starttime_is_counted_from_the_last_paren() {
-        // A comm of `a) b` (shown as `(a) b)`) would shift every field if split naively.
-        let stat =
-            b"4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(stat_starttime(stat), Some(987654));
-        let plain = b"7 (sh) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0\n";
-        assert_eq!(stat_starttime(plain), Some(55));
-    }
-
-    #[test]
-    fn starttime_of_a_truncated_or_garbled_stat_is_none() {
-        assert_eq!(stat_starttime(b"12 (x) S 1 2 3"), None);
-        assert_eq!(stat_starttime(b"no parens at all"), None);
-        let not_a_number = b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 abc 0";
-        assert_eq!(stat_starttime(not_a_number), None);
-    }
-
-    #[test]
     fn keys_that_escape_the_directory_are_refused() {
         for bad in ["", ".", "..", "../x", "a/b", ".hidden", "a\0b"] {
             assert!(check_file_key(bad).is_err(), "{bad:?}");
         }
         assert!(check_file_key("0199a2b4c0de-0199ffff").is_ok());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn pid_zero_and_group_pids_are_not_alive() {
-        assert!(!process_alive(0));
-        assert!(!process_alive(u32::MAX));
-        assert!(process_alive(std::process::id()));
     }
 }

@@ -31,7 +31,7 @@ pub trait ReadAt {
 
 impl ReadAt for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        std::os::unix::fs::FileExt::read_at(self, buf, offset)
+        crate::platform::positional::read_at(self, buf, offset)
     }
 }
 

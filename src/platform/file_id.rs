@@ -1,0 +1,116 @@
+//! Which file a handle or a path names, to tell "the same file, appended to or renamed" from
+//! "another file now at this path" (a rewritten rollout, a spool renamed away under us).
+//!
+//! Unix: device and inode. Windows: volume serial number and file index, the pair NTFS and
+//! ReFS keep stable for a file's life, read from an open handle (std keeps its accessors for
+//! them unstable).
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// A file's identity on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    volume: u64,
+    index: u64,
+}
+
+impl FileId {
+    /// The identity of an open file.
+    pub fn of_file(file: &File) -> io::Result<FileId> {
+        os::of_file(file)
+    }
+
+    /// The identity of the file at `path` (following symlinks).
+    pub fn of_path(path: &Path) -> io::Result<FileId> {
+        os::of_path(path)
+    }
+}
+
+#[cfg(unix)]
+mod os {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn of_metadata(m: &std::fs::Metadata) -> FileId {
+        FileId {
+            volume: m.dev(),
+            index: m.ino(),
+        }
+    }
+
+    pub(super) fn of_file(file: &File) -> io::Result<FileId> {
+        file.metadata().map(|m| of_metadata(&m))
+    }
+
+    pub(super) fn of_path(path: &Path) -> io::Result<FileId> {
+        std::fs::metadata(path).map(|m| of_metadata(&m))
+    }
+}
+
+#[cfg(windows)]
+mod os {
+    use super::*;
+    use std::os::windows::fs::OpenOptionsExt;
+    use std::os::windows::io::AsRawHandle;
+
+    use windows_sys::Win32::Storage::FileSystem::{
+        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_SHARE_DELETE, FILE_SHARE_READ,
+        FILE_SHARE_WRITE, GetFileInformationByHandle,
+    };
+
+    pub(super) fn of_file(file: &File) -> io::Result<FileId> {
+        // SAFETY: an all-zero BY_HANDLE_FILE_INFORMATION is a valid value of the plain struct.
+        let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
+        // SAFETY: the handle is open for as long as `file` is borrowed; `info` is writable.
+        let ok = unsafe { GetFileInformationByHandle(file.as_raw_handle() as _, &mut info) };
+        if ok == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(FileId {
+            volume: u64::from(info.dwVolumeSerialNumber),
+            index: (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow),
+        })
+    }
+
+    pub(super) fn of_path(path: &Path) -> io::Result<FileId> {
+        // No access rights and full sharing: looking never gets in anyone's way. Backup
+        // semantics lets a directory be opened too.
+        let file = std::fs::OpenOptions::new()
+            .access_mode(0)
+            .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE)
+            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+            .open(path)?;
+        of_file(&file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renamed_file_keeps_its_identity_and_a_new_one_at_the_path_has_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rollout.jsonl");
+        std::fs::write(&path, "a\n").unwrap();
+        let open = File::open(&path).unwrap();
+        let id = FileId::of_file(&open).unwrap();
+        assert_eq!(FileId::of_path(&path).unwrap(), id);
+
+        let moved = dir.path().join("archived.jsonl");
+        std::fs::rename(&path, &moved).unwrap();
+        assert_eq!(FileId::of_path(&moved).unwrap(), id);
+        assert_eq!(FileId::of_file(&open).unwrap(), id);
+
+        std::fs::write(&path, "a\n").unwrap();
+        assert_ne!(FileId::of_path(&path).unwrap(), id);
+        assert_eq!(
+            FileId::of_path(&dir.path().join("missing"))
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+}

@@ -1,0 +1,60 @@
+//! Everything that differs between Linux, macOS and Windows, behind one small seam per
+//! concern. `cfg` attributes live in this module tree and nowhere else, so a reader sees at
+//! once what each operating system does differently:
+//!
+//! - [`start_token`]: the kcap CLI's process start token (`lx:`, `mac:`, `tk:`), written to
+//!   the pid file and compared to tell a live process from a recycled pid;
+//! - [`process`]: whether a pid (and which incarnation of it) is still running;
+//! - [`config_dir`]: where `<config>` is, resolved exactly as the kcap CLI resolves it;
+//! - [`replace`]: renaming a file into place when another process may hold it open;
+//! - [`positional`]: reads and writes at an offset without moving a shared cursor;
+//! - [`file_id`]: which file an open handle or a path names (device and inode, or volume
+//!   and file index);
+//! - [`signals`]: the signals that end a watcher, and detaching from a terminal.
+//!
+//! The parts that only format or compare (token text, path rules) are plain functions that
+//! take their inputs as arguments, compiled on every target, so each operating system's rule
+//! is unit-tested on the machine the tests run on.
+
+pub mod config_dir;
+pub mod file_id;
+pub mod positional;
+pub mod process;
+pub mod replace;
+pub mod signals;
+pub mod start_token;
+
+/// A real process to point the liveness and token checks at: this test binary again,
+/// running only [`test_child::wait_for_stdin_to_close`], which lives until its stdin closes.
+#[cfg(test)]
+pub(crate) mod test_child {
+    use std::io::Read;
+    use std::process::{Child, Command, Stdio};
+
+    const MARK: &str = "KCAP_WATCH_TEST_CHILD";
+
+    pub(crate) fn spawn() -> Child {
+        Command::new(std::env::current_exe().expect("the test binary's path"))
+            .args([
+                "--exact",
+                "platform::test_child::wait_for_stdin_to_close",
+                "--ignored",
+                "--quiet",
+            ])
+            .env(MARK, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the test binary as a child")
+    }
+
+    #[test]
+    #[ignore = "the body of the child process that spawn() starts, not a test of its own"]
+    fn wait_for_stdin_to_close() {
+        // Run by hand (`--ignored`) it returns at once instead of waiting on a terminal.
+        if std::env::var_os(MARK).is_some() {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        }
+    }
+}
