@@ -1322,13 +1322,32 @@ const BLOCK: usize = 64;
 
 /// One bit per byte of `block` that is `"`, `\` or a control byte. LLVM does not vectorise
 /// the portable form (it builds the mask bit by bit, slower than the old word-at-a-time
-/// scan), so x86_64 uses SSE2, which every x86_64 CPU has.
+/// scan), so each 64-bit architecture uses the vector unit every CPU of it has: SSE2 on
+/// x86_64, NEON on aarch64 (Apple Silicon, Windows and Linux on Arm). Other targets take
+/// [`special_mask_portable`], which the tests check the fast forms against on every target.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
 fn special_mask(block: &[u8; BLOCK]) -> u64 {
-    // SAFETY: this is only compiled when SSE2 is enabled for the whole build (the x86_64
-    // baseline), so the CPU running it has SSE2.
+    // SAFETY: compiled only when SSE2 is enabled for the whole build (the x86_64 baseline),
+    // so the CPU running it has SSE2.
     unsafe { special_mask_sse2(block) }
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[inline(always)]
+fn special_mask(block: &[u8; BLOCK]) -> u64 {
+    // SAFETY: compiled only when NEON is enabled for the whole build (the aarch64 baseline),
+    // so the CPU running it has NEON.
+    unsafe { special_mask_neon(block) }
+}
+
+#[cfg(not(any(
+    all(target_arch = "x86_64", target_feature = "sse2"),
+    all(target_arch = "aarch64", target_feature = "neon")
+)))]
+#[inline(always)]
+fn special_mask(block: &[u8; BLOCK]) -> u64 {
+    special_mask_portable(block)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
@@ -1356,13 +1375,48 @@ fn special_mask_sse2(block: &[u8; BLOCK]) -> u64 {
     mask
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn special_mask(block: &[u8; BLOCK]) -> u64 {
-    special_mask_portable(block)
+/// NEON has no `movemask`: each lane's comparison result (0xFF or 0) keeps only the bit of
+/// its position within 8 bytes, and three rounds of pairwise adds fold every 8 neighbouring
+/// bytes into one, leaving the 64 bits in block order in the low half of the register.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[inline]
+#[target_feature(enable = "neon")]
+fn special_mask_neon(block: &[u8; BLOCK]) -> u64 {
+    use std::arch::aarch64::{
+        vandq_u8, vceqq_u8, vcltq_u8, vdupq_n_u8, vgetq_lane_u64, vld1q_u8, vorrq_u8, vpaddq_u8,
+        vreinterpretq_u64_u8,
+    };
+    const POSITION_BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: `POSITION_BITS` is 16 readable bytes.
+    let position_bits = unsafe { vld1q_u8(POSITION_BITS.as_ptr()) };
+    let quote = vdupq_n_u8(b'"');
+    let backslash = vdupq_n_u8(b'\\');
+    let space = vdupq_n_u8(0x20);
+    let mut bits = [vdupq_n_u8(0); 4];
+    for (k, lane) in block.as_chunks::<16>().0.iter().enumerate() {
+        // SAFETY: `lane` is 16 readable bytes; `vld1q_u8` allows any alignment.
+        let v = unsafe { vld1q_u8(lane.as_ptr()) };
+        let special = vorrq_u8(
+            vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)),
+            vcltq_u8(v, space),
+        );
+        bits[k] = vandq_u8(special, position_bits);
+    }
+    let pairs01 = vpaddq_u8(bits[0], bits[1]);
+    let pairs23 = vpaddq_u8(bits[2], bits[3]);
+    let quads = vpaddq_u8(pairs01, pairs23);
+    let bytes = vpaddq_u8(quads, quads);
+    vgetq_lane_u64::<0>(vreinterpretq_u64_u8(bytes))
 }
 
-#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+/// The plain form of [`special_mask`]: what the vector forms must agree with.
+#[cfg_attr(
+    any(
+        all(target_arch = "x86_64", target_feature = "sse2"),
+        all(target_arch = "aarch64", target_feature = "neon")
+    ),
+    allow(dead_code)
+)]
 #[inline(always)]
 fn special_mask_portable(block: &[u8; BLOCK]) -> u64 {
     let mut mask = 0;
@@ -1420,6 +1474,46 @@ mod tests {
                     "byte {b:#04x} at {pos}"
                 );
             }
+        }
+    }
+
+    /// Bytes where the fast scans could go wrong: the three special kinds, both sides of
+    /// the control boundary, bytes with the sign bit set (signed compares), and any byte.
+    fn scan_byte() -> impl proptest::strategy::Strategy<Value = u8> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(b'"'),
+            Just(b'\\'),
+            Just(0x00),
+            Just(0x1f),
+            Just(0x20),
+            Just(0x7f),
+            Just(0x80),
+            Just(0xa2),
+            Just(0xdc),
+            Just(0xff),
+            Just(b'a'),
+            any::<u8>(),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The vector scan of this target (SSE2, NEON, or none) against the plain one.
+        #[test]
+        fn special_mask_agrees_with_the_portable_scan(
+            bytes in proptest::collection::vec(scan_byte(), BLOCK)
+        ) {
+            let block: &[u8; BLOCK] = bytes.as_slice().try_into().unwrap();
+            proptest::prop_assert_eq!(special_mask(block), special_mask_portable(block));
+        }
+
+        /// The word-at-a-time scan against a byte-at-a-time search.
+        #[test]
+        fn first_special_agrees_with_a_byte_search(
+            bytes in proptest::collection::vec(scan_byte(), 0..80)
+        ) {
+            let want = bytes.iter().position(|&b| is_special(b)).unwrap_or(bytes.len());
+            proptest::prop_assert_eq!(first_special(&bytes), want);
         }
     }
 
