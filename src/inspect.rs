@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::decide::{self, OwedBecause, StopProgress, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
-use crate::rollout::header::{Identity, Role};
+use crate::rollout::header::{Identity, Role, missing_key};
 use crate::tail::seed::{LineTimes, seed};
 use crate::time::Ts;
 
@@ -36,6 +36,9 @@ pub struct Report {
     pub agent_id: Option<String>,
     pub agent_type: Option<String>,
     pub parent_thread_id: Option<String>,
+    /// Why `watch` could not key this rollout without ids on its command line (a child
+    /// header that names no parent, a missing header), when it could not.
+    pub missing_key: Option<String>,
     pub now: String,
     /// When the modelled watcher started (the same as `now`).
     pub watcher_start: String,
@@ -193,6 +196,8 @@ fn build_report(
         agent_id: identity.agent_id.clone(),
         agent_type: identity.agent_type.clone(),
         parent_thread_id: identity.parent_thread_id.clone(),
+        missing_key: missing_key(state.identity.as_ref(), false, false)
+            .map(|m| m.message(req.path)),
         now: now.rfc3339(),
         watcher_start: watcher_start.rfc3339(),
         lines: LinesReport {
@@ -265,6 +270,9 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "agent id       {}", opt(&r.agent_id))?;
         writeln!(out, "agent type     {}", opt(&r.agent_type))?;
         writeln!(out, "parent thread  {}", opt(&r.parent_thread_id))?;
+    }
+    if let Some(m) = &r.missing_key {
+        writeln!(out, "missing key    {m}")?;
     }
     let l = &r.lines;
     writeln!(
