@@ -45,8 +45,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch one rollout: ship its lines and post the lifecycle requests when due.
+    ///
+    /// A sub-agent's subagent-stop is due once its turn has ended, no tool call is in flight and
+    /// the stop grace has passed since the last line. A turn Codex ended on a usage limit ends
+    /// like any other: its stop carries Codex's message ("try again at ..."). The usage-limit
+    /// pause, whose end is the reset of the binding rate-limit window (the windows at 100 %,
+    /// latest reset; else the highest reading), keeps idle end and reap from firing while it is
+    /// open and is credited to the lifetime ceiling. Queued inter-agent mail
+    /// (trigger_turn: false) is shipped but opens no turn and is not activity. Idle end and reap
+    /// count from the last activity, the close of the last pause or the watcher's start,
+    /// whichever is latest, so a resumed session gets a full window. A child watcher that ends
+    /// on reap, at the lifetime ceiling or on its parent's exit posts the stop it still owes,
+    /// even for a turn that never ended (its last agent message, if any), spooling it if it
+    /// cannot. A child header that names no parent (review, memory consolidation) needs
+    /// SESSION_ID.
     Watch(WatchArgs),
     /// Fold a rollout and print its state and due times, without shipping anything.
+    ///
+    /// It models a watcher started at --now (or at the time of the observation): idle end counts
+    /// from that start at the earliest. It also shows the binding rate-limit window of a
+    /// usage-limit pause and why it was chosen, queued mail lines, the stop a child watcher
+    /// would owe if it ended now, and what watch needs when the header names no parent.
     Inspect(InspectArgs),
     /// Deliver the lines and lifecycle requests spooled while offline or unreachable.
     Replay(ReplayArgs),
