@@ -12,8 +12,8 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 
-pub use crate::settings::SettingsArgs;
 use crate::rollout::header::Role;
+pub use crate::settings::SettingsArgs;
 use crate::settings::{SETTINGS, environment_section};
 use crate::time::Ts;
 

@@ -79,7 +79,12 @@ fn top_page_lists_every_variable_and_the_exit_codes() {
         // Upper case and underscores: nothing in the names needs a roff escape.
         let listed = env.contains(&format!("\\fB{}\\fR", var.var()));
         let hidden = var.exposure() == Exposure::Hidden;
-        assert_eq!(listed, !hidden, "{} (hidden: {hidden}) in ENVIRONMENT", var.var());
+        assert_eq!(
+            listed,
+            !hidden,
+            "{} (hidden: {hidden}) in ENVIRONMENT",
+            var.var()
+        );
     }
     assert!(top.contains(".SH \"EXIT STATUS\""));
     assert!(top.contains("\\fB75\\fR"));

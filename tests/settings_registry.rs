@@ -83,7 +83,10 @@ fn every_setting_is_where_its_exposure_says() {
                     assert!(!page.contains(var), "hidden {var} in the man page of {sub}");
                 }
                 assert!(!top.contains(var), "hidden {var} in kcap-watch.1");
-                assert!(!read("README.md").contains(var), "hidden {var} in the README");
+                assert!(
+                    !read("README.md").contains(var),
+                    "hidden {var} in the README"
+                );
             }
         }
     }

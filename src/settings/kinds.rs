@@ -45,8 +45,11 @@ pub trait Kind: Sync + 'static {
     /// What the variable takes, for the documents.
     fn var_syntax(&self) -> String;
     /// Flag, else variable, else default; warnings about a bad variable go to `warnings`.
-    fn resolve(&self, input: Input<'_>, warnings: &mut Vec<String>)
-    -> Result<Self::Value, ConfigError>;
+    fn resolve(
+        &self,
+        input: Input<'_>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Self::Value, ConfigError>;
 }
 
 /// A text flag: non-empty, kept as given.
@@ -55,10 +58,12 @@ fn text_parser() -> ValueParser {
 }
 
 /// A flag checked by `check` while parsing, kept as given.
-fn checked_parser(check: impl Fn(&str) -> Result<(), String> + Clone + Send + Sync + 'static) -> ValueParser {
-    ValueParser::new(NonEmptyStringValueParser::new().try_map(move |s| {
-        check(&s).map(|()| OsString::from(s))
-    }))
+fn checked_parser(
+    check: impl Fn(&str) -> Result<(), String> + Clone + Send + Sync + 'static,
+) -> ValueParser {
+    ValueParser::new(
+        NonEmptyStringValueParser::new().try_map(move |s| check(&s).map(|()| OsString::from(s))),
+    )
 }
 
 /// The flag's text, for kinds whose parser accepted it as UTF-8. A value that is not is
@@ -204,15 +209,21 @@ impl Kind for Window {
         window_syntax(self.unit)
     }
 
-    fn resolve(&self, input: Input<'_>, warnings: &mut Vec<String>) -> Result<Duration, ConfigError> {
-        Ok(match read_window(self.unit, self.default, input, warnings)? {
-            WindowRead::Default => self.default,
-            WindowRead::Zero => match self.zero {
-                Zero::NoTime => Duration::ZERO,
-                Zero::Default => self.default,
+    fn resolve(
+        &self,
+        input: Input<'_>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Duration, ConfigError> {
+        Ok(
+            match read_window(self.unit, self.default, input, warnings)? {
+                WindowRead::Default => self.default,
+                WindowRead::Zero => match self.zero {
+                    Zero::NoTime => Duration::ZERO,
+                    Zero::Default => self.default,
+                },
+                WindowRead::Given(d) => d,
             },
-            WindowRead::Given(d) => d,
-        })
+        )
     }
 }
 
@@ -236,11 +247,13 @@ impl Kind for OptionalWindow {
         input: Input<'_>,
         warnings: &mut Vec<String>,
     ) -> Result<Option<Duration>, ConfigError> {
-        Ok(match read_window(self.unit, self.default, input, warnings)? {
-            WindowRead::Default => Some(self.default),
-            WindowRead::Zero => None,
-            WindowRead::Given(d) => Some(d),
-        })
+        Ok(
+            match read_window(self.unit, self.default, input, warnings)? {
+                WindowRead::Default => Some(self.default),
+                WindowRead::Zero => None,
+                WindowRead::Given(d) => Some(d),
+            },
+        )
     }
 }
 
@@ -263,10 +276,15 @@ impl Millis {
             parse_human(t)?
         };
         if !(self.min..=self.max).contains(&d) {
+            // In seconds, not minutes: the scale of a poll or retry interval.
+            let show = |d: Duration| match d.as_millis() {
+                ms if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
+                ms => format!("{ms}ms"),
+            };
             return Err(format!(
                 "it must be between {} and {}",
-                show_duration(self.min),
-                show_duration(self.max)
+                show(self.min),
+                show(self.max)
             ));
         }
         Ok(d)
@@ -292,7 +310,11 @@ impl Kind for Millis {
         )
     }
 
-    fn resolve(&self, input: Input<'_>, warnings: &mut Vec<String>) -> Result<Duration, ConfigError> {
+    fn resolve(
+        &self,
+        input: Input<'_>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Duration, ConfigError> {
         if let Some((flag, raw)) = input.flag {
             let text = flag_text(flag, raw)?;
             return self
@@ -329,7 +351,7 @@ impl Kind for Millis {
 fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, per) in [("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms > 0 && ms % per == 0 {
+        if ms > 0 && ms.is_multiple_of(per) {
             return format!("{}{unit}", ms / per);
         }
     }
@@ -436,7 +458,9 @@ impl Kind for Switch {
         Ok(input.flag.is_some()
             || input.raw_var.is_some_and(|v| {
                 let v = v.trim();
-                ["1", "true", "yes"].iter().any(|on| v.eq_ignore_ascii_case(on))
+                ["1", "true", "yes"]
+                    .iter()
+                    .any(|on| v.eq_ignore_ascii_case(on))
             }))
     }
 }
@@ -591,7 +615,11 @@ impl Kind for Path {
         "a path".to_string()
     }
 
-    fn resolve(&self, input: Input<'_>, _: &mut Vec<String>) -> Result<Option<PathBuf>, ConfigError> {
+    fn resolve(
+        &self,
+        input: Input<'_>,
+        _: &mut Vec<String>,
+    ) -> Result<Option<PathBuf>, ConfigError> {
         if let Some((_, raw)) = input.flag {
             return Ok(Some(PathBuf::from(raw)));
         }
@@ -610,6 +638,12 @@ impl<T> Choice<T> {
     }
 }
 
+impl<T> Default for Choice<T> {
+    fn default() -> Choice<T> {
+        Choice::new()
+    }
+}
+
 impl<T> std::fmt::Debug for Choice<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Choice")
@@ -625,7 +659,9 @@ impl<T: ValueEnum + Default + 'static> Kind for Choice<T> {
     type Value = T;
 
     fn value_parser(&'static self) -> Option<ValueParser> {
-        let values = T::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+        let values = T::value_variants()
+            .iter()
+            .filter_map(ValueEnum::to_possible_value);
         Some(ValueParser::new(
             PossibleValuesParser::new(values).map(OsString::from),
         ))

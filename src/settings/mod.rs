@@ -1,6 +1,6 @@
 //! Settings as descriptors: one typed entry per setting, and everything made from it.
 //!
-//! Each setting is declared once, in [`registry`]: its `KCAP_*` variable, its flag (or that it
+//! Each setting is declared once, in `registry.rs`: its `KCAP_*` variable, its flag (or that it
 //! has none), its doc, and its [kind](kinds), which knows the value's unit, default and how
 //! flag and variable are read. From that one entry come the clap argument (with its help),
 //! the man page's ENVIRONMENT section, the README's configuration table, and the resolution of
@@ -157,14 +157,12 @@ impl<K: Kind> Entry for Setting<K> {
             None => arg.action(ArgAction::SetTrue),
         };
         let note = flag_note(self);
-        Some(
-            arg.help(format!("{} {note}", self.doc)).long_help(format!(
-                "{} {} takes {}.\n\n{note}",
-                self.doc,
-                self.var,
-                self.kind.var_syntax()
-            )),
-        )
+        Some(arg.help(format!("{} {note}", self.doc)).long_help(format!(
+            "{} {} takes {}.\n\n{note}",
+            self.doc,
+            self.var,
+            self.kind.var_syntax()
+        )))
     }
 }
 
