@@ -190,7 +190,8 @@ pub struct SettingsArgs {
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
 
-    /// kcap token-store profile to read when no token is given.
+    /// kcap token-store profile to read when no token is given (default: the kcap CLI's
+    /// active profile from config.json).
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     pub profile: Option<String>,
 

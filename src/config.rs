@@ -20,6 +20,7 @@ use clap::ValueEnum;
 use crate::cli::SettingsArgs;
 use crate::decide::Windows;
 use crate::rollout::header::Role;
+use crate::ship::auth::MachineCredential;
 use crate::time::{MAX_WINDOW, clamp_window};
 
 /// One `KCAP_*` variable: its flag (if any), its default as shown to users, and what it does.
@@ -61,9 +62,26 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "KCAP_PROFILE",
         flag: Some("--profile"),
-        default: "default",
-        doc: "kcap token-store profile to read when no token is given.",
+        default: "active profile",
+        doc: "kcap token-store profile to read when no token is given; unset: config.json's \
+              active_profile (else default), the profile the kcap CLI's own watchers use.",
     },
+    // ---- Authentication settings of revision-2 R1 (machine credential) ----
+    EnvVar {
+        name: "KCAP_CLIENT_ID",
+        flag: None,
+        default: "none",
+        doc: "Machine credential client id: with KCAP_CLIENT_SECRET, a bearer token is minted \
+              (client_credentials) and kept in memory only. Setting only one of the two is an \
+              error.",
+    },
+    EnvVar {
+        name: "KCAP_CLIENT_SECRET",
+        flag: None,
+        default: "none",
+        doc: "Machine credential secret, the pair of KCAP_CLIENT_ID. Never a flag, never logged.",
+    },
+    // ---- end of the authentication settings ----
     EnvVar {
         name: "KCAP_CONFIG_DIR",
         flag: Some("--config-dir"),
@@ -168,7 +186,6 @@ pub fn env_table_markdown() -> String {
     s
 }
 
-pub const DEFAULT_PROFILE: &str = "default";
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_REAP_AFTER: Duration = Duration::from_secs(360 * 60);
 pub const DEFAULT_IDLE_END: Duration = Duration::from_secs(60 * 60);
@@ -226,7 +243,10 @@ pub struct Settings {
     pub server: Option<String>,
     pub token: Option<Secret>,
     pub token_file: Option<PathBuf>,
-    pub profile: String,
+    /// `None`: the kcap CLI's active profile (`config.json`), resolved when the store is read.
+    pub profile: Option<String>,
+    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (revision-2 R1).
+    pub machine: Option<MachineCredential>,
     pub config_dir: PathBuf,
     pub watcher_dir: PathBuf,
     pub stop_grace: Duration,
@@ -253,7 +273,8 @@ impl Settings {
             server: None,
             token: None,
             token_file: None,
-            profile: DEFAULT_PROFILE.to_string(),
+            profile: None,
+            machine: None,
             watcher_dir: config_dir.join("watchers"),
             config_dir,
             stop_grace: DEFAULT_STOP_GRACE,
@@ -333,8 +354,8 @@ pub fn resolve(
     let profile = args
         .profile
         .clone()
-        .or_else(|| r.non_empty_trimmed("KCAP_PROFILE"))
-        .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+        .or_else(|| r.non_empty_trimmed("KCAP_PROFILE"));
+    let machine = r.machine_credential()?;
     let config_dir = match args.config_dir.clone() {
         Some(d) => d,
         None => match r.non_empty("KCAP_CONFIG_DIR") {
@@ -387,6 +408,7 @@ pub fn resolve(
             token,
             token_file,
             profile,
+            machine,
             config_dir,
             watcher_dir,
             stop_grace,
@@ -626,6 +648,32 @@ impl Resolver<'_> {
         DEFAULT_STOP_RETRY
     }
 
+    /// Both halves of a machine credential, or neither; one alone exits 2 naming the other
+    /// (the kcap CLI's rule: a half-configured runner is told, not silently unauthenticated).
+    fn machine_credential(&self) -> Result<Option<MachineCredential>, ConfigError> {
+        let id = self.non_empty_trimmed("KCAP_CLIENT_ID");
+        let secret = self.non_empty_trimmed("KCAP_CLIENT_SECRET");
+        match (id, secret) {
+            (Some(client_id), Some(client_secret)) => Ok(Some(MachineCredential {
+                client_id,
+                client_secret,
+            })),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(ConfigError {
+                name: "KCAP_CLIENT_SECRET",
+                message: "KCAP_CLIENT_ID is set but KCAP_CLIENT_SECRET is not: a machine \
+                          credential needs both"
+                    .to_string(),
+            }),
+            (None, Some(_)) => Err(ConfigError {
+                name: "KCAP_CLIENT_ID",
+                message: "KCAP_CLIENT_SECRET is set but KCAP_CLIENT_ID is not: a machine \
+                          credential needs both"
+                    .to_string(),
+            }),
+        }
+    }
+
     fn server(&mut self, flag: Option<&str>) -> Result<Option<String>, ConfigError> {
         let (raw, origin) = match flag {
             Some(s) => (s.to_string(), "--server"),
@@ -649,6 +697,19 @@ impl Resolver<'_> {
         let Some(host) = url.host_str() else {
             return Err(fail("it has no host".to_string()));
         };
+        // The server's identity binds stored tokens (revision-2 R1): user info (whose
+        // password would travel twice), a query or a fragment cannot be part of one.
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(fail(
+                "it must not carry user info (user@ or user:password@)".into(),
+            ));
+        }
+        if url.query().is_some() {
+            return Err(fail("it must not carry a query (?...)".into()));
+        }
+        if url.fragment().is_some() {
+            return Err(fail("it must not carry a fragment (#...)".into()));
+        }
         if url.scheme() == "http" && !is_loopback(host) {
             self.warnings.push(format!(
                 "{origin} {shown:?} uses plain http to {host}, which is not loopback: the token \
