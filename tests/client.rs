@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kcap_watch::ship::TranscriptBatch;
+use kcap_watch::ship::auth::{AuthConfig, Credentials, TokenOrigin};
 use kcap_watch::ship::client::{
     Deadlines, Failure, KcapClient, Outcome, ROUTE_SESSION_END, ROUTE_SUBAGENT_START,
     ROUTE_SUBAGENT_STOP, SessionEndReason, Watermark, session_end_body, subagent_start_body,
     subagent_stop_body,
 };
-use kcap_watch::ship::auth::{AuthConfig, Credentials, TokenOrigin};
 use kcap_watch::time::Ts;
 use serde_json::json;
 use support::{FakeKcap, Fault};
