@@ -13,9 +13,9 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::rollout::header::normalize_id;
 use crate::ship::TranscriptBatch;
+use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, KcapClient, Outcome};
 use crate::ship::spool::{self, Draining, HookRecord};
-use crate::ship::token::TokenSource;
 use crate::time::Ts;
 
 /// Transient failures are retried this many times per record before the rest is kept.
@@ -32,13 +32,7 @@ pub struct ReplayReport {
 
 /// Delivers the spools of one session (or of every session with a backlog).
 pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Result<ReplayReport> {
-    let token = TokenSource::new(
-        settings.token.as_ref().map(|t| t.expose().to_string()),
-        settings.token_file.clone(),
-        settings.config_dir.clone(),
-        settings.profile.clone(),
-        url.to_string(),
-    );
+    let token = Credentials::from_settings(settings, url);
     let client = KcapClient::new(url, token, Deadlines::default())?;
     let sessions = match session {
         Some(s) => vec![normalize_id(s)],
