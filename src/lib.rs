@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod logging;
 pub mod rollout;
 pub mod ship;
+pub(crate) mod supervise;
 pub mod tail;
 pub mod time;
 pub mod watch;
