@@ -453,6 +453,9 @@ impl Discovery {
 
     /// The current path of a member's rollout.
     pub fn path_of(&self, thread_id: &str) -> Option<&Path> {
+        if !self.tree.contains(thread_id) {
+            return None;
+        }
         let id = self.thread_files.get(thread_id)?;
         self.files.get(id).map(|f| f.path.as_path())
     }
@@ -621,6 +624,18 @@ impl Discovery {
         if self.by_path.contains_key(path) {
             return;
         }
+        // A descendant is created on or after its session's day, so an older archived
+        // rollout is not even looked at (an archive holds months of them). Its name stays
+        // in the directory's listing, so it is not considered again either.
+        let named_day = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(Day::from_file_name);
+        if let (Some(day), Some(start)) = (named_day, self.layout.start)
+            && day < start
+        {
+            return;
+        }
         let Ok(meta) = fs::symlink_metadata(path) else {
             return;
         };
@@ -642,21 +657,11 @@ impl Discovery {
             }
             return;
         }
-        // A descendant is created on or after its session's day, so an older archived
-        // rollout is not read at all (an archive holds months of them).
-        let named_day = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(Day::from_file_name);
-        let class = match (named_day, self.layout.start) {
-            (Some(day), Some(start)) if day < start => Class::Other,
-            _ => Class::NotYet { len: u64::MAX },
-        };
         self.files.insert(
             id,
             FileEntry {
                 path: path.to_path_buf(),
-                class,
+                class: Class::NotYet { len: u64::MAX },
             },
         );
         self.classify(id, found);

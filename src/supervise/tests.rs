@@ -235,7 +235,7 @@ fn children_and_grandchildren_are_found_and_other_sessions_ignored() {
     assert!(joined_ids(&discovery.scan(SystemTime::now())).is_empty());
 
     let child_path = home.rollout(day, CHILD, &child_meta(CHILD, ROOT, ROOT));
-    let found = discovery.on_paths(&[child_path.clone()], SystemTime::now());
+    let found = discovery.on_paths(std::slice::from_ref(&child_path), SystemTime::now());
     assert_eq!(joined_ids(&found), vec![bare(CHILD), bare(GRANDCHILD)]);
     match &found[1] {
         Found::Joined {
@@ -347,6 +347,12 @@ fn an_archived_child_keeps_its_identity() {
     );
     assert_eq!(discovery.path_of(&bare(CHILD)), Some(to.as_path()));
     assert!(discovery.watch_dirs().contains(&archived));
+
+    // Archived rollouts from before the session's day are never read.
+    let old = archived.join(format!("rollout-2026-07-20T10-00-00-{GRANDCHILD}.jsonl"));
+    fs::write(&old, format!("{}\n", child_meta(GRANDCHILD, ROOT, ROOT))).unwrap();
+    assert!(discovery.scan(SystemTime::now()).is_empty());
+    assert!(!discovery.tree().contains(&bare(GRANDCHILD)));
 }
 
 /// The real notifier and the scanner together: a day that begins while the supervisor runs
