@@ -17,6 +17,7 @@ pub mod logging;
 pub mod rollout;
 pub mod settings;
 pub mod ship;
+pub(crate) mod supervise;
 pub mod tail;
 pub mod time;
 pub mod watch;
