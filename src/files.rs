@@ -510,7 +510,7 @@ impl WatcherFiles {
     /// successor gets the lock, and those are not ours to remove. The kcap CLI retires its own
     /// watchers' files the same way.
     pub fn release(self) {
-        let mut remove: Vec<PathBuf> = heartbeat_slots(&self.heartbeat_path).into();
+        let mut remove = Vec::new();
         if read_pid_file(&self.pid_path) == Some(self.pid) {
             remove.extend([
                 self.pid_path.clone(),
@@ -518,10 +518,12 @@ impl WatcherFiles {
                 self.started_path.clone(),
             ]);
         }
-        // Last, while the lock is still held: a successor that opened this file meanwhile
+        // The lock and the heartbeat's private files only while the path still names the file
+        // we locked (it always should; if someone removed it, a successor may own these names
+        // now). The lock file last, while still held: a successor that opened it meanwhile
         // finds, once it gets the lock, that the path no longer names it, and starts over.
-        // Only when the path still names our file (it always should).
         if names_file(&self.lock_path, &self.lock).unwrap_or(false) {
+            remove.extend(heartbeat_slots(&self.heartbeat_path));
             remove.push(self.lock_path.clone());
         }
         for path in &remove {

@@ -91,7 +91,11 @@ fn run_closed(mut cmd: Command, closed: Closed, timeout: Duration) -> ExitStatus
 }
 
 fn code(st: ExitStatus) -> i32 {
-    assert_ne!(st.signal(), Some(libc::SIGABRT), "aborted (SIGABRT): {st:?}");
+    assert_ne!(
+        st.signal(),
+        Some(libc::SIGABRT),
+        "aborted (SIGABRT): {st:?}"
+    );
     st.code()
         .unwrap_or_else(|| panic!("ended by a signal: {st:?}"))
 }
@@ -111,7 +115,14 @@ fn spawned_watch(config: &Path, rollout: &Path, extra: &[&str]) -> Command {
     let mut cmd = kcap_watch(config);
     cmd.args(["watch", SESSION])
         .arg(rollout)
-        .args(["--agent-id", CHILD, "--vendor", "codex", "--stop-grace", "0s"])
+        .args([
+            "--agent-id",
+            CHILD,
+            "--vendor",
+            "codex",
+            "--stop-grace",
+            "0s",
+        ])
         .args(extra);
     cmd
 }
@@ -174,7 +185,10 @@ fn with_closed_stdio_every_exit_path_gives_its_code_and_fatal_errors_reach_the_l
         };
         let rollout2 = rollout.clone();
         let truncate = std::thread::spawn(move || {
-            assert!(wait_for(T, || heartbeat.exists()), "the watcher never started");
+            assert!(
+                wait_for(T, || heartbeat.exists()),
+                "the watcher never started"
+            );
             fs::write(&rollout2, b"").unwrap();
         });
         let st = run_closed(cmd, closed, T);
@@ -211,7 +225,10 @@ fn a_signal_ends_a_watcher_with_closed_stdio_with_0() {
     drop(child.stdin.take());
     drop(child.stdout.take());
     drop(child.stderr.take());
-    assert!(wait_for(T, || heartbeat.exists()), "the watcher never started");
+    assert!(
+        wait_for(T, || heartbeat.exists()),
+        "the watcher never started"
+    );
     support::bin::signal(&child, libc::SIGTERM);
     let st = support::bin::wait_exit(&mut child, T);
     assert_eq!(code(st), 0);
@@ -395,7 +412,12 @@ fn a_symbolic_link_at_any_path_the_watcher_writes_is_refused_and_its_target_is_u
         );
         if is_dir {
             let names: Vec<_> = fs::read_dir(&target).unwrap().flatten().collect();
-            assert_eq!(names.len(), 1, "{}: nothing created through it", at.display());
+            assert_eq!(
+                names.len(),
+                1,
+                "{}: nothing created through it",
+                at.display()
+            );
             assert_eq!(fs::read_to_string(target.join("keep")).unwrap(), precious);
         } else {
             assert_eq!(
@@ -432,7 +454,12 @@ fn replay_refuses_a_symbolic_link_in_the_spools_and_posts_nothing_through_it() {
     assert!(stderr(&out).contains(&live.display().to_string()));
     assert_eq!(server.request_count("transcript"), 0);
     assert_eq!(fs::read_to_string(&secret).unwrap(), format!("{batch}\n"));
-    assert!(fs::symlink_metadata(&live).unwrap().file_type().is_symlink());
+    assert!(
+        fs::symlink_metadata(&live)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
 
 #[test]
@@ -442,7 +469,10 @@ fn ids_that_could_name_files_elsewhere_exit_2_naming_them() {
     let rollout = fixture_copy("child-two-turns.jsonl", dir.path());
     let long = "a".repeat(65);
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["watch", "../../x", "R", "--agent-id", CHILD], "../../x"),
+        (
+            vec!["watch", "../../x", "R", "--agent-id", CHILD],
+            "../../x",
+        ),
         (vec!["watch", SESSION, "R", "--agent-id", "a/b"], "a/b"),
         (vec!["watch", SESSION, "R", "--agent-id", "a.b"], "a.b"),
         (vec!["watch", &long, "R", "--agent-id", CHILD], &long),
@@ -479,7 +509,11 @@ fn ids_that_could_name_files_elsewhere_exit_2_naming_them() {
     cmd.args(["watch", "--once"]).arg(&evil);
     let out = run(cmd, T);
     assert_eq!(code(out.status), 2, "{}", stderr(&out));
-    assert!(stderr(&out).contains("\"../../../evil\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"../../../evil\""),
+        "{}",
+        stderr(&out)
+    );
     assert!(!dir.path().join("evil.log").exists());
 }
 
@@ -490,11 +524,7 @@ fn a_newline_in_a_rollout_path_cannot_forge_a_log_record() {
     let forged = dir
         .path()
         .join("a\n2026-01-01T00:00:00.000000Z ERROR FORGED record.jsonl");
-    fs::copy(
-        fixture_copy("child-two-turns.jsonl", dir.path()),
-        &forged,
-    )
-    .unwrap();
+    fs::copy(fixture_copy("child-two-turns.jsonl", dir.path()), &forged).unwrap();
     let out = run(spawned_watch(&config, &forged, &["--once"]), T);
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     for (what, text) in [("stderr", stderr(&out)), ("log file", log_text(&config))] {
@@ -532,7 +562,11 @@ fn replay_leaves_other_vendors_records_exactly_where_they_are() {
         // Claude's transcript tail and its spooled session-end.
         (
             tx.join(format!("{claude}.transcript.jsonl")),
-            format!("{}\n{}\n", batch(claude, "claude", 0), batch(claude, "claude", 1)),
+            format!(
+                "{}\n{}\n",
+                batch(claude, "claude", 0),
+                batch(claude, "claude", 1)
+            ),
         ),
         (
             hooks.join(format!("{claude}.jsonl")),
@@ -596,10 +630,18 @@ fn replay_leaves_other_vendors_records_exactly_where_they_are() {
             .iter()
             .filter_map(|r| r.json())
             .collect();
-        assert_eq!(posted.len(), 1, "round {round}: only the Codex batch: {posted:?}");
+        assert_eq!(
+            posted.len(),
+            1,
+            "round {round}: only the Codex batch: {posted:?}"
+        );
         assert_eq!(posted[0]["vendor"], "codex");
         assert_eq!(server.request_count("subagent-stop"), 1, "round {round}");
-        assert_eq!(server.request_count("session-start/codex"), 0, "round {round}");
+        assert_eq!(
+            server.request_count("session-start/codex"),
+            0,
+            "round {round}"
+        );
         assert_eq!(server.request_count("session-end"), 0, "round {round}");
         assert_eq!(
             fs::read_to_string(&hook_spool).unwrap(),
@@ -618,7 +660,11 @@ fn replay_reports_a_needs_import_marker_as_the_kcap_cli_drain_does() {
     let tx = config.join("transcript-spool");
     fs::create_dir_all(&tx).unwrap();
     let marker = tx.join(format!("{SESSION}.needs-import"));
-    fs::write(&marker, "2026-07-28T16:14:05Z transcript spool reached its cap\n").unwrap();
+    fs::write(
+        &marker,
+        "2026-07-28T16:14:05Z transcript spool reached its cap\n",
+    )
+    .unwrap();
     fs::write(
         tx.join(format!("{SESSION}.transcript.jsonl")),
         format!("{}\n", batch(SESSION, "codex", 0)),
