@@ -15,6 +15,7 @@ pub mod fold;
 pub mod inspect;
 pub mod logging;
 pub mod rollout;
+pub mod settings;
 pub mod ship;
 pub mod tail;
 pub mod time;
