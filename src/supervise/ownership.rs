@@ -275,6 +275,11 @@ impl Ownership {
             // kcap CLI's to reap, not ours.
             Err(AcquireError::Held { holder_pid, .. }) => Ok(Claim::Held { pid: holder_pid }),
             Err(AcquireError::Io(e)) => Err(e),
+            // A bad key or a planted symlink: this child cannot be watched safely by anyone;
+            // report it as an error for this key only (the others go on).
+            Err(AcquireError::Refused(why)) => {
+                Err(io::Error::new(io::ErrorKind::InvalidInput, why.to_string()))
+            }
         }
         // `_spawn_lock` is released here, after the files are written: the spawner, once it
         // gets the lock, sees a live watcher.
