@@ -232,9 +232,7 @@ pub fn inspect_tree(
 
     // Depth first from the root; siblings by start time (unknown last), then id.
     for siblings in children.values_mut() {
-        siblings.sort_by(|a, b| {
-            (a.0.is_none(), a.0, &a.1).cmp(&(b.0.is_none(), b.0, &b.1))
-        });
+        siblings.sort_by(|a, b| (a.0.is_none(), a.0, &a.1).cmp(&(b.0.is_none(), b.0, &b.1)));
     }
     let mut descendants = Vec::with_capacity(entries.len());
     let mut stack: Vec<(String, u32)> = vec![(root_id.clone(), 0)];
@@ -309,11 +307,12 @@ fn ceiling(
 /// Prints the tree for people: the root's block, then one block per descendant, indented by
 /// its depth.
 pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<()> {
+    let n = t.descendants.len();
     writeln!(
         out,
-        "session tree   {} ({} descendants)",
+        "session tree   {} ({n} {})",
         t.session_id,
-        t.descendants.len()
+        if n == 1 { "descendant" } else { "descendants" }
     )?;
     writeln!(out, "codex sessions {}", t.codex_sessions)?;
     writeln!(
