@@ -87,7 +87,7 @@ registry! {
         "Directory of the pid, lock, started and heartbeat files.",
     );
     CODEX_HOME: Path = Setting::flag(
-        "CODEX_HOME", "--codex-home", "DIR", Path { absent: "from the session rollout's path" },
+        "CODEX_HOME", "--codex-home", "DIR", Path { absent: "derived from the rollout path" },
         "Codex's home directory (the one holding sessions/ and archived_sessions/), where \
          inspect --tree looks for a session's sub-agents; Codex's own variable. Unset: the \
          directory above sessions/YYYY/MM/DD/ (or archived_sessions/) holding the session \
