@@ -56,7 +56,9 @@ pub enum Command {
     /// It models a watcher started at --now (or at the time of the observation): idle end counts
     /// from that start at the earliest. It also shows the binding rate-limit window of a
     /// usage-limit pause and why it was chosen, queued mail lines, the stop a child watcher
-    /// would owe if it ended now, and what watch needs when the header names no parent.
+    /// would owe if it ended now, and what watch needs when the header names no parent. With
+    /// --tree it shows the same for every descendant sub-agent of a session, and which of them
+    /// a live watcher holds.
     Inspect(InspectArgs),
     /// Deliver the lines and lifecycle requests spooled while offline or unreachable.
     Replay(ReplayArgs),
@@ -148,9 +150,19 @@ pub enum Vendor {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The Codex rollout file (JSONL) to inspect.
+    /// The Codex rollout file (JSONL) to inspect; with --tree, the session's rollout.
     #[arg(value_name = "ROLLOUT")]
     pub rollout: PathBuf,
+
+    /// Show every descendant sub-agent of the session ROLLOUT (children, grandchildren, ...,
+    /// found under CODEX_HOME's sessions/ from the session's date on and archived_sessions/),
+    /// each with its state, due times and whether a live watcher holds it (the kcap CLI's
+    /// liveness rule on <watchers>/<session>-<agent>.*, judged at the real time). Text is an
+    /// indented tree (siblings by start time, then id); --json is one object with the root's
+    /// report and an array of descendants, each inspect's object plus its thread id, parent
+    /// id, depth, watcher and lifetime ceiling.
+    #[arg(long)]
+    pub tree: bool,
 
     /// Print the state as JSON on stdout.
     #[arg(long)]

@@ -19,6 +19,8 @@ use crate::rollout::header::{Identity, Role, missing_key};
 use crate::tail::seed::{LineTimes, seed};
 use crate::time::Ts;
 
+pub mod tree;
+
 /// What `inspect` was asked.
 pub struct InspectRequest<'a> {
     pub path: &'a Path,
@@ -137,6 +139,14 @@ pub fn open_rollout(path: &Path) -> Result<File> {
 
 /// Folds the file and evaluates every decision at `req.now`.
 pub fn inspect(req: &InspectRequest<'_>, windows_for: &dyn Fn(Role) -> Windows) -> Result<Report> {
+    inspect_folded(req, windows_for).map(|(report, _)| report)
+}
+
+/// [`inspect`], also returning the folded state (for the facts `--tree` adds).
+fn inspect_folded(
+    req: &InspectRequest<'_>,
+    windows_for: &dyn Fn(Role) -> Windows,
+) -> Result<(Report, State)> {
     let file = open_rollout(req.path)?;
     let mtime = file
         .metadata()
@@ -154,13 +164,14 @@ pub fn inspect(req: &InspectRequest<'_>, windows_for: &dyn Fn(Role) -> Windows) 
     let state = &seeded.state;
     let identity = state.identity.clone().unwrap_or_else(Identity::unknown);
     let windows = windows_for(identity.role);
-    Ok(build_report(
+    let report = build_report(
         req,
         state,
         &identity,
         &windows,
         seeded.reader.partial_bytes(),
-    ))
+    );
+    Ok((report, seeded.state))
 }
 
 fn build_report(

@@ -17,6 +17,7 @@ use kcap_watch::cli::{Cli, Command, InspectArgs, SettingsArgs};
 use kcap_watch::config::{self, Resolved};
 use kcap_watch::error::{LockHeld, RolloutRewritten, UsageError, code};
 use kcap_watch::files::AcquireError;
+use kcap_watch::inspect::tree::TreeRequest;
 use kcap_watch::inspect::{self, InspectRequest};
 use kcap_watch::time::Ts;
 
@@ -99,20 +100,42 @@ fn run(cli: Cli) -> Result<i32> {
 
 fn run_inspect(args: &InspectArgs) -> Result<i32> {
     let resolved = settings(&args.settings)?;
-    let req = InspectRequest {
-        path: &args.rollout,
-        now: args.now.unwrap_or_else(Ts::now),
-        line_times: args.line_times,
-    };
-    let report = inspect::inspect(&req, &|role| resolved.settings.windows_for(role))?;
+    let s = &resolved.settings;
+    let now = args.now.unwrap_or_else(Ts::now);
+    let windows_for = |role| s.windows_for(role);
     // Rendered first, so the only write to stdout is one `write_all` whose error is a plain
     // `io::Error` (a broken pipe inside serde_json's writer would hide its kind).
     let mut rendered = Vec::new();
-    if args.json {
-        serde_json::to_writer(&mut rendered, &report)?;
-        rendered.push(b'\n');
+    if args.tree {
+        let req = TreeRequest {
+            session: &args.rollout,
+            codex_home: s.codex_home.as_deref(),
+            watcher_dir: &s.watcher_dir,
+            now,
+            line_times: args.line_times,
+            lifetime: s.lifetime,
+            max_pause_credit: s.max_pause_credit,
+        };
+        let report = inspect::tree::inspect_tree(&req, &windows_for)?;
+        if args.json {
+            serde_json::to_writer(&mut rendered, &report)?;
+            rendered.push(b'\n');
+        } else {
+            inspect::tree::write_tree_text(&report, &mut rendered)?;
+        }
     } else {
-        inspect::write_text(&report, &mut rendered)?;
+        let req = InspectRequest {
+            path: &args.rollout,
+            now,
+            line_times: args.line_times,
+        };
+        let report = inspect::inspect(&req, &windows_for)?;
+        if args.json {
+            serde_json::to_writer(&mut rendered, &report)?;
+            rendered.push(b'\n');
+        } else {
+            inspect::write_text(&report, &mut rendered)?;
+        }
     }
     let mut out = std::io::stdout().lock();
     out.write_all(&rendered)?;

@@ -86,6 +86,13 @@ registry! {
         "KCAP_WATCHER_DIR", "--watcher-dir", "DIR", Path { absent: "<config>/watchers" },
         "Directory of the pid, lock, started and heartbeat files.",
     );
+    CODEX_HOME: Path = Setting::flag(
+        "CODEX_HOME", "--codex-home", "DIR", Path { absent: "derived from the rollout path" },
+        "Codex's home directory (the one holding sessions/ and archived_sessions/), where \
+         inspect --tree looks for a session's sub-agents; Codex's own variable. Unset: the \
+         directory above sessions/YYYY/MM/DD/ (or archived_sessions/) holding the session \
+         rollout.",
+    );
     STOP_GRACE: Window = Setting::flag(
         "KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "--stop-grace", "DURATION",
         Window { unit: TimeUnit::Minutes, default: minutes(5), zero: Zero::NoTime },

@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::rollout::header::{Identity, Role, normalize_id};
 use crate::rollout::{Classifier, Kind, SessionMetaInfo};
+use crate::time::Ts;
 
 /// A local calendar day, as Codex names its date directories.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -291,8 +292,16 @@ const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Reads the first line of `path`, streaming it through the classifier.
 pub(crate) fn read_header(path: &Path) -> io::Result<Header> {
+    read_first_line(path, Classifier::without_timestamps()).map(|(header, _)| header)
+}
+
+/// [`read_header`], with the first line's own `timestamp` (when the thread started).
+pub(crate) fn read_header_timed(path: &Path) -> io::Result<(Header, Option<Ts>)> {
+    read_first_line(path, Classifier::new())
+}
+
+fn read_first_line(path: &Path, mut classifier: Classifier) -> io::Result<(Header, Option<Ts>)> {
     let mut file = fs::File::open(path)?;
-    let mut classifier = Classifier::without_timestamps();
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     // A `\r` just before the newline is not part of the line; one at the end of a chunk is
@@ -301,7 +310,7 @@ pub(crate) fn read_header(path: &Path) -> io::Result<Header> {
     loop {
         let n = file.read(&mut buf)?;
         if n == 0 {
-            return Ok(Header::NotYet);
+            return Ok((Header::NotYet, None));
         }
         total += n as u64;
         let chunk = &buf[..n];
@@ -323,15 +332,16 @@ pub(crate) fn read_header(path: &Path) -> io::Result<Header> {
         classifier.feed(body);
         if done {
             let info = classifier.finish();
-            return Ok(match info.meta {
+            let header = match info.meta {
                 Some(meta) if info.kind == Kind::SessionMeta && !info.malformed => {
                     Header::Meta(meta)
                 }
                 _ => Header::NotRollout,
-            });
+            };
+            return Ok((header, info.timestamp));
         }
         if total > MAX_HEADER_BYTES {
-            return Ok(Header::NotRollout);
+            return Ok((Header::NotRollout, None));
         }
     }
 }

@@ -11,6 +11,9 @@
 //!   holds and taking them over when it is gone, with one heartbeat thread for all keys.
 //! - [`wake`]: the one change notifier, over the directories discovery names.
 //!
+//! `inspect --tree` (`crate::inspect::tree`) runs one [`discover::Discovery::scan`] and
+//! [`ownership::KeyFiles::judge`] per descendant, without owning or watching anything.
+//!
 //! # How the `supervise` command wires them
 //!
 //! ```text
@@ -36,8 +39,9 @@
 //!   shutdown             → pipelines finish within the budget, then ownership.shutdown()
 //! ```
 
-// Nothing calls this module outside its tests until the `supervise` subcommand is wired
-// (after the settings refactor of cli.rs lands); remove this allow then.
+// Only `inspect --tree` uses this module outside its tests so far (one discovery scan and
+// the liveness judge); ownership and the notifier wait for the `supervise` subcommand.
+// Remove this allow once it is wired.
 #![allow(dead_code)]
 
 pub(crate) mod discover;

@@ -106,24 +106,48 @@ fn scheme(token: &str) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
+/// What a key's `.pid`, `.started` and `.heartbeat` say (each `None` when missing or
+/// unreadable): the inputs of the kcap CLI's liveness rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeyFiles {
+    pub pid_file: Option<String>,
+    pub started: Option<Ts>,
+    pub heartbeat: Option<Ts>,
+}
+
+impl KeyFiles {
+    /// Reads `<dir>/<key>.{pid,started,heartbeat}`.
+    pub fn read(dir: &Path, key: &str) -> KeyFiles {
+        let read_time = |suffix: &str| {
+            fs::read_to_string(dir.join(format!("{key}.{suffix}")))
+                .ok()
+                .and_then(|t| Ts::parse_rfc3339(&t))
+        };
+        KeyFiles {
+            pid_file: fs::read_to_string(dir.join(format!("{key}.pid"))).ok(),
+            started: read_time("started"),
+            heartbeat: read_time("heartbeat"),
+        }
+    }
+
+    /// The kcap CLI's verdict on these files at `now`, looking at the real process.
+    pub fn judge(&self, now: Ts) -> Verdict {
+        judge(
+            self.pid_file.as_deref(),
+            self.started,
+            self.heartbeat,
+            now,
+            |pid| Probe {
+                alive: process_alive(pid),
+                token: process_start_token(pid),
+            },
+        )
+    }
+}
+
 /// Judges the watcher `<dir>/<key>.*` names, looking at the real process.
 pub(crate) fn judge_key(dir: &Path, key: &str, now: Ts) -> Verdict {
-    let read_time = |suffix: &str| {
-        fs::read_to_string(dir.join(format!("{key}.{suffix}")))
-            .ok()
-            .and_then(|t| Ts::parse_rfc3339(&t))
-    };
-    let pid_file = fs::read_to_string(dir.join(format!("{key}.pid"))).ok();
-    judge(
-        pid_file.as_deref(),
-        read_time("started"),
-        read_time("heartbeat"),
-        now,
-        |pid| Probe {
-            alive: process_alive(pid),
-            token: process_start_token(pid),
-        },
-    )
+    KeyFiles::read(dir, key).judge(now)
 }
 
 /// The outcome of trying to own a key.
