@@ -107,7 +107,7 @@ pub fn inspect(req: &InspectRequest<'_>, windows_for: &dyn Fn(Role) -> Windows) 
     } else {
         LineTimes::All(mtime)
     };
-    let seeded = seed(&file, times, 0)
+    let seeded = seed(&file, times)
         .with_context(|| format!("failed to read rollout {}", req.path.display()))?;
     let state = &seeded.state;
     let identity = state.identity.clone().unwrap_or_else(Identity::unknown);

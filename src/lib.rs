@@ -14,6 +14,7 @@ pub mod files;
 pub mod fold;
 pub mod inspect;
 pub mod logging;
+pub(crate) mod pipeline;
 pub mod rollout;
 pub mod ship;
 pub mod tail;

@@ -2,6 +2,7 @@
 
 pub mod backoff;
 pub mod client;
+pub(crate) mod handed_over;
 pub mod outbox;
 pub mod redact;
 pub mod replay;

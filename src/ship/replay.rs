@@ -13,13 +13,18 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::rollout::header::normalize_id;
 use crate::ship::TranscriptBatch;
-use crate::ship::client::{Deadlines, KcapClient, Outcome};
+use crate::ship::backoff::Backoff;
+use crate::ship::client::{Deadlines, Failure, KcapClient};
 use crate::ship::spool::{self, Draining, HookRecord};
 use crate::ship::token::TokenSource;
 use crate::time::Ts;
 
 /// Transient failures are retried this many times per record before the rest is kept.
 const ATTEMPTS: u32 = 3;
+
+/// A single wait between attempts is cut to this (a replay is run by hand or by a spawner that
+/// waits for it; the records it keeps are tried again next time).
+const MAX_REPLAY_WAIT: Duration = Duration::from_secs(10);
 
 /// What a replay did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,6 +52,7 @@ pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Re
     };
     let mut report = ReplayReport::default();
     let pid = std::process::id();
+    let config_dir = settings.config_dir.as_path();
     for session in sessions {
         let path = spool::transcript_spool_path(&settings.config_dir, &session);
         for draining in claim_all(&path, pid)? {
@@ -55,11 +61,29 @@ pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Re
                 async move {
                     // Every record must be a transcript body; anything else is kept as is.
                     match serde_json::from_str::<TranscriptBatch>(&raw) {
-                        Ok(_) => c.post_transcript(raw).await,
-                        Err(e) => Outcome::Rejected {
+                        Ok(batch) => {
+                            c.post_transcript(raw).await?;
+                            // Delivered: the next offline run resumes after these lines, not
+                            // from the spool replay just emptied.
+                            if let Some(last) = batch.line_numbers.last()
+                                && let Err(e) = super::handed_over::advance(
+                                    config_dir,
+                                    &batch.session_id,
+                                    batch.agent_id.as_deref(),
+                                    last + 1,
+                                )
+                            {
+                                warn!(
+                                    event = "offline_watermark_failed",
+                                    "failed to record the offline watermark: {e}"
+                                );
+                            }
+                            Ok(())
+                        }
+                        Err(e) => Err(Failure::Rejected {
                             status: 0,
                             body_snippet: format!("unreadable spool record: {e}"),
-                        },
+                        }),
                     }
                 }
             })
@@ -74,10 +98,10 @@ pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Re
                 async move {
                     match serde_json::from_str::<HookRecord>(&raw) {
                         Ok(r) => c.post_hook(&r.route, r.body).await,
-                        Err(e) => Outcome::Rejected {
+                        Err(e) => Err(Failure::Rejected {
                             status: 0,
                             body_snippet: format!("unreadable spool record: {e}"),
-                        },
+                        }),
                     }
                 }
             })
@@ -105,7 +129,7 @@ fn claim_all(path: &std::path::Path, pid: u32) -> Result<Vec<Draining>> {
 async fn deliver<F, Fut>(client: &KcapClient, draining: Draining, post: F) -> Result<(u64, u64)>
 where
     F: Fn(&KcapClient, String) -> Fut,
-    Fut: std::future::Future<Output = Outcome>,
+    Fut: std::future::Future<Output = Result<(), Failure>>,
 {
     let records = draining
         .records::<serde_json::Value>()
@@ -113,6 +137,8 @@ where
     let mut keep = Vec::new();
     let mut delivered = 0;
     let mut giving_up = false;
+    // The watcher's own pacing: full jitter over the same exponential envelope.
+    let mut backoff = Backoff::new();
     for rec in records {
         if giving_up {
             keep.push(rec.raw);
@@ -122,23 +148,22 @@ where
         loop {
             attempt += 1;
             match post(client, rec.raw.clone()).await {
-                Outcome::Delivered => {
+                Ok(()) => {
                     delivered += 1;
+                    backoff.reset();
                     break;
                 }
-                Outcome::Transient {
+                Err(Failure::Transient {
                     error, retry_after, ..
-                } if attempt < ATTEMPTS => {
-                    let delay = retry_after
-                        .unwrap_or(Duration::from_millis(250 << attempt))
-                        .min(Duration::from_secs(10));
+                }) if attempt < ATTEMPTS => {
+                    let delay = backoff.next_delay(retry_after).min(MAX_REPLAY_WAIT);
                     warn!(
                         event = "ship_failed",
                         "replay: {error}; retrying in {delay:?}"
                     );
                     tokio::time::sleep(delay).await;
                 }
-                Outcome::Unauthorized { .. } => {
+                Err(Failure::Unauthorized { .. }) => {
                     client.reload_token(Ts::now());
                     if attempt >= ATTEMPTS {
                         warn!(
@@ -150,10 +175,10 @@ where
                         break;
                     }
                 }
-                Outcome::Rejected {
+                Err(Failure::Rejected {
                     status,
                     body_snippet,
-                } => {
+                }) => {
                     warn!(
                         event = "ship_failed",
                         status, "replay: the server refused a record ({body_snippet}); keeping it"
@@ -161,7 +186,7 @@ where
                     keep.push(rec.raw.clone());
                     break;
                 }
-                other => {
+                Err(other) => {
                     warn!(
                         event = "ship_failed",
                         "replay: {other}; keeping the rest for later"
