@@ -536,7 +536,7 @@ impl Pipeline {
                 }
             }
             Err(f) => {
-                let delay = self.failure_delay(&f, |p| &mut p.watermark_req, out);
+                let delay = self.failure_delay(&f, |p| &mut p.watermark_req);
                 warn!(event = "ship_failed", what = "watermark", status = f.status(), error = %f, retry_in_ms = delay.as_millis() as u64, "failed to read the watermark: {f}; retrying in {delay:?}");
                 self.watermark_req.retry_at = Some(now.plus(delay));
                 if self.watermark.is_some() {
@@ -552,7 +552,6 @@ impl Pipeline {
         &mut self,
         f: &Failure,
         req: impl Fn(&mut Pipeline) -> &mut Request,
-        out: &mut Vec<Action>,
     ) -> Duration {
         match f {
             Failure::Unauthorized { status } => {
@@ -564,10 +563,7 @@ impl Pipeline {
                     );
                     self.unauthorized_logged = true;
                 }
-                if !self.token_refused {
-                    self.token_refused = true;
-                    out.push(Action::ReloadToken);
-                }
+                self.token_refused = true;
                 UNAUTHORIZED_RETRY
             }
             Failure::WrongPath { status, url } => {
@@ -656,7 +652,7 @@ impl Pipeline {
                     self.recheck_watermark = true;
                 }
                 self.failing_since.get_or_insert(now);
-                let delay = self.failure_delay(&f, |p| &mut p.ship_req, out);
+                let delay = self.failure_delay(&f, |p| &mut p.ship_req);
                 if !matches!(f, Failure::Unauthorized { .. } | Failure::WrongPath { .. }) {
                     warn!(event = "ship_failed", status = f.status(), error = %f, retry_in_ms = delay.as_millis() as u64, "failed to ship lines: {f}; retrying in {delay:?}");
                 }
@@ -785,11 +781,8 @@ impl Pipeline {
             }
             (Hook::SubagentStop(_), Err(f)) => {
                 self.stop_in_flight = false;
-                if let Failure::Unauthorized { .. } = f
-                    && !self.token_refused
-                {
+                if let Failure::Unauthorized { .. } = f {
                     self.token_refused = true;
-                    out.push(Action::ReloadToken);
                 }
                 warn!(event = "subagent_stop_failed", status = f.status(), error = %f, "failed to post subagent-stop: {f}; retrying in {:?}", self.settings.stop_retry);
                 self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
@@ -903,13 +896,21 @@ impl Pipeline {
         let hook = self.stop_hook();
         if self.online && !self.spooling() {
             self.stop_in_flight = true;
-            self.token_refused = false;
+            self.reload_if_refused(out);
             out.push(Action::Post(hook));
         } else {
             out.push(Action::SpoolHook(hook));
             // Written or not, the answer comes back synchronously; a failed spool is retried
             // at the next attempt time.
             self.stop.next_attempt = None;
+        }
+    }
+
+    /// After a `401`/`403` the token is re-read right before the next request: re-read at the
+    /// refusal, a token the kcap CLI refreshed during the minute's wait would be missed.
+    fn reload_if_refused(&mut self, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.token_refused) {
+            out.push(Action::ReloadToken);
         }
     }
 
@@ -1122,7 +1123,7 @@ impl Pipeline {
                 }
             };
             if next == Step::Spool {
-                self.enter_spool(out);
+                self.enter_spool(now, out);
             }
             if let Some(e) = &mut self.ending {
                 e.step = next;
@@ -1133,7 +1134,13 @@ impl Pipeline {
     /// From here on, whatever the server did not confirm goes to the spool; without a
     /// watermark everything does (resending is harmless, losing a line is not). Requests in
     /// flight are abandoned (their answers are ignored).
-    fn enter_spool(&mut self, out: &mut Vec<Action>) {
+    fn enter_spool(&mut self, now: Ts, out: &mut Vec<Action>) {
+        if let Some(e) = &mut self.ending
+            && e.hard_end.is_none()
+        {
+            // `--once`: a spool that keeps failing does not keep it alive either.
+            e.hard_end = Some(now.plus(SHUTDOWN_BUDGET - SHIP_UNTIL));
+        }
         if self.watermark.is_none() {
             self.resume_at(Watermark::Empty);
             self.pending_rewind = false;
@@ -1160,7 +1167,7 @@ impl Pipeline {
         }
         if self.stop_owed(now) && !self.stop_in_flight {
             self.stop_in_flight = true;
-            self.token_refused = false;
+            self.reload_if_refused(out);
             out.push(Action::Post(self.stop_hook()));
         }
         if let Some(h) = &self.session_end {
@@ -1258,7 +1265,7 @@ impl Pipeline {
             if wants_watermark && self.watermark_req.ready(now) {
                 self.watermark_req.in_flight = true;
                 self.watermark_req.retry_at = None;
-                self.token_refused = false;
+                self.reload_if_refused(out);
                 out.push(Action::AskWatermark);
             }
             if self.start_needed && !self.start_in_flight {
@@ -1281,7 +1288,7 @@ impl Pipeline {
                 if let Some(body) = body {
                     self.ship_req.in_flight = true;
                     self.ship_req.retry_at = None;
-                    self.token_refused = false;
+                    self.reload_if_refused(out);
                     out.push(Action::Send {
                         generation: self.generation,
                         body,

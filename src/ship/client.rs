@@ -728,6 +728,40 @@ mod tests {
         }
     }
 
+    /// A `200` without a usable `last_line_number` is not "no lines" (which would resend the
+    /// whole transcript): it is a failure whose text names the body's shape.
+    #[test]
+    fn malformed_watermark_bodies_are_described_not_taken_for_empty() {
+        assert_eq!(
+            parse_last_line(br#"{"last_line_number":41}"#),
+            Ok(Watermark::Line(41))
+        );
+        assert_eq!(
+            parse_last_line(br#"{"last_line_number":null}"#),
+            Ok(Watermark::Empty)
+        );
+        for (body, shape) in [
+            (&br#"{}"#[..], "an object without last_line_number, keys []"),
+            (
+                br#"{"lastLine":3}"#,
+                "an object without last_line_number, keys [lastLine]",
+            ),
+            (
+                br#"{"last_line_number":"12"}"#,
+                "an object whose last_line_number is a string",
+            ),
+            (
+                br#"{"last_line_number":-1}"#,
+                "an object whose last_line_number is not a whole non-negative number",
+            ),
+            (b"[1]", "a JSON array"),
+            (b"<html>", "not JSON, 6 bytes"),
+            (b"", "an empty body"),
+        ] {
+            assert_eq!(parse_last_line(body), Err(shape.to_string()));
+        }
+    }
+
     #[test]
     fn resume_line() {
         assert_eq!(Watermark::Line(41).resume_line(), 42);
