@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod logging;
 pub(crate) mod pipeline;
 pub mod rollout;
+pub mod settings;
 pub mod ship;
 pub mod tail;
 pub mod time;

@@ -355,7 +355,7 @@ impl Pipeline {
             self.role,
             &self.windows(),
             self.stop,
-            Some(self.started),
+            self.started,
             self.ceiling.as_ref(),
         )
     }
@@ -443,7 +443,7 @@ impl Pipeline {
                 info!(event = "rollout_archived", path = %path.display(), "rollout archived by Codex; following it at {}", path.display());
                 self.path = path;
             }
-            Event::Watermark(result) => self.on_watermark(result, now, &mut out),
+            Event::Watermark(result) => self.on_watermark(result, now),
             Event::Shipped { generation, result } => {
                 if generation == self.generation {
                     self.on_shipped(result, now, &mut out);
@@ -502,7 +502,7 @@ impl Pipeline {
         self.outbox.skip_to(self.fed_to);
     }
 
-    fn on_watermark(&mut self, result: Result<Watermark, Failure>, now: Ts, out: &mut Vec<Action>) {
+    fn on_watermark(&mut self, result: Result<Watermark, Failure>, now: Ts) {
         self.watermark_req.in_flight = false;
         match result {
             Ok(w) => {
@@ -868,8 +868,8 @@ impl Pipeline {
 
     fn stop_hook(&self) -> Hook {
         let id = self.identity.as_ref();
-        let message = self.state.last_agent_message.as_deref().unwrap_or("");
-        let redacted = self.redactor.redact_text(message);
+        let message = self.state.stop_message();
+        let redacted = self.redactor.redact_text(&message);
         Hook::SubagentStop(subagent_stop_body(
             id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
@@ -1037,7 +1037,7 @@ impl Pipeline {
                 Role::Child => ExitReason::IdleReap,
                 Role::Session => ExitReason::IdleTimeout,
             };
-            let quiet = now.duration_since(self.state.quiet_since().unwrap_or(self.started));
+            let quiet = now.duration_since(self.state.idle_since(self.started));
             info!(
                 event = "idle_end",
                 reason = reason.as_str(),
@@ -1199,24 +1199,25 @@ impl Pipeline {
         }
     }
 
-    /// Whether a stop is due now (or owed at this exit) and not acknowledged.
+    /// Whether a stop is due now (or owed at this exit, R4.4) and not acknowledged: the one
+    /// place the exit consults the lifecycle decisions.
     fn stop_owed(&self, now: Ts) -> bool {
-        if self.role != Role::Child || self.stop.posted {
-            return false;
-        }
-        let due = decide::subagent_stop_due(
+        let end = match self.ending.as_ref().map(|e| &e.reason) {
+            Some(ExitReason::IdleReap | ExitReason::IdleTimeout) => decide::WatcherEnd::Idle,
+            Some(ExitReason::LifetimeCeiling(_)) => decide::WatcherEnd::LifetimeCeiling,
+            Some(ExitReason::ParentExited) => decide::WatcherEnd::ParentExited,
+            Some(ExitReason::Signal(_)) => decide::WatcherEnd::Signal,
+            Some(ExitReason::OnceDone) | None => decide::WatcherEnd::OnceDone,
+        };
+        decide::stop_owed_at_exit(
             &self.state,
             self.role,
             self.windows().stop_grace,
-            StopProgress::default(),
-        );
-        due.is_some_and(|t| t <= now) || self.stop_owed_at_exit()
-    }
-
-    /// R4.4 (a child ending on reap, ceiling or parent exit owes its stop even mid-turn) lands
-    /// with the lifecycle v2 decisions; this is where it plugs in.
-    fn stop_owed_at_exit(&self) -> bool {
-        false
+            self.stop,
+            end,
+            now,
+        )
+        .is_some()
     }
 
     /// At the very end: the due stop and the session end go to the hook spool, but only when
@@ -1576,7 +1577,7 @@ mod tests {
     }
 
     /// Case 1, the parent already dead at start: the same (parent exit is not a signal, so no
-    /// partial-line wait, but the same budget).
+    /// partial-line wait, but the same budget), and the stop it owes (R4.4) after the lines.
     #[test]
     fn a_dead_parent_at_start_still_ships_before_ending() {
         let mut d = Driver::new(true, false, &child_turn());
@@ -1589,8 +1590,14 @@ mod tests {
             generation,
             result: Ok(()),
         });
+        let stop = d.p.stop_hook();
+        assert!(a.contains(&Action::Post(stop.clone())), "{:?}", d.log);
+        let a = d.send(Event::Posted {
+            hook: stop,
+            result: Ok(()),
+        });
         assert!(exits(&a), "{:?}", d.log);
-        assert!(d.spooled_lines.is_empty());
+        assert!(d.spooled_lines.is_empty() && d.spooled_hooks.is_empty());
     }
 
     /// Case 2: offline, a failed spool write confirms nothing, is retried with backoff, and

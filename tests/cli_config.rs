@@ -214,8 +214,11 @@ fn help_names_every_variable_and_default() {
             .to_string();
         // Help wraps lines; compare with whitespace collapsed.
         let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        for var in config::ENV_VARS.iter().filter(|v| v.flag.is_some()) {
-            let note = format!("[env: {}] [default: {}]", var.name, var.default);
+        for var in kcap_watch::settings::SETTINGS
+            .iter()
+            .filter(|v| v.flag().is_some())
+        {
+            let note = format!("[env: {}] [default: {}]", var.var(), var.shown_default());
             assert!(help.contains(&note), "{sub} --help lacks {note}");
         }
         assert!(!help.contains("KCAP_TOKEN]"), "KCAP_TOKEN has no flag");
