@@ -732,11 +732,11 @@ impl Pipeline {
             }
             SpoolResult::OverCap => {
                 // The needs-import marker hands these lines to an import of the whole file.
-                if let Some(b) = self.outbox.delivered() {
-                    if !self.spool_full_logged {
-                        error!(event = "spooled", session = %session, first_line = b.first(), "transcript spool for session {session} is full (8 MiB); line {} and later were not kept (needs-import written)", b.first());
-                        self.spool_full_logged = true;
-                    }
+                if let Some(b) = self.outbox.delivered()
+                    && !self.spool_full_logged
+                {
+                    error!(event = "spooled", session = %session, first_line = b.first(), "transcript spool for session {session} is full (8 MiB); line {} and later were not kept (needs-import written)", b.first());
+                    self.spool_full_logged = true;
                 }
                 self.outbox.skip_to(self.fed_to);
             }
@@ -919,7 +919,12 @@ impl Pipeline {
     }
 
     fn begin_ending(&mut self, reason: ExitReason, now: Ts) {
-        if self.ending.is_some() {
+        if let Some(e) = &mut self.ending {
+            // A signal during `--once` bounds it like any shutdown.
+            if matches!(reason, ExitReason::Signal(_)) && e.hard_end.is_none() {
+                e.ship_until = Some(now.plus(SHIP_UNTIL));
+                e.hard_end = Some(now.plus(SHUTDOWN_BUDGET));
+            }
             return;
         }
         let signal = matches!(reason, ExitReason::Signal(_));
@@ -1543,7 +1548,7 @@ mod tests {
     #[test]
     fn stopped_during_the_first_watermark_waits_for_it_then_ships_normally() {
         let mut d = Driver::new(true, false, &child_turn());
-        assert!(d.identify(0).iter().any(|a| *a == Action::AskWatermark));
+        assert!(d.identify(0).contains(&Action::AskWatermark));
         // Long after the turn ended: the stop is due at the first chance.
         d.at(600.0);
         let a = d.send(Event::Signal("SIGTERM"));

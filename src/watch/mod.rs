@@ -138,7 +138,7 @@ impl Shell {
             None => None,
         };
         let (tx, rx) = mpsc::channel(16);
-        let tail = open_and_seed(&path, started, clock.now(), opts.once)?;
+        let tail = open_and_seed(&path, clock.now())?;
         let seeded = tail.as_ref().map(|(_, state)| state.clone());
         let role = match opts.role {
             Some(r) => r,
@@ -173,6 +173,11 @@ impl Shell {
     }
 
     async fn run(&mut self) -> Result<ExitReason> {
+        // First: settling the identity may already spool a large file offline, and a SIGTERM
+        // meanwhile must end the watcher through the pipeline, not kill it.
+        let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
         let wake = Wakeups::start(&self.path, self.settings.force_poll);
         if let Mode::Poll(why) = wake.mode() {
             if self.settings.force_poll {
@@ -214,9 +219,6 @@ impl Shell {
         }
         let mut poll = tokio::time::interval(self.settings.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
         self.dispatch(Event::Tick)?;
         loop {
             if let Some(reason) = self.exit.take() {
@@ -631,14 +633,12 @@ impl Shell {
     }
 }
 
+/// What seeding folded: the state, the complete lines, whether a partial last line is held.
+type Folded = (crate::fold::State, u64, bool);
+
 /// Opens the rollout (if it exists) and folds every complete line on disk, observed at the
 /// file's modification time (never later than now).
-fn open_and_seed(
-    path: &Path,
-    _started: Ts,
-    now: Ts,
-    _once: bool,
-) -> Result<Option<(Tail, (crate::fold::State, u64, bool))>> {
+fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
