@@ -261,7 +261,10 @@ const EXIT_CODES: &[(&str, &str)] = &[
     ("1", "Unexpected internal error."),
     (
         "2",
-        "Bad command line or configuration (the message names the flag or variable).",
+        "Bad command line, configuration or rollout path (the message names the flag, \
+         variable or path); an id that breaks the kcap CLI's key rule ([A-Za-z0-9_-]{1,64} \
+         once a UUID's dashes are removed); an unusable config or watcher directory; a \
+         symbolic link at one of the watcher's own files (replay: after its pass).",
     ),
     (
         "3",

@@ -18,6 +18,7 @@ use crate::decide::Windows;
 use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
 use crate::settings::{self as registry, Resolver, SettingsArgs};
+use crate::ship::auth::MachineCredential;
 
 pub use crate::settings::{ConfigError, LogFormat};
 
@@ -55,7 +56,10 @@ pub struct Settings {
     pub server: Option<String>,
     pub token: Option<Secret>,
     pub token_file: Option<PathBuf>,
-    pub profile: String,
+    /// `None`: the kcap CLI's active profile (`config.json`), resolved when the store is read.
+    pub profile: Option<String>,
+    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (revision-2 R1).
+    pub machine: Option<MachineCredential>,
     pub config_dir: PathBuf,
     pub watcher_dir: PathBuf,
     pub stop_grace: Duration,
@@ -82,7 +86,8 @@ impl Settings {
             server: None,
             token: None,
             token_file: None,
-            profile: registry::PROFILE.kind.default.to_string(),
+            profile: None,
+            machine: None,
             watcher_dir: config_dir.join("watchers"),
             config_dir,
             stop_grace: registry::STOP_GRACE.kind.default,
@@ -139,7 +144,13 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
     let server = server(r.get(&registry::SERVER)?, &mut r.warnings)?;
     let token = r.get(&registry::TOKEN)?.map(|t| Secret(t.value));
     let token_file = r.get(&registry::TOKEN_FILE)?;
-    let profile = r.get(&registry::PROFILE)?;
+    let profile = r
+        .get(&registry::PROFILE)?
+        .map(|g| g.value.trim().to_string());
+    let machine = machine_credential(
+        r.get(&registry::CLIENT_ID)?,
+        r.get(&registry::CLIENT_SECRET)?,
+    )?;
     let config_dir = match r.get(&registry::CONFIG_DIR)? {
         Some(d) => d,
         None => home(r)?.join(".config").join("kcap"),
@@ -152,6 +163,7 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         token,
         token_file,
         profile,
+        machine,
         config_dir,
         watcher_dir,
         stop_grace: r.get(&registry::STOP_GRACE)?,
@@ -193,6 +205,19 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
     let Some(host) = url.host_str() else {
         return Err(fail("it has no host".to_string()));
     };
+    // The server's identity binds stored tokens (revision-2 R1): user info (whose password
+    // would travel twice), a query or a fragment cannot be part of one.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(fail(
+            "it must not carry user info (user@ or user:password@)".into(),
+        ));
+    }
+    if url.query().is_some() {
+        return Err(fail("it must not carry a query (?...)".into()));
+    }
+    if url.fragment().is_some() {
+        return Err(fail("it must not carry a fragment (#...)".into()));
+    }
     if url.scheme() == "http" && !is_loopback(host) {
         warnings.push(format!(
             "{origin} {shown:?} uses plain http to {host}, which is not loopback: the token \
@@ -200,6 +225,39 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
         ));
     }
     Ok(Some(url.as_str().trim_end_matches('/').to_string()))
+}
+
+/// Both halves of a machine credential, or neither; one alone exits 2 naming the other
+/// (the kcap CLI's rule: a half-configured runner is told, not silently unauthenticated).
+fn machine_credential(
+    id: Option<Given>,
+    secret: Option<Given>,
+) -> Result<Option<MachineCredential>, ConfigError> {
+    let id = id
+        .map(|g| g.value.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let secret = secret
+        .map(|g| g.value.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let missing = |name: &'static str, present: &str| ConfigError {
+        name,
+        message: format!("{present} is set but {name} is not: a machine credential needs both"),
+    };
+    match (id, secret) {
+        (Some(client_id), Some(client_secret)) => Ok(Some(MachineCredential {
+            client_id,
+            client_secret,
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(missing(
+            registry::CLIENT_SECRET.var,
+            registry::CLIENT_ID.var,
+        )),
+        (None, Some(_)) => Err(missing(
+            registry::CLIENT_ID.var,
+            registry::CLIENT_SECRET.var,
+        )),
+    }
 }
 
 /// The home directory for the default config root. On Unix `directories` reads `$HOME`

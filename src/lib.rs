@@ -18,6 +18,7 @@ pub(crate) mod pipeline;
 pub mod rollout;
 pub mod settings;
 pub mod ship;
+pub(crate) mod supervise;
 pub mod tail;
 pub mod time;
 pub mod watch;

@@ -62,10 +62,20 @@ registry! {
         "KCAP_TOKEN_FILE", "--token-file", "PATH", Path { absent: "none" },
         "File holding the bearer token.",
     );
-    PROFILE: Text = Setting::flag(
+    PROFILE: OptionalText = Setting::flag(
         "KCAP_PROFILE", "--profile", "NAME",
-        Text { default: "default", what: "a profile name", check: None },
-        "kcap token-store profile to read when no token is given.",
+        OptionalText { absent: "active profile", what: "a profile name" },
+        "kcap token-store profile to read when no token is given; unset: config.json's \
+         active_profile (else default), the profile the kcap CLI's own watchers use.",
+    );
+    CLIENT_ID: OptionalText = Setting::env_only(
+        "KCAP_CLIENT_ID", OptionalText { absent: "none", what: "a client id" },
+        "Machine credential client id: with KCAP_CLIENT_SECRET, a bearer token is minted \
+         (client_credentials) and kept in memory only. Setting only one of the two is an error.",
+    );
+    CLIENT_SECRET: OptionalText = Setting::env_only(
+        "KCAP_CLIENT_SECRET", OptionalText { absent: "none", what: "a client secret" },
+        "Machine credential secret, the pair of KCAP_CLIENT_ID. Never a flag, never logged.",
     );
     CONFIG_DIR: Path = Setting::flag(
         "KCAP_CONFIG_DIR", "--config-dir", "DIR", Path { absent: "$HOME/.config/kcap" },

@@ -1,5 +1,6 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
+pub mod auth;
 pub mod backoff;
 pub mod client;
 pub(crate) mod handed_over;
@@ -7,7 +8,6 @@ pub mod outbox;
 pub mod redact;
 pub mod replay;
 pub mod spool;
-pub mod token;
 
 use serde::{Deserialize, Serialize};
 

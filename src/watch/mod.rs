@@ -24,9 +24,9 @@ use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
 use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
 use crate::ship::spool::{self, SpoolOutcome};
-use crate::ship::token::TokenSource;
 use crate::tail::guard::{Guard, Seen};
 use crate::tail::index::LineIndex;
 use crate::tail::reader::LineReader;
@@ -126,13 +126,7 @@ impl Shell {
         }
         let client = match &settings.server {
             Some(url) => {
-                let token = TokenSource::new(
-                    settings.token.as_ref().map(|t| t.expose().to_string()),
-                    settings.token_file.clone(),
-                    settings.config_dir.clone(),
-                    settings.profile.clone(),
-                    url.clone(),
-                );
+                let token = Credentials::from_settings(&settings, url);
                 Some(KcapClient::new(url, token, Deadlines::default())?)
             }
             None => None,
@@ -542,6 +536,11 @@ impl Shell {
     }
 
     fn acquire_files(&mut self, session: &str, agent: Option<&str>) -> Result<()> {
+        // Ids from the rollout's header name files too (R5): the kcap CLI's key rule, or exit 2.
+        files::check_id("session id", session)?;
+        if let Some(agent) = agent {
+            files::check_id("agent id", agent)?;
+        }
         let key = files::watcher_key(session, agent);
         match WatcherFiles::acquire(&self.settings.watcher_dir, &key, self.clock.now()) {
             Ok(f) => {
