@@ -713,6 +713,7 @@ impl Pipeline {
         let session = self.session_id().to_owned();
         match result {
             SpoolResult::Written => {
+                self.last_progress = now;
                 self.spool_req.backoff.reset();
                 self.spool_req.retry_at = None;
                 self.spool_failing_logged = false;
@@ -1087,7 +1088,8 @@ impl Pipeline {
                 Step::WaitPartial if !self.partial || now >= began.plus(PARTIAL_LINE_WAIT) => {
                     Step::Ship
                 }
-                Step::WaitPartial | Step::Ship if out_of_time && self.online => Step::Spool,
+                // Offline too: a spool that keeps failing must not hold the end forever.
+                Step::WaitPartial | Step::Ship if out_of_time => Step::Spool,
                 Step::WaitPartial => break,
                 Step::Ship if self.all_confirmed() => {
                     if self.once {

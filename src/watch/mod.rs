@@ -260,6 +260,10 @@ impl Shell {
                 _ = sigint.recv() => Event::Signal("SIGINT"),
                 _ = sighup.recv() => Event::Signal("SIGHUP"),
             };
+            if matches!(event, Event::Signal(_) | Event::ParentExited) && !self.opts.once {
+                // What was appended just before the signal is part of what ends with it.
+                self.on_file_change()?;
+            }
             self.dispatch(event)?;
         }
     }
