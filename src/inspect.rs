@@ -159,7 +159,7 @@ fn inspect_folded(
     } else {
         LineTimes::All(mtime)
     };
-    let seeded = seed(&file, times, 0)
+    let seeded = seed(&file, times)
         .with_context(|| format!("failed to read rollout {}", req.path.display()))?;
     let state = &seeded.state;
     let identity = state.identity.clone().unwrap_or_else(Identity::unknown);

@@ -14,6 +14,7 @@ pub mod files;
 pub mod fold;
 pub mod inspect;
 pub mod logging;
+pub(crate) mod pipeline;
 pub mod platform;
 pub mod rollout;
 pub mod settings;

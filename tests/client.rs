@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use kcap_watch::ship::TranscriptBatch;
 use kcap_watch::ship::auth::{AuthConfig, Credentials, TokenOrigin};
 use kcap_watch::ship::client::{
-    Deadlines, Failure, KcapClient, Outcome, ROUTE_SESSION_END, ROUTE_SUBAGENT_START,
-    ROUTE_SUBAGENT_STOP, SessionEndReason, Watermark, session_end_body, subagent_start_body,
-    subagent_stop_body,
+    Deadlines, Failure, KcapClient, ROUTE_SESSION_END, ROUTE_SUBAGENT_START, ROUTE_SUBAGENT_STOP,
+    SessionEndReason, Watermark, session_end_body, subagent_start_body, subagent_stop_body,
 };
 use kcap_watch::time::Ts;
 use serde_json::json;
@@ -168,7 +167,7 @@ async fn a_hanging_server_times_out_within_the_deadline() {
     let started = Instant::now();
     let outcome = c.post_transcript(batch(None, &[(0, "a")])).await;
     assert!(
-        matches!(outcome, Outcome::Transient { status: None, .. }),
+        matches!(outcome, Err(Failure::Transient { status: None, .. })),
         "{outcome:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -176,10 +175,7 @@ async fn a_hanging_server_times_out_within_the_deadline() {
     // A slow answer inside the deadline is fine.
     fake.clear_faults();
     fake.fail_next(1, Fault::Delay(Duration::from_millis(100)));
-    assert_eq!(
-        c.post_transcript(batch(None, &[(0, "a")])).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_transcript(batch(None, &[(0, "a")])).await, Ok(()));
 }
 
 #[tokio::test]
@@ -195,7 +191,7 @@ async fn a_delivered_batch_is_stored_and_sent_plainly() {
     let fake = FakeKcap::start();
     let c = client(&fake, None);
     let body = batch(Some(CHILD), &[(3, r#"{"type":"x"}"#), (5, "not json")]);
-    assert_eq!(c.post_transcript(body.clone()).await, Outcome::Delivered);
+    assert_eq!(c.post_transcript(body.clone()).await, Ok(()));
 
     let stored = fake.lines(SESSION, CHILD);
     assert_eq!(stored.get(&3).map(String::as_str), Some(r#"{"type":"x"}"#));
@@ -226,21 +222,21 @@ async fn transient_answers_carry_what_the_retry_needs() {
 
     fake.fail_next_on("transcript", 1, Fault::RetryAfter(7));
     match c.post_transcript(body.clone()).await {
-        Outcome::Transient {
+        Err(Failure::Transient {
             status: Some(429),
             retry_after: Some(d),
             ..
-        } => assert_eq!(d, Duration::from_secs(7)),
+        }) => assert_eq!(d, Duration::from_secs(7)),
         other => panic!("{other:?}"),
     }
     for status in [408, 500, 502, 503] {
         fake.fail_next_on("transcript", 1, Fault::Status(status));
         match c.post_transcript(body.clone()).await {
-            Outcome::Transient {
+            Err(Failure::Transient {
                 status: Some(s),
                 retry_after: None,
                 error,
-            } => {
+            }) => {
                 assert_eq!(s, status);
                 assert!(error.contains(&status.to_string()), "{error}");
             }
@@ -251,16 +247,16 @@ async fn transient_answers_carry_what_the_retry_needs() {
     fake.fail_next_on("transcript", 1, Fault::Status(301));
     assert!(matches!(
         c.post_transcript(body.clone()).await,
-        Outcome::Transient {
+        Err(Failure::Transient {
             status: Some(301),
             ..
-        }
+        })
     ));
     assert!(
         fake.lines(SESSION, "").is_empty(),
         "nothing stored by a failed post"
     );
-    assert_eq!(c.post_transcript(body).await, Outcome::Delivered);
+    assert_eq!(c.post_transcript(body).await, Ok(()));
     assert_eq!(fake.lines(SESSION, "").len(), 1);
 }
 
@@ -273,11 +269,11 @@ async fn a_connection_cut_mid_answer_is_transient_even_after_a_200() {
     fake.fail_next_on("transcript", 1, Fault::DropConnection { store: false });
     let outcome = c.post_transcript(body.clone()).await;
     match &outcome {
-        Outcome::Transient {
+        Err(Failure::Transient {
             status: Some(200),
             error,
             ..
-        } => {
+        }) => {
             assert!(error.contains("cut short"), "{error}")
         }
         other => panic!("{other:?}"),
@@ -288,10 +284,13 @@ async fn a_connection_cut_mid_answer_is_transient_even_after_a_200() {
     // watcher resends, which is harmless).
     fake.fail_next_on("transcript", 1, Fault::DropConnection { store: true });
     let outcome = c.post_transcript(body.clone()).await;
-    assert!(matches!(outcome, Outcome::Transient { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(Failure::Transient { .. })),
+        "{outcome:?}"
+    );
     assert_eq!(fake.lines(SESSION, "").len(), 2);
 
-    assert_eq!(c.post_transcript(body).await, Outcome::Delivered);
+    assert_eq!(c.post_transcript(body).await, Ok(()));
     assert_eq!(fake.request_count("transcript"), 3);
 }
 
@@ -309,11 +308,11 @@ async fn an_unreachable_server_is_transient() {
     .unwrap();
     let outcome = c.post_hook(ROUTE_SUBAGENT_STOP, "{}".into()).await;
     match &outcome {
-        Outcome::Transient {
+        Err(Failure::Transient {
             status: None,
             error,
             ..
-        } => {
+        }) => {
             assert!(
                 error.starts_with("failed to post /hooks/subagent-stop"),
                 "{error}"
@@ -334,10 +333,10 @@ async fn refused_and_unauthorized_posts() {
                      "lines": ["a"], "line_numbers": [0, 1]})
     .to_string();
     match c.post_transcript(bad).await {
-        Outcome::Rejected {
+        Err(Failure::Rejected {
             status: 400,
             body_snippet,
-        } => {
+        }) => {
             assert!(body_snippet.contains("differ in length"), "{body_snippet}")
         }
         other => panic!("{other:?}"),
@@ -347,12 +346,9 @@ async fn refused_and_unauthorized_posts() {
     fake.refuse_line(7, 422);
     assert!(matches!(
         c.post_transcript(batch(None, &[(6, "a"), (7, "b")])).await,
-        Outcome::Rejected { status: 422, .. }
+        Err(Failure::Rejected { status: 422, .. })
     ));
-    assert_eq!(
-        c.post_transcript(batch(None, &[(6, "a")])).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_transcript(batch(None, &[(6, "a")])).await, Ok(()));
     assert_eq!(
         fake.lines(SESSION, "").keys().copied().collect::<Vec<_>>(),
         vec![6]
@@ -361,13 +357,13 @@ async fn refused_and_unauthorized_posts() {
     fake.require_token(Some(SECRET));
     assert_eq!(
         c.post_transcript(batch(None, &[(8, "c")])).await,
-        Outcome::Unauthorized { status: 401 }
+        Err(Failure::Unauthorized { status: 401 })
     );
     fake.require_token(None);
     fake.fail_next(1, Fault::Status(403));
     assert_eq!(
         c.post_hook(ROUTE_SUBAGENT_STOP, "{}".into()).await,
-        Outcome::Unauthorized { status: 403 }
+        Err(Failure::Unauthorized { status: 403 })
     );
 }
 
@@ -377,10 +373,7 @@ async fn the_bearer_token_is_sent_and_never_shown() {
     let c = client(&fake, Some(SECRET));
     fake.require_token(Some(SECRET));
 
-    assert_eq!(
-        c.post_transcript(batch(None, &[(0, "a")])).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_transcript(batch(None, &[(0, "a")])).await, Ok(()));
     assert_eq!(c.watermark(SESSION, None).await, Ok(Watermark::Line(0)));
     for r in fake.requests() {
         assert_eq!(r.authorization(), Some(format!("Bearer {SECRET}").as_str()));
@@ -398,15 +391,15 @@ async fn the_bearer_token_is_sent_and_never_shown() {
         fake.clear_faults();
         fake.fail_always(None, fault);
         let outcome = c.post_hook(ROUTE_SUBAGENT_STOP, "{}".into()).await;
-        assert_ne!(outcome, Outcome::Delivered);
-        shown.push(format!("{outcome} {outcome:?}"));
+        assert_ne!(outcome, Ok(()));
+        shown.push(format!("{} {outcome:?}", outcome.clone().unwrap_err()));
         let failure = c.watermark(SESSION, None).await.unwrap_err();
         shown.push(format!("{failure} {failure:?}"));
     }
     fake.clear_faults();
     fake.require_token(Some("another"));
     let outcome = c.post_transcript(batch(None, &[(1, "b")])).await;
-    shown.push(format!("{outcome} {outcome:?}"));
+    shown.push(format!("{} {outcome:?}", outcome.clone().unwrap_err()));
     for text in shown {
         assert!(!text.contains(SECRET), "token leaked into: {text}");
     }
@@ -430,7 +423,7 @@ async fn a_refused_token_file_is_read_again_and_the_request_resent_once() {
     let body = batch(None, &[(0, "a")]);
     assert_eq!(
         c.post_transcript(body.clone()).await,
-        Outcome::Unauthorized { status: 401 }
+        Err(Failure::Unauthorized { status: 401 })
     );
     assert_eq!(
         fake.request_count("transcript"),
@@ -439,7 +432,7 @@ async fn a_refused_token_file_is_read_again_and_the_request_resent_once() {
     );
     std::fs::write(&file, "new-token").unwrap();
     // The 401 makes the file be read again, and the request goes once more at once.
-    assert_eq!(c.post_transcript(body).await, Outcome::Delivered);
+    assert_eq!(c.post_transcript(body).await, Ok(()));
     assert_eq!(c.token_origin(), TokenOrigin::File(file));
     let sent: Vec<_> = fake
         .requests_to("transcript")
@@ -461,10 +454,7 @@ async fn a_trailing_slash_in_the_url_does_not_matter() {
         short(),
     )
     .unwrap();
-    assert_eq!(
-        c.post_transcript(batch(None, &[(0, "a")])).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_transcript(batch(None, &[(0, "a")])).await, Ok(()));
     assert_eq!(fake.requests()[0].path, "/hooks/transcript");
     assert!(KcapClient::new("ftp://example.com", Credentials::fixed(None), short()).is_err());
     assert!(KcapClient::new("not a url", Credentials::fixed(None), short()).is_err());
@@ -486,7 +476,7 @@ fn the_fake_server_can_be_driven_from_sync_code() {
         })
     });
     assert!(fake.wait_until(Duration::from_secs(5), |k| k.lines(SESSION, "").len() == 1));
-    assert_eq!(poster.join().unwrap(), Outcome::Delivered);
+    assert_eq!(poster.join().unwrap(), Ok(()));
     assert!(
         !fake.wait_until(Duration::from_millis(30), |k| k.request_count("last-line")
             > 0)
@@ -569,20 +559,14 @@ async fn hook_posts_reach_their_routes() {
         Ok(Watermark::NotFound)
     );
     let start = subagent_start_body(SESSION, CHILD, "subagent", &path);
-    assert_eq!(
-        c.post_hook(ROUTE_SUBAGENT_START, start).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_hook(ROUTE_SUBAGENT_START, start).await, Ok(()));
     assert_eq!(
         c.watermark(SESSION, Some(CHILD)).await,
         Ok(Watermark::Empty)
     );
 
     let stop = subagent_stop_body(SESSION, CHILD, "subagent", &path, "");
-    assert_eq!(
-        c.post_hook(ROUTE_SUBAGENT_STOP, stop).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_hook(ROUTE_SUBAGENT_STOP, stop).await, Ok(()));
     let end = session_end_body(
         SESSION,
         &path,
@@ -590,10 +574,7 @@ async fn hook_posts_reach_their_routes() {
         SessionEndReason::ParentExited,
         Ts::now(),
     );
-    assert_eq!(
-        c.post_hook(ROUTE_SESSION_END, end).await,
-        Outcome::Delivered
-    );
+    assert_eq!(c.post_hook(ROUTE_SESSION_END, end).await, Ok(()));
 
     assert_eq!(fake.hooks("subagent-start").len(), 1);
     // A refused post is seen by the server but not kept as a delivered hook.
@@ -601,7 +582,7 @@ async fn hook_posts_reach_their_routes() {
     let stop = subagent_stop_body(SESSION, CHILD, "subagent", &path, "");
     assert!(matches!(
         c.post_hook(ROUTE_SUBAGENT_STOP, stop).await,
-        Outcome::Transient { .. }
+        Err(Failure::Transient { .. })
     ));
     assert_eq!(fake.request_count(ROUTE_SUBAGENT_STOP), 2);
     let stops = fake.hooks("subagent-stop");

@@ -2,7 +2,7 @@
 //! lifecycle hooks, and the exact JSON bodies of those hooks.
 //!
 //! This module only speaks HTTP and sorts answers into what the caller must do next
-//! ([`Outcome`], [`Failure`]); it never retries or sleeps. The runtime loop owns the retries
+//! ([`Failure`]); it never retries or sleeps. The runtime loop owns the retries
 //! (with [`super::backoff::Backoff`]), so a slow server never blocks it.
 //!
 //! Rules that shape the code:
@@ -27,7 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::auth::{Credentials, Token, TokenOrigin};
 use crate::time::Ts;
@@ -87,13 +87,12 @@ impl Watermark {
     }
 }
 
-/// What became of a `POST`, sorted by what the caller does next.
+/// Why a request did not succeed, sorted by what the caller does next. One type for every
+/// request: the watermark query, transcript batches and lifecycle hooks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Any 2xx, fully received: the request is durably stored.
-    Delivered,
-    /// `408`, `429`, `5xx`, a redirect, a transport error or a timeout: send the same request
-    /// again after a backoff (no sooner than `retry_after`, when the server sent one).
+pub enum Failure {
+    /// `408`, `429`, `5xx`, a redirect, a transport error, a timeout or an unreadable `200`:
+    /// send the same request again after a backoff (no sooner than `retry_after`).
     Transient {
         status: Option<u16>,
         retry_after: Option<Duration>,
@@ -101,42 +100,11 @@ pub enum Outcome {
     },
     /// `401`/`403`: keep everything, re-read the token, try again in a minute.
     Unauthorized { status: u16 },
+    /// `404`/`405` from `/hooks/transcript`: no kcap server answers at this path, so
+    /// `KCAP_URL` names the wrong place. Retried with backoff like a transient failure (the
+    /// operator can fix the setting), never treated as a refusal of the lines.
+    WrongPath { status: u16, url: String },
     /// Any other 4xx: the server refuses this request as it is.
-    Rejected { status: u16, body_snippet: String },
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Outcome::Delivered => f.write_str("delivered"),
-            Outcome::Transient { error, .. } => f.write_str(error),
-            Outcome::Unauthorized { status } => {
-                write!(f, "the server refused the token (HTTP {status})")
-            }
-            Outcome::Rejected {
-                status,
-                body_snippet,
-            } => write!(
-                f,
-                "the server rejected the request (HTTP {status}): {body_snippet}"
-            ),
-        }
-    }
-}
-
-/// Why the watermark is unknown; the same classes as [`Outcome`]. Whatever the class, the
-/// caller keeps asking (with backoff) and ships nothing until it knows where to start.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// Server error, transport error, timeout, redirect or an unreadable `200`.
-    Transient {
-        status: Option<u16>,
-        retry_after: Option<Duration>,
-        error: String,
-    },
-    /// `401`/`403`: re-read the token before asking again.
-    Unauthorized { status: u16 },
-    /// Another 4xx.
     Rejected { status: u16, body_snippet: String },
 }
 
@@ -150,6 +118,18 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// The HTTP status, or -1 for a transport error (for log fields).
+    pub fn status(&self) -> i64 {
+        match self {
+            Failure::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
+            Failure::Unauthorized { status }
+            | Failure::WrongPath { status, .. }
+            | Failure::Rejected { status, .. } => i64::from(*status),
+        }
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -157,12 +137,16 @@ impl fmt::Display for Failure {
             Failure::Unauthorized { status } => {
                 write!(f, "the server refused the token (HTTP {status})")
             }
+            Failure::WrongPath { status, url } => write!(
+                f,
+                "no kcap server answers at {url} (HTTP {status}): KCAP_URL names the wrong path"
+            ),
             Failure::Rejected {
                 status,
                 body_snippet,
             } => write!(
                 f,
-                "the server rejected the watermark query (HTTP {status}): {body_snippet}"
+                "the server rejected the request (HTTP {status}): {body_snippet}"
             ),
         }
     }
@@ -244,40 +228,52 @@ impl KcapClient {
             .exchange(Method::GET, url, None, self.deadlines.watermark, &what)
             .await;
         let Answer::Http { status, body, .. } = &answer else {
-            return Err(classify(answer, &what).into_failure());
+            return Err(watermark_failure(classify(answer, &what)));
         };
         match (*status, body) {
             (204, Ok(_)) => Ok(Watermark::Empty),
             (404, _) => Ok(Watermark::NotFound),
-            (200, Ok(bytes)) => match serde_json::from_slice::<LastLine>(bytes) {
-                Ok(LastLine {
-                    last_line_number: Some(n),
-                }) => Ok(Watermark::Line(n)),
-                Ok(LastLine {
-                    last_line_number: None,
-                }) => Ok(Watermark::Empty),
-                Err(e) => Err(Failure::Transient {
-                    status: Some(200),
-                    retry_after: None,
-                    error: format!("failed to {what}: unreadable answer: {e}"),
-                }),
-            },
-            _ => Err(classify(answer, &what).into_failure()),
+            (200, Ok(bytes)) => parse_last_line(bytes).map_err(|shape| Failure::Transient {
+                status: Some(200),
+                retry_after: None,
+                error: format!(
+                    "failed to {what}: the answer has no numeric or null last_line_number ({shape})"
+                ),
+            }),
+            _ => Err(watermark_failure(classify(answer, &what))),
         }
     }
 
     /// `POST /hooks/transcript` with one serialised [`super::TranscriptBatch`].
-    pub async fn post_transcript(&self, batch_json: String) -> Outcome {
-        self.post(ROUTE_TRANSCRIPT, batch_json, self.deadlines.transcript)
-            .await
+    pub async fn post_transcript(&self, batch_json: String) -> Result<(), Failure> {
+        let result = self
+            .post(ROUTE_TRANSCRIPT, batch_json, self.deadlines.transcript)
+            .await;
+        match result {
+            // No kcap server has no transcript route: the base URL's path is wrong (a proxy
+            // prefix missing or doubled), which no retry of these lines can fix by itself.
+            Err(Failure::Rejected {
+                status: status @ (404 | 405),
+                ..
+            }) => Err(Failure::WrongPath {
+                status,
+                url: self.endpoint(&["hooks", ROUTE_TRANSCRIPT]).to_string(),
+            }),
+            other => other,
+        }
     }
 
     /// `POST /hooks/{route}` (`subagent-stop`, `subagent-start`, `session-end/codex`).
-    pub async fn post_hook(&self, route: &str, body_json: String) -> Outcome {
+    pub async fn post_hook(&self, route: &str, body_json: String) -> Result<(), Failure> {
         self.post(route, body_json, self.deadlines.hook).await
     }
 
-    async fn post(&self, route: &str, body: String, deadline: Duration) -> Outcome {
+    /// `POST /hooks/{route}` for one lifecycle request.
+    pub(crate) async fn post_lifecycle(&self, hook: &Hook) -> Result<(), Failure> {
+        self.post_hook(hook.route(), hook.body().to_owned()).await
+    }
+
+    async fn post(&self, route: &str, body: String, deadline: Duration) -> Result<(), Failure> {
         let mut segments = vec!["hooks"];
         segments.extend(route.split('/').filter(|s| !s.is_empty()));
         let url = self.endpoint(&segments);
@@ -415,20 +411,97 @@ enum Answer {
     },
 }
 
-#[derive(Deserialize)]
-struct LastLine {
-    #[serde(default)]
-    last_line_number: Option<u64>,
+/// A watermark answer other than a readable `200`/`204`/`404` as a failure (a `2xx` of another
+/// kind says nothing about where to resume).
+fn watermark_failure(result: Result<(), Failure>) -> Failure {
+    match result {
+        Err(f) => f,
+        Ok(()) => Failure::Transient {
+            status: None,
+            retry_after: None,
+            error: "failed to read the watermark: unexpected success status".to_owned(),
+        },
+    }
 }
 
-fn classify(answer: Answer, what: &str) -> Outcome {
+/// The `200` body of the watermark query: `{"last_line_number": N}` or `null`. Anything else
+/// (a missing key, a string, a negative number, not an object, not JSON) is described by its
+/// shape, never taken for "no lines", which would resend the whole transcript.
+fn parse_last_line(bytes: &[u8]) -> Result<Watermark, String> {
+    let value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => return Err("an empty body".into()),
+        Err(_) => return Err(format!("not JSON, {} bytes", bytes.len())),
+    };
+    let Some(object) = value.as_object() else {
+        return Err(format!("a JSON {}", json_kind(&value)));
+    };
+    match object.get("last_line_number") {
+        Some(serde_json::Value::Null) => Ok(Watermark::Empty),
+        Some(n) => n.as_u64().map(Watermark::Line).ok_or_else(|| {
+            format!(
+                "an object whose last_line_number is {}",
+                match n {
+                    serde_json::Value::Number(_) => "not a whole non-negative number".to_owned(),
+                    other => format!("a {}", json_kind(other)),
+                }
+            )
+        }),
+        None => {
+            let mut keys: Vec<&str> = object.keys().map(String::as_str).take(8).collect();
+            keys.sort_unstable();
+            Err(format!(
+                "an object without last_line_number, keys [{}]",
+                keys.join(", ")
+            ))
+        }
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// A lifecycle request: its route under `/hooks/` and its JSON body, built once (a stop spooled
+/// at exit is byte for byte the one that was posted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Hook {
+    SubagentStart(String),
+    SubagentStop(String),
+    SessionEnd(String),
+}
+
+impl Hook {
+    pub(crate) fn route(&self) -> &'static str {
+        match self {
+            Hook::SubagentStart(_) => ROUTE_SUBAGENT_START,
+            Hook::SubagentStop(_) => ROUTE_SUBAGENT_STOP,
+            Hook::SessionEnd(_) => ROUTE_SESSION_END,
+        }
+    }
+
+    pub(crate) fn body(&self) -> &str {
+        match self {
+            Hook::SubagentStart(b) | Hook::SubagentStop(b) | Hook::SessionEnd(b) => b,
+        }
+    }
+}
+
+fn classify(answer: Answer, what: &str) -> Result<(), Failure> {
     let (status, retry_after, location, body, token) = match answer {
         Answer::Transport(error) => {
-            return Outcome::Transient {
+            return Err(Failure::Transient {
                 status: None,
                 retry_after: None,
                 error,
-            };
+            });
         }
         Answer::Http {
             status,
@@ -444,71 +517,42 @@ fn classify(answer: Answer, what: &str) -> Outcome {
     };
     match StatusCode::from_u16(status) {
         Ok(s) if s.is_success() => match body {
-            Ok(_) => Outcome::Delivered,
-            Err(error) => Outcome::Transient {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Failure::Transient {
                 status: Some(status),
                 retry_after: None,
                 error,
-            },
+            }),
         },
-        Ok(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Outcome::Unauthorized { status },
-        Ok(s) if s.is_redirection() => Outcome::Transient {
+        Ok(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+            Err(Failure::Unauthorized { status })
+        }
+        Ok(s) if s.is_redirection() => Err(Failure::Transient {
             status: Some(status),
             retry_after,
             error: format!(
                 "failed to {what}: HTTP {status} redirect to {} (KCAP_URL should name the final address)",
                 location.as_deref().unwrap_or("an unnamed place")
             ),
-        },
+        }),
         Ok(StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS) | Err(_) => {
-            Outcome::Transient {
+            Err(Failure::Transient {
                 status: Some(status),
                 retry_after,
                 error: format!("failed to {what}: HTTP {status} {}", snippet(&body)),
-            }
+            })
         }
-        Ok(s) if s.is_client_error() => Outcome::Rejected {
+        Ok(s) if s.is_client_error() => Err(Failure::Rejected {
             status,
             body_snippet: snippet(&body),
-        },
-        Ok(_) => Outcome::Transient {
+        }),
+        Ok(_) => Err(Failure::Transient {
             status: Some(status),
             retry_after,
             error: format!("failed to {what}: HTTP {status} {}", snippet(&body))
                 .trim_end()
                 .to_owned(),
-        },
-    }
-}
-
-impl Outcome {
-    /// The same class as a watermark failure.
-    fn into_failure(self) -> Failure {
-        match self {
-            Outcome::Transient {
-                status,
-                retry_after,
-                error,
-            } => Failure::Transient {
-                status,
-                retry_after,
-                error,
-            },
-            Outcome::Unauthorized { status } => Failure::Unauthorized { status },
-            Outcome::Rejected {
-                status,
-                body_snippet,
-            } => Failure::Rejected {
-                status,
-                body_snippet,
-            },
-            // Only a watermark answer with a 2xx other than 200/204 lands here.
-            Outcome::Delivered => Failure::Transient {
-                status: None,
-                retry_after: None,
-                error: "failed to read the watermark: unexpected success status".to_owned(),
-            },
-        }
+        }),
     }
 }
 
@@ -745,6 +789,40 @@ mod tests {
                 c.endpoint(&["hooks", "session-end", "codex"]).as_str(),
                 "https://h.example/kcap/hooks/session-end/codex"
             );
+        }
+    }
+
+    /// A `200` without a usable `last_line_number` is not "no lines" (which would resend the
+    /// whole transcript): it is a failure whose text names the body's shape.
+    #[test]
+    fn malformed_watermark_bodies_are_described_not_taken_for_empty() {
+        assert_eq!(
+            parse_last_line(br#"{"last_line_number":41}"#),
+            Ok(Watermark::Line(41))
+        );
+        assert_eq!(
+            parse_last_line(br#"{"last_line_number":null}"#),
+            Ok(Watermark::Empty)
+        );
+        for (body, shape) in [
+            (&br#"{}"#[..], "an object without last_line_number, keys []"),
+            (
+                br#"{"lastLine":3}"#,
+                "an object without last_line_number, keys [lastLine]",
+            ),
+            (
+                br#"{"last_line_number":"12"}"#,
+                "an object whose last_line_number is a string",
+            ),
+            (
+                br#"{"last_line_number":-1}"#,
+                "an object whose last_line_number is not a whole non-negative number",
+            ),
+            (b"[1]", "a JSON array"),
+            (b"<html>", "not JSON, 6 bytes"),
+            (b"", "an empty body"),
+        ] {
+            assert_eq!(parse_last_line(body), Err(shape.to_string()));
         }
     }
 

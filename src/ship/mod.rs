@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod backoff;
 pub mod client;
+pub(crate) mod handed_over;
 pub mod outbox;
 pub mod redact;
 pub mod replay;

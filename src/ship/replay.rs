@@ -27,7 +27,8 @@ use tracing::{error, info, warn};
 use crate::config::Settings;
 use crate::ship::TranscriptBatch;
 use crate::ship::auth::Credentials;
-use crate::ship::client::{Deadlines, KcapClient, Outcome};
+use crate::ship::backoff::Backoff;
+use crate::ship::client::{Deadlines, Failure, KcapClient};
 use crate::ship::spool::{self, Draining, HookRecord};
 use crate::time::Ts;
 
@@ -36,6 +37,10 @@ const ROUTE_NEEDS_IMPORT: &str = "session-needs-import";
 
 /// Transient failures are retried this many times per record before the rest is kept.
 const ATTEMPTS: u32 = 3;
+
+/// A single wait between attempts is cut to this (the records a replay keeps are tried again
+/// next time).
+const MAX_REPLAY_WAIT: Duration = Duration::from_secs(10);
 
 /// What a replay did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -127,11 +132,11 @@ async fn report_needs_import(
     }
     let body = serde_json::json!({ "session_id": session, "needs_import": true }).to_string();
     match client.post_hook(ROUTE_NEEDS_IMPORT, body).await {
-        Outcome::Delivered => {
+        Ok(()) => {
             report.needs_import_reported += 1;
             info!(event = "needs_import_reported", session_id = %session, "reported that session {session} needs `kcap import`");
         }
-        other => warn!(
+        Err(other) => warn!(
             event = "needs_import_report_failed",
             session_id = %session,
             "failed to report that session {session} needs `kcap import`: {other}"
@@ -198,9 +203,36 @@ async fn drain(
         };
         let tally = match spool_kind {
             Spool::Transcript => {
+                // `<config>/transcript-spool/<file>`: the config root holds the offline marks.
+                let config_dir = path
+                    .parent()
+                    .and_then(Path::parent)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default();
                 deliver(client, draining, spool_kind, |c, raw| {
                     let c = c.clone();
-                    async move { c.post_transcript(raw).await }
+                    let config_dir = config_dir.clone();
+                    async move {
+                        let batch = serde_json::from_str::<TranscriptBatch>(&raw).ok();
+                        c.post_transcript(raw).await?;
+                        // Delivered: the next offline run resumes after these lines, not from
+                        // the spool this replay just emptied (R3).
+                        if let Some(b) = batch
+                            && let Some(last) = b.line_numbers.last()
+                            && let Err(e) = super::handed_over::advance(
+                                &config_dir,
+                                &b.session_id,
+                                b.agent_id.as_deref(),
+                                last + 1,
+                            )
+                        {
+                            warn!(
+                                event = "offline_watermark_failed",
+                                "failed to record the offline watermark: {e}"
+                            );
+                        }
+                        Ok(())
+                    }
                 })
                 .await?
             }
@@ -211,10 +243,10 @@ async fn drain(
                         match serde_json::from_str::<HookRecord>(&raw) {
                             Ok(r) => c.post_hook(&r.route, r.body).await,
                             // `is_ours` parsed it already; kept should it ever not parse.
-                            Err(e) => Outcome::Rejected {
+                            Err(e) => Err(Failure::Rejected {
                                 status: 0,
                                 body_snippet: format!("unreadable spool record: {e}"),
-                            },
+                            }),
                         }
                     }
                 })
@@ -250,7 +282,7 @@ async fn deliver<F, Fut>(
 ) -> Result<Tally>
 where
     F: Fn(&KcapClient, String) -> Fut,
-    Fut: std::future::Future<Output = Outcome>,
+    Fut: std::future::Future<Output = Result<(), Failure>>,
 {
     let records = draining
         .records::<serde_json::Value>()
@@ -260,6 +292,8 @@ where
     let mut kept = 0;
     let mut left = 0;
     let mut giving_up = false;
+    // The watcher's own pacing: full jitter over the same exponential envelope.
+    let mut backoff = Backoff::new();
     for rec in records {
         if !spool_kind.is_ours(&rec.raw) {
             left += 1;
@@ -275,23 +309,22 @@ where
         loop {
             attempt += 1;
             match post(client, rec.raw.clone()).await {
-                Outcome::Delivered => {
+                Ok(()) => {
                     delivered += 1;
+                    backoff.reset();
                     break;
                 }
-                Outcome::Transient {
+                Err(Failure::Transient {
                     error, retry_after, ..
-                } if attempt < ATTEMPTS => {
-                    let delay = retry_after
-                        .unwrap_or(Duration::from_millis(250 << attempt))
-                        .min(Duration::from_secs(10));
+                }) if attempt < ATTEMPTS => {
+                    let delay = backoff.next_delay(retry_after).min(MAX_REPLAY_WAIT);
                     warn!(
                         event = "ship_failed",
                         "replay: {error}; retrying in {delay:?}"
                     );
                     tokio::time::sleep(delay).await;
                 }
-                Outcome::Unauthorized { .. } => {
+                Err(Failure::Unauthorized { .. }) => {
                     client.reload_token(Ts::now());
                     if attempt >= ATTEMPTS {
                         warn!(
@@ -304,10 +337,10 @@ where
                         break;
                     }
                 }
-                Outcome::Rejected {
+                Err(Failure::Rejected {
                     status,
                     body_snippet,
-                } => {
+                }) => {
                     warn!(
                         event = "ship_failed",
                         status, "replay: the server refused a record ({body_snippet}); keeping it"
@@ -316,7 +349,7 @@ where
                     keep.push(rec.raw.clone());
                     break;
                 }
-                other => {
+                Err(other) => {
                     warn!(
                         event = "ship_failed",
                         "replay: {other}; keeping the rest for later"

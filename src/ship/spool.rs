@@ -716,16 +716,22 @@ fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
             (&file).write_all(b"\n")?;
         }
     }
+    // Where this record starts: a failed or short write is cut back to here, so the spool never
+    // holds half a record and the lines it carried are not mistaken for kept.
+    let start = file.metadata()?.len();
     let written = loop {
         match (&file).write(record) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => break other?,
+            Err(e) => {
+                let _ = file.set_len(start);
+                return Err(e);
+            }
+            Ok(n) => break n,
         }
     };
     if written != record.len() {
-        // Disk full or a quota: terminate the fragment so the records after it stay readable;
-        // the fragment itself will not parse and is skipped by readers.
-        let _ = (&file).write(b"\n");
+        // Disk full or a quota.
+        let _ = file.set_len(start);
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
             format!("short write: {written} of {} bytes", record.len()),

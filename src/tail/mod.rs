@@ -5,6 +5,7 @@
 //! noticing one appended line costs the same on a 10 KB file as on a 10 GB one.
 //! [`seed`] is the start-up pass that folds the whole on-disk prefix.
 
+pub(crate) mod guard;
 pub mod index;
 pub mod reader;
 pub mod seed;

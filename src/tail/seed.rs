@@ -1,8 +1,8 @@
 //! The start-up pass: fold every complete line already on disk, in one streaming read.
 //!
 //! A restarted watcher must decide exactly as one that never stopped, so it folds the whole
-//! prefix (not a window) before it follows the file. The same pass finds the byte offset of
-//! the resume line, so shipping can start there without a second scan.
+//! prefix (not a window) before it follows the file. The same pass records checkpoints of line
+//! starts, so shipping can start at the resume line without a second scan.
 
 use std::io;
 
@@ -28,23 +28,15 @@ pub struct Seeded {
     /// The reader, positioned after the last complete line (holding any partial tail), ready
     /// to follow the file.
     pub reader: LineReader,
-    /// Byte offset where `resume_line` starts (equal to the end of the complete lines when
-    /// `resume_line` is one past the last line). `None`: the resume line is beyond the
-    /// file's complete lines, so the file was rewritten under the server.
-    pub resume_offset: Option<u64>,
     /// Checkpoints of line starts, to start shipping at any line later.
     pub index: LineIndex,
 }
 
-/// Folds every complete line of `file` into a fresh state and finds `resume_line`'s offset.
-pub fn seed<R: ReadAt + ?Sized>(
-    file: &R,
-    times: LineTimes,
-    resume_line: u64,
-) -> io::Result<Seeded> {
+/// Folds every complete line of `file` into a fresh state, recording line checkpoints so
+/// shipping can start at any line later.
+pub fn seed<R: ReadAt + ?Sized>(file: &R, times: LineTimes) -> io::Result<Seeded> {
     let mut state = State::new();
     let mut reader = LineReader::fold_only(0, 0, matches!(times, LineTimes::Own { .. }));
-    let mut resume_offset = (resume_line == 0).then_some(0);
     let mut index = LineIndex::new();
     let mut last_time = match times {
         LineTimes::All(t) => t,
@@ -53,12 +45,6 @@ pub fn seed<R: ReadAt + ?Sized>(
     loop {
         let status = reader.read(file, 4096, &mut |line| {
             index.record(line.number, line.start);
-            if line.number == resume_line {
-                resume_offset = Some(line.start);
-            }
-            if line.number + 1 == resume_line {
-                resume_offset = Some(line.end);
-            }
             let Some(observed) = line.observed() else {
                 return;
             };
@@ -76,7 +62,6 @@ pub fn seed<R: ReadAt + ?Sized>(
     Ok(Seeded {
         state,
         reader,
-        resume_offset,
         index,
     })
 }
