@@ -3,9 +3,9 @@
 //! server (which also answers `/auth/refresh`), and local fakes of the WorkOS and machine
 //! token endpoints. Also TLS trust through `SSL_CERT_FILE`, proxies and `KCAP_URL` checks.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

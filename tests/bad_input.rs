@@ -3,9 +3,9 @@
 //! right code, never panics, never hangs (every wait is bounded, and a process still running
 //! at its deadline fails the test), and loses no valid line.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -2,9 +2,9 @@
 //! data, each against the fake kcap server or offline, asserting what a user would see on the
 //! server and in the spools.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -8,9 +8,9 @@
 //! The run is seeded: the seed is printed (shown when the test fails) and can be replayed with
 //! `KCAP_SOAK_SEED=<seed> cargo test --test reliability_soak`.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::time::{Duration, Instant};
 

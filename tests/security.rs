@@ -5,9 +5,9 @@
 //! 0700) even under a permissive umask; and a plain `http` URL to a host other than loopback
 //! draws a warning.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};

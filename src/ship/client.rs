@@ -56,6 +56,20 @@ pub struct Deadlines {
     pub hook: Duration,
 }
 
+impl Deadlines {
+    /// The default deadlines `scale` times as long, never below 1 s (the test-only
+    /// `KCAP_WATCH_RETRY_SECOND_MS`: a hanging server is noticed in seconds).
+    pub fn scaled(scale: f64) -> Deadlines {
+        let d = Deadlines::default();
+        let s = |t: Duration| t.mul_f64(scale).max(Duration::from_secs(1)).min(t);
+        Deadlines {
+            watermark: s(d.watermark),
+            transcript: s(d.transcript),
+            hook: s(d.hook),
+        }
+    }
+}
+
 impl Default for Deadlines {
     fn default() -> Self {
         Deadlines {

@@ -127,7 +127,11 @@ impl Shell {
         let client = match &settings.server {
             Some(url) => {
                 let token = Credentials::from_settings(&settings, url);
-                Some(KcapClient::new(url, token, Deadlines::default())?)
+                Some(KcapClient::new(
+                    url,
+                    token,
+                    Deadlines::scaled(settings.retry_scale()),
+                )?)
             }
             None => None,
         };

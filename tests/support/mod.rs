@@ -4,5 +4,7 @@
 
 pub mod bin;
 pub mod fake_kcap;
+pub mod harness;
+pub mod rollout;
 
 pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};
