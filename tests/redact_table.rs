@@ -9,7 +9,9 @@
 //! What a user of the kcap server would notice: a secret on the server, a line the server
 //! cannot parse, or a line without secrets that changed.
 
-use kcap_watch::ship::redact::{MAX_LINE_UTF16_UNITS, global, is_oversize, oversize_placeholder, utf16_len};
+use kcap_watch::ship::redact::{
+    MAX_LINE_UTF16_UNITS, global, is_oversize, oversize_placeholder, utf16_len,
+};
 use serde_json::{Value, json};
 
 /// One secret form: text holding it, and the parts of it that must never ship.
@@ -49,51 +51,183 @@ const KCAP_RULES: &[Row] = &[
         "UserId: AIDAJQABLZS4A3QDU576Q done",
         &["JQABLZS4A3QDU576Q"],
     ),
-    row("ghp_", "push with ghp_aBcDeFgHiJkLmNoP1234", &["aBcDeFgHiJkLmNoP1234"]),
-    row("gho_", "oauth gho_aBcDeFgHiJkLmNoP1235", &["aBcDeFgHiJkLmNoP1235"]),
-    row("ghs_", "app ghs_aBcDeFgHiJkLmNoP1236", &["aBcDeFgHiJkLmNoP1236"]),
+    row(
+        "ghp_",
+        "push with ghp_aBcDeFgHiJkLmNoP1234",
+        &["aBcDeFgHiJkLmNoP1234"],
+    ),
+    row(
+        "gho_",
+        "oauth gho_aBcDeFgHiJkLmNoP1235",
+        &["aBcDeFgHiJkLmNoP1235"],
+    ),
+    row(
+        "ghs_",
+        "app ghs_aBcDeFgHiJkLmNoP1236",
+        &["aBcDeFgHiJkLmNoP1236"],
+    ),
     row(
         "github_pat_",
         "pat github_pat_11ABCDEFG0_aBcDeFgHiJ",
         &["11ABCDEFG0_aBcDeFgHiJ"],
     ),
-    row("cfat_", "cloudflare cfat_aBcDeFgHiJkLmNoP", &["aBcDeFgHiJkLmNoP"]),
-    row("sk-", "openai sk-aBcDeFgHiJkLmNoP9876", &["aBcDeFgHiJkLmNoP9876"]),
-    row("sk-proj-", "openai sk-proj-aBcDeFgHiJkLm5432", &["aBcDeFgHiJkLm5432"]),
-    row("sk_live_", "stripe sk_live_aBcDeFgHiJkLm5431", &["aBcDeFgHiJkLm5431"]),
-    row("sk_test_", "stripe sk_test_aBcDeFgHiJkLm5430", &["aBcDeFgHiJkLm5430"]),
-    row("xoxb-", "slack xoxb-1234567890-aBcDeFgH", &["1234567890-aBcDeFgH"]),
-    row("xoxp-", "slack xoxp-1234567891-aBcDeFgH", &["1234567891-aBcDeFgH"]),
-    row("xoxa-", "slack xoxa-1234567892-aBcDeFgH", &["1234567892-aBcDeFgH"]),
-    row("pypi-", "twine pypi-AgEIcHlwaS5vcmcCJGE", &["AgEIcHlwaS5vcmcCJGE"]),
-    row("npm_", "npm npm_aBcDeFgHiJkLmNoP77", &["aBcDeFgHiJkLmNoP77"]),
-    row("glpat-", "gitlab glpat-aBcDeFgHiJkLmNoP78", &["aBcDeFgHiJkLmNoP78"]),
-    row("dckr_pat_", "docker dckr_pat_aBcDeFgHiJkLm79", &["aBcDeFgHiJkLm79"]),
-    row("dckr_oat_", "docker dckr_oat_aBcDeFgHiJkLm80", &["aBcDeFgHiJkLm80"]),
+    row(
+        "cfat_",
+        "cloudflare cfat_aBcDeFgHiJkLmNoP",
+        &["aBcDeFgHiJkLmNoP"],
+    ),
+    row(
+        "sk-",
+        "openai sk-aBcDeFgHiJkLmNoP9876",
+        &["aBcDeFgHiJkLmNoP9876"],
+    ),
+    row(
+        "sk-proj-",
+        "openai sk-proj-aBcDeFgHiJkLm5432",
+        &["aBcDeFgHiJkLm5432"],
+    ),
+    row(
+        "sk_live_",
+        "stripe sk_live_aBcDeFgHiJkLm5431",
+        &["aBcDeFgHiJkLm5431"],
+    ),
+    row(
+        "sk_test_",
+        "stripe sk_test_aBcDeFgHiJkLm5430",
+        &["aBcDeFgHiJkLm5430"],
+    ),
+    row(
+        "xoxb-",
+        "slack xoxb-1234567890-aBcDeFgH",
+        &["1234567890-aBcDeFgH"],
+    ),
+    row(
+        "xoxp-",
+        "slack xoxp-1234567891-aBcDeFgH",
+        &["1234567891-aBcDeFgH"],
+    ),
+    row(
+        "xoxa-",
+        "slack xoxa-1234567892-aBcDeFgH",
+        &["1234567892-aBcDeFgH"],
+    ),
+    row(
+        "pypi-",
+        "twine pypi-AgEIcHlwaS5vcmcCJGE",
+        &["AgEIcHlwaS5vcmcCJGE"],
+    ),
+    row(
+        "npm_",
+        "npm npm_aBcDeFgHiJkLmNoP77",
+        &["aBcDeFgHiJkLmNoP77"],
+    ),
+    row(
+        "glpat-",
+        "gitlab glpat-aBcDeFgHiJkLmNoP78",
+        &["aBcDeFgHiJkLmNoP78"],
+    ),
+    row(
+        "dckr_pat_",
+        "docker dckr_pat_aBcDeFgHiJkLm79",
+        &["aBcDeFgHiJkLm79"],
+    ),
+    row(
+        "dckr_oat_",
+        "docker dckr_oat_aBcDeFgHiJkLm80",
+        &["aBcDeFgHiJkLm80"],
+    ),
     // The query keys, each as kcap lists it.
-    row("query access_token", "GET https://x.io/cb?access_token=QkAccessTok1&page=2", &["QkAccessTok1"]),
-    row("query refresh_token", "GET https://x.io/cb?refresh_token=QkRefreshTok2", &["QkRefreshTok2"]),
-    row("query id_token", "GET https://x.io/cb?state=1&id_token=QkIdTok3", &["QkIdTok3"]),
-    row("query client_secret", "POST https://x.io/t?client_secret=QkClientSec4", &["QkClientSec4"]),
-    row("query signature", "https://cdn.x.io/a.png?signature=QkSignature5", &["QkSignature5"]),
-    row("query sig", "https://acct.blob.core.windows.net/c/b?sv=2021&sig=QkSig6%3D", &["QkSig6"]),
-    row("query x-amz-signature", "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7", &["QkAmzSig7"]),
-    row("query awsaccesskeyid", "https://b.s3.amazonaws.com/k?AWSAccessKeyId=QkAwsKeyId8&Expires=1", &["QkAwsKeyId8"]),
-    row("query api_key", "https://x.io/v1?api_key=QkApiKey9", &["QkApiKey9"]),
-    row("query apikey", "https://x.io/v1?apikey=QkApiKey10", &["QkApiKey10"]),
-    row("query api-key", "https://x.io/v1?api-key=QkApiKey11", &["QkApiKey11"]),
-    row("query token", "https://x.io/v1?token=QkToken12", &["QkToken12"]),
-    row("query password", "https://x.io/login?user=a&password=QkPassword13", &["QkPassword13"]),
-    row("query secret", "https://x.io/hook?secret=QkSecret14", &["QkSecret14"]),
-    row("query auth_token", "https://x.io/v1?auth_token=QkAuthTok15", &["QkAuthTok15"]),
-    row("query sas", "https://acct.blob.core.windows.net/c?sas=QkSasToken16&x=1", &["QkSasToken16"]),
+    row(
+        "query access_token",
+        "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
+        &["QkAccessTok1"],
+    ),
+    row(
+        "query refresh_token",
+        "GET https://x.io/cb?refresh_token=QkRefreshTok2",
+        &["QkRefreshTok2"],
+    ),
+    row(
+        "query id_token",
+        "GET https://x.io/cb?state=1&id_token=QkIdTok3",
+        &["QkIdTok3"],
+    ),
+    row(
+        "query client_secret",
+        "POST https://x.io/t?client_secret=QkClientSec4",
+        &["QkClientSec4"],
+    ),
+    row(
+        "query signature",
+        "https://cdn.x.io/a.png?signature=QkSignature5",
+        &["QkSignature5"],
+    ),
+    row(
+        "query sig",
+        "https://acct.blob.core.windows.net/c/b?sv=2021&sig=QkSig6%3D",
+        &["QkSig6"],
+    ),
+    row(
+        "query x-amz-signature",
+        "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
+        &["QkAmzSig7"],
+    ),
+    row(
+        "query awsaccesskeyid",
+        "https://b.s3.amazonaws.com/k?AWSAccessKeyId=QkAwsKeyId8&Expires=1",
+        &["QkAwsKeyId8"],
+    ),
+    row(
+        "query api_key",
+        "https://x.io/v1?api_key=QkApiKey9",
+        &["QkApiKey9"],
+    ),
+    row(
+        "query apikey",
+        "https://x.io/v1?apikey=QkApiKey10",
+        &["QkApiKey10"],
+    ),
+    row(
+        "query api-key",
+        "https://x.io/v1?api-key=QkApiKey11",
+        &["QkApiKey11"],
+    ),
+    row(
+        "query token",
+        "https://x.io/v1?token=QkToken12",
+        &["QkToken12"],
+    ),
+    row(
+        "query password",
+        "https://x.io/login?user=a&password=QkPassword13",
+        &["QkPassword13"],
+    ),
+    row(
+        "query secret",
+        "https://x.io/hook?secret=QkSecret14",
+        &["QkSecret14"],
+    ),
+    row(
+        "query auth_token",
+        "https://x.io/v1?auth_token=QkAuthTok15",
+        &["QkAuthTok15"],
+    ),
+    row(
+        "query sas",
+        "https://acct.blob.core.windows.net/c?sas=QkSasToken16&x=1",
+        &["QkSasToken16"],
+    ),
     row(
         "url userinfo",
         "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
         &["UiHunter2Pass"],
     ),
     // kcap's in-text JSON key rule: any value length, spaces included.
-    row("json key in text, short", r#"config: {"api_key": "abc"}"#, &["\"abc\""]),
+    row(
+        "json key in text, short",
+        r#"config: {"api_key": "abc"}"#,
+        &["\"abc\""],
+    ),
     row(
         "json key in text, spaces",
         r#"wrote {"db_password": "correct horse battery"} to disk"#,
@@ -105,9 +239,17 @@ const KCAP_RULES: &[Row] = &[
         &["JkDotted1"],
     ),
     // kcap's env-var rule: any value length.
-    row("env var, short value", "export PASSWORD=abc; echo ok", &["=abc"]),
+    row(
+        "env var, short value",
+        "export PASSWORD=abc; echo ok",
+        &["=abc"],
+    ),
     row("env var OAUTH2_TOKEN", "OAUTH2_TOKEN=Ev2x run", &["Ev2x"]),
-    row("env var, punctuation", "DB_PASSWORD=p@ss,w0rd! ./run.sh", &["p@ss", "w0rd!"]),
+    row(
+        "env var, punctuation",
+        "DB_PASSWORD=p@ss,w0rd! ./run.sh",
+        &["p@ss", "w0rd!"],
+    ),
     // kcap's YAML rule: punctuation inside the value.
     row(
         "yaml key, punctuation",
@@ -125,10 +267,26 @@ const KCAP_RULES: &[Row] = &[
         "password p@ss!w0rd-Very-Long-1 for the db",
         &["p@ss!w0rd-Very-Long-1"],
     ),
-    row("labelled token, two blanks", "hcloud:token  9xKMAbcdefghij1234", &["9xKMAbcdefghij1234"]),
-    row("labelled credentials", "credentials AbCdEfGhIjKlMnOp12", &["AbCdEfGhIjKlMnOp12"]),
-    row("labelled pwd", "pwd Zq9!Zq9!Zq9!Zq9!Zq", &["Zq9!Zq9!Zq9!Zq9!Zq"]),
-    row("labelled auth_token", "auth_token Lb4uthT0kenValue99", &["Lb4uthT0kenValue99"]),
+    row(
+        "labelled token, two blanks",
+        "hcloud:token  9xKMAbcdefghij1234",
+        &["9xKMAbcdefghij1234"],
+    ),
+    row(
+        "labelled credentials",
+        "credentials AbCdEfGhIjKlMnOp12",
+        &["AbCdEfGhIjKlMnOp12"],
+    ),
+    row(
+        "labelled pwd",
+        "pwd Zq9!Zq9!Zq9!Zq9!Zq",
+        &["Zq9!Zq9!Zq9!Zq9!Zq"],
+    ),
+    row(
+        "labelled auth_token",
+        "auth_token Lb4uthT0kenValue99",
+        &["Lb4uthT0kenValue99"],
+    ),
     row(
         "connection string, spaces in password",
         "Server=db;User Id=app;Password=my secret pass;Database=x",
@@ -193,7 +351,10 @@ const BEYOND_KCAP: &[Row] = &[
     row(
         "digest authorization",
         r#"Authorization: Digest username="alice", realm="api", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", uri="/x", response="6629fae49393a05397450978507c4ef1""#,
-        &["dcd98b7102dd2f0e8b11d0f600bfb0c093", "6629fae49393a05397450978507c4ef1"],
+        &[
+            "dcd98b7102dd2f0e8b11d0f600bfb0c093",
+            "6629fae49393a05397450978507c4ef1",
+        ],
     ),
     row(
         "basic authorization",
@@ -250,7 +411,11 @@ const BEYOND_KCAP: &[Row] = &[
         "db.internal:5432:appdb:app_user:PgPassSecret77\n",
         &["PgPassSecret77"],
     ),
-    row(".pgpass wildcards", "*:*:*:postgres:PgStarSecret88", &["PgStarSecret88"]),
+    row(
+        ".pgpass wildcards",
+        "*:*:*:postgres:PgStarSecret88",
+        &["PgStarSecret88"],
+    ),
     row(
         "curl -u",
         "curl -u admin:CurlUserPass1 https://api.example.com/v1",
@@ -279,7 +444,10 @@ const BEYOND_KCAP: &[Row] = &[
     row(
         "jwt",
         "got id eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c back",
-        &["eyJzdWIiOiIxMjM0NTY3ODkwIn0", "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"],
+        &[
+            "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+            "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+        ],
     ),
     row(
         "slack webhook",

@@ -282,9 +282,9 @@ fn is_shell_reference(caps: &Captures<'_>) -> bool {
     caps.get(2).is_some_and(|value| {
         let value = value.as_str();
         value == "$"
-            || value.strip_prefix('$').is_some_and(|name| {
-                name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            })
+            || value
+                .strip_prefix('$')
+                .is_some_and(|name| name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
     })
 }
 
@@ -558,9 +558,7 @@ impl Redactor {
             // included.
             rule(
                 family::CONNECTION,
-                &format!(
-                    r#"(?i)(?:password|pwd)[ \t]*=[ \t]*((?:{ESC}|[^;"'\\\r\n])+)(?:;|$)"#
-                ),
+                &format!(r#"(?i)(?:password|pwd)[ \t]*=[ \t]*((?:{ESC}|[^;"'\\\r\n])+)(?:;|$)"#),
                 1,
             ),
             rule(
@@ -914,7 +912,9 @@ impl TextRule {
             let Some(secret) = caps.get(self.group) else {
                 continue;
             };
-            if secret.as_str() == REDACTED || (self.exempt)(&caps) {
+            // An earlier rule already took this value (a later one may see more of it, as
+            // `[REDACTED]'` after a header): the rest is not its secret.
+            if secret.as_str().starts_with(REDACTED) || (self.exempt)(&caps) {
                 continue;
             }
             secrets.clear();
@@ -936,8 +936,7 @@ impl TextRule {
             for span in secrets.drain(..) {
                 let mut span = span;
                 if escaping == Escaping::Json {
-                    let escapes =
-                        escapes.get_or_insert_with(|| escape_sequences(text.as_bytes()));
+                    let escapes = escapes.get_or_insert_with(|| escape_sequences(text.as_bytes()));
                     span = widen_to_escapes(span, escapes);
                 }
                 match spans.last_mut() {
@@ -1081,7 +1080,7 @@ mod tests {
     #[test]
     fn every_pattern_compiles() {
         let redactor = Redactor::new();
-        assert_eq!(redactor.text_rules.len(), 12);
+        assert_eq!(redactor.text_rules.len(), 26);
     }
 
     #[test]
@@ -1243,8 +1242,11 @@ mod tests {
             redact(r#"{"arguments":"{\"aws_secret_access_key\":\"wJalrXUtnFEMI/K7MDENG\"}"}"#),
             r#"{"arguments":"{\"aws_secret_access_key\":\"[REDACTED]\"}"}"#
         );
-        // Short values and token counts are not secrets.
-        assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=abc");
+        // The kcap CLI redacts `NAME=value` whatever the value's length; token counts and
+        // code are not secrets.
+        assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=[REDACTED]");
+        assert_eq!(redact("MY_TOKEN=$OTHER"), "MY_TOKEN=$OTHER");
+        assert_eq!(redact("input_tokens=1234 ok"), "input_tokens=1234 ok");
         assert_eq!(
             redact("let api_key = std::env::var(name)?;"),
             "let api_key = std::env::var(name)?;"
@@ -1286,18 +1288,22 @@ mod tests {
 
     #[test]
     fn the_key_rule_applies_only_to_json() {
-        // No text rule matches these lines, so only the structure can redact, and a cut-off
-        // line has none: shipping it unchanged is what the text rules say. Short and long
+        // No text rule matches a secret key's object, so only the structure can redact it,
+        // and a cut-off line has none: shipping it unchanged is what the text rules say. A
+        // quoted pair is text the kcap CLI's JSON key rule redacts anywhere. Short and long
         // lines take different paths.
         for filler in ["", &"x ".repeat(WINDOWED_GATE_MIN_BYTES)] {
             assert_eq!(
-                redact(&format!(r#"{{"api_key":"abc","o":"{filler}"}}"#)),
-                format!(r#"{{"api_key":"[REDACTED]","o":"{filler}"}}"#)
+                redact(&format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"}}"#)),
+                format!(r#"{{"api_key":{{"v":"[REDACTED]"}},"o":"{filler}"}}"#)
             );
-            let cut_off = format!(r#"{{"api_key":"abc","o":"{filler}"#);
+            let cut_off = format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"#);
             assert_eq!(redact(&cut_off), cut_off);
             let not_json = format!(r#"x "api_key":"abc" {filler}"#);
-            assert_eq!(redact(&not_json), not_json);
+            assert_eq!(
+                redact(&not_json),
+                format!(r#"x "api_key":"[REDACTED]" {filler}"#)
+            );
             // Outside JSON the text rules still see everything.
             assert_eq!(
                 redact(&format!(
@@ -1375,9 +1381,9 @@ mod tests {
     #[test]
     fn lines_over_the_limit_become_the_placeholder() {
         let mut line = br#"{"o":""#.to_vec();
-        line.resize(MAX_LINE_BYTES - 2, b'a');
+        line.resize(MAX_LINE_UTF16_UNITS - 2, b'a');
         line.extend_from_slice(br#""}"#);
-        assert_eq!(line.len(), MAX_LINE_BYTES);
+        assert_eq!(line.len(), MAX_LINE_UTF16_UNITS);
         let mut with_secret = line.clone();
         with_secret[6..26].copy_from_slice(b"AKIAIOSFODNN7EXAMPLE");
         let shipped = global().redact_line(&with_secret);
@@ -1386,7 +1392,7 @@ mod tests {
         line.insert(6, b'a');
         assert_eq!(
             global().redact_line(&line),
-            oversize_placeholder(MAX_LINE_BYTES as u64 + 1)
+            oversize_placeholder(MAX_LINE_UTF16_UNITS as u64 + 1)
         );
     }
 
