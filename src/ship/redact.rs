@@ -175,10 +175,12 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     (r":\\/", family::USERINFO | family::WEBHOOK),
     (r":\\\\/", family::USERINFO | family::WEBHOOK),
     // The usual PostgreSQL ports and the wildcard: a `.pgpass` line has no word to find.
-    (":5432:", family::COMMAND),
-    (":5433:", family::COMMAND),
-    (":6432:", family::COMMAND),
-    (":*:", family::COMMAND),
+    // (Not led by the colon: timestamps fill tool output with colons, and a trigger starting
+    // with one slows the scan of every line.)
+    ("5432:", family::COMMAND),
+    ("5433:", family::COMMAND),
+    ("6432:", family::COMMAND),
+    ("*:", family::COMMAND),
 ];
 
 /// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase.
@@ -502,10 +504,11 @@ impl Redactor {
                     2,
                 )
             },
-            // The kcap CLI's YAML rule: `name: value` with punctuation in the value.
+            // The kcap CLI's YAML rule: `name: value` with punctuation in the value (not a
+            // quote, which closes the value in the quoted forms the rules above took).
             rule(
                 family::ASSIGNMENT,
-                &format!(r#"(?i)(?:{NAME_WORDS})[\w.\-]*:[ \t]+((?:{ESC}|[^\s"\\]){{8,}})"#),
+                &format!(r#"(?i)(?:{NAME_WORDS})[\w.\-]*:[ \t]+((?:{ESC}|[^\s"'\\]){{8,}})"#),
                 1,
             ),
             rule(
@@ -517,7 +520,7 @@ impl Redactor {
             rule(
                 family::LABEL,
                 &format!(
-                    r#"(?i){BOUNDARY}(?:secrets?|tokens?|passwords?|passwd|pwd|api[_.-]?keys?|private[_.-]?keys?|credentials?|client[_.-]?secrets?|access[_.-]?keys?|auth[_.-]?tokens?)\b[ \t]+((?:{ESC}|[^\s"\\]){{16,}})"#
+                    r#"(?i){BOUNDARY}(?:secrets?|tokens?|passwords?|passwd|pwd|api[_.-]?keys?|private[_.-]?keys?|credentials?|client[_.-]?secrets?|access[_.-]?keys?|auth[_.-]?tokens?)(?-u:\b)[ \t]+((?:{ESC}|[^\s"\\]){{16,}})"#
                 ),
                 1,
             ),
@@ -526,7 +529,7 @@ impl Redactor {
             rule(
                 family::LABEL,
                 &format!(
-                    r#"(?m)(?:(?:^|\\+n)[ \t]*|\blogin[ \t]+[^\s"'\\]+[ \t]+)password[ \t]+({token_value}+)[ \t]*(?:$|\\+[rn]|\\+$|\\*["'])"#
+                    r#"(?m)(?:(?:^|\\+n)[ \t]*|(?-u:\b)login[ \t]+[^\s"'\\]+[ \t]+)password[ \t]+({token_value}+)[ \t]*(?:$|\\+[rn]|\\+$|\\*["'])"#
                 ),
                 1,
             ),
@@ -912,9 +915,9 @@ impl TextRule {
             let Some(secret) = caps.get(self.group) else {
                 continue;
             };
-            // An earlier rule already took this value (a later one may see more of it, as
-            // `[REDACTED]'` after a header): the rest is not its secret.
-            if secret.as_str().starts_with(REDACTED) || (self.exempt)(&caps) {
+            // An earlier rule may have taken part of what this one sees as the value (`my` of
+            // `Password=my secret pass;`): then the whole goes, marker included.
+            if secret.as_str() == REDACTED || (self.exempt)(&caps) {
                 continue;
             }
             secrets.clear();
