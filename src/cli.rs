@@ -1,29 +1,20 @@
-//! The command line: every subcommand and flag, in one clap definition.
+//! The command line: every subcommand and its own flags, in one clap definition.
 //!
 //! `--help`, the man pages in `man/` and the shell completions are all generated from this
-//! definition, so they cannot drift apart. Each settings flag names its `KCAP_*` variable and
-//! default in its help; those facts come from the registry in [`crate::config::ENV_VARS`].
-//!
-//! clap's `env` feature is deliberately not used: a parent CLI configures spawned watchers
-//! through the environment alone, and a bad variable must fall back to its default with a
-//! warning rather than abort the watcher the way a bad flag does (exit 2). So the flags here
-//! are all `Option`s, and [`crate::config::resolve`] applies flag > variable > default.
-//!
-//! Duration flags take human durations (`90s`, `5m`, `2h`, `1h30m`, `1.5h`, `2d`), parsed with
-//! jiff's friendly format. A bare number is rejected with a hint to add a unit (is `5` minutes,
-//! as in the variables, or seconds?), except `0`, which needs no unit, and `--poll-interval`,
-//! where a bare number means milliseconds like its variable `KCAP_WATCH_POLL_MS`.
+//! definition, so they cannot drift apart. The settings flags (those with a `KCAP_*`
+//! variable) are not written here: each command flattens [`SettingsArgs`], whose arguments,
+//! help and man page ENVIRONMENT section come from the registry in [`crate::settings`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::builder::NonEmptyStringValueParser;
-use clap::{Arg, Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 
-use crate::config::{ENV_VARS, LogFormat};
 use crate::rollout::header::Role;
+pub use crate::settings::SettingsArgs;
+use crate::settings::{SETTINGS, environment_section};
 use crate::time::Ts;
 
 /// Tails a Codex rollout, ships its redacted lines to a kcap server and tells the server when a
@@ -45,8 +36,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch one rollout: ship its lines and post the lifecycle requests when due.
+    ///
+    /// A sub-agent's subagent-stop is due once its turn has ended, no tool call is in flight and
+    /// the stop grace has passed since the last line. A turn Codex ended on a usage limit ends
+    /// like any other: its stop carries Codex's message ("try again at ..."). The usage-limit
+    /// pause, whose end is the reset of the binding rate-limit window (the windows at 100 %,
+    /// latest reset; else the highest reading), keeps idle end and reap from firing while it is
+    /// open and is credited to the lifetime ceiling. Queued inter-agent mail
+    /// (trigger_turn: false) is shipped but opens no turn and is not activity. Idle end and reap
+    /// count from the last activity, the close of the last pause or the watcher's start,
+    /// whichever is latest, so a resumed session gets a full window. A child watcher that ends
+    /// on reap, at the lifetime ceiling or on its parent's exit posts the stop it still owes,
+    /// even for a turn that never ended (its last agent message, if any), spooling it if it
+    /// cannot. A child header that names no parent (review, memory consolidation) needs
+    /// SESSION_ID.
     Watch(WatchArgs),
     /// Fold a rollout and print its state and due times, without shipping anything.
+    ///
+    /// It models a watcher started at --now (or at the time of the observation): idle end counts
+    /// from that start at the earliest. It also shows the binding rate-limit window of a
+    /// usage-limit pause and why it was chosen, queued mail lines, the stop a child watcher
+    /// would owe if it ended now, and what watch needs when the header names no parent.
     Inspect(InspectArgs),
     /// Deliver the lines and lifecycle requests spooled while offline or unreachable.
     Replay(ReplayArgs),
@@ -150,7 +160,8 @@ pub struct InspectArgs {
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<Ts>,
 
-    /// Also print each line's number and timestamp.
+    /// Observe each line at its own timestamp instead of the file's modification time, and
+    /// print each line's number and timestamp.
     #[arg(long)]
     pub line_times: bool,
 
@@ -173,148 +184,6 @@ pub struct CompletionsArgs {
     /// The shell to generate completions for.
     #[arg(value_enum, value_name = "SHELL")]
     pub shell: Shell,
-}
-
-/// Every setting that also has a `KCAP_*` variable. `None` (or `false`) means "not given on
-/// the command line": the variable or the default decides (see [`crate::config::resolve`]).
-#[derive(Debug, Clone, Default, PartialEq, Args)]
-#[command(next_help_heading = "Settings")]
-// Appends "[env: KCAP_…] [default: …]" to each flag's help, from the registry.
-#[command(mut_args(annotate_from_registry))]
-pub struct SettingsArgs {
-    /// kcap server base URL (http or https); without one, lines go to the local spool.
-    #[arg(long, value_name = "URL", value_parser = NonEmptyStringValueParser::new())]
-    pub server: Option<String>,
-
-    /// File holding the bearer token (the token itself is only read from KCAP_TOKEN).
-    #[arg(long, value_name = "PATH")]
-    pub token_file: Option<PathBuf>,
-
-    /// kcap token-store profile to read when no token is given.
-    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    pub profile: Option<String>,
-
-    /// Root of local state, shared with the kcap CLI.
-    #[arg(long, value_name = "DIR")]
-    pub config_dir: Option<PathBuf>,
-
-    /// Directory of the pid, lock, started and heartbeat files.
-    #[arg(long, value_name = "DIR")]
-    pub watcher_dir: Option<PathBuf>,
-
-    /// Grace between a child's completed turn and its subagent-stop; 0 = immediately.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub stop_grace: Option<Duration>,
-
-    /// A child watcher exits after this long idle (never with a tool call in flight); 0 = default.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub reap_after: Option<Duration>,
-
-    /// A session watcher posts session-end (idle_timeout) after this long idle; 0 = default.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub idle_end: Option<Duration>,
-
-    /// Silence inside an open turn before a stall_detected warning; 0 disables.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub stall_after: Option<Duration>,
-
-    /// Lifetime ceiling, before usage-limit pause credit; 0 disables.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub lifetime: Option<Duration>,
-
-    /// Cap on usage-limit pause credit added to the lifetime ceiling; 0 = no credit.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub max_pause_credit: Option<Duration>,
-
-    /// Safety-net check of the file when no change event came, 10ms to 60s (bare number: ms).
-    #[arg(long, value_name = "DURATION", value_parser = parse_poll_interval)]
-    pub poll_interval: Option<Duration>,
-
-    /// Poll only, without change notification (network file systems, exhausted inotify).
-    #[arg(long)]
-    pub force_poll: bool,
-
-    /// Log filter (tracing env-filter syntax, e.g. kcap_watch=debug).
-    #[arg(long, value_name = "FILTER", value_parser = NonEmptyStringValueParser::new())]
-    pub log: Option<String>,
-
-    /// Log record format.
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub log_format: Option<LogFormat>,
-}
-
-/// Adds the variable and default of a settings flag to its help. `mut_args` also sees the
-/// arguments of the command the settings are flattened into; those are left alone.
-fn annotate_from_registry(arg: Arg) -> Arg {
-    let Some(long) = arg.get_long() else {
-        return arg;
-    };
-    let Some(var) = ENV_VARS
-        .iter()
-        .find(|v| v.flag.and_then(|f| f.strip_prefix("--")) == Some(long))
-    else {
-        return arg;
-    };
-    let note = format!("[env: {}] [default: {}]", var.name, var.default);
-    let help = match arg.get_help() {
-        Some(h) => format!("{h} {note}"),
-        None => note.clone(),
-    };
-    let long_help = arg.get_long_help().map(|h| format!("{h}\n\n{note}"));
-    let arg = arg.help(help);
-    match long_help {
-        Some(h) => arg.long_help(h),
-        None => arg,
-    }
-}
-
-const DURATION_HINT: &str = "expected a duration such as 90s, 5m, 2h, 1h30m or 2d";
-
-/// Parses a duration flag. A negative value is an error (no window runs backwards), and so is
-/// a bare number other than `0`: the variables count minutes or hours, the flags do not.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
-        if t.bytes().all(|b| b == b'0') {
-            return Ok(Duration::ZERO);
-        }
-        return Err(format!("a duration needs a unit, e.g. {t}m or {t}s"));
-    }
-    parse_human(t)
-}
-
-/// Parses `--poll-interval`: a duration, or a bare number of milliseconds as in
-/// `KCAP_WATCH_POLL_MS`, within the same 10 ms to 60 s range.
-fn parse_poll_interval(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let d = if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
-        // Digits too many for u64 are far out of range anyway.
-        Duration::from_millis(t.parse::<u64>().unwrap_or(u64::MAX))
-    } else {
-        parse_human(t)?
-    };
-    if !(crate::config::POLL_MIN..=crate::config::POLL_MAX).contains(&d) {
-        return Err("the poll interval must be between 10ms and 60s".to_string());
-    }
-    Ok(d)
-}
-
-fn parse_human(t: &str) -> Result<Duration, String> {
-    // `SignedDuration` takes units up to hours (and huge hour counts, which then clamp); a
-    // `Span` adds days and weeks, counted as 24 hours for a watcher's window. Months and years
-    // have no fixed length and stay errors.
-    let d = match t.parse::<jiff::SignedDuration>() {
-        Ok(d) => d,
-        Err(_) => t
-            .parse::<jiff::Span>()
-            .and_then(|s| s.to_duration(jiff::SpanRelativeTo::days_are_24_hours()))
-            // jiff's own message would suggest its types; the hint says what to type.
-            .map_err(|_| DURATION_HINT.to_string())?,
-    };
-    if d.is_negative() {
-        return Err("a duration cannot be negative".to_string());
-    }
-    Ok(d.unsigned_abs())
 }
 
 fn parse_now(s: &str) -> Result<Ts, String> {
@@ -358,7 +227,7 @@ fn render_top_page(cmd: clap::Command) -> Vec<u8> {
         &|w| man.render_description_section(w),
         &|w| man.render_options_section(w),
         &|w| man.render_subcommands_section(w),
-        &|w| environment_section().to_writer(w),
+        &|w| environment_section(SETTINGS).to_writer(w),
         &|w| exit_status_section().to_writer(w),
         &|w| man.render_version_section(w),
     ];
@@ -392,7 +261,10 @@ const EXIT_CODES: &[(&str, &str)] = &[
     ("1", "Unexpected internal error."),
     (
         "2",
-        "Bad command line or configuration (the message names the flag or variable).",
+        "Bad command line, configuration or rollout path (the message names the flag, \
+         variable or path); an id that breaks the kcap CLI's key rule ([A-Za-z0-9_-]{1,64} \
+         once a UUID's dashes are removed); an unusable config or watcher directory; a \
+         symbolic link at one of the watcher's own files (replay: after its pass).",
     ),
     (
         "3",
@@ -420,35 +292,6 @@ fn exit_status_section() -> roff::Roff {
     r
 }
 
-fn environment_section() -> roff::Roff {
-    use roff::{bold, italic, roman};
-    let mut r = roff::Roff::new();
-    r.control("SH", ["ENVIRONMENT"]);
-    r.text([roman(
-        "Every setting can be given as a variable, so a parent process can configure the \
-         watchers it spawns. A flag wins over its variable, the variable over the default. A \
-         bad variable falls back to its default with a warning; it never stops a watcher.",
-    )]);
-    for var in ENV_VARS {
-        r.control("TP", []);
-        r.text([bold(var.name)]);
-        r.text([roman(var.doc)]);
-        let mut facts = vec![];
-        if let Some(flag) = var.flag {
-            facts.push(roman("Flag: "));
-            facts.push(bold(flag));
-            facts.push(roman(". "));
-        }
-        facts.push(roman("Default: "));
-        facts.push(italic(var.default));
-        facts.push(roman("."));
-        r.control("RS", []);
-        r.text(facts);
-        r.control("RE", []);
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,32 +299,5 @@ mod tests {
     #[test]
     fn definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_take_units() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2h 30m"), Ok(Duration::from_secs(9000)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        assert!(parse_duration("5").unwrap_err().contains("5m"));
-        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(48 * 3600)));
-        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 24 * 3600)));
-        assert!(parse_duration("1 month").is_err());
-        assert!(parse_duration("-5m").is_err());
-        assert!(parse_duration("-1d").is_err());
-        assert!(parse_duration("5m ago").is_err());
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("").is_err());
-    }
-
-    #[test]
-    fn poll_interval_bare_number_is_milliseconds() {
-        assert_eq!(parse_poll_interval("250"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_poll_interval("2s"), Ok(Duration::from_secs(2)));
-        assert!(parse_poll_interval("5").is_err());
-        assert!(parse_poll_interval("61s").is_err());
-        assert!(parse_poll_interval("99999999999999999999999").is_err());
     }
 }

@@ -1,4 +1,8 @@
 //! `watch` and `replay`: the commands that need the async runtime.
+//!
+//! Both check what they will write to before anything else: the state directories must be
+//! usable (`files::check_state_dir`) and every id that will name a file must follow the kcap
+//! CLI's key rule (`files::check_id`), or the command exits 2 naming it.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -8,6 +12,8 @@ use anyhow::{Context, Result};
 use crate::cli::{ReplayArgs, SettingsArgs, WatchArgs};
 use crate::config::Resolved;
 use crate::error::{UsageError, code};
+use crate::files;
+use crate::rollout::header::{Role, normalize_id};
 use crate::watch::clock::SystemClock;
 use crate::watch::{self, ExitReason, Summary, WatchOptions};
 
@@ -25,6 +31,30 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
     let resolved = settings(&args.settings)?;
+    let s = &resolved.settings;
+    let session = args.session_id().map(normalize_id);
+    let agent = args.agent_id.as_deref().map(normalize_id);
+    if let Some(id) = &session {
+        files::check_id("session id", id)?;
+    }
+    if let Some(id) = &agent {
+        files::check_id("agent id", id)?;
+    }
+    files::check_state_dir(&s.config_dir, "config directory", true)?;
+    files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;
+    files::refuse_symlink(&s.watcher_dir)
+        .map_err(|e| UsageError(format!("unusable watcher directory: {e}")))?;
+    // The spawner passes both ids, so the log file is known before the rollout is read: any
+    // fatal error from here on is recorded there (stderr goes nowhere under the spawner).
+    let role: Option<Role> = args.role.map(Into::into);
+    let early_key = match (&session, &agent, role) {
+        (Some(s), Some(a), None | Some(Role::Child)) => Some((s, Some(a.as_str()))),
+        (Some(s), _, Some(Role::Session)) => Some((s, None)),
+        _ => None,
+    };
+    if let Some((session, agent)) = early_key {
+        crate::logging::attach_file(&files::log_file_path(&s.config_dir, session, agent));
+    }
     let opts = WatchOptions {
         rollout: args.rollout().to_path_buf(),
         session_id: args.session_id().map(str::to_string),
@@ -91,17 +121,34 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
         )
         .into());
     };
-    let report = runtime()?.block_on(crate::ship::replay::replay(
-        &s,
-        &url,
-        args.session_id.as_deref(),
-    ))?;
+    let session = args.session_id.as_deref().map(normalize_id);
+    if let Some(id) = &session {
+        files::check_id("session id", id)?;
+    }
+    files::check_state_dir(&s.config_dir, "config directory", false)?;
+    let report = runtime()?.block_on(crate::ship::replay::replay(&s, &url, session.as_deref()))?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "replayed {} transcript records and {} lifecycle requests; kept {} for later",
-        report.transcript_delivered, report.hooks_delivered, report.kept
+        "replayed {} transcript records and {} lifecycle requests; kept {} for later; left {} records of other tools to the kcap CLI",
+        report.transcript_delivered, report.hooks_delivered, report.kept, report.left
     )?;
+    if report.needs_import_reported > 0 {
+        writeln!(
+            out,
+            "reported {} session(s) needing `kcap import`",
+            report.needs_import_reported
+        )?;
+    }
     out.flush()?;
+    if let Some(path) = report.refused.first() {
+        return Err(UsageError(format!(
+            "refused {} unsafe spool file(s), first {}: {}",
+            report.refused.len(),
+            path.0.display(),
+            path.1
+        ))
+        .into());
+    }
     Ok(code::OK)
 }

@@ -1,7 +1,9 @@
 //! `kcap-watch inspect`: fold a rollout and print what a watcher would know and decide.
 //!
 //! It runs the same seeding pass and the same decision functions as the watcher, so the due
-//! times it prints are the ones a watcher acts on.
+//! times it prints are the ones a watcher acts on. The watcher it models starts at `--now`
+//! (or at the time of the observation when `--now` is not given): idle end and reap count
+//! from that start at the earliest, as for a watcher the kcap CLI spawns on an old file.
 
 use std::fs::File;
 use std::io::Write;
@@ -10,10 +12,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::decide::{self, StopProgress, Windows};
+use crate::decide::{self, OwedBecause, StopProgress, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
-use crate::rollout::header::{Identity, Role};
+use crate::rollout::header::{Identity, Role, missing_key};
 use crate::tail::seed::{LineTimes, seed};
 use crate::time::Ts;
 
@@ -34,14 +36,50 @@ pub struct Report {
     pub agent_id: Option<String>,
     pub agent_type: Option<String>,
     pub parent_thread_id: Option<String>,
+    /// Why `watch` could not key this rollout without ids on its command line (a child
+    /// header that names no parent, a missing header), when it could not.
+    pub missing_key: Option<String>,
     pub now: String,
+    /// When the modelled watcher started (the same as `now`).
+    pub watcher_start: String,
     pub lines: LinesReport,
     pub turn: TurnReport,
     pub pending_tools: Vec<PendingReport>,
     pub last_activity: Option<String>,
+    /// What idle end and reap count from, and why.
+    pub idle_since: IdleSinceReport,
     pub pause: Option<PauseReport>,
     pub stalled: bool,
+    /// The stop a child watcher would owe if it ended now on reap, ceiling or parent exit.
+    pub stop_owed_at_exit: Option<OwedReport>,
     pub due: DueReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IdleSinceReport {
+    pub at: String,
+    /// `last activity`, `close of the last pause` or `watcher start`.
+    pub from: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OwedReport {
+    /// `due` (its grace had passed) or `watcher_ending` (owed even though the turn may not
+    /// have ended).
+    pub because: &'static str,
+    pub turn: &'static str,
+    pub last_assistant_message: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BindingReport {
+    /// `primary`, `secondary`, or `window <n>` for another key.
+    pub window: String,
+    pub used_percent: Option<f64>,
+    pub window_minutes: Option<f64>,
+    pub resets_at: Option<String>,
+    /// Why this window was chosen.
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -50,6 +88,8 @@ pub struct LinesReport {
     pub blank: u64,
     pub malformed: u64,
     pub oversize: u64,
+    /// Queued inter-agent mail lines: shipped, never activity.
+    pub queued_mail: u64,
     pub bytes: u64,
     pub partial_tail_bytes: u64,
 }
@@ -74,6 +114,8 @@ pub struct PauseReport {
     pub opened_at: String,
     pub ends_at: Option<String>,
     pub state: &'static str,
+    /// The rate-limit window that set `ends_at`, and why it was chosen.
+    pub binding: Option<BindingReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,13 +171,22 @@ fn build_report(
     partial: u64,
 ) -> Report {
     let now = req.now;
+    let watcher_start = now;
     let due = decide::due_times(
         state,
         identity.role,
         windows,
         StopProgress::default(),
+        watcher_start,
         None,
-        None,
+    );
+    let owed = decide::stop_owed_at_exit(
+        state,
+        identity.role,
+        windows.stop_grace,
+        StopProgress::default(),
+        WatcherEnd::Idle,
+        now,
     );
     let c = state.counters;
     Report {
@@ -145,12 +196,16 @@ fn build_report(
         agent_id: identity.agent_id.clone(),
         agent_type: identity.agent_type.clone(),
         parent_thread_id: identity.parent_thread_id.clone(),
+        missing_key: missing_key(state.identity.as_ref(), false, false)
+            .map(|m| m.message(req.path)),
         now: now.rfc3339(),
+        watcher_start: watcher_start.rfc3339(),
         lines: LinesReport {
             complete: c.lines,
             blank: c.blank,
             malformed: c.malformed,
             oversize: c.oversize,
+            queued_mail: c.queued_mail,
             bytes: c.bytes,
             partial_tail_bytes: partial,
         },
@@ -169,13 +224,32 @@ fn build_report(
             })
             .collect(),
         last_activity: state.last_activity.map(Ts::rfc3339),
+        idle_since: IdleSinceReport {
+            at: state.idle_since(watcher_start).rfc3339(),
+            from: state.idle_since_source(watcher_start).as_str(),
+        },
         pause: state.last_pause().map(|p| PauseReport {
             reason: crate::fold::USAGE_LIMIT,
             opened_at: p.opened_at.rfc3339(),
             ends_at: p.ends_at.map(Ts::rfc3339),
             state: p.state_at(now).as_str(),
+            binding: p.binding.map(|b| BindingReport {
+                window: b.name(),
+                used_percent: b.window.used_percent,
+                window_minutes: b.window.window_minutes,
+                resets_at: b.resets_at().map(Ts::rfc3339),
+                reason: b.reason.describe(),
+            }),
         }),
         stalled: state.stalled || due.stall_warning.is_some_and(|t| t <= now),
+        stop_owed_at_exit: owed.map(|o| OwedReport {
+            because: match o.because {
+                OwedBecause::Due => "due",
+                OwedBecause::WatcherEnding => "watcher_ending",
+            },
+            turn: o.turn.as_str(),
+            last_assistant_message: o.last_assistant_message,
+        }),
         due: DueReport {
             subagent_stop: due.subagent_stop.map(Ts::rfc3339),
             idle_end: due.idle_end.map(Ts::rfc3339),
@@ -197,12 +271,22 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "agent type     {}", opt(&r.agent_type))?;
         writeln!(out, "parent thread  {}", opt(&r.parent_thread_id))?;
     }
+    if let Some(m) = &r.missing_key {
+        writeln!(out, "missing key    {m}")?;
+    }
     let l = &r.lines;
     writeln!(
         out,
         "lines          {} complete ({} blank, {} malformed, {} oversize), {} bytes, {} bytes of partial last line",
         l.complete, l.blank, l.malformed, l.oversize, l.bytes, l.partial_tail_bytes
     )?;
+    if l.queued_mail > 0 {
+        writeln!(
+            out,
+            "queued mail    {} lines (shipped; not activity, open no turn)",
+            l.queued_mail
+        )?;
+    }
     writeln!(
         out,
         "turn           {} (turn id {})",
@@ -227,16 +311,36 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         )?;
     }
     writeln!(out, "last activity  {}", opt(&r.last_activity))?;
+    writeln!(out, "watcher start  {}", r.watcher_start)?;
+    writeln!(
+        out,
+        "idle since     {} ({})",
+        r.idle_since.at, r.idle_since.from
+    )?;
     match &r.pause {
         None => writeln!(out, "pause          none")?,
-        Some(p) => writeln!(
-            out,
-            "pause          {} opened {} until {} ({})",
-            p.reason,
-            p.opened_at,
-            p.ends_at.clone().unwrap_or_else(|| "unknown".into()),
-            p.state
-        )?,
+        Some(p) => {
+            writeln!(
+                out,
+                "pause          {} opened {} until {} ({})",
+                p.reason,
+                p.opened_at,
+                p.ends_at.clone().unwrap_or_else(|| "unknown".into()),
+                p.state
+            )?;
+            if let Some(b) = &p.binding {
+                let num = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v}"));
+                writeln!(
+                    out,
+                    "binding window {} at {}% ({} min) resets {}: {}",
+                    b.window,
+                    num(b.used_percent),
+                    num(b.window_minutes),
+                    b.resets_at.clone().unwrap_or_else(|| "unknown".into()),
+                    b.reason
+                )?;
+            }
+        }
     }
     writeln!(
         out,
@@ -248,5 +352,13 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "due: stop      {}", due(&r.due.subagent_stop))?;
     writeln!(out, "due: idle end  {}", due(&r.due.idle_end))?;
     writeln!(out, "due: stall     {}", due(&r.due.stall_warning))?;
+    if let Some(o) = &r.stop_owed_at_exit {
+        let short: String = o.last_assistant_message.chars().take(100).collect();
+        writeln!(
+            out,
+            "owed at exit   stop ({}; turn {}): {short}",
+            o.because, o.turn
+        )?;
+    }
     Ok(())
 }

@@ -3,6 +3,18 @@
 //! Every acting decision is one record with a stable `event` field (`spec/lifecycle.md`
 //! section 6); text by default, JSON with `KCAP_LOG_FORMAT=json`. Nothing is ever logged to
 //! stdout, which carries only a command's own output (`inspect --json` can be piped).
+//!
+//! Two rules make the logs safe under a spawner and against hostile input
+//! (`spec/revision-2.md` R5, R6):
+//!
+//! - **A log write never fails the process.** The kcap CLI spawns watchers with stdout and
+//!   stderr pipes whose reading ends it closes at once, so every write to stderr fails with
+//!   `EPIPE`. Both writers swallow failures, and the subscriber's own "could not write" report
+//!   (which would go to stderr with a panicking `eprintln!`, and with `panic = "abort"` end the
+//!   process with SIGABRT) is turned off.
+//! - **One record is one line.** Paths, ids and server bodies are untrusted text; in the text
+//!   format a control character inside a record (a newline in a rollout path, say) is written
+//!   escaped, so nothing can forge a record. The JSON format escapes by construction.
 
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
@@ -10,6 +22,8 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{FilterExt as _, filter_fn};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -19,33 +33,122 @@ use crate::config::LogFormat;
 /// The log file, attached once the watcher knows its key (`<config>/logs/<key>.log`).
 static LOG_FILE: OnceLock<Mutex<Option<File>>> = OnceLock::new();
 
+/// Records with this target go to the log file only: `main` prints a fatal error to stderr
+/// itself, once, and logs it with this target so the file has it too.
+const FILE_ONLY_TARGET: &str = "kcap_watch::file_only";
+
 fn log_file() -> &'static Mutex<Option<File>> {
     LOG_FILE.get_or_init(|| Mutex::new(None))
 }
 
-/// Starts appending log records to `path` as well as stderr (a failure only warns).
+/// Starts appending log records to `path` as well as stderr. A failure (a symbolic link at the
+/// path is refused, never followed) is logged as an error and the watcher goes on with stderr.
 pub fn attach_file(path: &Path) {
-    match open_private_append(path) {
+    match crate::files::open_log_file(path) {
         Ok(f) => {
             if let Ok(mut slot) = log_file().lock() {
                 *slot = Some(f);
             }
         }
-        Err(e) => tracing::warn!("failed to open log file {}: {e}", path.display()),
+        Err(e) => tracing::error!(event = "log_file_failed", "{e}"),
     }
 }
 
-/// Writes each record to the attached log file, if any.
-#[derive(Clone, Copy)]
-struct FileWriter;
+/// Whether a log file is attached (fatal errors can be recorded there).
+pub fn file_attached() -> bool {
+    log_file().lock().is_ok_and(|slot| slot.is_some())
+}
 
-impl Write for FileWriter {
+/// Records a fatal error in the log file only (the caller prints it to stderr).
+pub fn fatal_to_file(message: &str) {
+    tracing::error!(target: FILE_ONLY_TARGET, event = "fatal", "{message}");
+}
+
+/// `text` with every control character written as an escape (`\n`, `\r`, `\t`, `\u{1b}`), for
+/// untrusted text placed in a message meant for one line.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() => out.extend(c.escape_unicode()),
+        c => out.push(c),
+    }
+}
+
+/// One formatted text record with its control characters escaped, except the final newline
+/// and, when `ansi` is on, the escape character that starts the formatter's own colours.
+fn escape_record(buf: &[u8], ansi: bool) -> Option<Vec<u8>> {
+    let body = buf.strip_suffix(b"\n").unwrap_or(buf);
+    let needs = body
+        .iter()
+        .any(|&b| (b < 0x20 && !(ansi && b == 0x1b)) || b == 0x7f);
+    if !needs {
+        return None;
+    }
+    let text = String::from_utf8_lossy(body);
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if ansi && c == '\u{1b}' {
+            out.push(c);
+        } else {
+            push_escaped(&mut out, c);
+        }
+    }
+    out.push('\n');
+    Some(out.into_bytes())
+}
+
+/// Where a writer's records go.
+#[derive(Clone, Copy)]
+enum Sink {
+    Stderr,
+    File,
+}
+
+/// Writes each record to stderr or the attached log file, never failing, and (for the text
+/// format) with control characters inside the record escaped. The formatter hands over each
+/// record whole in a single `write_all`, so a call is one record.
+#[derive(Clone, Copy)]
+struct RecordWriter {
+    sink: Sink,
+    escape: bool,
+    ansi: bool,
+}
+
+impl RecordWriter {
+    fn put(&self, bytes: &[u8]) {
+        match self.sink {
+            // A closed or broken stderr (the spawner's closed pipe) is ignored: the log file
+            // still has the record.
+            Sink::Stderr => {
+                let _ = io::stderr().lock().write_all(bytes);
+            }
+            Sink::File => {
+                if let Ok(mut slot) = log_file().lock()
+                    && let Some(f) = slot.as_mut()
+                {
+                    // A failing log file must not take the watcher down.
+                    let _ = f.write_all(bytes);
+                }
+            }
+        }
+    }
+}
+
+impl Write for RecordWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if let Ok(mut slot) = log_file().lock()
-            && let Some(f) = slot.as_mut()
-        {
-            // A failing log file must not take the watcher down; stderr still has the record.
-            let _ = f.write_all(buf);
+        match self.escape.then(|| escape_record(buf, self.ansi)).flatten() {
+            Some(escaped) => self.put(&escaped),
+            None => self.put(buf),
         }
         Ok(buf.len())
     }
@@ -55,8 +158,8 @@ impl Write for FileWriter {
     }
 }
 
-impl<'a> MakeWriter<'a> for FileWriter {
-    type Writer = FileWriter;
+impl<'a> MakeWriter<'a> for RecordWriter {
+    type Writer = RecordWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
         *self
@@ -67,21 +170,36 @@ impl<'a> MakeWriter<'a> for FileWriter {
 /// validated by the configuration module).
 pub fn init(filter: &str, format: LogFormat) {
     let filter = || EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let not_file_only = || filter_fn(|meta| meta.target() != FILE_ONLY_TARGET);
+    let ansi = io::stderr().is_terminal();
+    let text = format == LogFormat::Text;
+    let stderr = RecordWriter {
+        sink: Sink::Stderr,
+        escape: text,
+        ansi,
+    };
+    let file = RecordWriter {
+        sink: Sink::File,
+        escape: text,
+        ansi: false,
+    };
     let registry = tracing_subscriber::registry();
     let result = match format {
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(io::stderr)
-                    .with_ansi(io::stderr().is_terminal())
+                    .with_writer(stderr)
+                    .with_ansi(ansi)
                     .with_target(false)
-                    .with_filter(filter()),
+                    .log_internal_errors(false)
+                    .with_filter(filter().and(not_file_only())),
             )
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(FileWriter)
+                    .with_writer(file)
                     .with_ansi(false)
                     .with_target(false)
+                    .log_internal_errors(false)
                     .with_filter(filter()),
             )
             .try_init(),
@@ -89,15 +207,17 @@ pub fn init(filter: &str, format: LogFormat) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
-                    .with_writer(io::stderr)
+                    .with_writer(stderr)
                     .with_target(false)
-                    .with_filter(filter()),
+                    .log_internal_errors(false)
+                    .with_filter(filter().and(not_file_only())),
             )
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
-                    .with_writer(FileWriter)
+                    .with_writer(file)
                     .with_target(false)
+                    .log_internal_errors(false)
                     .with_filter(filter()),
             )
             .try_init(),
@@ -106,20 +226,31 @@ pub fn init(filter: &str, format: LogFormat) {
     let _ = result;
 }
 
-use tracing_subscriber::Layer as _;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Opens `path` for appending, creating it (0600) and its directory (0700) when needed.
-fn open_private_append(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+    #[test]
+    fn a_newline_inside_a_record_cannot_start_another() {
+        let record = b"2026-01-01T00:00:00Z  INFO seeded path=/tmp/a\n2026 ERROR forged\n";
+        let escaped = escape_record(record, false).expect("escaped");
+        let text = String::from_utf8(escaped).unwrap();
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        assert!(text.ends_with("forged\n"));
+        assert!(text.contains("path=/tmp/a\\n2026 ERROR"));
     }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+
+    #[test]
+    fn clean_records_are_written_as_they_are() {
+        assert_eq!(escape_record(b"plain record\n", false), None);
+        // The formatter's own colours survive on a terminal.
+        assert_eq!(escape_record(b"\x1b[32mINFO\x1b[0m x\n", true), None);
+        assert!(escape_record(b"\x1b[32mINFO\x1b[0m x\n", false).is_some());
+    }
+
+    #[test]
+    fn escape_names_control_characters() {
+        assert_eq!(escape("a\nb\rc\u{1b}"), "a\\nb\\rc\\u{1b}");
+        assert_eq!(escape("plain-id_1"), "plain-id_1");
+    }
 }

@@ -1,5 +1,11 @@
 //! `kcap-watch`: parse the command line, set up logging, run the command, and map errors to
 //! exit codes (the only place that does: `spec/lifecycle.md` section 7).
+//!
+//! Nothing here may abort: the kcap CLI spawns watchers with stdin, stdout and stderr pipes
+//! whose other ends it closes at once, so every print is a fallible write whose failure is
+//! ignored (`println!`/`eprintln!` panic on a broken pipe, and the release build aborts on a
+//! panic: exit 134 with no trace). A fatal error is printed to stderr once and recorded in the
+//! watcher's log file, and a broken stdout (`inspect --json | head`) is success.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,6 +16,7 @@ use clap::Parser;
 use kcap_watch::cli::{Cli, Command, InspectArgs, SettingsArgs};
 use kcap_watch::config::{self, Resolved};
 use kcap_watch::error::{LockHeld, RolloutRewritten, UsageError, code};
+use kcap_watch::files::AcquireError;
 use kcap_watch::inspect::{self, InspectRequest};
 use kcap_watch::time::Ts;
 
@@ -28,7 +35,10 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("kcap-watch: {err:#}");
+            let message = format!("{err:#}");
+            // Under the spawner stderr goes nowhere: the log file is where this can be read.
+            kcap_watch::logging::fatal_to_file(&message);
+            let _ = writeln!(std::io::stderr(), "kcap-watch: {message}");
             ExitCode::from(u8::try_from(exit_code(&err)).unwrap_or(1))
         }
     }
@@ -37,7 +47,10 @@ fn main() -> ExitCode {
 /// The exit code for an error, from the first typed cause in its chain.
 fn exit_code(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
-        if cause.is::<UsageError>() || cause.is::<config::ConfigError>() {
+        if cause.is::<UsageError>()
+            || cause.is::<config::ConfigError>()
+            || matches!(cause.downcast_ref(), Some(AcquireError::Refused(_)))
+        {
             return code::USAGE;
         }
         if cause.is::<RolloutRewritten>() {
@@ -70,8 +83,11 @@ fn settings(args: &SettingsArgs) -> Result<Resolved> {
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Completions(args) => {
+            // Rendered first: clap_complete panics when its writer fails (a closed stdout).
+            let mut rendered = Vec::new();
+            kcap_watch::cli::write_completions(args.shell, &mut rendered);
             let mut out = std::io::stdout().lock();
-            kcap_watch::cli::write_completions(args.shell, &mut out);
+            out.write_all(&rendered)?;
             out.flush()?;
             Ok(code::OK)
         }
@@ -89,13 +105,17 @@ fn run_inspect(args: &InspectArgs) -> Result<i32> {
         line_times: args.line_times,
     };
     let report = inspect::inspect(&req, &|role| resolved.settings.windows_for(role))?;
-    let mut out = std::io::stdout().lock();
+    // Rendered first, so the only write to stdout is one `write_all` whose error is a plain
+    // `io::Error` (a broken pipe inside serde_json's writer would hide its kind).
+    let mut rendered = Vec::new();
     if args.json {
-        serde_json::to_writer(&mut out, &report)?;
-        writeln!(out)?;
+        serde_json::to_writer(&mut rendered, &report)?;
+        rendered.push(b'\n');
     } else {
-        inspect::write_text(&report, &mut out)?;
+        inspect::write_text(&report, &mut rendered)?;
     }
+    let mut out = std::io::stdout().lock();
+    out.write_all(&rendered)?;
     out.flush()?;
     Ok(code::OK)
 }

@@ -4,8 +4,8 @@
 //! rejects them (or they are not an object).
 
 use kcap_watch::rollout::{
-    Classifier, Kind, LineInfo, MAX_MESSAGE_FIELD, MAX_SHORT_FIELD, PayloadType, RateWindow,
-    SessionMetaInfo, classify,
+    Classifier, KNOWN_WINDOWS, Kind, LineInfo, MAX_MESSAGE_FIELD, MAX_SHORT_FIELD, PayloadType,
+    RateWindow, SessionMetaInfo, classify,
 };
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
@@ -45,6 +45,7 @@ fn reference_classify(line: &[u8]) -> LineInfo {
             Some("event_msg") => Kind::EventMsg,
             Some("turn_context") => Kind::TurnContext,
             Some("compacted") => Kind::Compacted,
+            Some("inter_agent_communication_metadata") => Kind::InterAgentMetadata,
             _ => Kind::Other,
         },
         // A timestamp longer than a short field is never read (a cut one could mislead).
@@ -72,6 +73,7 @@ fn reference_classify(line: &[u8]) -> LineInfo {
         Some("function_call_output") => PayloadType::FunctionCallOutput,
         Some("custom_tool_call_output") => PayloadType::CustomToolCallOutput,
         Some("tool_search_output") => PayloadType::ToolSearchOutput,
+        Some("agent_message") => PayloadType::AgentMessage,
         _ => PayloadType::Other,
     };
     info.call_id = s(p.get("call_id"));
@@ -82,6 +84,13 @@ fn reference_classify(line: &[u8]) -> LineInfo {
         Some(Value::String(m)) => Some(cut(m, MAX_MESSAGE_FIELD)),
         Some(_) => Some(String::new()),
     };
+    let long = |v: Option<&Value>| {
+        v.and_then(|v| v.as_str())
+            .map(|s| cut(s, MAX_MESSAGE_FIELD))
+    };
+    info.error_message = long(p.get("error").and_then(|e| e.get("message")));
+    info.message = long(p.get("message"));
+    info.trigger_turn = p.get("trigger_turn").and_then(Value::as_bool);
     info.codex_error_info = p
         .get("error")
         .and_then(|e| e.get("codex_error_info"))
@@ -91,24 +100,39 @@ fn reference_classify(line: &[u8]) -> LineInfo {
             _ => None,
         });
     if let Some(rl) = p.get("rate_limits").and_then(|r| r.as_object()) {
-        for w in rl.values().filter_map(|w| w.as_object()).take(8) {
+        for (name, w) in rl
+            .iter()
+            .filter_map(|(k, w)| w.as_object().map(|w| (k, w)))
+            .take(8)
+        {
             info.rate_limits.push(RateWindow {
+                name: KNOWN_WINDOWS.into_iter().find(|n| n == name),
                 used_percent: w.get("used_percent").and_then(|n| n.as_f64()),
+                window_minutes: w.get("window_minutes").and_then(|n| n.as_f64()),
                 resets_at: w.get("resets_at").and_then(|n| n.as_f64()),
             });
         }
     }
     if info.kind == Kind::SessionMeta {
         let sub = p.get("source").and_then(|s| s.get("subagent"));
+        let spawn = sub.and_then(|s| s.get("thread_spawn"));
+        // The string form names the kind; of the object forms `thread_spawn` wins over `other`.
+        let subagent_kind = match sub {
+            Some(Value::String(k)) => Some(cut(k, MAX_SHORT_FIELD)),
+            Some(Value::Object(o)) if o.contains_key("thread_spawn") => Some("thread_spawn".into()),
+            Some(Value::Object(o)) if o.contains_key("other") => Some("other".into()),
+            _ => None,
+        };
         info.meta = Some(Box::new(SessionMetaInfo {
             id: s(p.get("id")),
             session_id: s(p.get("session_id")),
             parent_thread_id: s(p.get("parent_thread_id")),
-            spawn_parent_thread_id: s(sub
-                .and_then(|s| s.get("thread_spawn"))
-                .and_then(|t| t.get("parent_thread_id"))),
+            spawn_parent_thread_id: s(spawn.and_then(|t| t.get("parent_thread_id"))),
             thread_source: s(p.get("thread_source")),
             has_subagent_source: sub.is_some(),
+            subagent_kind,
+            spawn_agent_path: s(spawn.and_then(|t| t.get("agent_path"))),
+            spawn_agent_nickname: s(spawn.and_then(|t| t.get("agent_nickname"))),
             agent_path: s(p.get("agent_path")),
             agent_nickname: s(p.get("agent_nickname")),
             agent_role: s(p.get("agent_role")),
@@ -124,7 +148,9 @@ fn reference_classify(line: &[u8]) -> LineInfo {
 fn sorted_windows(mut info: LineInfo) -> LineInfo {
     let key = |w: &RateWindow| {
         (
+            w.name,
             w.used_percent.map(f64::to_bits),
+            w.window_minutes.map(f64::to_bits),
             w.resets_at.map(f64::to_bits),
         )
     };
@@ -335,6 +361,8 @@ fn text() -> impl Strategy<Value = String> {
             "turn_aborted", "token_count", "function_call", "custom_tool_call",
             "local_shell_call", "tool_search_call", "function_call_output",
             "custom_tool_call_output", "tool_search_output", "agent_message", "subagent",
+            "inter_agent_communication_metadata", "token_usage_record", "review",
+            "memory_consolidation", "thread_settings_applied", "sub_agent_activity",
             "usage_limit_exceeded", "2026-07-28T16:14:05.115Z", "2026-07-28T18:19:11.250+02:00",
             " 2026-07-28T16:14:05Z ", "2026-13-45T99:00:00Z", "call_Ab12", "019fa981-2dca-7c3e",
             "", "h\u{e9}llo w\u{f6}rld \u{1F600}", "\"quoted\" \\ back/slash",
@@ -364,6 +392,11 @@ fn key_text() -> impl Strategy<Value = String> {
             "parent_thread_id",
             "used_percent",
             "resets_at",
+            "window_minutes",
+            "trigger_turn",
+            "other",
+            "agent_path",
+            "agent_nickname",
         ])
         .prop_map(str::to_string),
         prop::collection::vec(any::<char>(), 0..8).prop_map(|v| v.into_iter().collect()),
@@ -457,17 +490,24 @@ fn source() -> impl Strategy<Value = J> {
         prop_oneof![
             member("parent_thread_id", str_or_junk()),
             member("depth", numbers().prop_map(J::Num)),
+            member("agent_path", str_or_junk()),
+            member("agent_nickname", str_or_junk()),
         ],
         0..3,
     )
     .prop_map(J::Obj);
     let sub = prop_oneof![
         3 => prop::collection::vec(
-            prop_oneof![member("thread_spawn", prop_oneof![3 => spawn, 1 => junk()]), (key_text(), junk())],
+            prop_oneof![
+                member("thread_spawn", prop_oneof![3 => spawn, 1 => junk()]),
+                member("other", str_or_junk()),
+                (key_text(), junk())
+            ],
             0..3
         )
         .prop_map(J::Obj),
         1 => Just(J::Null),
+        1 => text().prop_map(J::Str),
         1 => junk(),
     ];
     prop_oneof![
@@ -502,6 +542,8 @@ fn payload() -> impl Strategy<Value = J> {
         2 => member("error", error()),
         2 => member("rate_limits", rate_limits()),
         2 => member("source", source()),
+        1 => member("message", str_or_junk()),
+        1 => member("trigger_turn", prop_oneof![3 => any::<bool>().prop_map(J::Bool), 1 => junk()]),
         2 => (key_text(), junk()),
     ];
     prop_oneof![6 => prop::collection::vec(m, 0..10).prop_map(J::Obj), 1 => junk()]

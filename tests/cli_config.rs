@@ -214,8 +214,11 @@ fn help_names_every_variable_and_default() {
             .to_string();
         // Help wraps lines; compare with whitespace collapsed.
         let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        for var in config::ENV_VARS.iter().filter(|v| v.flag.is_some()) {
-            let note = format!("[env: {}] [default: {}]", var.name, var.default);
+        for var in kcap_watch::settings::SETTINGS
+            .iter()
+            .filter(|v| v.flag().is_some())
+        {
+            let note = format!("[env: {}] [default: {}]", var.var(), var.shown_default());
             assert!(help.contains(&note), "{sub} --help lacks {note}");
         }
         assert!(!help.contains("KCAP_TOKEN]"), "KCAP_TOKEN has no flag");
@@ -240,7 +243,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(s.server, None);
     assert_eq!(s.token, None);
     assert_eq!(s.token_file, None);
-    assert_eq!(s.profile, "default");
+    assert_eq!(s.profile, None, "unset: the active profile of config.json");
     assert_eq!(s.config_dir, PathBuf::from("/home/u/.config/kcap"));
     assert_eq!(
         s.watcher_dir,
@@ -295,7 +298,7 @@ fn variables_set_every_setting() {
     assert_eq!(s.server.as_deref(), Some("https://kcap.example"));
     assert_eq!(s.token.as_ref().map(|t| t.expose()), Some("tok-123"));
     assert_eq!(s.token_file, Some(PathBuf::from("/run/kcap/token")));
-    assert_eq!(s.profile, "work");
+    assert_eq!(s.profile.as_deref(), Some("work"));
     assert_eq!(s.config_dir, PathBuf::from("/srv/kcap"));
     assert_eq!(s.watcher_dir, PathBuf::from("/srv/kcap/watchers"));
     assert_eq!(s.stop_grace, mins(2));
@@ -526,7 +529,7 @@ fn flags_beat_variables() {
     );
     assert_eq!(s.server.as_deref(), Some("https://flag.example"));
     assert_eq!(s.token_file, Some(PathBuf::from("/flag/token")));
-    assert_eq!(s.profile, "flagged");
+    assert_eq!(s.profile.as_deref(), Some("flagged"));
     assert_eq!(s.config_dir, PathBuf::from("/flag/config"));
     assert_eq!(s.watcher_dir, PathBuf::from("/flag/watchers"));
     assert_eq!(s.stop_grace, Duration::from_secs(90));

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kcap_watch::ship::TranscriptBatch;
+use kcap_watch::ship::auth::{AuthConfig, Credentials, TokenOrigin};
 use kcap_watch::ship::client::{
     Deadlines, Failure, KcapClient, Outcome, ROUTE_SESSION_END, ROUTE_SUBAGENT_START,
     ROUTE_SUBAGENT_STOP, SessionEndReason, Watermark, session_end_body, subagent_start_body,
     subagent_stop_body,
 };
-use kcap_watch::ship::token::{TokenOrigin, TokenSource};
 use kcap_watch::time::Ts;
 use serde_json::json;
 use support::{FakeKcap, Fault};
@@ -33,7 +33,7 @@ fn short() -> Deadlines {
 fn client(fake: &FakeKcap, token: Option<&str>) -> KcapClient {
     KcapClient::new(
         &fake.url(),
-        TokenSource::fixed(token.map(str::to_owned)),
+        Credentials::fixed(token.map(str::to_owned)),
         short(),
     )
     .unwrap()
@@ -303,7 +303,7 @@ async fn an_unreachable_server_is_transient() {
     };
     let c = KcapClient::new(
         &format!("http://127.0.0.1:{port}"),
-        TokenSource::fixed(Some(SECRET.into())),
+        Credentials::fixed(Some(SECRET.into())),
         short(),
     )
     .unwrap();
@@ -413,19 +413,18 @@ async fn the_bearer_token_is_sent_and_never_shown() {
 }
 
 #[tokio::test]
-async fn an_expired_token_is_picked_up_again_after_reload() {
+async fn a_refused_token_file_is_read_again_and_the_request_resent_once() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
     std::fs::write(&file, "old-token\n").unwrap();
     let fake = FakeKcap::start();
     fake.require_token(Some("new-token"));
-    let source = TokenSource::new(
-        None,
-        Some(file.clone()),
-        dir.path().to_owned(),
-        String::new(),
-        fake.url(),
-    );
+    let source = Credentials::new(AuthConfig {
+        token_file: Some(file.clone()),
+        config_dir: dir.path().to_owned(),
+        server_url: fake.url(),
+        ..AuthConfig::default()
+    });
     let c = KcapClient::new(&fake.url(), source, short()).unwrap();
 
     let body = batch(None, &[(0, "a")]);
@@ -433,15 +432,24 @@ async fn an_expired_token_is_picked_up_again_after_reload() {
         c.post_transcript(body.clone()).await,
         Outcome::Unauthorized { status: 401 }
     );
-    std::fs::write(&file, "new-token").unwrap();
-    // The file is re-read only when the caller says so.
     assert_eq!(
-        c.post_transcript(body.clone()).await,
-        Outcome::Unauthorized { status: 401 }
+        fake.request_count("transcript"),
+        1,
+        "an unchanged file gives nothing to resend with"
     );
-    c.reload_token(Ts::now());
-    assert_eq!(c.token_origin(), TokenOrigin::File(file));
+    std::fs::write(&file, "new-token").unwrap();
+    // The 401 makes the file be read again, and the request goes once more at once.
     assert_eq!(c.post_transcript(body).await, Outcome::Delivered);
+    assert_eq!(c.token_origin(), TokenOrigin::File(file));
+    let sent: Vec<_> = fake
+        .requests_to("transcript")
+        .iter()
+        .map(|r| r.authorization().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        sent,
+        ["Bearer old-token", "Bearer old-token", "Bearer new-token"]
+    );
 }
 
 #[tokio::test]
@@ -449,7 +457,7 @@ async fn a_trailing_slash_in_the_url_does_not_matter() {
     let fake = FakeKcap::start();
     let c = KcapClient::new(
         &format!("{}/", fake.url()),
-        TokenSource::fixed(None),
+        Credentials::fixed(None),
         short(),
     )
     .unwrap();
@@ -458,8 +466,8 @@ async fn a_trailing_slash_in_the_url_does_not_matter() {
         Outcome::Delivered
     );
     assert_eq!(fake.requests()[0].path, "/hooks/transcript");
-    assert!(KcapClient::new("ftp://example.com", TokenSource::fixed(None), short()).is_err());
-    assert!(KcapClient::new("not a url", TokenSource::fixed(None), short()).is_err());
+    assert!(KcapClient::new("ftp://example.com", Credentials::fixed(None), short()).is_err());
+    assert!(KcapClient::new("not a url", Credentials::fixed(None), short()).is_err());
 }
 
 #[test]
@@ -472,7 +480,7 @@ fn the_fake_server_can_be_driven_from_sync_code() {
             .build()
             .unwrap();
         rt.block_on(async {
-            let c = KcapClient::new(&url, TokenSource::fixed(None), short()).unwrap();
+            let c = KcapClient::new(&url, Credentials::fixed(None), short()).unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
             c.post_transcript(batch(None, &[(0, "a")])).await
         })
@@ -624,25 +632,27 @@ fn write_store(path: &Path, token: &str, server_url: Option<&str>, expires_at: s
     std::fs::write(path, v.to_string()).unwrap();
 }
 
-fn source(config: &Path, env: Option<&str>, file: Option<PathBuf>, profile: &str) -> TokenSource {
-    TokenSource::new(
-        env.map(str::to_owned),
-        file,
-        config.to_owned(),
-        profile.to_owned(),
-        URL.to_owned(),
-    )
+fn source(config: &Path, env: Option<&str>, file: Option<PathBuf>, profile: &str) -> Credentials {
+    Credentials::new(AuthConfig {
+        env_token: env.map(str::to_owned),
+        token_file: file,
+        config_dir: config.to_owned(),
+        profile: Some(profile.to_owned()).filter(|p| !p.is_empty()),
+        server_url: URL.to_owned(),
+        ..AuthConfig::default()
+    })
 }
 
-fn current(s: &TokenSource) -> Option<String> {
-    s.current().map(|t| t.expose().to_owned())
+async fn current(s: &Credentials, now: Ts) -> Option<String> {
+    s.bearer(now).await.map(|t| t.expose().to_owned())
 }
 
-#[test]
-fn token_resolution_order() {
+#[tokio::test]
+async fn token_resolution_order() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path();
-    let later = json!(Ts::now().plus(Duration::from_secs(3600)).rfc3339());
+    let now = Ts::now();
+    let later = json!(now.plus(Duration::from_secs(3600)).rfc3339());
     write_store(
         &config.join("tokens/default.json"),
         "store-default",
@@ -659,24 +669,24 @@ fn token_resolution_order() {
     std::fs::write(&file, "  from-file \n").unwrap();
 
     let s = source(config, Some("from-env"), Some(file.clone()), "");
-    assert_eq!(current(&s).as_deref(), Some("from-env"));
-    assert_eq!(s.origin(), &TokenOrigin::Env);
+    assert_eq!(current(&s, now).await.as_deref(), Some("from-env"));
+    assert_eq!(s.origin(), TokenOrigin::Env);
 
     let s = source(config, None, Some(file.clone()), "");
-    assert_eq!(current(&s).as_deref(), Some("from-file"));
+    assert_eq!(current(&s, now).await.as_deref(), Some("from-file"));
 
-    // An unreadable token file falls through to the store.
-    let s = source(config, None, Some(config.join("missing")), "");
-    assert_eq!(current(&s).as_deref(), Some("store-default"));
+    let s = source(config, None, None, "");
+    assert_eq!(current(&s, now).await.as_deref(), Some("store-default"));
     assert_eq!(
         s.origin(),
-        &TokenOrigin::Store(config.join("tokens/default.json"))
+        TokenOrigin::Store(config.join("tokens/default.json"))
     );
 
     let s = source(config, Some("  "), None, "work");
-    assert_eq!(current(&s).as_deref(), Some("store-work"));
+    assert_eq!(current(&s, now).await.as_deref(), Some("store-work"));
 
-    // Older installs: one tokens.json, used only when the profile has no file.
+    // Older installs: one tokens.json, used only by the active profile (here `default`,
+    // there is no config.json) and only when it has no file of its own.
     write_store(
         &config.join("tokens.json"),
         "legacy",
@@ -684,54 +694,39 @@ fn token_resolution_order() {
         later,
     );
     let s = source(config, None, None, "other");
-    assert_eq!(current(&s).as_deref(), Some("legacy"));
-    std::fs::remove_file(config.join("tokens.json")).unwrap();
-    let s = source(config, None, None, "other");
-    assert_eq!(current(&s), None);
-    assert_eq!(s.origin(), &TokenOrigin::None);
+    assert_eq!(current(&s, now).await, None, "not the legacy file's owner");
+    assert_eq!(s.origin(), TokenOrigin::None);
+    std::fs::remove_file(config.join("tokens/default.json")).unwrap();
+    let s = source(config, None, None, "");
+    assert_eq!(current(&s, now).await.as_deref(), Some("legacy"));
 }
 
-#[test]
-fn store_tokens_for_another_server_or_about_to_expire_are_not_used() {
+#[tokio::test]
+async fn the_store_is_read_again_before_each_request_and_never_printed() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path();
     let store = config.join("tokens/default.json");
     let now = Ts::parse_rfc3339("2026-07-28T16:00:00Z").unwrap();
-    let mut s = source(config, None, None, "default");
+    let s = source(config, None, None, "default");
 
     write_store(&store, "t", Some("https://other.example.com"), json!(null));
-    s.reload(now);
-    assert_eq!(current(&s), None);
-
-    write_store(&store, "t", Some(URL), json!("2026-07-28T16:00:20Z"));
-    s.reload(now);
-    assert_eq!(current(&s), None, "expires within 30 s");
-
-    // The same token, read again a minute before it lapses at a later reload... is valid.
-    s.reload(Ts::parse_rfc3339("2026-07-28T15:59:00Z").unwrap());
-    assert_eq!(current(&s).as_deref(), Some("t"));
+    assert_eq!(current(&s, now).await, None, "bound to another server");
 
     // Unix seconds and milliseconds both work.
     let in_an_hour_s = (now.as_millis() / 1000) + 3600;
     write_store(&store, "secs", Some(URL), json!(in_an_hour_s));
-    s.reload(now);
-    assert_eq!(current(&s).as_deref(), Some("secs"));
+    assert_eq!(current(&s, now).await.as_deref(), Some("secs"));
     write_store(
         &store,
         "millis",
-        Some(URL),
+        Some("HTTPS://KCAP.example.com:443/"),
         json!(now.as_millis() + 3_600_000),
     );
-    s.reload(now);
-    assert_eq!(current(&s).as_deref(), Some("millis"));
-    write_store(&store, "past-millis", Some(URL), json!(now.as_millis() - 1));
-    s.reload(now);
-    assert_eq!(current(&s), None);
+    assert_eq!(current(&s, now).await.as_deref(), Some("millis"));
 
-    // The CLI refreshed the store: the next reload picks the new token up.
+    // The CLI refreshed the store: the next request picks the new token up.
     write_store(&store, "refreshed", None, json!("2026-07-28T17:00:00Z"));
-    s.reload(now);
-    assert_eq!(current(&s).as_deref(), Some("refreshed"));
+    assert_eq!(current(&s, now).await.as_deref(), Some("refreshed"));
 
     // Never printed, whatever its origin.
     assert!(!format!("{s:?}").contains("refreshed"));

@@ -194,7 +194,8 @@ fn release_removes_our_files_but_keeps_a_successors() {
     let dir = tempfile::tempdir().unwrap();
     let files = WatcherFiles::acquire(dir.path(), SESSION, NOW).unwrap();
     files.release();
-    assert_eq!(file_names(dir.path()), vec![format!("{SESSION}.lock")]);
+    // The lock file goes too (R5): it was ours, and still locked when unlinked.
+    assert_eq!(file_names(dir.path()), Vec::<String>::new());
 
     // The spawner already wrote a successor's pid and start time: those stay.
     let files = WatcherFiles::acquire(dir.path(), SESSION, NOW).unwrap();
@@ -205,6 +206,77 @@ fn release_removes_our_files_but_keeps_a_successors() {
         "4194303\nlx:x:1"
     );
     assert!(dir.path().join(format!("{SESSION}.started")).exists());
+}
+
+#[test]
+fn a_lock_held_on_a_file_no_longer_at_the_path_excludes_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = WatcherFiles::acquire(dir.path(), SESSION, NOW).unwrap();
+    let lock = first.lock_path().to_path_buf();
+    // The first holder's file is unlinked under it (as its own release does on the way out):
+    // the next watcher locks a fresh file at the path and checks that the path names it.
+    fs::remove_file(&lock).unwrap();
+    let second = WatcherFiles::acquire(dir.path(), SESSION, NOW).unwrap();
+    assert!(lock.exists());
+    // And the old holder's release does not remove the successor's lock file.
+    first.release();
+    assert!(lock.exists(), "the successor's lock file stays");
+    let third = WatcherFiles::acquire(dir.path(), SESSION, NOW);
+    assert!(matches!(third, Err(AcquireError::Held { .. })), "{third:?}");
+    second.release();
+}
+
+#[test]
+fn a_symbolic_link_at_a_watcher_file_is_refused_and_its_target_kept() {
+    for ext in [
+        "lock",
+        "pid",
+        "started",
+        "heartbeat",
+        "heartbeat-0",
+        "heartbeat-1",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        fs::write(&target, "precious").unwrap();
+        let watchers = dir.path().join("w");
+        fs::create_dir(&watchers).unwrap();
+        let at = watchers.join(format!("{SESSION}.{ext}"));
+        std::os::unix::fs::symlink(&target, &at).unwrap();
+        let err = WatcherFiles::acquire(&watchers, SESSION, NOW).unwrap_err();
+        assert!(matches!(err, AcquireError::Refused(_)), "{ext}: {err:?}");
+        assert!(err.to_string().contains(&at.display().to_string()), "{err}");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious", "{ext}");
+    }
+}
+
+#[test]
+fn spools_and_atomic_writes_refuse_a_symbolic_link_and_write_nothing_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    let target = dir.path().join("target");
+    fs::write(&target, "precious").unwrap();
+    let paths = [
+        transcript_spool_path(&config, SESSION),
+        hook_spool_path(&config, SESSION),
+    ];
+    for p in &paths {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&target, p).unwrap();
+    }
+    let err = append_transcript(&config, &batch(None, &[0]), NOW).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    let err = append_hook(&config, SESSION, "subagent-stop", "{}").unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert!(spool::claim(&paths[0], std::process::id()).is_err());
+    let atomic = dir.path().join("atomic");
+    std::os::unix::fs::symlink(&target, &atomic).unwrap();
+    let err = write_atomic(&atomic, b"x").unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+    for p in paths.iter().chain([&atomic]) {
+        assert!(fs::symlink_metadata(p).unwrap().file_type().is_symlink());
+    }
 }
 
 #[test]
@@ -562,7 +634,7 @@ fn a_hook_record_carries_the_route_and_the_body_as_a_json_string() {
     let text = fs::read_to_string(&path).unwrap();
     assert_eq!(
         text,
-        "{\"route\":\"subagent-stop\",\"body\":\"{\\\"hook_event_name\\\":\\\"subagent_stop\\\",\\\"last_assistant_message\\\":\\\"done\\\\n\\\"}\"}\n"
+        "{\"route\":\"subagent-stop\",\"body\":\"{\\\"hook_event_name\\\":\\\"subagent_stop\\\",\\\"last_assistant_message\\\":\\\"done\\\\n\\\"}\",\"writer\":\"kcap-watch\"}\n"
     );
     assert_eq!(
         outcome,
@@ -573,6 +645,7 @@ fn a_hook_record_carries_the_route_and_the_body_as_a_json_string() {
     );
     let record: HookRecord = serde_json::from_str(text.trim_end()).unwrap();
     assert_eq!(record.body, body);
+    assert!(record.is_ours(), "marked as this tool's, for replay");
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(&dir.path().join("spool")), 0o700);
 }
@@ -655,15 +728,18 @@ fn claim_finish_puts_back_only_unacknowledged_records_ahead_of_new_ones() {
         vec![
             HookRecord {
                 route: "subagent-stop".into(),
-                body: "{}".into()
+                body: "{}".into(),
+                writer: Some("kcap-watch".into())
             },
             HookRecord {
                 route: "session-end/codex".into(),
-                body: "{}".into()
+                body: "{}".into(),
+                writer: Some("kcap-watch".into())
             },
             HookRecord {
                 route: "subagent-stop".into(),
-                body: "{\"late\":true}".into()
+                body: "{\"late\":true}".into(),
+                writer: Some("kcap-watch".into())
             },
         ]
     );

@@ -31,6 +31,22 @@ fn rollout_line() -> impl Strategy<Value = String> {
         Just(r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[]}}"#.to_string()),
         Just(r#"{"type":"turn_context","payload":{"cwd":"/x"}}"#.to_string()),
         Just(r#"{"type":"world_state","payload":{"anything":[1,2,3]}}"#.to_string()),
+        // Queued and triggering inter-agent mail (R4.3): the announcement and its message
+        // may be split by a restart, which must not change what the message is.
+        prop_oneof![Just("false"), Just("true"), Just("1")].prop_map(|t| format!(
+            r#"{{"type":"inter_agent_communication_metadata","ordinal":7,"payload":{{"trigger_turn":{t}}}}}"#
+        )),
+        Just(r#"{"type":"response_item","payload":{"type":"agent_message","author":"/root","recipient":"/root/w","content":[]}}"#.to_string()),
+        "[a-z ]{0,12}".prop_map(|m| format!(
+            r#"{{"type":"event_msg","payload":{{"type":"agent_message","message":"{m}"}}}}"#
+        )),
+        (0u32..=120, 1_785_000_000u64..1_786_000_000).prop_map(|(u, r)| format!(
+            r#"{{"type":"event_msg","payload":{{"type":"token_count","rate_limits":{{"primary":{{"used_percent":99,"window_minutes":300,"resets_at":{r}}},"secondary":{{"used_percent":{u},"window_minutes":10080,"resets_at":{}}}}}}}}}"#,
+            r + 400_000
+        )),
+        Just(r#"{"type":"event_msg","payload":{"type":"task_complete","last_agent_message":null,"error":{"message":"try again at 10:45 PM","codex_error_info":"usage_limit_exceeded"}}}"#.to_string()),
+        Just(r#"{"type":"world_state","payload":{"state":"{\"cwd\":\"/x\"}"}}"#.to_string()),
+        Just(r#"{"type":"token_usage_record","payload":{"turn_id":"t","usage":{"input_tokens":3}}}"#.to_string()),
         Just(String::new()),
         Just("{not json".to_string()),
         Just(r#"{"type":"session_meta","payload":{"id":"x","thread_source":"subagent"}}"#.to_string()),

@@ -507,7 +507,7 @@ fn the_fold_keeps_its_invariants_and_the_decisions_never_panic() {
                     role,
                     &windows,
                     StopProgress::default(),
-                    Some(now),
+                    now,
                     c.as_ref(),
                 );
                 if role == Role::Session {

@@ -1,5 +1,7 @@
 //! `kcap-watch inspect` against real files: the fold scenarios of `spec/lifecycle.md`
-//! section 8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, and bad paths.
+//! section 8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, bad paths, and the
+//! facts `revision-2.md` R4 adds (binding window, queued mail, stop owed at exit, idle from
+//! the watcher's start, a child header without a parent).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -321,4 +323,150 @@ fn scenario_7_inspect_shows_a_stall_after_65_minutes_of_silence_in_an_open_turn(
     let after = inspect(&path, "2026-07-28T11:06:00Z");
     assert_eq!(after["stalled"], true);
     assert_eq!(after["turn"]["state"], "open");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `revision-2.md` R4: each new fact `inspect` shows, on the fixtures of the real shapes.
+
+fn text_of(path: &str, now: &str) -> String {
+    let out = kcap_watch()
+        .args(["inspect", "--line-times", "--now", now, path])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_99_percent_usage_limit_shows_the_five_hour_window_binding_and_a_stop_with_codexs_message() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-usage-limit-99.jsonl"),
+        "2026-07-28T22:00:00Z",
+    );
+    let p = &r["pause"];
+    assert_eq!(p["state"], "open");
+    assert_eq!(p["ends_at"], "2026-07-28T22:45:30.000Z");
+    assert_eq!(p["binding"]["window"], "primary");
+    assert_eq!(p["binding"]["used_percent"], 99.0);
+    assert_eq!(p["binding"]["window_minutes"], 300.0);
+    assert_eq!(p["binding"]["resets_at"], "2026-07-28T22:45:00.000Z");
+    assert!(
+        p["binding"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no window at 100%")
+    );
+    // The pause does not hold the stop: due five minutes after the turn ended.
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T22:03:00.012Z");
+    let msg = r["turn"]["last_agent_message"].as_str().unwrap();
+    assert!(msg.contains("try again at 10:45 PM"), "{msg}");
+    // The reap waits for the pause's end: a full window after 22:45:30.
+    assert_eq!(r["due"]["idle_end"], "2026-07-29T04:45:30.001Z");
+    assert_eq!(r["idle_since"]["from"], "close of the last pause");
+    let text = text_of(
+        "fixtures/codex/child-usage-limit-99.jsonl",
+        "2026-07-28T22:00:00Z",
+    );
+    assert!(
+        text.contains("binding window primary at 99% (300 min) resets 2026-07-28T22:45:00.000Z"),
+        "{text}"
+    );
+}
+
+#[test]
+fn queued_mail_is_counted_and_leaves_the_turn_completed_and_the_stop_where_it_was() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-queued-mail.jsonl"),
+        "2026-07-28T14:06:00Z",
+    );
+    assert_eq!(r["lines"]["queued_mail"], 2);
+    assert_eq!(r["turn"]["state"], "completed");
+    assert_eq!(r["last_activity"], "2026-07-28T14:03:37.130Z");
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T14:08:37.130Z");
+    assert_eq!(r["due"]["stall_warning"], Value::Null);
+    let text = text_of(
+        "fixtures/codex/child-queued-mail.jsonl",
+        "2026-07-28T14:06:00Z",
+    );
+    assert!(text.contains("queued mail    2 lines"), "{text}");
+}
+
+#[test]
+fn a_crashed_child_shows_the_stop_it_owes_at_exit_with_its_last_agent_message() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-crashed-mid-turn.jsonl"),
+        "2026-07-28T12:00:00Z",
+    );
+    assert_eq!(r["turn"]["state"], "open");
+    assert_eq!(r["due"]["subagent_stop"], Value::Null);
+    let owed = &r["stop_owed_at_exit"];
+    assert_eq!(owed["because"], "watcher_ending");
+    assert_eq!(owed["turn"], "open");
+    assert_eq!(
+        owed["last_assistant_message"],
+        "Spec updated with POST /invoices; regenerating the client now."
+    );
+    // A session owes none.
+    let r = inspect(
+        Path::new("fixtures/codex/session-resumed.jsonl"),
+        "2026-07-28T12:00:00Z",
+    );
+    assert_eq!(r["stop_owed_at_exit"], Value::Null);
+}
+
+#[test]
+fn idle_is_counted_from_the_watcher_start_which_for_inspect_is_now() {
+    let r = inspect(
+        Path::new("fixtures/codex/session-resumed.jsonl"),
+        "2026-07-28T13:00:00Z",
+    );
+    assert_eq!(r["last_activity"], "2026-07-28T09:35:04.530Z");
+    assert_eq!(r["watcher_start"], "2026-07-28T13:00:00.000Z");
+    assert_eq!(r["idle_since"]["at"], "2026-07-28T13:00:00.000Z");
+    assert_eq!(r["idle_since"]["from"], "watcher start");
+    // A full idle window (60 min) after the start, not one after the old last line.
+    assert_eq!(r["due"]["idle_end"], "2026-07-28T14:00:00.001Z");
+    // Observed at the last line itself, idle counts from it.
+    let r = inspect(
+        Path::new("fixtures/codex/session-resumed.jsonl"),
+        "2026-07-28T09:35:04.530Z",
+    );
+    assert_eq!(r["idle_since"]["from"], "last activity");
+    assert_eq!(r["due"]["idle_end"], "2026-07-28T10:35:04.531Z");
+}
+
+#[test]
+fn a_parent_less_review_child_is_a_child_and_inspect_says_what_watch_needs() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-review-no-parent.jsonl"),
+        "2026-07-28T16:30:00Z",
+    );
+    assert_eq!(r["role"], "child");
+    assert_eq!(r["session_id"], Value::Null);
+    let m = r["missing_key"].as_str().unwrap();
+    assert!(m.contains("is a sub-agent (review)"), "{m}");
+    assert!(m.contains("pass SESSION_ID"), "{m}");
+    assert!(!m.contains("no readable session_meta"), "{m}");
+    // A complete header has no missing key.
+    let r = inspect(
+        Path::new("fixtures/codex/child-current-shapes.jsonl"),
+        "2026-07-28T18:03:00Z",
+    );
+    assert_eq!(r["missing_key"], Value::Null);
+}
+
+#[test]
+fn the_current_shapes_fixture_inspects_without_malformed_lines_or_anything_in_flight() {
+    let r = inspect(
+        Path::new("fixtures/codex/child-current-shapes.jsonl"),
+        "2026-07-28T18:03:00Z",
+    );
+    assert_eq!(r["lines"]["complete"], 30);
+    assert_eq!(r["lines"]["malformed"], 0);
+    assert_eq!(r["lines"]["queued_mail"], 0);
+    assert_eq!(r["agent_type"], "planner");
+    assert_eq!(r["turn"]["state"], "completed");
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    assert_eq!(r["due"]["subagent_stop"], "2026-07-28T18:07:47.402Z");
+    assert_eq!(r["pause"], Value::Null);
 }

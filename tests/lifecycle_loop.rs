@@ -225,22 +225,38 @@ async fn loop_scenario_7_a_pending_call_blocks_the_reap_until_it_is_twelve_hours
 }
 
 #[tokio::test(start_paused = true)]
-async fn loop_scenario_8_the_stop_waits_for_the_pause_to_close_itself() {
+async fn loop_scenario_8_the_stop_comes_after_the_grace_and_the_watcher_outlives_the_pause() {
+    // `revision-2.md` R4.2: a usage-limit turn ends like any other turn.
     let s = Setup::new(&[child_meta(), started()]);
-    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let mut settings = s.settings();
+    settings.reap_after = 30 * MIN;
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
     let test = async {
         // 10:00 = base; usage limit at 10:09 with a reset at 11:47.
         s.until(9 * MIN).await;
-        s.append_now(&usage_limit(s.at(107 * MIN))).await;
-        s.until(107 * MIN + Duration::from_secs(30) + 5 * MIN - Duration::from_secs(1))
+        let [count, _] = usage_limit(s.at(107 * MIN));
+        let end = ev(
+            r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"message":"You've hit your usage limit. Try again at 11:47 AM.","codex_error_info":"usage_limit_exceeded"}}"#,
+        );
+        s.append_now(&[count, end]).await;
+        s.until(14 * MIN - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "not before 10:14:00");
+        s.until(14 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+        let stop = s
+            .hook_spool()
+            .into_iter()
+            .find(|l| l.contains("subagent-stop"))
+            .expect("the stop was spooled");
+        assert!(stop.contains("Try again at 11:47 AM."), "{stop}");
+        // The pause keeps the 30-minute reap from firing until 11:47:30 + 30 min.
+        s.until(107 * MIN + Duration::from_secs(30) + 30 * MIN - Duration::from_secs(1))
             .await;
         tokio::task::yield_now().await;
-        assert_eq!(stops(&s), 0, "not before 11:52:30");
-        s.until(107 * MIN + Duration::from_secs(30) + 5 * MIN).await;
-        settle(|| stops(&s) == 1).await;
     };
     tokio::select! {
-        r = watcher => panic!("watcher ended early: {r:?}"),
+        r = watcher => panic!("watcher ended before the pause's end plus the reap window: {r:?}"),
         _ = test => {}
     }
 }

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use kcap_watch::settings::Exposure;
+
 const UPDATE: &str = "UPDATE_MAN=1 cargo test --test man_pages";
 
 #[test]
@@ -73,12 +75,15 @@ fn top_page_lists_every_variable_and_the_exit_codes() {
     let pages = kcap_watch::cli::man_pages();
     let top = String::from_utf8(pages[0].1.clone()).unwrap();
     let env = &top[top.find(".SH ENVIRONMENT").expect("an ENVIRONMENT section")..];
-    for var in kcap_watch::config::ENV_VARS {
+    for var in kcap_watch::settings::SETTINGS {
         // Upper case and underscores: nothing in the names needs a roff escape.
-        assert!(
-            env.contains(&format!("\\fB{}\\fR", var.name)),
-            "{} missing from ENVIRONMENT",
-            var.name
+        let listed = env.contains(&format!("\\fB{}\\fR", var.var()));
+        let hidden = var.exposure() == Exposure::Hidden;
+        assert_eq!(
+            listed,
+            !hidden,
+            "{} (hidden: {hidden}) in ENVIRONMENT",
+            var.var()
         );
     }
     assert!(top.contains(".SH \"EXIT STATUS\""));

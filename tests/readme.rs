@@ -1,5 +1,5 @@
 //! The README's configuration table is generated from the one registry of variables
-//! (`config::ENV_VARS`), so it cannot drift from `--help` and the man page.
+//! (`settings::SETTINGS`), so it cannot drift from `--help` and the man page.
 //! Regenerate with `UPDATE_README=1 cargo test --test readme`.
 
 const START: &str = "<!-- config:start -->\n";
@@ -9,7 +9,7 @@ const END: &str = "<!-- config:end -->";
 fn readme_configuration_table_matches_the_registry() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let readme = std::fs::read_to_string(&path).unwrap();
-    let table = kcap_watch::config::env_table_markdown();
+    let table = kcap_watch::settings::markdown_table(kcap_watch::settings::SETTINGS);
     let (Some(a), Some(b)) = (readme.find(START), readme.find(END)) else {
         panic!("README.md lacks the config table markers");
     };

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::fold::{Pause, State};
+use crate::fold::{Pause, State, Turn};
 use crate::rollout::header::Role;
 use crate::time::Ts;
 
@@ -45,8 +45,10 @@ pub struct StopProgress {
     pub next_attempt: Option<Ts>,
 }
 
-/// **4a. Subagent stop** (child role): the turn ended, nothing in flight, no pause open, and
-/// `grace` has passed (`>=`) since the last line or the close of the last pause.
+/// **4a. Subagent stop** (child role): the turn ended, nothing in flight, and `grace` has
+/// passed (`>=`) since the last line. A usage-limit pause does not hold it (`revision-2.md`
+/// R4.2): Codex never resumes such a turn by itself, so it ends like any other, and the stop
+/// carries Codex's message. Queued mail is not a line here (R4.3).
 pub fn subagent_stop_due(
     state: &State,
     role: Role,
@@ -56,7 +58,7 @@ pub fn subagent_stop_due(
     if role != Role::Child || progress.posted || !state.turn.is_ended() {
         return None;
     }
-    let mut due = state.quiet_since()?.plus(grace);
+    let mut due = state.last_activity?.plus(grace);
     if let Some(settle) = calls_settle_at(state) {
         due = due.max(settle);
     }
@@ -66,16 +68,12 @@ pub fn subagent_stop_due(
     Some(due)
 }
 
-/// **4b. Idle end**: more than `window` (`>`) since the last line or the close of the last
-/// pause, and no tool call in flight. `started` stands in for the last line when no line was
-/// ever seen (a file that does not exist yet).
-pub fn idle_end_due(state: &State, window: Duration, started: Option<Ts>) -> Option<Ts> {
-    let quiet = match (state.quiet_since(), started) {
-        (Some(q), _) => q,
-        (None, Some(s)) => s,
-        (None, None) => return None,
-    };
-    let mut due = quiet.plus(window).plus(ONE_MS);
+/// **4b. Idle end** (a session's idle end, a child's reap): more than `window` (`>`) since
+/// `max(last activity, close of the last pause, watcher start)` (`revision-2.md` R4.5: a
+/// watcher started on a file idle for hours still gets a full window), and no tool call in
+/// flight. An open pause counts until its reported end, so it keeps this from firing.
+pub fn idle_end_due(state: &State, window: Duration, watcher_start: Ts) -> Option<Ts> {
+    let mut due = state.idle_since(watcher_start).plus(window).plus(ONE_MS);
     if let Some(settle) = calls_settle_at(state) {
         due = due.max(settle);
     }
@@ -86,7 +84,7 @@ pub fn idle_end_due(state: &State, window: Duration, started: Option<Ts>) -> Opt
 /// and more than `window` (`>`) of silence. `None` window: disabled.
 pub fn stall_due(state: &State, window: Option<Duration>) -> Option<Ts> {
     let window = window?;
-    if state.turn != crate::fold::Turn::Open || state.stalled {
+    if state.turn != Turn::Open || state.stalled {
         return None;
     }
     let mut due = state.last_activity?.plus(window).plus(ONE_MS);
@@ -247,19 +245,100 @@ pub struct Windows {
     pub stall: Option<Duration>,
 }
 
-/// All due times at once.
+/// All due times at once. `watcher_start` is when this watcher started (idle end counts from
+/// it at the earliest).
 pub fn due_times(
     state: &State,
     role: Role,
     windows: &Windows,
     stop: StopProgress,
-    started: Option<Ts>,
+    watcher_start: Ts,
     ceiling: Option<&Ceiling>,
 ) -> Due {
     Due {
         subagent_stop: subagent_stop_due(state, role, windows.stop_grace, stop),
-        idle_end: idle_end_due(state, windows.idle, started),
+        idle_end: idle_end_due(state, windows.idle, watcher_start),
         stall_warning: stall_due(state, windows.stall),
         lifetime_ceiling: ceiling.map(|c| c.deadline),
     }
+}
+
+/// Why a watcher is ending, as far as the stop it owes is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatcherEnd {
+    /// Idle end: a child's reap (a session's idle end owes no stop).
+    Idle,
+    LifetimeCeiling,
+    ParentExited,
+    /// A signal: the kcap CLI's teardown owns the card, so only an already-due stop is kept.
+    Signal,
+    /// `--once` finished.
+    OnceDone,
+    /// The rollout was rewritten (exit 3): only an already-due stop is kept.
+    Rewritten,
+}
+
+/// Why a stop is owed at exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwedBecause {
+    /// The stop was due (its grace had passed) but not acknowledged (`revision-2.md` R3).
+    Due,
+    /// The watcher is ending on reap, ceiling or parent exit and no card may keep spinning
+    /// after it (R4.4), whether or not the turn ended (a Codex crash mid-turn ends none).
+    WatcherEnding,
+}
+
+/// A stop the watcher must post (or spool, if it cannot) before it exits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwedStop {
+    pub because: OwedBecause,
+    /// The turn as the stop leaves it (`open` after a crash mid-turn).
+    pub turn: Turn,
+    /// `last_assistant_message` before redaction and the 4 KiB cut: the ended turn's message,
+    /// else the last agent message seen, else empty ([`State::stop_message`]).
+    pub last_assistant_message: String,
+}
+
+/// **R4.4 / R3: the stop owed when the watcher ends at `now`** (child role, none acknowledged
+/// by this process). Owed when the watcher ends on idle reap, the lifetime ceiling or its
+/// parent's exit, even if the turn never ended; for any other end, only when it was due by
+/// `now` (the retry time of a failed attempt does not matter: the watcher will not retry).
+/// The shell posts it after the transcript through its last line is confirmed or spooled,
+/// and spools it when the post fails.
+pub fn stop_owed_at_exit(
+    state: &State,
+    role: Role,
+    grace: Duration,
+    progress: StopProgress,
+    end: WatcherEnd,
+    now: Ts,
+) -> Option<OwedStop> {
+    if role != Role::Child || progress.posted {
+        return None;
+    }
+    let due_by_now = subagent_stop_due(
+        state,
+        role,
+        grace,
+        StopProgress {
+            posted: false,
+            next_attempt: None,
+        },
+    )
+    .is_some_and(|t| t <= now);
+    let because = if due_by_now {
+        OwedBecause::Due
+    } else if matches!(
+        end,
+        WatcherEnd::Idle | WatcherEnd::LifetimeCeiling | WatcherEnd::ParentExited
+    ) {
+        OwedBecause::WatcherEnding
+    } else {
+        return None;
+    };
+    Some(OwedStop {
+        because,
+        turn: state.turn,
+        last_assistant_message: state.stop_message(),
+    })
 }

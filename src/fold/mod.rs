@@ -6,6 +6,7 @@
 //! The fold always reads **raw** lines: the redacted copy shipped to the server can lack the
 //! `call_id` (an oversize placeholder) that clears a pending call.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::rollout::header::Identity;
@@ -24,6 +25,10 @@ pub const PAUSE_SLACK: Duration = Duration::from_secs(30);
 
 /// The `codex_error_info` that parks a thread until its usage limit resets.
 pub const USAGE_LIMIT: &str = "usage_limit_exceeded";
+
+/// Mail announcements remembered at most while waiting for their `agent_message`; beyond it
+/// the oldest are forgotten (Codex writes each announcement right before its message).
+pub const MAX_MAIL_ANNOUNCEMENTS: usize = 64;
 
 /// Where the child's current (or last) turn stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -59,8 +64,60 @@ pub struct PendingCall {
     pub since: Ts,
 }
 
-/// A usage-limit pause (`spec/lifecycle.md` section 5).
+/// Why a rate-limit window was taken as the one that parks the thread (`revision-2.md` R4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingReason {
+    /// One or more windows read `used_percent >= 100`; this one resets latest among them.
+    AtLimit {
+        /// How many windows were at 100 %.
+        at_limit: usize,
+    },
+    /// No window read 100 % (a stale reading, such as the real 99 % five-hour window): the
+    /// highest reading binds, the earliest reset breaking ties.
+    HighestReading,
+}
+
+impl BindingReason {
+    /// A short explanation for `inspect`.
+    pub fn describe(self) -> String {
+        match self {
+            BindingReason::AtLimit { at_limit: 1 } => "the only window at 100%".to_string(),
+            BindingReason::AtLimit { at_limit } => {
+                format!("latest reset of the {at_limit} windows at 100%")
+            }
+            BindingReason::HighestReading => {
+                "highest reading; no window at 100% (ties: earliest reset)".to_string()
+            }
+        }
+    }
+}
+
+/// The rate-limit window that parks a thread, from the `token_count` before its usage-limit
+/// `task_complete`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Binding {
+    pub window: RateWindow,
+    /// Its position among the line's windows (0-based), to name a window without a known key.
+    pub position: usize,
+    pub reason: BindingReason,
+}
+
+impl Binding {
+    /// The window's reset, when a usable time.
+    pub fn resets_at(&self) -> Option<Ts> {
+        self.window.resets_at.and_then(Ts::from_unix_secs_f64)
+    }
+
+    /// The window's name: its key when known (`primary`), else `window <n>` (1-based).
+    pub fn name(&self) -> String {
+        self.window
+            .name
+            .map_or_else(|| format!("window {}", self.position + 1), str::to_string)
+    }
+}
+
+/// A usage-limit pause (`spec/lifecycle.md` section 5).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pause {
     /// When the `task_complete` with `usage_limit_exceeded` was observed.
     pub opened_at: Ts,
@@ -70,6 +127,8 @@ pub struct Pause {
     pub ends_at: Option<Ts>,
     /// When a line (a new turn, any `response_item`) closed it before its reported end.
     pub closed_at: Option<Ts>,
+    /// The window that supplied its end (for `inspect`), when any window was binding.
+    pub binding: Option<Binding>,
 }
 
 /// What `inspect` shows of a pause at a given time.
@@ -124,6 +183,9 @@ pub struct Counters {
     pub malformed: u64,
     /// Lines over the 64 KiB redaction limit.
     pub oversize: u64,
+    /// Lines of queued inter-agent mail (the `trigger_turn: false` announcement and its
+    /// `agent_message`): shipped, but not activity (`revision-2.md` R4.3).
+    pub queued_mail: u64,
     /// Bytes of the complete lines, terminators (and a leading BOM) included.
     pub bytes: u64,
 }
@@ -154,7 +216,16 @@ pub struct State {
     pub turn_id: Option<String>,
     /// The line number of the last turn end (`task_complete` or `turn_aborted`).
     pub turn_end_line: Option<u64>,
+    /// What the stop reports for the last ended turn: `task_complete.last_agent_message`
+    /// (null → empty), or Codex's `error.message` for a usage-limit end (or any failed turn
+    /// with no agent message).
     pub last_agent_message: Option<String>,
+    /// The text of the last `event_msg` `agent_message`, whatever the turn: what a stop owed
+    /// for a turn that never ended reports (`revision-2.md` R4.4).
+    pub last_agent_text: Option<String>,
+    /// Announced inter-agent mail still waiting for its `agent_message`, oldest first: `true`
+    /// when queued (`trigger_turn: false`), `false` when it triggers a turn.
+    pub mail_announcements: VecDeque<bool>,
     /// Calls in flight, oldest first.
     pub pending: Vec<PendingCall>,
     pub last_activity: Option<Ts>,
@@ -187,9 +258,15 @@ impl State {
             self.counters.blank += 1;
             return;
         }
+        let info = line.info;
+        if !info.malformed && self.is_queued_mail(info) {
+            // Queued mail opens no turn, closes no pause and is not activity for any decision:
+            // a finished child that receives mail is still finished.
+            self.counters.queued_mail += 1;
+            return;
+        }
         self.last_activity = Some(at);
         self.stalled = false;
-        let info = line.info;
         self.last_kind = Some((info.kind, info.payload_type, info.malformed));
         if info.malformed {
             self.counters.malformed += 1;
@@ -207,6 +284,28 @@ impl State {
             Kind::ResponseItem => self.apply_response_item(info, at),
             Kind::EventMsg => self.apply_event(line.number, info, at),
             _ => {}
+        }
+    }
+
+    /// Whether the line is queued inter-agent mail (R4.3), remembering announcements: an
+    /// `inter_agent_communication_metadata` with `trigger_turn: false` announces it, and the
+    /// next `response_item` of type `agent_message` is that mail. An announcement whose
+    /// `trigger_turn` is `true` (or not a boolean) is kept in line too, so each message is
+    /// matched with its own announcement.
+    fn is_queued_mail(&mut self, info: &LineInfo) -> bool {
+        match (info.kind, info.payload_type) {
+            (Kind::InterAgentMetadata, _) => {
+                let queued = info.trigger_turn == Some(false);
+                if self.mail_announcements.len() >= MAX_MAIL_ANNOUNCEMENTS {
+                    self.mail_announcements.pop_front();
+                }
+                self.mail_announcements.push_back(queued);
+                queued
+            }
+            (Kind::ResponseItem, PayloadType::AgentMessage) => {
+                self.mail_announcements.pop_front() == Some(true)
+            }
+            _ => false,
         }
     }
 
@@ -251,9 +350,18 @@ impl State {
                     self.turn_id = info.turn_id.clone();
                 }
                 self.turn_end_line = Some(number);
-                self.last_agent_message = Some(info.last_agent_message.clone().unwrap_or_default());
+                let usage_limit = info.codex_error_info.as_deref() == Some(USAGE_LIMIT);
+                let agent = info.last_agent_message.clone().unwrap_or_default();
+                // A usage-limit end reports Codex's own message ("try again at 10:45 PM"): it
+                // is what the user needs to read on the card (R4.2). Any other failed turn
+                // falls back to its message only when the agent said nothing.
+                let message = match info.error_message.as_ref().filter(|m| !m.is_empty()) {
+                    Some(err) if usage_limit || agent.is_empty() => err.clone(),
+                    _ => agent,
+                };
+                self.last_agent_message = Some(message);
                 self.pending.clear();
-                if info.codex_error_info.as_deref() == Some(USAGE_LIMIT) {
+                if usage_limit {
                     self.open_pause(at);
                 }
             }
@@ -268,13 +376,19 @@ impl State {
             PayloadType::TokenCount => {
                 self.last_rate_limits.clone_from(&info.rate_limits);
             }
+            PayloadType::AgentMessage => {
+                if let Some(text) = &info.message {
+                    self.last_agent_text = Some(text.clone());
+                }
+            }
             _ => {}
         }
     }
 
     /// Opens a pause at `at` whose end comes from the most recent `token_count` (section 5).
     fn open_pause(&mut self, at: Ts) {
-        let resets_at = reported_reset(&self.last_rate_limits);
+        let binding = binding_window(&self.last_rate_limits);
+        let resets_at = binding.and_then(|b| b.resets_at());
         let ends_at = resets_at
             .map(|r| r.plus(PAUSE_SLACK))
             .filter(|end| *end > at);
@@ -286,6 +400,7 @@ impl State {
             resets_at: if ends_at.is_some() { resets_at } else { None },
             ends_at,
             closed_at: None,
+            binding,
         });
     }
 
@@ -318,32 +433,111 @@ impl State {
             .any(|p| p.state_at(now) == PauseState::Open)
     }
 
-    /// The time idle and grace windows count from: the last line, or the close of the last
-    /// pause when later (parked time is not idleness).
+    /// The last line, or the close of the last pause when later (parked time is not
+    /// idleness). An open pause counts until its reported end.
     pub fn quiet_since(&self) -> Option<Ts> {
         match (self.last_activity, self.pause_release()) {
             (Some(a), Some(p)) => Some(a.max(p)),
             (a, p) => a.or(p),
         }
     }
+
+    /// The time idle end and reap count from (`revision-2.md` R4.5):
+    /// `max(last activity, close of the last pause, watcher start)`, so a watcher started on a
+    /// file that was idle for hours (a `codex resume` appends to the old file) gets a full
+    /// window.
+    pub fn idle_since(&self, watcher_start: Ts) -> Ts {
+        self.quiet_since()
+            .map_or(watcher_start, |q| q.max(watcher_start))
+    }
+
+    /// Which of the three [`State::idle_since`] takes, for `inspect` and logs.
+    pub fn idle_since_source(&self, watcher_start: Ts) -> IdleSince {
+        let since = self.idle_since(watcher_start);
+        if self.last_activity == Some(since) {
+            IdleSince::LastActivity
+        } else if self.pause_release() == Some(since) {
+            IdleSince::PauseClose
+        } else {
+            IdleSince::WatcherStart
+        }
+    }
+
+    /// What a stop posted now would carry as `last_assistant_message`: the ended turn's
+    /// message, else (a turn that never ended, R4.4) the last agent message seen, else empty.
+    pub fn stop_message(&self) -> String {
+        let message = if self.turn.is_ended() {
+            self.last_agent_message.as_deref()
+        } else {
+            self.last_agent_text
+                .as_deref()
+                .or(self.last_agent_message.as_deref())
+        };
+        message.unwrap_or_default().to_string()
+    }
 }
 
-/// The reported reset of a usage limit: the latest `resets_at` among windows at
-/// `used_percent >= 100`, else among all windows. `None` when no usable value exists.
-pub fn reported_reset(windows: &[RateWindow]) -> Option<Ts> {
-    let latest = |at_limit: bool| {
-        windows
-            .iter()
-            .filter(|w| !at_limit || w.used_percent.is_some_and(|u| u >= 100.0))
-            .filter_map(|w| w.resets_at.and_then(Ts::from_unix_secs_f64))
-            .max()
-    };
-    let any_at_limit = windows
-        .iter()
-        .any(|w| w.used_percent.is_some_and(|u| u >= 100.0));
-    if any_at_limit {
-        latest(true)
-    } else {
-        latest(false)
+/// The moment idle end and reap count from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleSince {
+    LastActivity,
+    PauseClose,
+    WatcherStart,
+}
+
+impl IdleSince {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleSince::LastActivity => "last activity",
+            IdleSince::PauseClose => "close of the last pause",
+            IdleSince::WatcherStart => "watcher start",
+        }
     }
+}
+
+/// The window that parks the thread (`revision-2.md` R4.1), from the windows of the most
+/// recent `token_count` at or before the usage-limit `task_complete`: the windows at
+/// `used_percent >= 100` bind, the latest reset among them winning; with none at 100, the
+/// single window with the highest `used_percent` binds, the earliest reset breaking ties. A
+/// stale 99 % five-hour window must not turn into a weekly reset days away. `None` when no
+/// window has a `used_percent`.
+pub fn binding_window(windows: &[RateWindow]) -> Option<Binding> {
+    let reset = |w: &RateWindow| w.resets_at.and_then(Ts::from_unix_secs_f64);
+    let read: Vec<(usize, &RateWindow, f64)> = windows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| w.used_percent.filter(|u| u.is_finite()).map(|u| (i, w, u)))
+        .collect();
+    let at_limit = read.iter().filter(|(_, _, u)| *u >= 100.0).count();
+    let (position, window) = if at_limit > 0 {
+        // Latest usable reset among the windows at the limit; one without a reset only when
+        // none has one.
+        read.iter()
+            .filter(|(_, _, u)| *u >= 100.0)
+            .max_by_key(|(i, w, _)| (reset(w), std::cmp::Reverse(*i)))
+            .map(|(i, w, _)| (*i, **w))?
+    } else {
+        // Highest reading; ties go to the earliest usable reset (a window with no reset last).
+        read.iter()
+            .max_by(|(ia, a, ua), (ib, b, ub)| {
+                ua.total_cmp(ub)
+                    .then_with(|| match (reset(a), reset(b)) {
+                        (Some(x), Some(y)) => y.cmp(&x),
+                        (Some(_), None) => std::cmp::Ordering::Greater,
+                        (None, Some(_)) => std::cmp::Ordering::Less,
+                        (None, None) => std::cmp::Ordering::Equal,
+                    })
+                    .then_with(|| ib.cmp(ia))
+            })
+            .map(|(i, w, _)| (*i, **w))?
+    };
+    Some(Binding {
+        window,
+        position,
+        reason: if at_limit > 0 {
+            BindingReason::AtLimit { at_limit }
+        } else {
+            BindingReason::HighestReading
+        },
+    })
 }

@@ -69,9 +69,15 @@ enum Field {
     Cwd,
     CliVersion,
     Originator,
+    ErrorMessage,
+    Message,
+    /// The string form of `source.subagent` (`"review"`, `"memory_consolidation"`).
+    SubagentKind,
+    SpawnAgentPath,
+    SpawnAgentNickname,
 }
 
-const FIELD_COUNT: usize = Field::Originator as usize + 1;
+const FIELD_COUNT: usize = Field::SpawnAgentNickname as usize + 1;
 
 /// Every field read from inside `payload` (all but the envelope's `type` and `timestamp`).
 const FIRST_PAYLOAD_FIELD: usize = Field::PayloadType as usize;
@@ -79,7 +85,7 @@ const FIRST_PAYLOAD_FIELD: usize = Field::PayloadType as usize;
 impl Field {
     fn limit(self) -> usize {
         match self {
-            Field::LastAgentMessage => MAX_MESSAGE_FIELD,
+            Field::LastAgentMessage | Field::ErrorMessage | Field::Message => MAX_MESSAGE_FIELD,
             _ => MAX_SHORT_FIELD,
         }
     }
@@ -191,6 +197,19 @@ enum Target {
     ThreadSpawn,
     UsedPercent(u8),
     ResetsAt(u8),
+    WindowMinutes(u8),
+    TriggerTurn,
+}
+
+/// Which object form of `source.subagent` was seen (its string form is a captured field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum SubagentForm {
+    #[default]
+    None,
+    /// `{"other": ...}` (a delegate thread with no spawn record).
+    Other,
+    /// `{"thread_spawn": {...}}`; wins over `other` whatever the key order.
+    ThreadSpawn,
 }
 
 /// Where the bytes of the current string go.
@@ -566,6 +585,9 @@ pub struct Classifier {
     /// The last `payload` is an object (`meta` is only given then).
     payload_object: bool,
     has_subagent: bool,
+    subagent_form: SubagentForm,
+    /// `payload.trigger_turn`, when its last occurrence is a boolean.
+    trigger_turn: Option<bool>,
     windows: [(u64, RateWindow); MAX_WINDOWS],
     window_count: usize,
     /// Leave `timestamp` unparsed (`None`): only `inspect --line-times` needs it, and parsing
@@ -606,6 +628,8 @@ impl Classifier {
             slots: Default::default(),
             payload_object: false,
             has_subagent: false,
+            subagent_form: SubagentForm::None,
+            trigger_turn: None,
             windows: [(0, RateWindow::default()); MAX_WINDOWS],
             window_count: 0,
             skip_timestamps: false,
@@ -686,6 +710,8 @@ impl Classifier {
         }
         self.payload_object = false;
         self.has_subagent = false;
+        self.subagent_form = SubagentForm::None;
+        self.trigger_turn = None;
         self.window_count = 0;
     }
 
@@ -701,6 +727,7 @@ impl Classifier {
             Some(b"event_msg") => Kind::EventMsg,
             Some(b"turn_context") => Kind::TurnContext,
             Some(b"compacted") => Kind::Compacted,
+            Some(b"inter_agent_communication_metadata") => Kind::InterAgentMetadata,
             _ => Kind::Other,
         };
         let payload_type = match self.slot(Field::PayloadType).bytes() {
@@ -715,6 +742,7 @@ impl Classifier {
             Some(b"function_call_output") => PayloadType::FunctionCallOutput,
             Some(b"custom_tool_call_output") => PayloadType::CustomToolCallOutput,
             Some(b"tool_search_output") => PayloadType::ToolSearchOutput,
+            Some(b"agent_message") => PayloadType::AgentMessage,
             _ => PayloadType::Other,
         };
         let lam = self.slot(Field::LastAgentMessage);
@@ -726,6 +754,13 @@ impl Classifier {
                 spawn_parent_thread_id: text(Field::SpawnParentThreadId),
                 thread_source: text(Field::ThreadSource),
                 has_subagent_source: self.has_subagent,
+                subagent_kind: text(Field::SubagentKind).or(match self.subagent_form {
+                    SubagentForm::None => None,
+                    SubagentForm::Other => Some("other".to_string()),
+                    SubagentForm::ThreadSpawn => Some("thread_spawn".to_string()),
+                }),
+                spawn_agent_path: text(Field::SpawnAgentPath),
+                spawn_agent_nickname: text(Field::SpawnAgentNickname),
                 agent_path: text(Field::AgentPath),
                 agent_nickname: text(Field::AgentNickname),
                 agent_role: text(Field::AgentRole),
@@ -755,6 +790,9 @@ impl Classifier {
                 Seen::Str => lam.text(MAX_MESSAGE_FIELD),
             },
             codex_error_info: text(Field::CodexErrorInfo),
+            error_message: text(Field::ErrorMessage),
+            message: text(Field::Message),
+            trigger_turn: self.trigger_turn,
             rate_limits: self.windows[..self.window_count]
                 .iter()
                 .map(|(_, w)| *w)
@@ -1103,16 +1141,20 @@ impl Classifier {
                 b"cli_version" => Target::Field(Field::CliVersion),
                 b"originator" => Target::Field(Field::Originator),
                 b"source" => Target::Source,
+                b"message" => Target::Field(Field::Message),
+                b"trigger_turn" => Target::TriggerTurn,
                 _ => Target::None,
             },
             Ctx::Error => match key {
                 b"codex_error_info" => Target::ErrorInfo,
+                b"message" => Target::Field(Field::ErrorMessage),
                 _ => Target::None,
             },
             Ctx::RateLimits => Target::Window(self.key.hash),
             Ctx::Window(i) => match key {
                 b"used_percent" => Target::UsedPercent(i),
                 b"resets_at" => Target::ResetsAt(i),
+                b"window_minutes" => Target::WindowMinutes(i),
                 _ => Target::None,
             },
             Ctx::Source => match key {
@@ -1120,11 +1162,22 @@ impl Classifier {
                 _ => Target::None,
             },
             Ctx::Subagent => match key {
-                b"thread_spawn" => Target::ThreadSpawn,
+                b"thread_spawn" => {
+                    self.subagent_form = SubagentForm::ThreadSpawn;
+                    Target::ThreadSpawn
+                }
+                b"other" => {
+                    if self.subagent_form == SubagentForm::None {
+                        self.subagent_form = SubagentForm::Other;
+                    }
+                    Target::None
+                }
                 _ => Target::None,
             },
             Ctx::ThreadSpawn => match key {
                 b"parent_thread_id" => Target::Field(Field::SpawnParentThreadId),
+                b"agent_path" => Target::Field(Field::SpawnAgentPath),
+                b"agent_nickname" => Target::Field(Field::SpawnAgentNickname),
                 _ => Target::None,
             },
             Ctx::ErrorInfo | Ctx::Opaque => Target::None,
@@ -1137,25 +1190,48 @@ impl Classifier {
                 }
                 self.window_count = 0;
                 self.payload_object = false;
-                self.has_subagent = false;
+                self.reset_subagent(false);
+                self.trigger_turn = None;
             }
-            Target::Error | Target::ErrorInfo => self.slots[Field::CodexErrorInfo as usize].reset(),
+            Target::Error => {
+                self.slots[Field::CodexErrorInfo as usize].reset();
+                self.slots[Field::ErrorMessage as usize].reset();
+            }
+            Target::ErrorInfo => self.slots[Field::CodexErrorInfo as usize].reset(),
             Target::RateLimits => self.window_count = 0,
-            Target::Source => {
-                self.has_subagent = false;
-                self.slots[Field::SpawnParentThreadId as usize].reset();
-            }
+            Target::Source => self.reset_subagent(false),
             // `source.subagent` counts whatever its value, even `null`.
-            Target::Subagent => {
-                self.has_subagent = true;
-                self.slots[Field::SpawnParentThreadId as usize].reset();
+            Target::Subagent => self.reset_subagent(true),
+            Target::ThreadSpawn => {
+                for f in [
+                    Field::SpawnParentThreadId,
+                    Field::SpawnAgentPath,
+                    Field::SpawnAgentNickname,
+                ] {
+                    self.slots[f as usize].reset();
+                }
             }
-            Target::ThreadSpawn => self.slots[Field::SpawnParentThreadId as usize].reset(),
             Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = None,
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = None,
+            Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = None,
+            Target::TriggerTurn => self.trigger_turn = None,
             Target::None | Target::Window(_) => {}
         }
         target
+    }
+
+    /// Forgets what an earlier `source` or `source.subagent` said (the last one wins).
+    fn reset_subagent(&mut self, present: bool) {
+        self.has_subagent = present;
+        self.subagent_form = SubagentForm::None;
+        for f in [
+            Field::SubagentKind,
+            Field::SpawnParentThreadId,
+            Field::SpawnAgentPath,
+            Field::SpawnAgentNickname,
+        ] {
+            self.slots[f as usize].reset();
+        }
     }
 
     fn begin_value(&mut self, b: u8) -> Result<(), Malformed> {
@@ -1177,6 +1253,7 @@ impl Classifier {
                 self.capture = match target {
                     Target::Field(f) => Capture::Field(f),
                     Target::ErrorInfo => Capture::Field(Field::CodexErrorInfo),
+                    Target::Subagent => Capture::Field(Field::SubagentKind),
                     _ => Capture::None,
                 };
             }
@@ -1208,6 +1285,10 @@ impl Classifier {
                 self.state = State::Number;
             }
             b't' | b'f' | b'n' => {
+                // A bad literal makes the whole line malformed, so the first byte decides.
+                if target == Target::TriggerTurn && b != b'n' {
+                    self.trigger_turn = Some(b == b't');
+                }
                 self.literal = match b {
                     b't' => b"true",
                     b'f' => b"false",
@@ -1226,6 +1307,7 @@ impl Classifier {
         match std::mem::replace(&mut self.num_target, Target::None) {
             Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = Some(v),
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = Some(v),
+            Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = Some(v),
             _ => {}
         }
         self.state = State::AfterValue;
@@ -1244,7 +1326,17 @@ impl Classifier {
             }
             None => return Ctx::Opaque,
         };
-        self.windows[i] = (hash, RateWindow::default());
+        // The window's key is still in `key`: nothing is read between a key and its value.
+        let name = crate::rollout::KNOWN_WINDOWS
+            .into_iter()
+            .find(|n| n.as_bytes() == self.key.known());
+        self.windows[i] = (
+            hash,
+            RateWindow {
+                name,
+                ..RateWindow::default()
+            },
+        );
         // MAX_WINDOWS fits in a u8.
         Ctx::Window(i as u8)
     }
@@ -1479,7 +1571,8 @@ mod tests {
             ("function_call_output", PayloadType::FunctionCallOutput),
             ("custom_tool_call_output", PayloadType::CustomToolCallOutput),
             ("tool_search_output", PayloadType::ToolSearchOutput),
-            ("agent_message", PayloadType::Other),
+            ("agent_message", PayloadType::AgentMessage),
+            ("agent_reasoning", PayloadType::Other),
         ] {
             let info = ok(&format!(
                 r#"{{"type":"event_msg","payload":{{"type":"{t}"}}}}"#
@@ -1612,17 +1705,18 @@ mod tests {
             info.rate_limits,
             vec![
                 RateWindow {
+                    name: Some("secondary"),
                     used_percent: Some(18.0),
+                    window_minutes: Some(10080.0),
                     resets_at: Some(1785555600.0)
                 },
                 RateWindow {
+                    name: Some("primary"),
                     used_percent: Some(100.0),
+                    window_minutes: None,
                     resets_at: Some(1785265331.5)
                 },
-                RateWindow {
-                    used_percent: None,
-                    resets_at: None
-                },
+                RateWindow::default(),
             ]
         );
         let many: Vec<String> = (0..12)
@@ -1662,6 +1756,9 @@ mod tests {
                 spawn_parent_thread_id: Some("spawn-parent".into()),
                 thread_source: Some("subagent".into()),
                 has_subagent_source: true,
+                subagent_kind: Some("thread_spawn".into()),
+                spawn_agent_path: None,
+                spawn_agent_nickname: None,
                 agent_path: Some("a/b".into()),
                 agent_nickname: Some("Hypatia".into()),
                 agent_role: Some("worker".into()),
@@ -1683,6 +1780,89 @@ mod tests {
             ok(r#"{"type":"event_msg","payload":{"id":"x"}}"#).meta,
             None
         );
+    }
+
+    #[test]
+    fn subagent_forms_name_their_kind_and_spawn_fields() {
+        let meta = |source: &str| {
+            ok(&format!(
+                r#"{{"type":"session_meta","payload":{{"id":"c","source":{source}}}}}"#
+            ))
+            .meta
+            .expect("meta")
+        };
+        for (source, kind) in [
+            (r#"{"subagent":"review"}"#, Some("review")),
+            (
+                r#"{"subagent":"memory_consolidation"}"#,
+                Some("memory_consolidation"),
+            ),
+            (r#"{"subagent":{"other":"guardian"}}"#, Some("other")),
+            (
+                r#"{"subagent":{"other":"x","thread_spawn":{"parent_thread_id":"p"}}}"#,
+                Some("thread_spawn"),
+            ),
+            (r#"{"subagent":null}"#, None),
+            (r#""exec""#, None),
+        ] {
+            assert_eq!(meta(source).subagent_kind.as_deref(), kind, "{source}");
+        }
+        let m = meta(
+            r#"{"subagent":{"thread_spawn":{"parent_thread_id":"c-1","depth":2,"agent_path":"/root/w/lint","agent_nickname":"Noether","agent_role":"worker"}}}"#,
+        );
+        assert_eq!(m.spawn_parent_thread_id.as_deref(), Some("c-1"));
+        assert_eq!(m.spawn_agent_path.as_deref(), Some("/root/w/lint"));
+        assert_eq!(m.spawn_agent_nickname.as_deref(), Some("Noether"));
+        // A later `subagent` replaces the earlier one entirely.
+        let m =
+            meta(r#"{"subagent":{"thread_spawn":{"parent_thread_id":"p"}},"subagent":"review"}"#);
+        assert_eq!(m.subagent_kind.as_deref(), Some("review"));
+        assert_eq!(m.spawn_parent_thread_id, None);
+    }
+
+    #[test]
+    fn current_shapes_error_message_agent_text_and_queued_mail() {
+        let info = ok(
+            r#"{"timestamp":"2026-07-28T22:00:00.000Z","ordinal":41,"type":"event_msg","payload":{"type":"task_complete","turn_id":"t","last_agent_message":null,"error":{"message":"You've hit your usage limit. Try again at 10:45 PM.","codex_error_info":"usage_limit_exceeded"}}}"#,
+        );
+        assert_eq!(
+            info.error_message.as_deref(),
+            Some("You've hit your usage limit. Try again at 10:45 PM.")
+        );
+        assert_eq!(info.message, None);
+        let info =
+            ok(r#"{"type":"event_msg","payload":{"type":"agent_message","message":"Done."}}"#);
+        assert_eq!(info.payload_type, PayloadType::AgentMessage);
+        assert_eq!(info.message.as_deref(), Some("Done."));
+        for (payload, expect) in [
+            (r#"{"trigger_turn":false}"#, Some(false)),
+            (r#"{"trigger_turn":true}"#, Some(true)),
+            (r#"{"trigger_turn":1}"#, None),
+            (r#"{"trigger_turn":true,"trigger_turn":null}"#, None),
+            (r#"{}"#, None),
+        ] {
+            let info = ok(&format!(
+                r#"{{"timestamp":"2026-07-28T22:00:00.000Z","type":"inter_agent_communication_metadata","payload":{payload}}}"#
+            ));
+            assert_eq!(info.kind, Kind::InterAgentMetadata);
+            assert_eq!(info.trigger_turn, expect, "{payload}");
+        }
+        let mail = ok(
+            r#"{"type":"response_item","payload":{"type":"agent_message","author":"/root","recipient":"/root/worker","content":[{"type":"input_text","text":"later"}]}}"#,
+        );
+        assert_eq!(
+            (mail.kind, mail.payload_type),
+            (Kind::ResponseItem, PayloadType::AgentMessage)
+        );
+        // Other current kinds are shapes the fold ignores: nothing but the kind is read.
+        for line in [
+            r#"{"type":"world_state","ordinal":3,"payload":{"state":"{\"cwd\":\"/x\"}"}}"#,
+            r#"{"type":"token_usage_record","payload":{"turn_id":"t","usage":{"input_tokens":1}}}"#,
+        ] {
+            let info = ok(line);
+            assert_eq!(info.kind, Kind::Other, "{line}");
+            assert_eq!(info.payload_type, PayloadType::Other, "{line}");
+        }
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct Identity {
     pub agent_type: Option<String>,
     /// `session_meta.cwd`, when present.
     pub cwd: Option<String>,
+    /// For a child: what `source.subagent` says it is (`thread_spawn`, `review`,
+    /// `memory_consolidation`, `other`, ...), for diagnostics.
+    pub subagent_kind: Option<String>,
 }
 
 /// Ids are accepted with or without dashes and always sent without.
@@ -60,6 +63,7 @@ impl Identity {
             parent_thread_id: None,
             agent_type: None,
             cwd: None,
+            subagent_kind: None,
         }
     }
 
@@ -77,6 +81,7 @@ impl Identity {
                 parent_thread_id: None,
                 agent_type: None,
                 cwd,
+                subagent_kind: None,
             };
         }
         let parent = non_empty(&meta.parent_thread_id)
@@ -96,21 +101,102 @@ impl Identity {
             parent_thread_id: parent,
             agent_type: Some(agent_type),
             cwd,
+            subagent_kind: meta.subagent_kind.clone(),
         }
     }
 }
 
-/// `agent_type` as the kcap server expects it (`spec/server-api.md` section 3).
+/// `agent_type` as the kcap server expects it (`spec/server-api.md` section 3). Older and
+/// grandchild headers name the child only under `source.subagent.thread_spawn`, so those
+/// fields stand in for missing top-level ones.
 pub fn agent_type(meta: &SessionMetaInfo) -> String {
-    if let Some(path) = non_empty(&meta.agent_path)
-        && let Some(last) = path.rsplit('/').find(|seg| !seg.is_empty())
-    {
-        return last.to_string();
+    for path in [&meta.agent_path, &meta.spawn_agent_path] {
+        if let Some(path) = non_empty(path)
+            && let Some(last) = path.rsplit('/').find(|seg| !seg.is_empty())
+        {
+            return last.to_string();
+        }
     }
-    if let Some(nick) = non_empty(&meta.agent_nickname) {
-        return nick.to_string();
+    for nick in [&meta.agent_nickname, &meta.spawn_agent_nickname] {
+        if let Some(nick) = non_empty(nick) {
+            return nick.to_string();
+        }
     }
     "subagent".to_string()
+}
+
+/// Why a watcher cannot know its key yet (`revision-2.md` R4.6). The shell turns it into the
+/// exit-2 message when no id on the command line fills the gap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// The first line is not a readable `session_meta` (yet): the file may still be written.
+    NoHeader,
+    /// The header is a sub-agent's (review, memory consolidation, a delegate `other` thread)
+    /// but names neither a parent thread nor a root session. It never will: the first
+    /// `session_meta` is final, so waiting cannot help.
+    ChildWithoutParent {
+        /// `source.subagent`'s kind, when known.
+        subagent: Option<String>,
+    },
+    /// A child header without its own `id` (and no `--agent-id`).
+    ChildWithoutId,
+}
+
+impl MissingKey {
+    /// The one-line message for a user (the rollout's path is named by the caller's context).
+    pub fn message(&self, rollout: &std::path::Path) -> String {
+        let path = rollout.display();
+        match self {
+            MissingKey::NoHeader => format!(
+                "rollout {path} has no readable session_meta yet; pass SESSION_ID (and --agent-id for a child)"
+            ),
+            MissingKey::ChildWithoutParent { subagent } => {
+                let kind = subagent
+                    .as_deref()
+                    .map_or_else(String::new, |k| format!(" ({k})"));
+                format!(
+                    "rollout {path} is a sub-agent{kind} whose session_meta names no parent thread or session; pass SESSION_ID (the parent session's id) to watch it"
+                )
+            }
+            MissingKey::ChildWithoutId => format!(
+                "rollout {path} is a sub-agent whose session_meta has no id; pass --agent-id"
+            ),
+        }
+    }
+
+    /// Whether waiting for more of the file can fill the gap (only a missing header can).
+    pub fn may_resolve_itself(&self) -> bool {
+        matches!(self, MissingKey::NoHeader)
+    }
+}
+
+/// What keeps a watcher from its key, given the header's identity (if read) and which ids the
+/// command line gave. `None`: the key is known. `--role` is left to the caller (it overrides
+/// the header's role before this check).
+pub fn missing_key(
+    header: Option<&Identity>,
+    session_id_given: bool,
+    agent_id_given: bool,
+) -> Option<MissingKey> {
+    let Some(id) = header else {
+        return (!session_id_given).then_some(MissingKey::NoHeader);
+    };
+    match id.role {
+        Role::Session => {
+            (id.session_id.is_none() && !session_id_given).then_some(MissingKey::NoHeader)
+        }
+        Role::Child => {
+            if id.session_id.is_none() && !session_id_given {
+                Some(MissingKey::ChildWithoutParent {
+                    subagent: id.subagent_kind.clone(),
+                })
+            } else if id.agent_id.is_none() && !agent_id_given {
+                Some(MissingKey::ChildWithoutId)
+            } else {
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +263,55 @@ mod tests {
         m.agent_path = None;
         m.agent_nickname = None;
         assert_eq!(agent_type(&m), "subagent");
+    }
+
+    #[test]
+    fn a_review_child_without_a_parent_is_a_child_that_needs_a_session_id() {
+        let m = SessionMetaInfo {
+            id: Some("019fb0c1-0000-7000-8000-00000000r001".into()),
+            has_subagent_source: true,
+            subagent_kind: Some("review".into()),
+            ..Default::default()
+        };
+        let id = Identity::from_meta(&m);
+        assert_eq!(id.role, Role::Child);
+        assert_eq!(id.session_id, None);
+        let gap = missing_key(Some(&id), false, false).expect("no key without a parent");
+        assert_eq!(
+            gap,
+            MissingKey::ChildWithoutParent {
+                subagent: Some("review".into())
+            }
+        );
+        assert!(!gap.may_resolve_itself(), "the first session_meta is final");
+        let msg = gap.message(std::path::Path::new("/r.jsonl"));
+        assert!(msg.contains("sub-agent (review)"), "{msg}");
+        assert!(msg.contains("names no parent"), "{msg}");
+        assert!(!msg.contains("no readable session_meta"), "{msg}");
+        assert_eq!(missing_key(Some(&id), true, false), None);
+    }
+
+    #[test]
+    fn a_missing_header_may_still_arrive() {
+        assert_eq!(missing_key(None, false, false), Some(MissingKey::NoHeader));
+        assert!(MissingKey::NoHeader.may_resolve_itself());
+        assert_eq!(missing_key(None, true, false), None);
+    }
+
+    #[test]
+    fn grandchild_headers_name_their_parent_and_type_under_thread_spawn() {
+        let m = SessionMetaInfo {
+            id: Some("g-1".into()),
+            has_subagent_source: true,
+            subagent_kind: Some("thread_spawn".into()),
+            spawn_parent_thread_id: Some("c-1".into()),
+            spawn_agent_path: Some("/root/worker/linter".into()),
+            ..Default::default()
+        };
+        let id = Identity::from_meta(&m);
+        assert_eq!(id.parent_thread_id.as_deref(), Some("c1"));
+        assert_eq!(id.agent_type.as_deref(), Some("linter"));
+        assert_eq!(missing_key(Some(&id), false, false), None);
     }
 
     #[test]

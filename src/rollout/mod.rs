@@ -28,7 +28,11 @@ pub enum Kind {
     EventMsg,
     TurnContext,
     Compacted,
-    /// Any other kind (`world_state`, `inter_agent_communication`, ...), or none at all.
+    /// `inter_agent_communication_metadata`: announces the inter-agent mail that follows
+    /// (`trigger_turn: false` means it is only queued, `revision-2.md` R4.3).
+    InterAgentMetadata,
+    /// Any other kind (`world_state`, `token_usage_record`, `inter_agent_communication`, ...),
+    /// or none at all: shipped, and activity, but nothing else to the fold.
     #[default]
     Other,
 }
@@ -49,6 +53,9 @@ pub enum PayloadType {
     FunctionCallOutput,
     CustomToolCallOutput,
     ToolSearchOutput,
+    /// `agent_message`: under `event_msg` the agent's own text (`message`); under
+    /// `response_item` inter-agent mail (multi-agent v2).
+    AgentMessage,
     #[default]
     Other,
 }
@@ -79,11 +86,19 @@ impl PayloadType {
 /// One rate-limit window of a `token_count` line (`rate_limits.primary`, `.secondary`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct RateWindow {
+    /// The window's key when it is one Codex writes (`primary`, `secondary`); `None` for any
+    /// other key (`inspect` then names it by position).
+    pub name: Option<&'static str>,
     /// `used_percent`, when present and a number.
     pub used_percent: Option<f64>,
+    /// `window_minutes`, when present and a number (300: the five-hour window; 10080: weekly).
+    pub window_minutes: Option<f64>,
     /// `resets_at` in unix seconds, when present and a number.
     pub resets_at: Option<f64>,
 }
+
+/// The window keys the classifier names; any other key is kept nameless.
+pub const KNOWN_WINDOWS: [&str; 2] = ["primary", "secondary"];
 
 /// The fields of a `session_meta` payload the watcher uses (all optional: old files lack most).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -97,6 +112,14 @@ pub struct SessionMetaInfo {
     pub thread_source: Option<String>,
     /// `source.subagent` is present (any value but absent).
     pub has_subagent_source: bool,
+    /// What kind of sub-agent `source.subagent` names: its string value (`review`,
+    /// `memory_consolidation`, ...) or the first key of its object form (`thread_spawn`,
+    /// `other`, ...). Only for diagnostics: a child without a parent id is named by it.
+    pub subagent_kind: Option<String>,
+    /// `source.subagent.thread_spawn.agent_path` / `.agent_nickname`: where older and
+    /// grandchild headers name the child when the top-level fields are absent.
+    pub spawn_agent_path: Option<String>,
+    pub spawn_agent_nickname: Option<String>,
     pub agent_path: Option<String>,
     pub agent_nickname: Option<String>,
     pub agent_role: Option<String>,
@@ -127,6 +150,14 @@ pub struct LineInfo {
     pub turn_id: Option<String>,
     /// `payload.last_agent_message`: `None` when absent, `Some("")` when `null`.
     pub last_agent_message: Option<String>,
+    /// `payload.error.message` (Codex's text for a failed turn, such as the usage-limit
+    /// "try again at ..."), cut to [`MAX_MESSAGE_FIELD`].
+    pub error_message: Option<String>,
+    /// `payload.message` when a string (an `event_msg` `agent_message`'s text), cut to
+    /// [`MAX_MESSAGE_FIELD`].
+    pub message: Option<String>,
+    /// `payload.trigger_turn` when a boolean (`inter_agent_communication_metadata`).
+    pub trigger_turn: Option<bool>,
     /// `payload.error.codex_error_info`: the string, or the single key of the object form
     /// (`{"response_too_many_failed_attempts": {...}}` gives that key).
     pub codex_error_info: Option<String>,
@@ -157,6 +188,7 @@ impl LineInfo {
             Kind::EventMsg => "event_msg",
             Kind::TurnContext => "turn_context",
             Kind::Compacted => "compacted",
+            Kind::InterAgentMetadata => "inter_agent_communication_metadata",
             Kind::Other => "other",
         };
         match &self.payload_type_raw {

@@ -11,10 +11,17 @@
 //! - Redirects are not followed: a redirected `POST` would turn into a `GET` and lose its
 //!   body. A 3xx is reported as transient so nothing is dropped and the log shows it.
 //! - The bearer token never appears in an error or log text, even if a server echoes it.
+//! - A `401` is answered once, here: [`Credentials::rejected`] names a better token (one
+//!   another process rotated in, or a refreshed one) and the request is resent with it at
+//!   once, exactly one more time (the kcap CLI's `UnauthorizedRetryHandler`). A second
+//!   refusal reaches the caller, which retries later.
+//! - TLS trusts the bundled roots and the operating system's store (with `SSL_CERT_FILE` and
+//!   `SSL_CERT_DIR`); proxies come from the environment, except that loopback is never
+//!   proxied ([`http_client`]).
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -22,7 +29,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
-use super::token::{Token, TokenOrigin, TokenSource};
+use super::auth::{Credentials, Token, TokenOrigin};
 use crate::time::Ts;
 
 /// Route of transcript batches, under `/hooks/`.
@@ -163,33 +170,44 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// The kcap HTTP client. Cloning is cheap (connection pool and token are shared), so each
-/// spawned request task gets its own clone.
+/// The HTTP client for requests to `target`: redirects not followed, TLS trusting the
+/// bundled roots and the operating system's store (`SSL_CERT_FILE`/`SSL_CERT_DIR` included),
+/// proxies from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY`, except that a loopback
+/// target is never proxied (a proxy elsewhere cannot reach this machine's loopback).
+pub(crate) fn http_client(target: &Url) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("kcap-watch/", env!("CARGO_PKG_VERSION")))
+        .tls_built_in_root_certs(true);
+    if super::auth::server::is_loopback(target) {
+        builder = builder.no_proxy();
+    }
+    builder.build().context("failed to build the HTTP client")
+}
+
+/// The kcap HTTP client. Cloning is cheap (connection pool and credentials are shared), so
+/// each spawned request task gets its own clone.
 #[derive(Clone, Debug)]
 pub struct KcapClient {
     http: reqwest::Client,
     base: Url,
-    token: Arc<Mutex<TokenSource>>,
+    credentials: Arc<Credentials>,
     deadlines: Deadlines,
 }
 
 impl KcapClient {
     /// `base` is `KCAP_URL` (a path prefix is kept; a trailing slash does not matter).
-    pub fn new(base: &str, token: TokenSource, deadlines: Deadlines) -> anyhow::Result<Self> {
+    pub fn new(base: &str, credentials: Credentials, deadlines: Deadlines) -> anyhow::Result<Self> {
         let base = Url::parse(base.trim())
             .with_context(|| format!("failed to parse KCAP_URL {:?}", base.trim()))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             bail!("failed to use KCAP_URL {base}: it must be an http:// or https:// URL");
         }
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("kcap-watch/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("failed to build the HTTP client")?;
+        let http = http_client(&base)?;
         Ok(KcapClient {
             http,
             base,
-            token: Arc::new(Mutex::new(token)),
+            credentials: Arc::new(credentials),
             deadlines,
         })
     }
@@ -199,14 +217,15 @@ impl KcapClient {
         &self.base
     }
 
-    /// Re-reads the token file and store (after `Unauthorized`; the caller paces it).
-    pub fn reload_token(&self, now: Ts) {
-        self.tokens().reload(now);
+    /// After `Unauthorized` (the caller paces it): the token file is read again before the
+    /// next request. The store is read before every request anyway.
+    pub fn reload_token(&self, _now: Ts) {
+        self.credentials.reload();
     }
 
     /// Where the token in use comes from (for logs; never the token).
     pub fn token_origin(&self) -> TokenOrigin {
-        self.tokens().origin().clone()
+        self.credentials.origin()
     }
 
     /// `GET /api/sessions/{session_id}/last-line?agentId={agent_id}`; `agent_id` is `None`
@@ -269,12 +288,6 @@ impl KcapClient {
         classify(answer, &what)
     }
 
-    fn tokens(&self) -> MutexGuard<'_, TokenSource> {
-        // A panic while holding the lock cannot leave a TokenSource half-updated in a way
-        // that matters (reload assigns whole fields), so a poisoned lock is still usable.
-        self.token.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn endpoint(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         // `new` rejected cannot-be-a-base URLs, the only case where this fails.
@@ -284,7 +297,8 @@ impl KcapClient {
         url
     }
 
-    /// One request with its deadline, the whole response body read (bounded in memory).
+    /// One request with its deadline, the whole response body read (bounded in memory); after
+    /// a `401`, sent once more when the credentials have a better token.
     async fn exchange(
         &self,
         method: Method,
@@ -293,7 +307,44 @@ impl KcapClient {
         deadline: Duration,
         what: &str,
     ) -> Answer {
-        let token = self.tokens().current();
+        let body = body.map(bytes::Bytes::from);
+        let token = self.credentials.bearer(Ts::now()).await;
+        let answer = self
+            .send(
+                method.clone(),
+                url.clone(),
+                body.clone(),
+                deadline,
+                what,
+                token,
+            )
+            .await;
+        let Answer::Http {
+            status: 401,
+            token: sent,
+            ..
+        } = &answer
+        else {
+            return answer;
+        };
+        match self.credentials.rejected(sent.as_ref(), Ts::now()).await {
+            Some(fresh) => {
+                self.send(method, url, body, deadline, what, Some(fresh))
+                    .await
+            }
+            None => answer,
+        }
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<bytes::Bytes>,
+        deadline: Duration,
+        what: &str,
+        token: Option<Token>,
+    ) -> Answer {
         let mut request = self.http.request(method, url).timeout(deadline);
         if let Some(header) = token.as_ref().and_then(bearer) {
             request = request.header(AUTHORIZATION, header);
@@ -306,7 +357,7 @@ impl KcapClient {
             Ok(r) => r,
             Err(e) => {
                 return Answer::Transport(scrub(
-                    format!("failed to {what}: {}", describe(&e, deadline)),
+                    format!("failed to {what}: {}", describe_transport(&e, deadline)),
                     token.as_ref(),
                 ));
             }
@@ -468,7 +519,20 @@ fn bearer(token: &Token) -> Option<HeaderValue> {
     Some(value)
 }
 
-/// A transport error as "cause: cause: …", without the URL (the caller names the route).
+/// A transport error as "cause: cause: …", without the URL (the caller names the route);
+/// an untrusted server certificate also says how to trust it.
+pub(crate) fn describe_transport(e: &reqwest::Error, deadline: Duration) -> String {
+    let text = describe(e, deadline);
+    if text.contains("certificate") {
+        format!(
+            "{text} (the server's TLS certificate is not trusted: add its CA to the system \
+             store, or name a PEM file of it in SSL_CERT_FILE)"
+        )
+    } else {
+        text
+    }
+}
+
 fn describe(e: &reqwest::Error, deadline: Duration) -> String {
     if e.is_timeout() {
         return format!("no answer within {deadline:?}");
@@ -676,7 +740,7 @@ mod tests {
     #[test]
     fn a_path_prefix_in_the_base_url_is_kept() {
         for base in ["https://h.example/kcap", "https://h.example/kcap/"] {
-            let c = KcapClient::new(base, TokenSource::fixed(None), Deadlines::default()).unwrap();
+            let c = KcapClient::new(base, Credentials::fixed(None), Deadlines::default()).unwrap();
             assert_eq!(
                 c.endpoint(&["hooks", "session-end", "codex"]).as_str(),
                 "https://h.example/kcap/hooks/session-end/codex"

@@ -1,12 +1,12 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
+pub mod auth;
 pub mod backoff;
 pub mod client;
 pub mod outbox;
 pub mod redact;
 pub mod replay;
 pub mod spool;
-pub mod token;
 
 use serde::{Deserialize, Serialize};
 

@@ -4,105 +4,250 @@
 //! file is renamed to a private `.draining` file before it is read, so concurrent appends
 //! never collide, and whatever the server did not acknowledge is put back. Delivering twice
 //! is harmless (the server de-duplicates), so a crash midway loses nothing.
+//!
+//! **Only what this tool can vouch for** (`spec/revision-2.md` R7). The spool directories are
+//! shared with every vendor the kcap CLI serves. A replay posts transcript records whose
+//! `vendor` is `codex` and hook records this tool wrote (`"writer":"kcap-watch"`); anything else
+//! (Claude's and Cursor's records, batches the kcap CLI quarantined, records it cannot read) is
+//! the kcap CLI's to deliver or drop: a file holding none of ours is not touched at all, and in a
+//! file that mixes both, the others' records are put back unposted, in their order.
+//!
+//! **needs-import.** When a session's transcript spool is empty after the pass and
+//! `<session>.needs-import` exists, the server is told as the kcap CLI's drain tells it
+//! (`LifecycleSpoolDrain.cs`): `POST /hooks/session-needs-import` with
+//! `{"session_id": ..., "needs_import": true}`, best effort, the marker left in place (it tells
+//! the user to run `kcap import`; the kcap CLI reports it on every pass too).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Settings;
-use crate::rollout::header::normalize_id;
 use crate::ship::TranscriptBatch;
+use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, KcapClient, Outcome};
 use crate::ship::spool::{self, Draining, HookRecord};
-use crate::ship::token::TokenSource;
 use crate::time::Ts;
+
+/// The route the kcap CLI's drain reports a needs-import marker on.
+const ROUTE_NEEDS_IMPORT: &str = "session-needs-import";
 
 /// Transient failures are retried this many times per record before the rest is kept.
 const ATTEMPTS: u32 = 3;
 
 /// What a replay did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
     pub transcript_delivered: u64,
     pub hooks_delivered: u64,
-    /// Records put back into the spools.
+    /// Records of ours put back into the spools (not acknowledged).
     pub kept: u64,
+    /// Records of other tools (or unreadable ones) left for the kcap CLI, never posted.
+    pub left: u64,
+    /// Sessions whose needs-import marker the server acknowledged.
+    pub needs_import_reported: u64,
+    /// Spool paths refused as symbolic links, with the reason; nothing was read through them.
+    pub refused: Vec<(PathBuf, String)>,
 }
 
-/// Delivers the spools of one session (or of every session with a backlog).
+/// Which spool a pass drains.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spool {
+    Transcript,
+    Hook,
+}
+
+impl Spool {
+    /// Whether this tool vouches for a raw record: a Codex transcript batch, or a hook record
+    /// it wrote itself.
+    fn is_ours(self, raw: &str) -> bool {
+        match self {
+            Spool::Transcript => {
+                serde_json::from_str::<TranscriptBatch>(raw).is_ok_and(|b| b.vendor == "codex")
+            }
+            Spool::Hook => serde_json::from_str::<HookRecord>(raw).is_ok_and(|r| r.is_ours()),
+        }
+    }
+}
+
+/// Delivers the spools of one session (or of every session with a backlog). `session` must
+/// already be a checked id (`files::check_id`).
 pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Result<ReplayReport> {
-    let token = TokenSource::new(
-        settings.token.as_ref().map(|t| t.expose().to_string()),
-        settings.token_file.clone(),
-        settings.config_dir.clone(),
-        settings.profile.clone(),
-        url.to_string(),
-    );
+    let token = Credentials::from_settings(settings, url);
     let client = KcapClient::new(url, token, Deadlines::default())?;
     let sessions = match session {
-        Some(s) => vec![normalize_id(s)],
+        Some(s) => vec![s.to_string()],
         None => spool::sessions_with_backlog(&settings.config_dir)
             .context("failed to list the spools")?,
     };
     let mut report = ReplayReport::default();
     let pid = std::process::id();
+    let config = &settings.config_dir;
     for session in sessions {
-        let path = spool::transcript_spool_path(&settings.config_dir, &session);
-        for draining in claim_all(&path, pid)? {
-            let (delivered, kept) = deliver(&client, draining, |c, raw| {
-                let c = c.clone();
-                async move {
-                    // Every record must be a transcript body; anything else is kept as is.
-                    match serde_json::from_str::<TranscriptBatch>(&raw) {
-                        Ok(_) => c.post_transcript(raw).await,
-                        Err(e) => Outcome::Rejected {
-                            status: 0,
-                            body_snippet: format!("unreadable spool record: {e}"),
-                        },
-                    }
-                }
-            })
-            .await?;
-            report.transcript_delivered += delivered;
-            report.kept += kept;
+        let path = spool::transcript_spool_path(config, &session);
+        let lines_kept = drain(&client, &path, pid, Spool::Transcript, &mut report).await?;
+        if lines_kept > 0 {
+            // Lines first: a stop must not reach the server ahead of the lines it follows.
+            info!(
+                event = "replay_hooks_held",
+                session_id = %session,
+                "kept {lines_kept} transcript records of session {session}; its lifecycle requests wait for them"
+            );
+            continue;
         }
-        let path = spool::hook_spool_path(&settings.config_dir, &session);
-        for draining in claim_all(&path, pid)? {
-            let (delivered, kept) = deliver(&client, draining, |c, raw| {
-                let c = c.clone();
-                async move {
-                    match serde_json::from_str::<HookRecord>(&raw) {
-                        Ok(r) => c.post_hook(&r.route, r.body).await,
-                        Err(e) => Outcome::Rejected {
-                            status: 0,
-                            body_snippet: format!("unreadable spool record: {e}"),
-                        },
-                    }
-                }
-            })
-            .await?;
-            report.hooks_delivered += delivered;
-            report.kept += kept;
-        }
+        report_needs_import(&client, config, &session, &mut report).await?;
+        let path = spool::hook_spool_path(config, &session);
+        drain(&client, &path, pid, Spool::Hook, &mut report).await?;
     }
     Ok(report)
 }
 
-fn claim_all(path: &std::path::Path, pid: u32) -> Result<Vec<Draining>> {
-    let mut all = spool::claim_orphans(path, pid)
-        .with_context(|| format!("failed to claim abandoned drains of {}", path.display()))?;
-    if let Some(d) =
-        spool::claim(path, pid).with_context(|| format!("failed to claim {}", path.display()))?
-    {
-        all.push(d);
+/// Tells the server about `<session>.needs-import` once the session's transcript spool is
+/// empty, as the kcap CLI's drain does.
+async fn report_needs_import(
+    client: &KcapClient,
+    config: &Path,
+    session: &str,
+    report: &mut ReplayReport,
+) -> Result<()> {
+    let marker = spool::needs_import_path(config, session);
+    let Ok(meta) = std::fs::symlink_metadata(&marker) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        refuse(report, &marker);
+        return Ok(());
     }
-    Ok(all)
+    if spool::transcript_backlog(config, session)
+        .with_context(|| format!("failed to list the transcript spool of {session}"))?
+    {
+        return Ok(());
+    }
+    let body = serde_json::json!({ "session_id": session, "needs_import": true }).to_string();
+    match client.post_hook(ROUTE_NEEDS_IMPORT, body).await {
+        Outcome::Delivered => {
+            report.needs_import_reported += 1;
+            info!(event = "needs_import_reported", session_id = %session, "reported that session {session} needs `kcap import`");
+        }
+        other => warn!(
+            event = "needs_import_report_failed",
+            session_id = %session,
+            "failed to report that session {session} needs `kcap import`: {other}"
+        ),
+    }
+    Ok(())
 }
 
-/// Posts each record in order; keeps the refused ones and, after a failure that does not
-/// heal within [`ATTEMPTS`], everything from there on (order is preserved).
-async fn deliver<F, Fut>(client: &KcapClient, draining: Draining, post: F) -> Result<(u64, u64)>
+fn refuse(report: &mut ReplayReport, path: &Path) {
+    let why = "a symbolic link, not followed".to_string();
+    error!(event = "spool_refused", path = %path.display(), "refused spool file {}: {why}", path.display());
+    report.refused.push((path.to_path_buf(), why));
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Drains one spool of one session: abandoned draining files first, then the live file. A
+/// file is claimed only when it holds at least one record of ours. Returns how many of our
+/// records were kept for later.
+async fn drain(
+    client: &KcapClient,
+    live: &Path,
+    pid: u32,
+    spool_kind: Spool,
+    report: &mut ReplayReport,
+) -> Result<u64> {
+    let mut files = spool::orphans(live, pid)
+        .with_context(|| format!("failed to list abandoned drains of {}", live.display()))?;
+    files.push(live.to_path_buf());
+    let mut kept_ours = 0;
+    for path in files {
+        let records = match spool::peek(&path) {
+            Ok(records) => records,
+            Err(_) if is_symlink(&path) => {
+                refuse(report, &path);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !records.iter().any(|raw| spool_kind.is_ours(raw)) {
+            // Not ours to touch: the kcap CLI delivers (or drops) these.
+            report.left += records.len() as u64;
+            continue;
+        }
+        let claimed = if path == live {
+            spool::claim(live, pid)
+        } else {
+            spool::claim_orphan(&path, live, pid)
+        };
+        let draining = match claimed {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(_) if is_symlink(&path) => {
+                refuse(report, &path);
+                continue;
+            }
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("failed to claim {}", path.display()))
+                );
+            }
+        };
+        let tally = match spool_kind {
+            Spool::Transcript => {
+                deliver(client, draining, spool_kind, |c, raw| {
+                    let c = c.clone();
+                    async move { c.post_transcript(raw).await }
+                })
+                .await?
+            }
+            Spool::Hook => {
+                deliver(client, draining, spool_kind, |c, raw| {
+                    let c = c.clone();
+                    async move {
+                        match serde_json::from_str::<HookRecord>(&raw) {
+                            Ok(r) => c.post_hook(&r.route, r.body).await,
+                            // `is_ours` parsed it already; kept should it ever not parse.
+                            Err(e) => Outcome::Rejected {
+                                status: 0,
+                                body_snippet: format!("unreadable spool record: {e}"),
+                            },
+                        }
+                    }
+                })
+                .await?
+            }
+        };
+        match spool_kind {
+            Spool::Transcript => report.transcript_delivered += tally.delivered,
+            Spool::Hook => report.hooks_delivered += tally.delivered,
+        }
+        report.kept += tally.kept;
+        report.left += tally.left;
+        kept_ours += tally.kept;
+    }
+    Ok(kept_ours)
+}
+
+/// What delivering one claimed file did.
+struct Tally {
+    delivered: u64,
+    kept: u64,
+    left: u64,
+}
+
+/// Posts each record of ours in order; keeps the refused ones and, after a failure that does
+/// not heal within [`ATTEMPTS`], every record of ours from there on. Records of other tools are
+/// put back unposted. Everything put back keeps its order.
+async fn deliver<F, Fut>(
+    client: &KcapClient,
+    draining: Draining,
+    spool_kind: Spool,
+    post: F,
+) -> Result<Tally>
 where
     F: Fn(&KcapClient, String) -> Fut,
     Fut: std::future::Future<Output = Outcome>,
@@ -112,9 +257,17 @@ where
         .with_context(|| format!("failed to read {}", draining.path().display()))?;
     let mut keep = Vec::new();
     let mut delivered = 0;
+    let mut kept = 0;
+    let mut left = 0;
     let mut giving_up = false;
     for rec in records {
+        if !spool_kind.is_ours(&rec.raw) {
+            left += 1;
+            keep.push(rec.raw);
+            continue;
+        }
         if giving_up {
+            kept += 1;
             keep.push(rec.raw);
             continue;
         }
@@ -145,6 +298,7 @@ where
                             event = "ship_failed",
                             "replay: the server refuses the token; keeping the rest"
                         );
+                        kept += 1;
                         keep.push(rec.raw.clone());
                         giving_up = true;
                         break;
@@ -158,6 +312,7 @@ where
                         event = "ship_failed",
                         status, "replay: the server refused a record ({body_snippet}); keeping it"
                     );
+                    kept += 1;
                     keep.push(rec.raw.clone());
                     break;
                 }
@@ -166,6 +321,7 @@ where
                         event = "ship_failed",
                         "replay: {other}; keeping the rest for later"
                     );
+                    kept += 1;
                     keep.push(rec.raw.clone());
                     giving_up = true;
                     break;
@@ -173,7 +329,6 @@ where
             }
         }
     }
-    let kept = keep.len() as u64;
     let path = draining.path().to_path_buf();
     draining.finish(&keep).with_context(|| {
         format!(
@@ -181,6 +336,10 @@ where
             path.display()
         )
     })?;
-    info!(event = "replayed", delivered, kept, path = %path.display(), "replayed {}", path.display());
-    Ok((delivered, kept))
+    info!(event = "replayed", delivered, kept, left, path = %path.display(), "replayed {}", path.display());
+    Ok(Tally {
+        delivered,
+        kept,
+        left,
+    })
 }

@@ -30,6 +30,16 @@
 //! it must keep. Those are put back *before* anything appended meanwhile, so arrival order
 //! survives (a kept `subagent-start` stays ahead of a later `subagent-stop`). A draining file
 //! left by a replay that died is picked up again by [`claim_orphans`] once its pid is gone.
+//!
+//! **Whose records.** Both spool directories are shared with the kcap CLI and every vendor it
+//! serves (Claude, Cursor, ...). A hook record this tool writes carries `"writer":"kcap-watch"`
+//! (the kcap CLI's drain reads only `route` and `body`, and keeps unknown fields when it puts a
+//! remainder back), so `replay` can tell its own lifecycle requests from the kcap CLI's.
+//! [`peek`] reads a spool file without claiming it, so a file holding none of ours is never
+//! touched.
+//!
+//! **No symbolic links.** Every spool file is opened with `O_NOFOLLOW` (`files::private_options`)
+//! and a link at a spool path is refused, never claimed, read or written through.
 
 use std::fs;
 use std::io::{self, Write};
@@ -39,7 +49,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::files::{ensure_private_dir, parent_dir, private_options, process_alive, with_context};
+use crate::files::{
+    ensure_private_dir, open_private, parent_dir, private_options, process_alive, read_nofollow,
+    refuse_symlink, with_context,
+};
 use crate::ship::TranscriptBatch;
 use crate::time::Ts;
 
@@ -55,12 +68,25 @@ const HOOK_LIVE_SUFFIX: &str = ".jsonl";
 const TRANSCRIPT_DRAINING_SUFFIX: &str = ".transcript.draining";
 const HOOK_DRAINING_SUFFIX: &str = ".draining";
 
+/// The `writer` of the hook records this tool spools.
+pub const HOOK_WRITER: &str = "kcap-watch";
+
 /// One line of the hook spool: `{"route":"subagent-stop","body":"<request body as a JSON string>"}`.
-/// `route` is the path after `/hooks/`.
+/// `route` is the path after `/hooks/`. `writer` is [`HOOK_WRITER`] on the records this tool
+/// writes and absent on the kcap CLI's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookRecord {
     pub route: String,
     pub body: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
+}
+
+impl HookRecord {
+    /// Whether this tool wrote the record (and so vouches for it).
+    pub fn is_ours(&self) -> bool {
+        self.writer.as_deref() == Some(HOOK_WRITER)
+    }
 }
 
 /// What an append did.
@@ -156,9 +182,12 @@ fn mark_needs_import(config_dir: &Path, session_id: &str, now: Ts, reason: &str)
     let path = needs_import_path(config_dir, session_id);
     let context = || format!("failed to write needs-import marker {}", path.display());
     ensure_private_dir(parent_dir(&path)).map_err(|e| with_context(e, context()))?;
-    let mut file = match private_options().write(true).create_new(true).open(&path) {
+    let mut file = match open_private(private_options().write(true).create_new(true), &path) {
         Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        // `O_EXCL` fails on a symbolic link too: that is no marker, and is refused by name.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            return refuse_symlink(&path).map_err(|e| with_context(e, context()));
+        }
         Err(e) => return Err(with_context(e, context())),
     };
     // One line, one write: a reader never sees half of it.
@@ -182,6 +211,7 @@ pub fn append_hook(
     let record = HookRecord {
         route: route.to_owned(),
         body: body_json.to_owned(),
+        writer: Some(HOOK_WRITER.to_owned()),
     };
     let mut bytes = serde_json::to_vec(&record).map_err(|e| with_context(e.into(), context()))?;
     bytes.push(b'\n');
@@ -268,7 +298,7 @@ fn scan_file(
     agent_id: Option<&str>,
     scan: &mut SpooledLines,
 ) -> io::Result<()> {
-    let bytes = match fs::read(path) {
+    let bytes = match read_nofollow(path) {
         Ok(bytes) => bytes,
         // Claimed or delivered by a replay between listing and reading.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -334,8 +364,11 @@ pub fn sessions_with_backlog(config_dir: &Path) -> io::Result<Vec<String>> {
             let Some((key, rest)) = name.split_once('.') else {
                 continue;
             };
+            // A needs-import marker is backlog too: it is reported to the server by a replay
+            // (the kcap CLI's `SessionIdsWithBacklog` lists it the same way).
             let is_backlog = format!(".{rest}") == kind.live_suffix()
-                || parse_draining_suffix(rest, kind).is_some();
+                || parse_draining_suffix(rest, kind).is_some()
+                || (kind == SpoolKind::Transcript && rest == "needs-import");
             if let Some(id) = decode_key(key).filter(|_| is_backlog) {
                 ids.push(id);
             }
@@ -410,37 +443,50 @@ static CLAIMS: AtomicU64 = AtomicU64::new(0);
 
 /// Claims the spool file at `spool_path` (a live transcript or hook spool) by renaming it to a
 /// private draining file named with `pid`. `None` when there is no spool file (or another
-/// replay renamed it first).
+/// replay renamed it first). A symbolic link there is refused and left alone.
 pub fn claim(spool_path: &Path, pid: u32) -> io::Result<Option<Draining>> {
     let (kind, key) = SpoolKind::of_live(spool_path)?;
-    let dir = parent_dir(spool_path);
-    let target = fresh_draining_path(dir, &key, kind, pid);
-    match fs::rename(spool_path, &target) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(with_context(
-                e,
-                format!("failed to claim spool file {}", spool_path.display()),
-            ));
-        }
-    }
-    wait_for_writers(&target)?;
-    Ok(Some(Draining {
-        path: target,
-        live: spool_path.to_owned(),
-        kind,
-        key,
-        pid,
-    }))
+    take(spool_path, spool_path, kind, &key, pid)
 }
 
-/// Claims the draining files of this spool left behind by replays that died (their pid is no
-/// longer running), oldest first. Files of `pid` itself and of live processes are left alone:
-/// they are being delivered right now. (A dead replay whose pid has since been reused stays
-/// unclaimed here until that process ends; the kcap CLI's drain, which takes every draining
-/// file, would deliver it meanwhile.)
-pub fn claim_orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<Draining>> {
+/// Renames `from` (the live file or an orphaned draining file of `live`) to a fresh draining
+/// file of `pid` and waits for writers still on it.
+fn take(
+    from: &Path,
+    live: &Path,
+    kind: SpoolKind,
+    key: &str,
+    pid: u32,
+) -> io::Result<Option<Draining>> {
+    let context = || format!("failed to claim spool file {}", from.display());
+    refuse_symlink(from).map_err(|e| with_context(e, context()))?;
+    let target = fresh_draining_path(parent_dir(live), key, kind, pid);
+    match fs::rename(from, &target) {
+        Ok(()) => {}
+        // Another replay (or the kcap CLI's drain) took it first.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(with_context(e, context())),
+    }
+    let draining = Draining {
+        path: target,
+        live: live.to_owned(),
+        kind,
+        key: key.to_owned(),
+        pid,
+    };
+    // A link swapped in between the check and the rename was renamed, not followed: refuse it
+    // now (the draining file is left for inspection, never read through).
+    refuse_symlink(&draining.path).map_err(|e| with_context(e, context()))?;
+    wait_for_writers(&draining.path)?;
+    Ok(Some(draining))
+}
+
+/// The draining files of this spool left behind by replays that died (their pid is no longer
+/// running), oldest first, without claiming them (see [`claim_orphan`]). Files of `pid` itself
+/// and of live processes are left alone: they are being delivered right now. (A dead replay
+/// whose pid has since been reused stays unclaimed here until that process ends; the kcap
+/// CLI's drain, which takes every draining file, would deliver it meanwhile.)
+pub fn orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<PathBuf>> {
     let (kind, key) = SpoolKind::of_live(spool_path)?;
     let dir = parent_dir(spool_path);
     let mut found = Vec::new();
@@ -457,35 +503,55 @@ pub fn claim_orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<Draining>> {
         if owner == pid || process_alive(owner) {
             continue;
         }
-        let modified = fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let modified = fs::symlink_metadata(&path).and_then(|m| m.modified()).ok();
         found.push((modified, path));
     }
     found.sort();
+    Ok(found.into_iter().map(|(_, path)| path).collect())
+}
 
+/// Claims one orphaned draining file found by [`orphans`]; `None` when another replay took it.
+pub fn claim_orphan(orphan: &Path, spool_path: &Path, pid: u32) -> io::Result<Option<Draining>> {
+    let (kind, key) = SpoolKind::of_live(spool_path)?;
+    take(orphan, spool_path, kind, &key, pid)
+}
+
+/// Claims every orphaned draining file of this spool ([`orphans`]), oldest first.
+pub fn claim_orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<Draining>> {
     let mut claimed = Vec::new();
-    for (_, orphan) in found {
-        let target = fresh_draining_path(dir, &key, kind, pid);
-        match fs::rename(&orphan, &target) {
-            Ok(()) => {}
-            // Another replay took it first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(with_context(
-                    e,
-                    format!("failed to claim spool file {}", orphan.display()),
-                ));
-            }
+    for orphan in orphans(spool_path, pid)? {
+        if let Some(d) = claim_orphan(&orphan, spool_path, pid)? {
+            claimed.push(d);
         }
-        wait_for_writers(&target)?;
-        claimed.push(Draining {
-            path: target,
-            live: spool_path.to_owned(),
-            kind,
-            key: key.clone(),
-            pid,
-        });
     }
     Ok(claimed)
+}
+
+/// The raw records of a spool file (live or draining) without claiming it, blank lines
+/// skipped; empty when the file is gone. A symbolic link is refused.
+pub fn peek(path: &Path) -> io::Result<Vec<String>> {
+    let bytes = match read_nofollow(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(with_context(
+                e,
+                format!("failed to read spool file {}", path.display()),
+            ));
+        }
+    };
+    Ok(record_lines(&bytes)
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .collect())
+}
+
+/// Whether the session still has transcript records waiting in a live or draining file (of any
+/// process), as the kcap CLI's `TranscriptSpool.HasBacklog` decides it.
+pub fn transcript_backlog(config_dir: &Path, session_id: &str) -> io::Result<bool> {
+    let live = transcript_spool_path(config_dir, session_id);
+    let key = checked_key(session_id)?;
+    Ok(fs::symlink_metadata(&live).is_ok()
+        || !draining_files(parent_dir(&live), &key, SpoolKind::Transcript)?.is_empty())
 }
 
 impl Draining {
@@ -502,7 +568,7 @@ impl Draining {
     /// keeps its raw line (invalid UTF-8 replaced by U+FFFD) so the caller can still keep it.
     /// A file already taken by the kcap CLI's drain reads as empty.
     pub fn records<T: DeserializeOwned>(&self) -> io::Result<Vec<Spooled<T>>> {
-        let bytes = match fs::read(&self.path) {
+        let bytes = match read_nofollow(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
@@ -551,10 +617,7 @@ impl Draining {
 
         let dir = parent_dir(&self.live);
         let merged = fresh_draining_path(dir, &self.key, self.kind, self.pid);
-        let mut file = private_options()
-            .write(true)
-            .create_new(true)
-            .open(&merged)
+        let mut file = open_private(private_options().write(true).create_new(true), &merged)
             .map_err(|e| with_context(e, context()))?;
         file.write_all(&content)
             .map_err(|e| with_context(e, context()))?;
@@ -567,7 +630,7 @@ impl Draining {
             if let Some(newer) =
                 claim(&self.live, self.pid).map_err(|e| with_context(e, context()))?
             {
-                let bytes = fs::read(&newer.path).map_err(|e| with_context(e, context()))?;
+                let bytes = read_nofollow(&newer.path).map_err(|e| with_context(e, context()))?;
                 append_lines(&mut file, &bytes).map_err(|e| with_context(e, context()))?;
                 absorbed.push(newer.path);
             }
@@ -599,11 +662,7 @@ impl Draining {
 /// is held.
 fn replace_live(live: &Path, merged: &mut fs::File, merged_path: &Path) -> io::Result<()> {
     for _ in 0..16 {
-        let current = private_options()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(live)?;
+        let current = open_private(private_options().read(true).append(true).create(true), live)?;
         current.lock()?;
         if !still_at(&current, live)? {
             continue;
@@ -636,11 +695,7 @@ fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
     // to whatever it opened, which a replay still reads unless it already has.
     let mut rounds = 0;
     let file = loop {
-        let file = private_options()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)?;
+        let file = open_private(private_options().read(true).append(true).create(true), path)?;
         // Exclusive, so no other appender is mid-write while the file's end is checked below.
         file.lock()?;
         rounds += 1;
@@ -701,7 +756,7 @@ fn still_at(file: &fs::File, path: &Path) -> io::Result<bool> {
 /// Takes and drops the exclusive lock on a just-claimed file: returns once every appender that
 /// was mid-write on it has finished. Later appenders see the rename and reopen.
 fn wait_for_writers(path: &Path) -> io::Result<()> {
-    let file = fs::File::open(path).map_err(|e| {
+    let file = open_private(private_options().read(true), path).map_err(|e| {
         with_context(
             e,
             format!("failed to open claimed spool {}", path.display()),

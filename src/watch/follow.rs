@@ -118,6 +118,11 @@ impl Watcher {
         ) else {
             return Ok(());
         };
+        // Ids from the rollout's header name files too (R5): the kcap CLI's key rule, or exit 2.
+        files::check_id("session id", &session)?;
+        if let Some(agent) = &agent {
+            files::check_id("agent id", agent)?;
+        }
         let key = files::watcher_key(&session, agent.as_deref());
         match WatcherFiles::acquire(&self.settings.watcher_dir, &key, self.clock.now()) {
             Ok(f) => {

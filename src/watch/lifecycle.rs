@@ -34,7 +34,7 @@ impl Watcher {
             self.role(),
             &self.windows(),
             self.stop,
-            Some(self.started),
+            self.started,
             self.ceiling.as_ref(),
         )
     }
@@ -132,7 +132,7 @@ impl Watcher {
                 Role::Child => ExitReason::IdleReap,
                 Role::Session => ExitReason::IdleTimeout,
             };
-            let quiet = now.duration_since(self.state.quiet_since().unwrap_or(self.started));
+            let quiet = now.duration_since(self.state.idle_since(self.started));
             info!(
                 event = "idle_end",
                 reason = reason.as_str(),
@@ -165,8 +165,8 @@ impl Watcher {
 
     pub(super) fn stop_body(&self) -> String {
         let id = self.identity.as_ref();
-        let message = self.state.last_agent_message.as_deref().unwrap_or("");
-        let redacted = self.redactor.redact_text(message);
+        let message = self.state.stop_message();
+        let redacted = self.redactor.redact_text(&message);
         subagent_stop_body(
             id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),

@@ -28,6 +28,7 @@ use crate::files::{self, AcquireError, Heartbeat, WatcherFiles};
 use crate::fold::State;
 use crate::rollout::header::{Identity, Role, normalize_id};
 use crate::ship::TranscriptBatch;
+use crate::ship::auth::Credentials;
 use crate::ship::backoff::Backoff;
 use crate::ship::client::{
     Deadlines, KcapClient, Outcome, SessionEndReason, Watermark, session_end_body,
@@ -36,7 +37,6 @@ use crate::ship::client::{
 use crate::ship::outbox::{Outbox, Refusal, ShipLine};
 use crate::ship::redact::{Redactor, truncate_utf8};
 use crate::ship::spool::{self, SpoolOutcome};
-use crate::ship::token::TokenSource;
 use crate::tail::index::LineIndex;
 use crate::tail::reader::{LineReader, ReadAt};
 use crate::tail::seed::{LineTimes, seed};
@@ -213,13 +213,7 @@ impl Watcher {
         }
         let client = match &settings.server {
             Some(url) => {
-                let token = TokenSource::new(
-                    settings.token.as_ref().map(|t| t.expose().to_string()),
-                    settings.token_file.clone(),
-                    settings.config_dir.clone(),
-                    settings.profile.clone(),
-                    url.clone(),
-                );
+                let token = Credentials::from_settings(&settings, url);
                 Some(KcapClient::new(url, token, Deadlines::default())?)
             }
             None => None,

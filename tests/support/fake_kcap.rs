@@ -104,6 +104,8 @@ struct State {
     required_token: Option<String>,
     refused_lines: HashMap<u64, u16>,
     null_for_empty: bool,
+    /// The answer of `POST /auth/refresh`: a new access token and its `expires_in`.
+    auth_refresh: Option<(String, u64)>,
 }
 
 impl State {
@@ -353,6 +355,13 @@ impl FakeKcap {
         self.state().required_token = token.map(str::to_owned);
     }
 
+    /// Makes `POST /auth/refresh` (the kcap server's `GitHubApp` token refresh) answer
+    /// `{"access_token": token, "expires_in": expires_in}`, whatever token it is sent (the
+    /// request is recorded with the route `/auth/refresh`). Unset, it answers `404`.
+    pub fn answer_auth_refresh(&self, token: &str, expires_in: u64) {
+        self.state().auth_refresh = Some((token.to_owned(), expires_in));
+    }
+
     /// Refuses (with `status`, e.g. 400 or 422) any transcript batch holding line `line`,
     /// storing none of its lines.
     pub fn refuse_line(&self, line: u64, status: u16) {
@@ -506,6 +515,15 @@ fn json(status: u16, value: &Value) -> Response {
 
 fn serve(state: &Mutex<State>, method: &Method, req: &RecordedRequest) -> Response {
     let mut st = lock(state);
+    if *method == Method::POST && req.path == "/auth/refresh" {
+        return match &st.auth_refresh {
+            Some((token, expires_in)) => json(
+                200,
+                &serde_json::json!({"access_token": token, "expires_in": expires_in}),
+            ),
+            None => text(404, "no such route"),
+        };
+    }
     if let Some(want) = &st.required_token
         && req.authorization() != Some(format!("Bearer {want}").as_str())
     {

@@ -1,0 +1,326 @@
+//! Settings as descriptors: one typed entry per setting, and everything made from it.
+//!
+//! Each setting is declared once, in `registry.rs`: its `KCAP_*` variable, its flag (or that it
+//! has none), its doc, and its [kind](kinds), which knows the value's unit, default and how
+//! flag and variable are read. From that one entry come the clap argument (with its help),
+//! the man page's ENVIRONMENT section, the README's configuration table, and the resolution of
+//! flag > variable > default in [`crate::config::resolve`]. Adding a setting is one entry in
+//! the registry (plus the field of [`crate::config::Settings`] that carries its value).
+//!
+//! Flags and variables are deliberately read by different rules. A bad flag is a user's typo
+//! and exits 2 naming the flag (clap rejects it while parsing, with the kind's own parser). A
+//! bad variable comes from a parent process that configures spawned watchers through the
+//! environment alone, so it falls back to its default with a warning naming the variable and
+//! the value, and never aborts the watcher. clap's `env` feature would make a bad variable
+//! abort like a bad flag, so it is not used; clap only collects the raw flag values here
+//! ([`SettingsArgs`]) and the kinds do the rest.
+
+mod docs;
+pub mod kinds;
+mod registry;
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+
+use clap::{Arg, ArgAction, ArgMatches};
+
+pub use docs::{environment_section, flag_note, markdown_table};
+pub use kinds::{Kind, LogFormat};
+pub use registry::*;
+
+/// How a setting is reached by a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// A flag (`--server`, with its value's placeholder, e.g. `URL`) and the variable.
+    Flag {
+        long: &'static str,
+        value_name: &'static str,
+    },
+    /// The variable only, documented in the man page and the README: a secret must never be
+    /// a flag, where `ps` would show it.
+    EnvOnly,
+    /// The variable only, and documented nowhere a user looks: an override for tests.
+    Hidden,
+}
+
+/// One setting: its variable, how it is exposed, what it does, and its kind (unit, default,
+/// reading rules).
+#[derive(Debug)]
+pub struct Setting<K> {
+    pub var: &'static str,
+    pub exposure: Exposure,
+    /// One or two sentences for `--help`, the man page and the README. The unit of the
+    /// variable and the default are added from the kind; do not repeat them.
+    pub doc: &'static str,
+    pub kind: K,
+}
+
+impl<K> Setting<K> {
+    /// A setting with a flag and a variable.
+    pub const fn flag(
+        var: &'static str,
+        long: &'static str,
+        value_name: &'static str,
+        kind: K,
+        doc: &'static str,
+    ) -> Setting<K> {
+        Setting {
+            var,
+            exposure: Exposure::Flag { long, value_name },
+            doc,
+            kind,
+        }
+    }
+
+    /// A documented setting with a variable and no flag.
+    pub const fn env_only(var: &'static str, kind: K, doc: &'static str) -> Setting<K> {
+        Setting {
+            var,
+            exposure: Exposure::EnvOnly,
+            doc,
+            kind,
+        }
+    }
+
+    /// An undocumented variable (a test override); `why` is for readers of the registry.
+    pub const fn hidden(var: &'static str, kind: K, why: &'static str) -> Setting<K> {
+        Setting {
+            var,
+            exposure: Exposure::Hidden,
+            doc: why,
+            kind,
+        }
+    }
+
+    /// The flag (`--server`), if the setting has one.
+    pub const fn long(&self) -> Option<&'static str> {
+        match self.exposure {
+            Exposure::Flag { long, .. } => Some(long),
+            Exposure::EnvOnly | Exposure::Hidden => None,
+        }
+    }
+}
+
+/// A setting seen without its kind's value type: what the registry list, clap and the
+/// documents need.
+pub trait Entry: Sync {
+    fn var(&self) -> &'static str;
+    fn exposure(&self) -> Exposure;
+    fn doc(&self) -> &'static str;
+    /// The flag (`--server`), if any.
+    fn flag(&self) -> Option<&'static str>;
+    /// The default as users see it, durations in flag syntax (`1h`).
+    fn shown_default(&self) -> String;
+    /// What the variable takes (`whole minutes`).
+    fn var_syntax(&self) -> String;
+    /// The clap argument for the flag, `None` without one.
+    fn arg(&'static self) -> Option<Arg>;
+}
+
+impl<K: Kind> Entry for Setting<K> {
+    fn var(&self) -> &'static str {
+        self.var
+    }
+
+    fn exposure(&self) -> Exposure {
+        self.exposure
+    }
+
+    fn doc(&self) -> &'static str {
+        self.doc
+    }
+
+    fn flag(&self) -> Option<&'static str> {
+        self.long()
+    }
+
+    fn shown_default(&self) -> String {
+        self.kind.shown_default()
+    }
+
+    fn var_syntax(&self) -> String {
+        self.kind.var_syntax()
+    }
+
+    fn arg(&'static self) -> Option<Arg> {
+        let Exposure::Flag { long, value_name } = self.exposure else {
+            return None;
+        };
+        let id = arg_id(long);
+        let arg = Arg::new(id).long(id).help_heading("Settings");
+        let arg = match self.kind.value_parser() {
+            Some(parser) => arg
+                .value_name(value_name)
+                .value_parser(parser)
+                .action(ArgAction::Set),
+            None => arg.action(ArgAction::SetTrue),
+        };
+        let note = flag_note(self);
+        Some(arg.help(format!("{} {note}", self.doc)).long_help(format!(
+            "{} {} takes {}.\n\n{note}",
+            self.doc,
+            self.var,
+            self.kind.var_syntax()
+        )))
+    }
+}
+
+/// clap's id (and long name) of a flag: `--server` → `server`.
+fn arg_id(long: &'static str) -> &'static str {
+    long.strip_prefix("--").unwrap_or(long)
+}
+
+/// The clap arguments of every setting that has a flag, in registry order.
+pub fn args() -> impl Iterator<Item = Arg> {
+    SETTINGS.iter().filter_map(|s| s.arg())
+}
+
+/// The settings flags given on the command line, as given (checked by their kind's parser
+/// while parsing). Empty: nothing given, the variables and defaults decide.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettingsArgs {
+    /// Raw value by flag (`--server`); a switch that was given maps to an empty value.
+    given: BTreeMap<&'static str, OsString>,
+}
+
+impl SettingsArgs {
+    /// The raw value of `flag` if it was given (a given switch reads as empty).
+    pub fn get(&self, flag: &str) -> Option<&OsStr> {
+        self.given.get(flag).map(OsString::as_os_str)
+    }
+}
+
+impl clap::Args for SettingsArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(args())
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.args(args())
+    }
+}
+
+impl clap::FromArgMatches for SettingsArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<SettingsArgs, clap::Error> {
+        let mut s = SettingsArgs::default();
+        s.update_from_arg_matches(m)?;
+        Ok(s)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        let internal =
+            |e: clap::parser::MatchesError| clap::Error::raw(clap::error::ErrorKind::Io, e);
+        for long in SETTINGS.iter().filter_map(|s| s.flag()) {
+            let id = arg_id(long);
+            // A switch is stored as a bool by `SetTrue`, every other flag as the raw value.
+            if let Ok(given) = m.try_get_one::<bool>(id) {
+                if given.copied().unwrap_or(false) {
+                    self.given.insert(long, OsString::new());
+                }
+                continue;
+            }
+            if let Some(v) = m.try_get_one::<OsString>(id).map_err(internal)? {
+                self.given.insert(long, v.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A configuration the watcher cannot run with (exit code 2). The message names the flag or
+/// variable, which is also in `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The flag (`--server`) or variable (`KCAP_URL`) at fault.
+    pub name: &'static str,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads settings through their descriptors: the flag if given, else the variable, else the
+/// default, by the rules of each setting's kind. Warnings about bad variables are collected.
+pub struct Resolver<'a> {
+    args: &'a SettingsArgs,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    pub warnings: Vec<String>,
+    /// Every variable read so far, so a test can prove no registry entry is left unread.
+    read: Vec<&'static str>,
+}
+
+impl<'a> Resolver<'a> {
+    pub fn new(args: &'a SettingsArgs, env: &'a dyn Fn(&str) -> Option<String>) -> Resolver<'a> {
+        Resolver {
+            args,
+            env,
+            warnings: Vec::new(),
+            read: Vec::new(),
+        }
+    }
+
+    /// The value of `setting`.
+    pub fn get<K: Kind>(&mut self, setting: &'static Setting<K>) -> Result<K::Value, ConfigError> {
+        self.read.push(setting.var);
+        let flag = setting
+            .long()
+            .and_then(|long| self.args.get(long).map(|v| (long, v)));
+        let var = (self.env)(setting.var);
+        setting.kind.resolve(
+            kinds::Input {
+                var: setting.var,
+                flag,
+                raw_var: var,
+            },
+            &mut self.warnings,
+        )
+    }
+
+    /// Any other variable (`HOME`), read through the same environment.
+    pub fn env(&self, name: &str) -> Option<String> {
+        (self.env)(name)
+    }
+
+    /// The registry variables never read: empty once resolution covers every setting.
+    pub fn unread(&self) -> Vec<&'static str> {
+        SETTINGS
+            .iter()
+            .map(|s| s.var())
+            .filter(|v| !self.read.contains(v))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_and_flags_are_unique() {
+        let mut vars: Vec<_> = SETTINGS.iter().map(|s| s.var()).collect();
+        vars.sort_unstable();
+        vars.dedup();
+        assert_eq!(vars.len(), SETTINGS.len(), "a variable is registered twice");
+        let mut flags: Vec<_> = SETTINGS.iter().filter_map(|s| s.flag()).collect();
+        let n = flags.len();
+        flags.sort_unstable();
+        flags.dedup();
+        assert_eq!(flags.len(), n, "a flag is registered twice");
+        for f in flags {
+            assert!(f.starts_with("--"), "{f} must be written with its dashes");
+        }
+    }
+
+    #[test]
+    fn hidden_and_env_only_settings_have_no_argument() {
+        for s in SETTINGS {
+            assert_eq!(s.arg().is_some(), s.flag().is_some(), "{}", s.var());
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The kcap CLI's token store, read and written exactly as the kcap CLI does
+//! (`revision-2.md` R1; the kcap CLI's `TokenStore`):
+//!
+//! - the profile is `--profile`/`KCAP_PROFILE`, else `<config>/config.json`'s
+//!   `active_profile` (empty or missing: `default`);
+//! - its file is `<config>/tokens/<profile>.json`; the legacy `<config>/tokens.json` is read
+//!   only when that file is missing (not when it is unreadable) and the profile is the
+//!   on-disk active one (the legacy file belonged to whichever profile was active then);
+//! - a refresh holds an exclusive `flock` on `<config>/tokens/<profile>.lock` (what .NET's
+//!   `FileShare.None` takes on Unix), waiting up to 15 s in 100 ms polls. The lock file is
+//!   never deleted: unlinking it would let a waiter hold the old inode while a newcomer locks
+//!   a new one, and two refreshes would run at once;
+//! - a save writes `<profile>.json.<pid>.<random>.tmp` with mode 0600 from its first byte
+//!   (the name the kcap CLI's logout sweeps), renames it over the file, and removes the
+//!   legacy file, as the kcap CLI's migration does.
+//!
+//! The document is kept as a JSON object, so every field this watcher does not know (and the
+//! kcap CLI's own, such as `github_username`) survives a refresh unchanged.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::Token;
+use crate::time::Ts;
+
+/// A token this close to its expiry counts as expired: a request sent with it could arrive
+/// after it lapsed (the kcap CLI's `IsExpired`).
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+/// How long a refresh waits for another process's lock before giving up.
+pub const LOCK_WAIT: Duration = Duration::from_secs(15);
+/// How often the lock is tried while waiting.
+pub const LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// The profile the kcap CLI's default provider name means when `provider` is absent.
+pub const PROVIDER_GITHUB_APP: &str = "GitHubApp";
+pub const PROVIDER_WORKOS: &str = "workos";
+
+/// `now >= expires_at - 30 s`. A token without a readable `expires_at` is not judged here:
+/// the server is the judge, and a wrong guess costs one `401`.
+pub fn is_expired(expires_at: Option<Ts>, now: Ts) -> bool {
+    expires_at.is_some_and(|at| now >= at.minus(EXPIRY_MARGIN))
+}
+
+/// The profile whose store this process reads: the explicit one, else the on-disk active
+/// one. Also returns the active one (the owner of the legacy file).
+pub fn resolve_profile(config_dir: &Path, explicit: Option<&str>) -> (String, String) {
+    let active = active_profile(config_dir);
+    let profile = explicit
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| active.clone(), str::to_owned);
+    (profile, active)
+}
+
+/// `<config>/config.json`'s `active_profile`; `default` when the file, the field or its
+/// value is missing or empty, or the file cannot be read (with a warning).
+fn active_profile(config_dir: &Path) -> String {
+    let path = config_dir.join("config.json");
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return "default".to_owned(),
+        Err(e) => {
+            tracing::warn!(event = "config_unreadable", path = %path.display(), "failed to read the kcap config {}: {e}; using the profile \"default\"", path.display());
+            return "default".to_owned();
+        }
+    };
+    match serde_json::from_slice::<Value>(&text) {
+        Ok(doc) => match doc.get("active_profile").and_then(Value::as_str) {
+            Some(p) if !p.trim().is_empty() => p.to_owned(),
+            _ => "default".to_owned(),
+        },
+        Err(e) => {
+            tracing::warn!(event = "config_unreadable", path = %path.display(), "failed to parse the kcap config {}: {e}; using the profile \"default\"", path.display());
+            "default".to_owned()
+        }
+    }
+}
+
+/// A profile name the kcap CLI accepts as a file name: not empty, not `.` or `..`, and no
+/// path separator or NUL, so no profile can make a path outside `<config>/tokens`.
+pub fn valid_profile(profile: &str) -> bool {
+    !profile.trim().is_empty()
+        && profile != "."
+        && profile != ".."
+        && !profile.contains(['/', '\\', '\0'])
+}
+
+/// One token store document as read.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub doc: Map<String, Value>,
+    /// Read from the legacy `tokens.json`.
+    pub legacy: bool,
+}
+
+impl Entry {
+    fn str_field(&self, name: &str) -> Option<&str> {
+        self.doc.get(name).and_then(Value::as_str)
+    }
+
+    pub fn access_token(&self) -> Option<Token> {
+        self.str_field("access_token").and_then(Token::new)
+    }
+
+    /// The raw `access_token` text, for comparing two reads.
+    pub fn access_token_text(&self) -> Option<&str> {
+        self.str_field("access_token")
+    }
+
+    pub fn server_url(&self) -> Option<&str> {
+        self.str_field("server_url")
+    }
+
+    pub fn expires_at(&self) -> Option<Ts> {
+        self.doc.get("expires_at").and_then(parse_expires_at)
+    }
+
+    pub fn is_expired(&self, now: Ts) -> bool {
+        is_expired(self.expires_at(), now)
+    }
+
+    /// `provider`, `GitHubApp` when absent (the kcap CLI's default).
+    pub fn provider(&self) -> &str {
+        self.str_field("provider").unwrap_or(PROVIDER_GITHUB_APP)
+    }
+
+    pub fn refresh_token(&self) -> Option<&str> {
+        self.str_field("refresh_token")
+    }
+
+    pub fn client_id(&self) -> Option<&str> {
+        self.str_field("client_id")
+    }
+
+    /// Whether the kcap CLI would refresh this token: `workos` with its refresh token and
+    /// client id, or `GitHubApp`.
+    pub fn refreshable(&self) -> bool {
+        match self.provider() {
+            PROVIDER_WORKOS => self.refresh_token().is_some() && self.client_id().is_some(),
+            PROVIDER_GITHUB_APP => true,
+            _ => false,
+        }
+    }
+}
+
+/// What reading one store file found.
+enum Read {
+    Missing,
+    /// Present but not a JSON object (the kcap CLI: "not authenticated", and never a reason
+    /// to fall back to the legacy file).
+    Unusable,
+    Loaded(Entry),
+}
+
+/// Where one profile's tokens live.
+#[derive(Clone, Debug)]
+pub struct Store {
+    config_dir: PathBuf,
+    profile: String,
+    /// The on-disk active profile: only it may read the legacy file.
+    active: String,
+}
+
+impl Store {
+    pub fn new(config_dir: PathBuf, profile: String, active: String) -> Store {
+        Store {
+            config_dir,
+            profile,
+            active,
+        }
+    }
+
+    pub fn profile(&self) -> &str {
+        &self.profile
+    }
+
+    fn tokens_dir(&self) -> PathBuf {
+        self.config_dir.join("tokens")
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.tokens_dir().join(format!("{}.json", self.profile))
+    }
+
+    fn legacy_path(&self) -> PathBuf {
+        self.config_dir.join("tokens.json")
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.tokens_dir().join(format!("{}.lock", self.profile))
+    }
+
+    /// The profile's document, or the legacy one where the rules allow it.
+    pub fn load(&self) -> Option<Entry> {
+        match read(&self.path(), false) {
+            Read::Loaded(entry) => Some(entry),
+            Read::Unusable => None,
+            Read::Missing if self.profile == self.active => match read(&self.legacy_path(), true) {
+                Read::Loaded(entry) => Some(entry),
+                _ => None,
+            },
+            Read::Missing => None,
+        }
+    }
+
+    /// The profile's own file only (inside the lock: the kcap CLI re-reads `LoadAsync(profile)`,
+    /// falling back to what it read before when that is missing or unusable).
+    pub fn load_profile_file(&self) -> Option<Entry> {
+        match read(&self.path(), false) {
+            Read::Loaded(entry) => Some(entry),
+            Read::Missing | Read::Unusable => None,
+        }
+    }
+
+    /// Takes the cross-process lock, waiting up to [`LOCK_WAIT`]. `Ok(None)`: another process
+    /// held it all that time. Dropping the returned file releases the lock.
+    pub async fn lock(&self) -> io::Result<Option<File>> {
+        let dir = self.tokens_dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        let path = self.lock_path();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            // A symlink planted here is refused, never followed (`revision-2.md` R5).
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Some(file)),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    tokio::time::sleep(LOCK_POLL).await;
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes `doc` atomically as the profile's file (mode 0600), then removes the legacy
+    /// file. Call only while holding [`Store::lock`].
+    pub fn save(&self, doc: &Map<String, Value>) -> io::Result<()> {
+        let dir = self.tokens_dir();
+        let text = serde_json::to_vec(doc).map_err(io::Error::other)?;
+        let mut temp = tempfile::Builder::new()
+            .prefix(&format!("{}.json.{}.", self.profile, std::process::id()))
+            .suffix(".tmp")
+            .rand_bytes(16)
+            .permissions(std::fs::Permissions::from_mode(0o600))
+            .tempfile_in(&dir)?;
+        temp.write_all(&text)?;
+        temp.as_file().sync_all()?;
+        let path = self.path();
+        temp.persist(&path).map_err(|e| e.error)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        match std::fs::remove_file(self.legacy_path()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::debug!("failed to remove the legacy token store: {e}"),
+        }
+        Ok(())
+    }
+}
+
+fn read(path: &Path, legacy: bool) -> Read {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Read::Missing,
+        Err(e) => {
+            tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to read the kcap token store {}: {e}", path.display());
+            return Read::Unusable;
+        }
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(doc)) => Read::Loaded(Entry { doc, legacy }),
+        // serde_json's message names a position and an expected type, never the text it
+        // read, so the token cannot leak through it.
+        Ok(_) => {
+            tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to parse the kcap token store {}: not a JSON object", path.display());
+            Read::Unusable
+        }
+        Err(e) => {
+            tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to parse the kcap token store {}: {e}", path.display());
+            Read::Unusable
+        }
+    }
+}
+
+/// Unix times below this are seconds, above it milliseconds (10^11 s is the year 5138;
+/// 10^11 ms is 1973, before any token store existed).
+const SECONDS_OR_MILLIS: f64 = 1.0e11;
+
+/// `expires_at` as a time: what the kcap CLI writes (a .NET `DateTimeOffset`, ISO 8601 with
+/// an offset and up to 7 fraction digits), RFC 3339 without an offset (read as UTC), or a
+/// Unix time number or numeric string (seconds, or milliseconds above 10^11). `None` when
+/// absent or unreadable.
+pub fn parse_expires_at(value: &Value) -> Option<Ts> {
+    match value {
+        Value::Number(n) => unix_time(n.as_f64()?),
+        Value::String(s) => {
+            let s = s.trim();
+            if let Ok(n) = s.parse::<f64>() {
+                return unix_time(n);
+            }
+            Ts::parse_rfc3339(s).or_else(|| {
+                let civil: jiff::civil::DateTime = s.parse().ok()?;
+                let ts = civil.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+                Some(Ts(ts.as_millisecond()))
+            })
+        }
+        _ => None,
+    }
+}
+
+fn unix_time(n: f64) -> Option<Ts> {
+    if !n.is_finite() {
+        return None;
+    }
+    if n.abs() < SECONDS_OR_MILLIS {
+        Some(Ts((n * 1000.0).round() as i64))
+    } else {
+        // Saturating float-to-int cast: absurd values become far-future or far-past times.
+        Some(Ts(n.round() as i64))
+    }
+}
+
+/// `expires_at` as the kcap CLI's serializer writes a UTC `DateTimeOffset`:
+/// `2026-07-28T16:19:11.25+00:00` (fraction without trailing zeros, none when whole).
+pub fn format_expires_at(at: Ts) -> String {
+    let secs = at.0.div_euclid(1000);
+    let millis = at.0.rem_euclid(1000);
+    let whole = jiff::Timestamp::from_second(secs)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S").to_string())
+        .unwrap_or_else(|_| "9999-12-31T23:59:59".to_owned());
+    let fraction = if millis == 0 {
+        String::new()
+    } else {
+        format!(".{millis:03}").trim_end_matches('0').to_owned()
+    };
+    format!("{whole}{fraction}+00:00")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: Ts = Ts(1_785_000_000_000);
+
+    #[test]
+    fn expiry_is_thirty_seconds_early() {
+        let at = NOW.plus(Duration::from_secs(30));
+        assert!(is_expired(Some(at), NOW), "exactly 30 s left: expired");
+        assert!(!is_expired(Some(at), NOW.minus(Duration::from_millis(1))));
+        assert!(is_expired(Some(NOW.minus(Duration::from_secs(5))), NOW));
+        assert!(!is_expired(Some(NOW.plus(Duration::from_secs(31))), NOW));
+        assert!(!is_expired(None, NOW), "no expiry: the server judges");
+    }
+
+    #[test]
+    fn expires_at_formats() {
+        let secs = NOW.0 / 1000;
+        assert_eq!(parse_expires_at(&json!(secs)), Some(NOW));
+        assert_eq!(parse_expires_at(&json!(NOW.0)), Some(NOW));
+        assert_eq!(parse_expires_at(&json!(secs.to_string())), Some(NOW));
+        assert_eq!(parse_expires_at(&json!(NOW.rfc3339())), Some(NOW));
+        // .NET: seven fraction digits and an offset.
+        assert_eq!(
+            parse_expires_at(&json!("2026-07-28T16:19:11.2500000+00:00")),
+            Ts::parse_rfc3339("2026-07-28T16:19:11.250Z")
+        );
+        assert_eq!(
+            parse_expires_at(&json!("2026-07-28T16:19:11.250+02:00")),
+            Ts::parse_rfc3339("2026-07-28T14:19:11.250Z")
+        );
+        assert_eq!(
+            parse_expires_at(&json!("2026-07-28T16:19:11.250")),
+            Ts::parse_rfc3339("2026-07-28T16:19:11.250Z")
+        );
+        assert_eq!(parse_expires_at(&json!("soon")), None);
+        assert_eq!(parse_expires_at(&json!(null)), None);
+    }
+
+    #[test]
+    fn expires_at_is_written_as_dotnet_writes_it_and_reads_back() {
+        let at = Ts::parse_rfc3339("2026-07-28T16:19:11.250Z").unwrap();
+        assert_eq!(format_expires_at(at), "2026-07-28T16:19:11.25+00:00");
+        let whole = Ts::parse_rfc3339("2026-07-28T16:19:11Z").unwrap();
+        assert_eq!(format_expires_at(whole), "2026-07-28T16:19:11+00:00");
+        for t in [at, whole, NOW, Ts(NOW.0 + 7)] {
+            assert_eq!(parse_expires_at(&json!(format_expires_at(t))), Some(t));
+        }
+    }
+
+    #[test]
+    fn profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            resolve_profile(dir.path(), None),
+            ("default".into(), "default".into())
+        );
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"version":2,"active_profile":"work","profiles":{"work":{}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            resolve_profile(dir.path(), None),
+            ("work".into(), "work".into())
+        );
+        assert_eq!(
+            resolve_profile(dir.path(), Some("home")),
+            ("home".into(), "work".into())
+        );
+        std::fs::write(dir.path().join("config.json"), r#"{"active_profile":""}"#).unwrap();
+        assert_eq!(resolve_profile(dir.path(), None).0, "default");
+        for bad in ["", " ", ".", "..", "a/b", "../x", "a\\b"] {
+            assert!(!valid_profile(bad), "{bad:?}");
+        }
+        assert!(valid_profile("work-2"));
+    }
+
+    #[test]
+    fn legacy_file_only_when_missing_and_active() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path();
+        std::fs::write(config.join("tokens.json"), r#"{"access_token":"legacy"}"#).unwrap();
+        let active = Store::new(config.into(), "default".into(), "default".into());
+        let other = Store::new(config.into(), "other".into(), "default".into());
+        let got = active.load().unwrap();
+        assert!(got.legacy);
+        assert_eq!(got.access_token_text(), Some("legacy"));
+        assert!(other.load().is_none(), "not the legacy file's owner");
+        std::fs::create_dir(config.join("tokens")).unwrap();
+        std::fs::write(config.join("tokens/default.json"), "{corrupt").unwrap();
+        assert!(
+            active.load().is_none(),
+            "an unusable profile file never falls back to the legacy one"
+        );
+        std::fs::write(
+            config.join("tokens/default.json"),
+            r#"{"access_token":"mine"}"#,
+        )
+        .unwrap();
+        assert_eq!(active.load().unwrap().access_token_text(), Some("mine"));
+    }
+
+    #[test]
+    fn save_keeps_fields_is_private_and_retires_the_legacy_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path();
+        std::fs::write(config.join("tokens.json"), r#"{"access_token":"legacy"}"#).unwrap();
+        let store = Store::new(config.into(), "default".into(), "default".into());
+        let mut entry = store.load().unwrap();
+        entry.doc.insert("github_username".into(), json!("alice"));
+        entry.doc.insert("access_token".into(), json!("new"));
+        std::fs::create_dir(config.join("tokens")).unwrap();
+        store.save(&entry.doc).unwrap();
+        let saved: Value =
+            serde_json::from_slice(&std::fs::read(config.join("tokens/default.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            saved,
+            json!({"access_token": "new", "github_username": "alice"})
+        );
+        let mode = std::fs::metadata(config.join("tokens/default.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!config.join("tokens.json").exists());
+        let leftovers: Vec<_> = std::fs::read_dir(config.join("tokens"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no temp file left: {leftovers:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lock_waits_fifteen_seconds_for_another_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().into(), "default".into(), "default".into());
+        let held = store.lock().await.unwrap().expect("free lock");
+        let started = tokio::time::Instant::now();
+        assert!(
+            store.lock().await.unwrap().is_none(),
+            "flock excludes a second open"
+        );
+        assert!(started.elapsed() >= LOCK_WAIT);
+        drop(held);
+        assert!(store.lock().await.unwrap().is_some());
+        assert!(store.lock_path().exists(), "the lock file is never removed");
+    }
+}

@@ -1,0 +1,783 @@
+//! Finding every descendant rollout of one session (`revision-2.md` R8, issue 14).
+//!
+//! Two layers, as everywhere in this crate:
+//!
+//! - [`Tree`] is the pure core: it takes facts read from rollout headers, in any order, and
+//!   answers which threads have just joined the supervised tree. A thread joins when its
+//!   header names a thread of the tree (the root or any member) as its parent, under either
+//!   header form (top-level `parent_thread_id`, or `source.subagent.thread_spawn.
+//!   parent_thread_id` in child files written before mid-2026), or names the root as its
+//!   `session_id` (children without a parent id, R4.6). Codex multi-agent v2 writes
+//!   grandchildren, and a grandchild's file can be seen before its parent's: a candidate
+//!   whose parent is not (yet) a member waits, and joins in the same call that adds its
+//!   parent.
+//! - [`Discovery`] is the thin scanner over `<CODEX_HOME>`: the date directories from the
+//!   session's own date on (`sessions/YYYY/MM/DD`, local dates, so the session's directory
+//!   and every later one, including days that begin while it runs) and
+//!   `archived_sessions/`. Each rollout file is classified once, by its first line, and
+//!   remembered by device and inode, so a file Codex archives (a rename into
+//!   `archived_sessions/`) keeps its identity and is reported as moved, never as new; a
+//!   directory is listed again only when its modification time says an entry changed.
+//!
+//! Change notification for the directories [`Discovery::watch_dirs`] names is in
+//! [`super::wake`]; the safety-net poll is [`Discovery::scan`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::rollout::{Classifier, Kind, SessionMetaInfo};
+
+/// A local calendar day, as Codex names its date directories.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Day {
+    pub year: u16,
+    pub month: u8,
+    pub day: u8,
+}
+
+impl Day {
+    /// From the three directory names `YYYY`, `MM`, `DD`.
+    fn from_dirs(year: &str, month: &str, day: &str) -> Option<Day> {
+        let num = |s: &str, len: usize| {
+            (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u16>().ok())
+                .flatten()
+        };
+        let d = Day {
+            year: num(year, 4)?,
+            month: u8::try_from(num(month, 2)?).ok()?,
+            day: u8::try_from(num(day, 2)?).ok()?,
+        };
+        ((1..=12).contains(&d.month) && (1..=31).contains(&d.day)).then_some(d)
+    }
+
+    /// From a rollout's file name, `rollout-YYYY-MM-DDThh-mm-ss-<uuid>.jsonl`.
+    fn from_file_name(name: &str) -> Option<Day> {
+        let date = name.strip_prefix("rollout-")?.get(..10)?;
+        let (year, rest) = date.split_once('-')?;
+        let (month, day) = rest.split_once('-')?;
+        Day::from_dirs(year, month, day)
+    }
+}
+
+/// Where one Codex home keeps its rollouts, and the first day a descendant can appear.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CodexLayout {
+    /// `<CODEX_HOME>/sessions`.
+    pub sessions: PathBuf,
+    /// `<CODEX_HOME>/archived_sessions`.
+    pub archived: PathBuf,
+    /// The session rollout's own date directory (or the date in its file name when it is
+    /// archived). `None` only when neither names a date: then every date directory counts.
+    pub start: Option<Day>,
+}
+
+impl CodexLayout {
+    /// The layout for a session rollout. `codex_home` (from `--codex-home` or `CODEX_HOME`)
+    /// wins over the home derived from the rollout's path; without it the rollout must sit
+    /// where Codex writes it (`sessions/YYYY/MM/DD/` or `archived_sessions/`).
+    pub fn for_session(rollout: &Path, codex_home: Option<&Path>) -> Result<CodexLayout, String> {
+        let parents: Vec<&Path> = rollout.ancestors().skip(1).take(4).collect();
+        let name_of = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
+        let mut derived_home = None;
+        let mut start = None;
+        if let [day, month, year, sessions] = parents[..]
+            && name_of(sessions).as_deref() == Some("sessions")
+            && let (Some(y), Some(m), Some(d)) = (name_of(year), name_of(month), name_of(day))
+            && let Some(date) = Day::from_dirs(&y, &m, &d)
+        {
+            start = Some(date);
+            derived_home = sessions.parent().map(Path::to_path_buf);
+        } else if let Some(dir) = parents.first()
+            && name_of(dir).as_deref() == Some("archived_sessions")
+        {
+            derived_home = dir.parent().map(Path::to_path_buf);
+        }
+        if start.is_none() {
+            start = rollout
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(Day::from_file_name);
+        }
+        let home = match (codex_home, derived_home) {
+            (Some(home), _) => home.to_path_buf(),
+            (None, Some(home)) => home,
+            (None, None) => {
+                return Err(format!(
+                    "cannot tell CODEX_HOME from {}: it is not under sessions/YYYY/MM/DD/ or \
+                     archived_sessions/; give --codex-home or set CODEX_HOME",
+                    rollout.display()
+                ));
+            }
+        };
+        let home = if home.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            home
+        };
+        Ok(CodexLayout {
+            sessions: home.join("sessions"),
+            archived: home.join("archived_sessions"),
+            start,
+        })
+    }
+
+    fn counts(&self, day: Day) -> bool {
+        self.start.is_none_or(|start| day >= start)
+    }
+}
+
+/// What a rollout's first line says about its thread: the facts [`Tree`] decides on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadFacts {
+    /// The thread's own id, without dashes.
+    pub id: String,
+    /// Every parent the header names (top level and under `thread_spawn`), without dashes.
+    pub parents: Vec<String>,
+    /// `session_id` when present and not the thread's own id, without dashes.
+    pub session_id: Option<String>,
+    /// Whether the header says it is a sub-agent (`spec/rollout-format.md`).
+    pub is_child: bool,
+    /// `agent_type` for lifecycle requests.
+    pub agent_type: Option<String>,
+}
+
+impl ThreadFacts {
+    /// `None` when the header has no usable id.
+    pub fn from_meta(meta: &SessionMetaInfo) -> Option<ThreadFacts> {
+        let identity = Identity::from_meta(meta);
+        let clean = |s: &Option<String>| s.as_deref().map(normalize_id).filter(|id| !id.is_empty());
+        let id = clean(&meta.id)?;
+        let mut parents = Vec::new();
+        for parent in [
+            clean(&meta.parent_thread_id),
+            clean(&meta.spawn_parent_thread_id),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if parent != id && !parents.contains(&parent) {
+                parents.push(parent);
+            }
+        }
+        let session_id = clean(&meta.session_id).filter(|s| *s != id);
+        Some(ThreadFacts {
+            id,
+            parents,
+            session_id,
+            is_child: identity.role == Role::Child,
+            agent_type: identity.agent_type,
+        })
+    }
+}
+
+/// The supervised tree: the root session and every descendant found so far.
+///
+/// Pure: no file, no clock. Memory is bounded by the candidates offered (one small entry
+/// each), since every rollout is offered once.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    root: String,
+    /// Member id → its parent in the tree (the root for a child linked by `session_id`).
+    members: HashMap<String, String>,
+    /// Candidates whose named parents are not members yet, by each parent they name.
+    waiting: HashMap<String, Vec<ThreadFacts>>,
+    /// Candidates linked to the tree only through a parent that is not a member yet.
+    waiting_ids: HashSet<String>,
+}
+
+impl Tree {
+    /// A tree with only its root (the supervised session's id, with or without dashes).
+    pub fn new(root: &str) -> Tree {
+        Tree {
+            root: normalize_id(root),
+            members: HashMap::new(),
+            waiting: HashMap::new(),
+            waiting_ids: HashSet::new(),
+        }
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Whether `id` is a descendant already in the tree (the root is not a descendant).
+    pub fn contains(&self, id: &str) -> bool {
+        self.members.contains_key(id)
+    }
+
+    /// The member's parent in the tree.
+    pub fn parent_of(&self, id: &str) -> Option<&str> {
+        self.members.get(id).map(String::as_str)
+    }
+
+    /// Whether `id` is a candidate waiting for one of its parents to join.
+    pub fn is_waiting(&self, id: &str) -> bool {
+        self.waiting_ids.contains(id)
+    }
+
+    fn in_tree(&self, id: &str) -> bool {
+        id == self.root || self.members.contains_key(id)
+    }
+
+    /// Offers one thread's facts; returns every thread that joined because of it, parents
+    /// before their children (the offered thread first, then any waiting descendants).
+    /// Offering a member again, the root, or a thread that is no sub-agent joins nothing.
+    pub fn offer(&mut self, facts: ThreadFacts) -> Vec<ThreadFacts> {
+        if !facts.is_child || self.in_tree(&facts.id) || self.waiting_ids.contains(&facts.id) {
+            return Vec::new();
+        }
+        let linked_parent = facts
+            .parents
+            .iter()
+            .find(|p| self.in_tree(p))
+            .cloned()
+            .or_else(|| {
+                // A child without a parent id (review, memory consolidation) still names the
+                // root as its session.
+                (facts.parents.is_empty() && facts.session_id.as_deref() == Some(&self.root))
+                    .then(|| self.root.clone())
+            });
+        let Some(parent) = linked_parent else {
+            if !facts.parents.is_empty() {
+                self.waiting_ids.insert(facts.id.clone());
+                for p in &facts.parents {
+                    self.waiting
+                        .entry(p.clone())
+                        .or_default()
+                        .push(facts.clone());
+                }
+            }
+            return Vec::new();
+        };
+        let mut joined = Vec::new();
+        let mut queue = vec![(facts, parent)];
+        while let Some((member, parent)) = queue.pop() {
+            if self.in_tree(&member.id) {
+                continue;
+            }
+            self.waiting_ids.remove(&member.id);
+            self.members.insert(member.id.clone(), parent);
+            if let Some(children) = self.waiting.remove(&member.id) {
+                // Reversed so that popping keeps discovery order among siblings.
+                for child in children.into_iter().rev() {
+                    queue.push((child, member.id.clone()));
+                }
+            }
+            joined.push(member);
+        }
+        joined
+    }
+}
+
+/// A rollout's first line, read without holding more than one chunk of it.
+#[derive(Debug)]
+pub(crate) enum Header {
+    /// The first line is complete and is a `session_meta`.
+    Meta(Box<SessionMetaInfo>),
+    /// The first line is complete and is not a readable `session_meta`: not a rollout
+    /// this tool can place in a tree.
+    NotRollout,
+    /// No complete first line yet (Codex creates the file and writes its header lazily).
+    NotYet,
+}
+
+/// Longest first line read before giving up on it (a `session_meta` is 10-25 KB).
+const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads the first line of `path`, streaming it through the classifier.
+pub(crate) fn read_header(path: &Path) -> io::Result<Header> {
+    let mut file = fs::File::open(path)?;
+    let mut classifier = Classifier::without_timestamps();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    // A `\r` just before the newline is not part of the line; one at the end of a chunk is
+    // held back until the next chunk says whether the newline follows.
+    let mut held_cr = false;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(Header::NotYet);
+        }
+        total += n as u64;
+        let chunk = &buf[..n];
+        let (body, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (&chunk[..i], true),
+            None => (chunk, false),
+        };
+        if held_cr && !(done && body.is_empty()) {
+            classifier.feed(b"\r");
+        }
+        held_cr = false;
+        let body = match body.split_last() {
+            Some((b'\r', rest)) => {
+                held_cr = !done;
+                rest
+            }
+            _ => body,
+        };
+        classifier.feed(body);
+        if done {
+            let info = classifier.finish();
+            return Ok(match info.meta {
+                Some(meta) if info.kind == Kind::SessionMeta && !info.malformed => {
+                    Header::Meta(meta)
+                }
+                _ => Header::NotRollout,
+            });
+        }
+        if total > MAX_HEADER_BYTES {
+            return Ok(Header::NotRollout);
+        }
+    }
+}
+
+/// Device and inode: a rollout's identity across renames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(meta: &fs::Metadata) -> FileId {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            // Without inodes a rename looks like a new file; its header then names a thread
+            // that is already a member, and it is reported as moved all the same.
+            let _ = meta;
+            FileId { dev: 0, ino: 0 }
+        }
+    }
+}
+
+/// What discovery found in one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// A descendant joined the tree: start (or try to take over) its child pipeline.
+    Joined {
+        /// The descendant's own id (its `agent_id`), without dashes.
+        thread_id: String,
+        /// Its parent in the tree (a child of the root or another descendant).
+        parent_id: String,
+        agent_type: Option<String>,
+        path: PathBuf,
+    },
+    /// A member's rollout now lives at another path (Codex archived it): same file, keep
+    /// following it and report the new path.
+    Moved {
+        thread_id: String,
+        from: PathBuf,
+        to: PathBuf,
+    },
+}
+
+#[derive(Debug)]
+enum Class {
+    /// Header not complete yet; retried when its size changes.
+    NotYet { len: u64 },
+    /// A descendant.
+    Member(String),
+    /// Waiting for a parent, or not part of this tree (kept so it is never read again).
+    Other,
+}
+
+#[derive(Debug)]
+struct FileEntry {
+    path: PathBuf,
+    class: Class,
+}
+
+/// What is known about a listed directory.
+#[derive(Debug, Default)]
+struct Listing {
+    mtime: Option<SystemTime>,
+    listed_at: Option<SystemTime>,
+    names: HashSet<PathBuf>,
+}
+
+/// A directory listed again within this much of its last change: coarse file-system
+/// timestamps can give an entry created just after a listing the same mtime as before it.
+const RACY_MTIME: Duration = Duration::from_secs(2);
+
+/// How many paths one notification batch may name before a full scan is cheaper.
+pub(crate) const MAX_EVENT_PATHS: usize = 4096;
+
+/// The scanner: the directories to look at, every rollout classified so far, and the tree.
+#[derive(Debug)]
+pub(crate) struct Discovery {
+    layout: CodexLayout,
+    tree: Tree,
+    files: HashMap<FileId, FileEntry>,
+    by_path: HashMap<PathBuf, FileId>,
+    /// Date directories (`sessions/YYYY/MM/DD`) and `archived_sessions`, with what was seen.
+    rollout_dirs: BTreeMap<PathBuf, Listing>,
+    /// `sessions`, its year and month directories (where new date directories appear).
+    structure_dirs: BTreeMap<PathBuf, Listing>,
+    thread_files: HashMap<String, FileId>,
+}
+
+impl Discovery {
+    /// A scanner for the tree rooted at `root_id` (the supervised session's own id).
+    pub fn new(layout: CodexLayout, root_id: &str) -> Discovery {
+        Discovery {
+            layout,
+            tree: Tree::new(root_id),
+            files: HashMap::new(),
+            by_path: HashMap::new(),
+            rollout_dirs: BTreeMap::new(),
+            structure_dirs: BTreeMap::new(),
+            thread_files: HashMap::new(),
+        }
+    }
+
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    pub fn layout(&self) -> &CodexLayout {
+        &self.layout
+    }
+
+    /// The current path of a member's rollout.
+    pub fn path_of(&self, thread_id: &str) -> Option<&Path> {
+        if !self.tree.contains(thread_id) {
+            return None;
+        }
+        let id = self.thread_files.get(thread_id)?;
+        self.files.get(id).map(|f| f.path.as_path())
+    }
+
+    /// Every directory a new or moved rollout can appear in, or a new date directory can
+    /// be created in: what the change notifier should watch (each non-recursively).
+    pub fn watch_dirs(&self) -> Vec<PathBuf> {
+        self.structure_dirs
+            .keys()
+            .chain(self.rollout_dirs.keys())
+            .cloned()
+            .collect()
+    }
+
+    /// The safety-net pass: finds new date directories, lists every directory whose
+    /// modification time changed (or changed too recently to trust), and retries rollouts
+    /// whose header was incomplete. `now` is the wall clock, for the racy-mtime rule.
+    pub fn scan(&mut self, now: SystemTime) -> Vec<Found> {
+        self.refresh_structure(now);
+        let mut found = Vec::new();
+        let dirs: Vec<PathBuf> = self.rollout_dirs.keys().cloned().collect();
+        for dir in dirs {
+            self.list_rollout_dir(&dir, now, false, &mut found);
+        }
+        self.retry_not_yet(&mut found);
+        found
+    }
+
+    /// Handles paths named by change notifications: each unknown rollout path is
+    /// classified, a path under a structure directory triggers a structure refresh. Known
+    /// rollouts cost one hash lookup, so appends to live children are nearly free here.
+    pub fn on_paths(&mut self, paths: &[PathBuf], now: SystemTime) -> Vec<Found> {
+        let mut found = Vec::new();
+        let mut structure_changed = false;
+        for path in paths {
+            if let Some(id) = self.by_path.get(path) {
+                if let Some(FileEntry {
+                    class: Class::NotYet { .. },
+                    ..
+                }) = self.files.get(id)
+                {
+                    let id = *id;
+                    self.classify(id, &mut found);
+                }
+                continue;
+            }
+            let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            if self.structure_dirs.contains_key(path) || self.structure_dirs.contains_key(&parent) {
+                structure_changed = true;
+            } else if self.rollout_dirs.contains_key(&parent) && is_rollout_name(path) {
+                self.consider(path, &mut found);
+            }
+        }
+        if structure_changed {
+            let before: HashSet<PathBuf> = self.rollout_dirs.keys().cloned().collect();
+            self.refresh_structure(now);
+            let fresh: Vec<PathBuf> = self
+                .rollout_dirs
+                .keys()
+                .filter(|d| !before.contains(*d))
+                .cloned()
+                .collect();
+            for dir in fresh {
+                self.list_rollout_dir(&dir, now, true, &mut found);
+            }
+        }
+        found
+    }
+
+    /// Re-reads the year, month and date directories from the session's date on.
+    fn refresh_structure(&mut self, now: SystemTime) {
+        let start = self.layout.start;
+        let root = self.layout.sessions.clone();
+        let mut structure = vec![root.clone()];
+        let mut rollout_dirs = Vec::new();
+        for (year, year_path) in subdirs(&root, 4) {
+            // Equal-length digit strings order as their numbers.
+            if start.is_some_and(|s| year < format!("{:04}", s.year)) {
+                continue;
+            }
+            structure.push(year_path.clone());
+            for (month, month_path) in subdirs(&year_path, 2) {
+                if start.is_some_and(|s| {
+                    (year.as_str(), month.as_str())
+                        < (
+                            format!("{:04}", s.year).as_str(),
+                            format!("{:02}", s.month).as_str(),
+                        )
+                }) {
+                    continue;
+                }
+                structure.push(month_path.clone());
+                for (day, day_path) in subdirs(&month_path, 2) {
+                    if let Some(d) = Day::from_dirs(&year, &month, &day)
+                        && self.layout.counts(d)
+                    {
+                        rollout_dirs.push(day_path);
+                    }
+                }
+            }
+        }
+        if self.layout.archived.is_dir() {
+            rollout_dirs.push(self.layout.archived.clone());
+        }
+        for dir in structure {
+            let listing = self.structure_dirs.entry(dir).or_default();
+            listing.listed_at = Some(now);
+        }
+        for dir in rollout_dirs {
+            self.rollout_dirs.entry(dir).or_default();
+        }
+    }
+
+    fn list_rollout_dir(
+        &mut self,
+        dir: &Path,
+        now: SystemTime,
+        force: bool,
+        found: &mut Vec<Found>,
+    ) {
+        let mtime = fs::metadata(dir).and_then(|m| m.modified()).ok();
+        let Some(listing) = self.rollout_dirs.get(dir) else {
+            return;
+        };
+        let unchanged = listing.listed_at.is_some()
+            && listing.mtime == mtime
+            && mtime.is_some_and(|m| {
+                listing
+                    .listed_at
+                    .is_some_and(|at| at.duration_since(m).is_ok_and(|d| d > RACY_MTIME))
+            });
+        if unchanged && !force {
+            return;
+        }
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let mut names = HashSet::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if is_rollout_name(&path) {
+                names.insert(path);
+            }
+        }
+        let previous = self
+            .rollout_dirs
+            .get_mut(dir)
+            .map(|l| std::mem::take(&mut l.names))
+            .unwrap_or_default();
+        for gone in previous.difference(&names) {
+            // The identity stays: a member renamed elsewhere is found again by its inode.
+            self.by_path.remove(gone);
+        }
+        for path in names.difference(&previous) {
+            self.consider(path, found);
+        }
+        if let Some(listing) = self.rollout_dirs.get_mut(dir) {
+            listing.names = names;
+            listing.mtime = mtime;
+            listing.listed_at = Some(now);
+        }
+    }
+
+    /// A rollout path not seen before at this path.
+    fn consider(&mut self, path: &Path, found: &mut Vec<Found>) {
+        if self.by_path.contains_key(path) {
+            return;
+        }
+        // A descendant is created on or after its session's day, so an older archived
+        // rollout is not even looked at (an archive holds months of them). Its name stays
+        // in the directory's listing, so it is not considered again either.
+        let named_day = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(Day::from_file_name);
+        if let (Some(day), Some(start)) = (named_day, self.layout.start)
+            && day < start
+        {
+            return;
+        }
+        let Ok(meta) = fs::symlink_metadata(path) else {
+            return;
+        };
+        if !meta.is_file() {
+            return;
+        }
+        let id = FileId::of(&meta);
+        self.by_path.insert(path.to_path_buf(), id);
+        if let Some(entry) = self.files.get_mut(&id) {
+            let from = std::mem::replace(&mut entry.path, path.to_path_buf());
+            if let Class::Member(thread) = &entry.class
+                && from != path
+            {
+                found.push(Found::Moved {
+                    thread_id: thread.clone(),
+                    from,
+                    to: path.to_path_buf(),
+                });
+            }
+            return;
+        }
+        self.files.insert(
+            id,
+            FileEntry {
+                path: path.to_path_buf(),
+                class: Class::NotYet { len: u64::MAX },
+            },
+        );
+        self.classify(id, found);
+    }
+
+    /// Reads the header of a file whose class is still `NotYet`, when its size changed.
+    fn classify(&mut self, id: FileId, found: &mut Vec<Found>) {
+        let Some(entry) = self.files.get(&id) else {
+            return;
+        };
+        let Class::NotYet { len } = entry.class else {
+            return;
+        };
+        let path = entry.path.clone();
+        let Ok(now_len) = fs::metadata(&path).map(|m| m.len()) else {
+            return;
+        };
+        if now_len == len {
+            return;
+        }
+        let class = match read_header(&path) {
+            Ok(Header::Meta(meta)) => match ThreadFacts::from_meta(&meta) {
+                Some(facts) if self.thread_files.contains_key(&facts.id) => {
+                    // Same thread under another inode (a copy, not a rename): the first
+                    // file stays the one followed.
+                    tracing::debug!(event = "discovery_duplicate", thread = %facts.id, path = %path.display(), "a second rollout names thread {}; following the first", facts.id);
+                    Class::Other
+                }
+                Some(facts) => {
+                    let own = facts.id.clone();
+                    self.thread_files.insert(own.clone(), id);
+                    let joined = self.tree.offer(facts);
+                    for member in joined {
+                        self.report_joined(member, found);
+                    }
+                    if self.tree.contains(&own) {
+                        Class::Member(own)
+                    } else {
+                        Class::Other
+                    }
+                }
+                None => Class::Other,
+            },
+            Ok(Header::NotRollout) => Class::Other,
+            Ok(Header::NotYet) => Class::NotYet { len: now_len },
+            Err(e) => {
+                tracing::debug!(event = "discovery_read_failed", path = %path.display(), error = %e, "cannot read rollout header: {e}");
+                Class::NotYet { len: now_len }
+            }
+        };
+        if let Some(entry) = self.files.get_mut(&id) {
+            entry.class = class;
+        }
+    }
+
+    fn report_joined(&mut self, member: ThreadFacts, found: &mut Vec<Found>) {
+        let Some(path) = self
+            .thread_files
+            .get(&member.id)
+            .and_then(|fid| self.files.get(fid))
+            .map(|e| e.path.clone())
+        else {
+            return;
+        };
+        // A waiting candidate's entry says `Other` until now.
+        if let Some(fid) = self.thread_files.get(&member.id).copied()
+            && let Some(e) = self.files.get_mut(&fid)
+        {
+            e.class = Class::Member(member.id.clone());
+        }
+        let parent_id = self
+            .tree
+            .parent_of(&member.id)
+            .unwrap_or(self.tree.root())
+            .to_owned();
+        found.push(Found::Joined {
+            thread_id: member.id,
+            parent_id,
+            agent_type: member.agent_type,
+            path,
+        });
+    }
+
+    fn retry_not_yet(&mut self, found: &mut Vec<Found>) {
+        let pending: Vec<FileId> = self
+            .files
+            .iter()
+            .filter(|(_, e)| matches!(e.class, Class::NotYet { .. }))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in pending {
+            self.classify(id, found);
+        }
+    }
+}
+
+/// `rollout-*.jsonl` (a compressed `.jsonl.zst` copy is not followed).
+fn is_rollout_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("rollout-") && n.ends_with(".jsonl"))
+}
+
+/// Subdirectories of `dir` whose names are `len` ASCII digits, in name order.
+fn subdirs(dir: &Path, len: usize) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let digits = name.len() == len && name.bytes().all(|b| b.is_ascii_digit());
+            (digits && e.file_type().ok()?.is_dir()).then(|| (name, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}

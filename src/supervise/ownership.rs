@@ -1,0 +1,357 @@
+//! Owning child keys beside the kcap CLI (`revision-2.md` R8, `spec/files.md`).
+//!
+//! The kcap CLI's spawner (`WatcherManager.EnsureWatcherRunning`) starts a watcher for a key
+//! unless the one it knows is alive by its rule: the pid on line 1 of `<key>.pid` names a
+//! running process and, once 30 s have passed since `<key>.started`, `<key>.heartbeat` is at
+//! most 20 s old. Its reaper also compares line 2, the process start token, and treats a
+//! different token as a recycled pid. It makes every spawn decision under an exclusive,
+//! non-blocking lock on `<key>.spawnlock` (a `flock` on Linux), skipping when contended, and
+//! never unlinks that file.
+//!
+//! The supervisor plays by the same rules for every child it owns: it takes
+//! `<key>.spawnlock` while deciding, leaves a key alone when another live watcher (a `watch`
+//! process or the kcap CLI's own) holds it, and otherwise takes `<key>.lock` and writes
+//! `<key>.pid` (its own pid and start token), `<key>.started` and `<key>.heartbeat` exactly
+//! as `watch` does ([`WatcherFiles`]), so the spawner sees a live watcher and starts none.
+//! Keys left alone are re-checked on every poll ([`Ownership::recheck`]) and taken over once
+//! their watcher is gone. One thread beats the heartbeat of every owned key every 2 s, on
+//! its own, so nothing on the runtime can let one go stale (a stale heartbeat would make
+//! the spawner SIGTERM the supervisor, and with it every child).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::files::{
+    AcquireError, HEARTBEAT_EVERY, HeartbeatFile, WatcherFiles, ensure_private_dir,
+    private_options, process_alive, process_start_token, with_context,
+};
+use crate::time::Ts;
+
+/// The kcap CLI's startup grace: a watcher younger than this is never stale.
+pub(crate) const SPAWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The kcap CLI's staleness threshold for a heartbeat, after the grace.
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(20);
+
+/// The kcap CLI's judgement of the watcher a key's files name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// No pid file, or no pid in it.
+    Vacant,
+    /// The pid names no running process.
+    Dead { pid: u32 },
+    /// The pid runs, but its start token differs: the OS reused the pid.
+    Recycled { pid: u32 },
+    /// The pid runs, but past the grace its heartbeat is missing or too old.
+    Wedged { pid: u32 },
+    /// A live watcher.
+    Alive { pid: u32 },
+}
+
+/// What one process looks like from outside: whether it runs, and its start token.
+pub(crate) struct Probe {
+    pub alive: bool,
+    pub token: Option<String>,
+}
+
+/// The kcap CLI's liveness rule as a pure function of the key's files and `now`.
+///
+/// `pid_file` is the pid file's text; `probe` looks at a pid. A token that cannot be
+/// compared (absent on either side, or another scheme) is no evidence of recycling, as in
+/// the kcap CLI ("ambiguity never kills").
+pub(crate) fn judge(
+    pid_file: Option<&str>,
+    started: Option<Ts>,
+    heartbeat: Option<Ts>,
+    now: Ts,
+    probe: impl FnOnce(u32) -> Probe,
+) -> Verdict {
+    let mut lines = pid_file.unwrap_or_default().lines();
+    let Some(pid) = lines.next().and_then(|l| l.trim().parse::<u32>().ok()) else {
+        return Verdict::Vacant;
+    };
+    let written_token = lines.next().map(str::trim).filter(|t| !t.is_empty());
+    let seen = probe(pid);
+    if !seen.alive {
+        return Verdict::Dead { pid };
+    }
+    if let (Some(written), Some(actual)) = (written_token, seen.token.as_deref())
+        && scheme(written).is_some()
+        && scheme(written) == scheme(actual)
+        && written != actual
+    {
+        return Verdict::Recycled { pid };
+    }
+    // A missing `.started` counts as "just started", as the kcap CLI does.
+    let started = started.unwrap_or(now);
+    if now.duration_since(started) > SPAWN_GRACE {
+        let fresh = heartbeat.is_some_and(|beat| now.since(beat) <= STALE_AFTER.as_millis() as i64);
+        if !fresh {
+            return Verdict::Wedged { pid };
+        }
+    }
+    Verdict::Alive { pid }
+}
+
+/// `lx` of `lx:<boot>:<start>`.
+fn scheme(token: &str) -> Option<&str> {
+    token
+        .split_once(':')
+        .map(|(s, _)| s)
+        .filter(|s| !s.is_empty())
+}
+
+/// Judges the watcher `<dir>/<key>.*` names, looking at the real process.
+pub(crate) fn judge_key(dir: &Path, key: &str, now: Ts) -> Verdict {
+    let read_time = |suffix: &str| {
+        fs::read_to_string(dir.join(format!("{key}.{suffix}")))
+            .ok()
+            .and_then(|t| Ts::parse_rfc3339(&t))
+    };
+    let pid_file = fs::read_to_string(dir.join(format!("{key}.pid"))).ok();
+    judge(
+        pid_file.as_deref(),
+        read_time("started"),
+        read_time("heartbeat"),
+        now,
+        |pid| Probe {
+            alive: process_alive(pid),
+            token: process_start_token(pid),
+        },
+    )
+}
+
+/// The outcome of trying to own a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// This process owns the key: lock held, files written, heartbeat beaten.
+    Owned,
+    /// Another live watcher holds the key; re-checked by [`Ownership::recheck`].
+    Held { pid: Option<u32> },
+    /// The kcap CLI's spawner is deciding about this key right now (its spawn lock is
+    /// taken); re-checked by [`Ownership::recheck`].
+    Busy,
+}
+
+/// Every child key this process owns or waits for, and the heartbeat thread.
+pub(crate) struct Ownership {
+    dir: PathBuf,
+    owned: HashMap<String, WatcherFiles>,
+    /// Keys held by another watcher (or mid-decision by the spawner), by key.
+    waiting: BTreeMap<String, Claim>,
+    beats: Arc<Mutex<BTreeMap<String, HeartbeatFile>>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ownership {
+    /// Starts the heartbeat thread over `<watchers>` (created 0700 when missing).
+    pub fn start(watcher_dir: &Path) -> io::Result<Ownership> {
+        Ownership::start_beating_every(watcher_dir, HEARTBEAT_EVERY)
+    }
+
+    fn start_beating_every(watcher_dir: &Path, every: Duration) -> io::Result<Ownership> {
+        ensure_private_dir(watcher_dir)?;
+        let beats: Arc<Mutex<BTreeMap<String, HeartbeatFile>>> = Arc::default();
+        let (tx, rx) = mpsc::channel::<()>();
+        let thread_beats = beats.clone();
+        let thread = std::thread::Builder::new()
+            .name("kcap-heartbeats".to_owned())
+            .spawn(move || beat_loop(&thread_beats, every, &rx))
+            .map_err(|e| with_context(e, "failed to start the heartbeat thread".to_owned()))?;
+        Ok(Ownership {
+            dir: watcher_dir.to_path_buf(),
+            owned: HashMap::new(),
+            waiting: BTreeMap::new(),
+            beats,
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn is_owned(&self, key: &str) -> bool {
+        self.owned.contains_key(key)
+    }
+
+    pub fn owned_keys(&self) -> impl Iterator<Item = &str> {
+        self.owned.keys().map(String::as_str)
+    }
+
+    /// Keys waiting for another watcher to go, with the last answer.
+    pub fn waiting(&self) -> impl Iterator<Item = (&str, &Claim)> {
+        self.waiting.iter().map(|(k, c)| (k.as_str(), c))
+    }
+
+    /// Tries to own `key` now. When another watcher holds it (or the spawner is deciding),
+    /// the key is remembered and [`Ownership::recheck`] tries again.
+    pub fn want(&mut self, key: &str, now: Ts) -> io::Result<Claim> {
+        let claim = self.claim(key, now)?;
+        if claim == Claim::Owned {
+            self.waiting.remove(key);
+        } else {
+            self.waiting.insert(key.to_owned(), claim.clone());
+        }
+        Ok(claim)
+    }
+
+    /// Tries every waiting key again; returns the keys owned now. Call it every poll
+    /// interval: a key whose watcher died is then taken over within one interval.
+    pub fn recheck(&mut self, now: Ts) -> Vec<String> {
+        let keys: Vec<String> = self.waiting.keys().cloned().collect();
+        let mut taken = Vec::new();
+        for key in keys {
+            match self.want(&key, now) {
+                Ok(Claim::Owned) => taken.push(key),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(event = "child_claim_failed", key = %key, error = %e, "failed to take over {key}: {e}");
+                }
+            }
+        }
+        taken
+    }
+
+    /// Stops owning `key` (its pipeline ended): no more beats, then its pid, started and
+    /// heartbeat files are removed and the lock released. Also forgets a waiting key.
+    pub fn release(&mut self, key: &str) {
+        self.waiting.remove(key);
+        // Removed under the lock the beat loop holds for a whole round, so no beat can
+        // recreate the heartbeat file after `release` removed it.
+        self.beats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        if let Some(files) = self.owned.remove(key) {
+            files.release();
+        }
+    }
+
+    /// Releases every owned key and stops the heartbeat thread.
+    pub fn shutdown(mut self) {
+        self.release_all();
+    }
+
+    fn release_all(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let keys: Vec<String> = self.owned.keys().cloned().collect();
+        for key in keys {
+            self.release(&key);
+        }
+        self.waiting.clear();
+    }
+
+    fn claim(&mut self, key: &str, now: Ts) -> io::Result<Claim> {
+        if self.owned.contains_key(key) {
+            return Ok(Claim::Owned);
+        }
+        let Some(_spawn_lock) = SpawnLock::try_take(&self.dir, key)? else {
+            return Ok(Claim::Busy);
+        };
+        let own_pid = std::process::id();
+        if let Verdict::Alive { pid } = judge_key(&self.dir, key, now)
+            && pid != own_pid
+        {
+            return Ok(Claim::Held { pid: Some(pid) });
+        }
+        match WatcherFiles::acquire(&self.dir, key, now) {
+            Ok(files) => {
+                self.beats
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.to_owned(), HeartbeatFile::new(files.heartbeat_path()));
+                self.owned.insert(key.to_owned(), files);
+                tracing::info!(event = "child_owned", key = %key, "owning {key}");
+                Ok(Claim::Owned)
+            }
+            // A watcher holding the lock is alive even when its heartbeat is late: it is the
+            // kcap CLI's to reap, not ours.
+            Err(AcquireError::Held { holder_pid, .. }) => Ok(Claim::Held { pid: holder_pid }),
+            Err(AcquireError::Io(e)) => Err(e),
+            // A bad key or a planted symlink: this child cannot be watched safely by anyone;
+            // report it as an error for this key only (the others go on).
+            Err(AcquireError::Refused(why)) => {
+                Err(io::Error::new(io::ErrorKind::InvalidInput, why.to_string()))
+            }
+        }
+        // `_spawn_lock` is released here, after the files are written: the spawner, once it
+        // gets the lock, sees a live watcher.
+    }
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// The kcap CLI's `<key>.spawnlock`, held while deciding about a key. The file is never
+/// removed (unlinking a locked file would let the next taker lock a fresh inode).
+struct SpawnLock(#[allow(dead_code)] File);
+
+impl SpawnLock {
+    /// `None` when another process holds it.
+    fn try_take(dir: &Path, key: &str) -> io::Result<Option<SpawnLock>> {
+        let path = dir.join(format!("{key}.spawnlock"));
+        let mut options = private_options();
+        options.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // A symlink here is refused, never followed (R5).
+            options.custom_flags(libc::O_NOFOLLOW);
+        }
+        let file = options
+            .open(&path)
+            .map_err(|e| with_context(e, format!("failed to open {}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(SpawnLock(file))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(with_context(
+                e,
+                format!("failed to lock {}", path.display()),
+            )),
+        }
+    }
+}
+
+fn beat_loop(
+    beats: &Mutex<BTreeMap<String, HeartbeatFile>>,
+    every: Duration,
+    stop: &mpsc::Receiver<()>,
+) {
+    let mut failing: HashSet<String> = HashSet::new();
+    loop {
+        {
+            let mut beats = beats.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Ts::now();
+            for (key, file) in beats.iter_mut() {
+                match file.beat(now) {
+                    Ok(()) => {
+                        if failing.remove(key) {
+                            tracing::info!(event = "heartbeat_recovered", key = %key, "heartbeat writes for {key} work again");
+                        }
+                    }
+                    // Logged once per failure streak, not every beat.
+                    Err(e) => {
+                        if failing.insert(key.clone()) {
+                            tracing::warn!(event = "heartbeat_write_failed", key = %key, error = %e, "{e}");
+                        }
+                    }
+                }
+            }
+            failing.retain(|k| beats.contains_key(k));
+        }
+        match stop.recv_timeout(every) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}

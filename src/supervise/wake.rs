@@ -1,0 +1,158 @@
+//! One change-notification watcher for the whole supervisor.
+//!
+//! A single `notify` watcher (one inotify instance on Linux) watches, non-recursively, the
+//! directories discovery names ([`super::discover::Discovery::watch_dirs`]): the date
+//! directories from the session's day on, the directories new date directories appear in,
+//! and `archived_sessions`. Every child rollout lives in one of them, so the same events
+//! also wake the child pipelines: the dispatcher routes each changed path to the pipeline
+//! that follows it, and hands the rest to discovery.
+//!
+//! Events are only hints. They are collected as a set of paths (a burst of appends to one
+//! file is one entry) behind one coalesced wake-up; past [`MAX_EVENT_PATHS`] distinct paths
+//! the set is dropped and a full scan is asked for instead, so memory stays bounded. The
+//! safety-net poll covers anything notification misses.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::Notify;
+
+use super::discover::MAX_EVENT_PATHS;
+
+/// What changed since the last [`DirWatcher::take`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Changes {
+    /// Paths named by events, each once.
+    pub paths: Vec<PathBuf>,
+    /// Too many paths, or an event without paths: scan everything.
+    pub rescan: bool,
+    /// The notifier reported an error (warn once; the poll carries on).
+    pub failed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    paths: HashSet<PathBuf>,
+    rescan: bool,
+    failed: bool,
+}
+
+/// The supervisor's one notifier.
+pub(crate) struct DirWatcher {
+    watcher: Option<notify::RecommendedWatcher>,
+    watched: BTreeSet<PathBuf>,
+    inbox: Arc<Mutex<Inbox>>,
+    wake: Arc<Notify>,
+    /// Why there is no notification (forced polling, or the notifier could not start).
+    polling_because: Option<String>,
+}
+
+impl DirWatcher {
+    /// Starts the notifier, or polling only when `force_poll` is set or it cannot start.
+    pub fn start(force_poll: bool) -> DirWatcher {
+        let inbox = Arc::new(Mutex::new(Inbox::default()));
+        let wake = Arc::new(Notify::new());
+        let mut this = DirWatcher {
+            watcher: None,
+            watched: BTreeSet::new(),
+            inbox: inbox.clone(),
+            wake: wake.clone(),
+            polling_because: None,
+        };
+        if force_poll {
+            this.polling_because = Some("polling forced by KCAP_WATCH_FORCE_POLL".into());
+            return this;
+        }
+        let handler = move |res: notify::Result<notify::Event>| {
+            let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
+            match res {
+                Ok(event) if event.paths.is_empty() => inbox.rescan = true,
+                Ok(event) => {
+                    for path in event.paths {
+                        if inbox.paths.len() >= MAX_EVENT_PATHS {
+                            inbox.rescan = true;
+                            inbox.paths.clear();
+                            break;
+                        }
+                        inbox.paths.insert(path);
+                    }
+                }
+                Err(_) => {
+                    inbox.failed = true;
+                    inbox.rescan = true;
+                }
+            }
+            drop(inbox);
+            wake.notify_one();
+        };
+        match notify::recommended_watcher(handler) {
+            Ok(w) => this.watcher = Some(w),
+            Err(e) => {
+                this.polling_because = Some(format!(
+                    "file notification unavailable ({e}); polling instead"
+                ));
+            }
+        }
+        this
+    }
+
+    /// `Some(reason)` when only the poll notices changes.
+    pub fn polling_because(&self) -> Option<&str> {
+        self.polling_because.as_deref()
+    }
+
+    /// Watches exactly `dirs` (adding new ones, dropping ones no longer wanted). A directory
+    /// that cannot be watched (not there yet) is tried again on the next call.
+    pub fn sync(&mut self, dirs: &[PathBuf]) {
+        let Some(watcher) = self.watcher.as_mut() else {
+            return;
+        };
+        let wanted: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
+        for gone in self
+            .watched
+            .difference(&wanted)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let _ = watcher.unwatch(&gone);
+            self.watched.remove(&gone);
+        }
+        for dir in wanted
+            .difference(&self.watched)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    self.watched.insert(dir);
+                }
+                Err(e) => {
+                    tracing::debug!(event = "watch_dir_failed", dir = %dir.display(), error = %e, "cannot watch {} yet: {e}", dir.display());
+                }
+            }
+        }
+    }
+
+    /// The directories watched now.
+    pub fn watched(&self) -> impl Iterator<Item = &PathBuf> {
+        self.watched.iter()
+    }
+
+    /// Waits for the next batch of events (coalesced: many events, one wake-up).
+    pub async fn changed(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Takes what the events since the last call named.
+    pub fn take(&self) -> Changes {
+        let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = std::mem::take(&mut *inbox);
+        Changes {
+            paths: taken.paths.into_iter().collect(),
+            rescan: taken.rescan,
+            failed: taken.failed,
+        }
+    }
+}
