@@ -13,27 +13,22 @@ use std::time::Duration;
 use support::FakeKcap;
 use support::Fault;
 use support::bin::{kcap_watch, wait_exit, wait_output};
+use support::rollout;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
 const W: Duration = Duration::from_secs(30);
 
 fn child_meta() -> String {
-    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","parent_thread_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_path":"/root/spec_quality","agent_nickname":"Hypatia"}}"#.to_string()
-}
-
-fn ev(payload: &str) -> String {
-    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+    rollout::child_meta(CHILD, SESSION, "/root/spec_quality", "Hypatia").at("10:00:00")
 }
 
 fn started() -> String {
-    ev(r#"{"type":"task_started","turn_id":"t1"}"#)
+    rollout::task_started("t1").text()
 }
 
 fn complete(msg: &str) -> String {
-    ev(&format!(
-        r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":"{msg}"}}"#
-    ))
+    rollout::task_complete("t1", msg).text()
 }
 
 fn append(path: &Path, lines: &[String]) {
@@ -190,7 +185,7 @@ fn a_session_rollout_gets_session_end_idle_timeout() {
 #[test]
 fn a_pending_wait_agent_call_prevents_idle_end() {
     let server = FakeKcap::start();
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"wait_agent","arguments":"{}","call_id":"call-wait"}}"#.to_string();
+    let call = rollout::call("call-wait", "wait_agent", "{}").text();
     let run = Run::new(&[child_meta(), started(), call]);
     let mut child = run.spawn(&server, &["--reap-after", "1s", "--stop-grace", "0s"], &[]);
     std::thread::sleep(Duration::from_secs(3));
@@ -198,7 +193,7 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
         child.try_wait().unwrap().is_none(),
         "a silent tool is not idleness"
     );
-    let output = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call-wait","output":"done"}}"#.to_string();
+    let output = rollout::output("call-wait", "done").text();
     append(&run.rollout, &[output]);
     let status = wait_exit(&mut child, W);
     assert!(status.success());
@@ -281,11 +276,8 @@ fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
 fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw_line_clears_the_call()
  {
     let server = FakeKcap::start();
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"call-big"}}"#.to_string();
-    let big = "y".repeat(80 * 1024);
-    let output = format!(
-        r#"{{"type":"response_item","payload":{{"type":"function_call_output","output":"{big}","call_id":"call-big"}}}}"#
-    );
+    let call = rollout::call("call-big", "exec_command", "{}").text();
+    let output = rollout::output("call-big", &"y".repeat(80 * 1024)).text();
     let run = Run::new(&[child_meta(), started(), call, output]);
     let mut child = run.spawn(&server, &["--reap-after", "2s"], &[]);
     // Had the redacted placeholder (no call_id) been folded, the call would still be in
@@ -306,10 +298,7 @@ fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_r
     let mut child = run.spawn(&server, &["--stall-after", "1s"], &[]);
     std::thread::sleep(Duration::from_millis(2500));
     // The next line re-arms it; a second silence warns again.
-    append(
-        &run.rollout,
-        &[ev(r#"{"type":"agent_reasoning","text":"still here"}"#)],
-    );
+    append(&run.rollout, &[rollout::reasoning("still here").text()]);
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         child.try_wait().unwrap().is_none(),
