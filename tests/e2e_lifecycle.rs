@@ -13,6 +13,7 @@ use std::time::Duration;
 use support::FakeKcap;
 use support::Fault;
 use support::bin::{kcap_watch, wait_exit, wait_output};
+use support::lifecycle_table::{self, DAY, HEADER_AT};
 use support::rollout;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
@@ -309,4 +310,64 @@ fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_r
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("stall_detected").count(), 2, "{stderr}");
     assert!(stderr.contains("turn_id=\"t1\""), "{stderr}");
+}
+
+/// The table of section 8 through the real binary: `inspect --line-times --now` folds each
+/// line at its own timestamp, so the due time is checked a second before it, at it, and (for
+/// the rows owing nothing) an hour after the last line, with no real time passing.
+#[test]
+fn lifecycle_table_at_the_binary_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    for (i, sc) in lifecycle_table::scenarios().into_iter().enumerate() {
+        let what = format!("scenario {} ({})", sc.section, sc.name);
+        let path = dir.path().join(format!("rollout-{i}.jsonl"));
+        let mut lines = vec![lifecycle_table::header().at(HEADER_AT)];
+        lines.extend(sc.lines.iter().map(|(at, l)| l.at(at)));
+        append(&path, &lines);
+        let last = sc.lines.last().map_or(HEADER_AT, |l| l.0);
+        let inspect = |now: kcap_watch::time::Ts| -> serde_json::Value {
+            let out = wait_output(
+                kcap_watch(&config)
+                    .args(["inspect", "--json", "--line-times", "--now", &now.rfc3339()])
+                    .arg(&path)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+                W,
+            );
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout).expect("one JSON object")
+        };
+        let checks = match sc.stop_due {
+            Some(due) => vec![
+                lifecycle_table::at(due).minus(Duration::from_secs(1)),
+                lifecycle_table::at(due),
+            ],
+            None => vec![lifecycle_table::at(last).plus(Duration::from_secs(3600))],
+        };
+        for now in checks {
+            let r = inspect(now);
+            let want = sc
+                .stop_due
+                .map(|due| serde_json::Value::from(format!("{DAY}T{due}.000Z")))
+                .unwrap_or(serde_json::Value::Null);
+            assert_eq!(
+                r["due"]["subagent_stop"],
+                want,
+                "{what}: stop due, seen at {}",
+                now.rfc3339()
+            );
+            assert_eq!(
+                r["pending_tools"].as_array().map_or(0, Vec::len),
+                sc.pending_calls,
+                "{what}: pending calls"
+            );
+        }
+    }
 }

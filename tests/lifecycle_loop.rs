@@ -15,6 +15,7 @@ use kcap_watch::rollout::header::Role;
 use kcap_watch::time::Ts;
 use kcap_watch::watch::clock::{Clock, TokioClock};
 use kcap_watch::watch::{self, ExitReason, WatchOptions};
+use support::lifecycle_table::{self, HEADER_AT, seconds};
 use support::rollout;
 
 const MIN: Duration = Duration::from_secs(60);
@@ -169,6 +170,46 @@ fn stops(s: &Setup) -> usize {
         .iter()
         .filter(|l| l.contains("\"route\":\"subagent-stop\""))
         .count()
+}
+
+/// The table of section 8 with a running watcher: each line appended at its time (the
+/// paused clock starting at the header's), the stop spooled exactly when due and not a
+/// second earlier, or not within an hour of the last line when none is owed.
+#[tokio::test(start_paused = true)]
+async fn lifecycle_table_at_the_loop_level() {
+    let since_header = |hms: &str| Duration::from_secs(seconds(hms) - seconds(HEADER_AT));
+    for sc in lifecycle_table::scenarios() {
+        let what = format!("scenario {} ({})", sc.section, sc.name);
+        let s = Setup::new(&[lifecycle_table::header().text()]);
+        let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+        let test = async {
+            settle(|| s.spooled_lines() == 1).await;
+            for (at, line) in &sc.lines {
+                s.until(since_header(at)).await;
+                s.append_now(&[line.text()]).await;
+            }
+            match sc.stop_due {
+                Some(due) => {
+                    s.until(since_header(due) - Duration::from_secs(1)).await;
+                    tokio::task::yield_now().await;
+                    assert_eq!(stops(&s), 0, "{what}: not a second before {due}");
+                    s.until(since_header(due)).await;
+                    settle(|| stops(&s) == 1).await;
+                    assert_eq!(s.clock.now(), s.at(since_header(due)), "{what}");
+                }
+                None => {
+                    let last = sc.lines.last().map_or(HEADER_AT, |l| l.0);
+                    s.until(since_header(last) + 60 * MIN).await;
+                    tokio::task::yield_now().await;
+                    assert_eq!(stops(&s), 0, "{what}: no stop is owed");
+                }
+            }
+        };
+        tokio::select! {
+            r = watcher => panic!("{what}: watcher ended early: {r:?}"),
+            _ = test => {}
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]
