@@ -444,13 +444,13 @@ fn agent_text(text: &str) -> String {
 }
 
 fn crashed_child() -> Vec<String> {
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#;
-    let out = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"ok"}}"#;
+    let call = rollout::call("c1", "exec_command", "{}").text();
+    let out = rollout::output("c1", "ok").text();
     vec![
         child_meta(),
         started(),
-        call.to_string(),
-        out.to_string(),
+        call,
+        out,
         agent_text("Halfway through the migration."),
     ]
 }
