@@ -378,6 +378,24 @@ mod tests {
     }
 
     #[test]
+    fn the_test_only_retry_second_scales_pacing_and_is_read_within_its_range() {
+        let r = resolve_env(&[("KCAP_WATCH_RETRY_SECOND_MS", "100")]);
+        assert_eq!(
+            r.settings.paced(Duration::from_secs(60)),
+            Duration::from_secs(6)
+        );
+        let r = resolve_env(&[]);
+        assert_eq!(
+            r.settings.paced(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        // Never slower than real time.
+        let r = resolve_env(&[("KCAP_WATCH_RETRY_SECOND_MS", "5000")]);
+        assert_eq!(r.settings.retry_second, Duration::from_secs(1));
+        assert!(r.warnings[0].contains("KCAP_WATCH_RETRY_SECOND_MS=\"5000\""));
+    }
+
+    #[test]
     fn the_stop_retry_override_is_read_within_its_range() {
         let r = resolve_env(&[("KCAP_WATCH_STOP_RETRY_MS", "200")]);
         assert_eq!(r.settings.stop_retry, Duration::from_millis(200));

@@ -103,6 +103,22 @@ mod tests {
     }
 
     #[test]
+    fn a_scaled_backoff_shrinks_its_own_delays_but_not_a_retry_after() {
+        let mut b = Backoff::scaled(0.1);
+        let delays: Vec<Duration> = (0..100).map(|_| b.next_delay(None)).collect();
+        assert_eq!(delays[0], MIN_DELAY / 10);
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d <= MAX_DELAY / 10 && *d >= MIN_DELAY / 10)
+        );
+        assert_eq!(
+            b.next_delay(Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
     fn delays_grow_but_never_exceed_the_cap() {
         let mut b = Backoff::new();
         let delays: Vec<Duration> = (0..200).map(|_| b.next_delay(None)).collect();

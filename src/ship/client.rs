@@ -761,6 +761,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scaled_deadlines_shrink_but_never_below_a_second() {
+        let d = Deadlines::scaled(0.1);
+        assert_eq!(d.watermark, Duration::from_secs(1));
+        assert_eq!(d.transcript, Duration::from_secs(3));
+        assert_eq!(d.hook, Duration::from_secs(1));
+        assert_eq!(Deadlines::scaled(1.0), Deadlines::default());
+    }
+
+    #[test]
     fn retry_after_seconds_and_dates() {
         let now = Ts::parse_rfc3339("2026-07-28T16:00:00Z").unwrap();
         assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
