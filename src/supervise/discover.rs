@@ -459,7 +459,6 @@ impl Discovery {
         &self.tree
     }
 
-
     /// The current path of a member's rollout.
     pub fn path_of(&self, thread_id: &str) -> Option<&Path> {
         if !self.tree.contains(thread_id) {

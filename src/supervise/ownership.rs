@@ -202,7 +202,6 @@ impl Ownership {
         self.owned.contains_key(key)
     }
 
-
     /// Keys waiting for another watcher to go, with the last answer.
     pub fn waiting(&self) -> impl Iterator<Item = (&str, &Claim)> {
         self.waiting.iter().map(|(k, c)| (k.as_str(), c))

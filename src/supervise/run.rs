@@ -255,7 +255,12 @@ impl Supervisor {
             Event::Signal(name) => *name,
             _ => "parent_exited",
         };
-        info!(event = "supervisor_ending", why, children = self.slots.len(), "ending every child ({why})");
+        info!(
+            event = "supervisor_ending",
+            why,
+            children = self.slots.len(),
+            "ending every child ({why})"
+        );
         let slots: Vec<u64> = self.slots.keys().copied().collect();
         for slot in slots {
             let event = match &event {
@@ -275,7 +280,11 @@ impl Supervisor {
     fn on_changes(&mut self) {
         let changes = self.notifier.take();
         if changes.failed {
-            warn!(event = "polling", "file notification failed; relying on polling every {:?}", self.hub.settings.poll_interval);
+            warn!(
+                event = "polling",
+                "file notification failed; relying on polling every {:?}",
+                self.hub.settings.poll_interval
+            );
         }
         let mut others = Vec::new();
         for path in changes.paths {

@@ -423,8 +423,7 @@ impl Child {
                 }
             }
             Action::SpoolLines { batch, refused } => {
-                let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now)
-                {
+                let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now) {
                     Ok(SpoolOutcome::Written { .. }) => {
                         if let Some(last) = batch.line_numbers.last()
                             && let Err(e) = crate::ship::handed_over::advance(
