@@ -172,7 +172,7 @@ fn write_in_parts(path: &Path, text: &str) {
     fs::write(path, &text[..cut]).unwrap();
     std::thread::sleep(Duration::from_millis(150));
     let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
-    f.write_all(text[cut..].as_bytes()).unwrap();
+    f.write_all(&text.as_bytes()[cut..]).unwrap();
 }
 
 fn line_count(text: &str) -> usize {
@@ -332,7 +332,7 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     ) == Some(sup.id())));
     assert!(killed.elapsed() < Duration::from_secs(5));
     let mut f = fs::OpenOptions::new().append(true).open(&a.path).unwrap();
-    f.write_all(a.text[cut..].as_bytes()).unwrap();
+    f.write_all(&a.text.as_bytes()[cut..]).unwrap();
     assert!(server.wait_until(WAIT, |s| shipped_completely(s, a)));
     home.end_parent();
     assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0));
@@ -367,7 +367,7 @@ fn sigkill_and_restart_loses_no_line_and_posts_every_stop() {
     // Written while no one watches.
     for (r, cut) in tree.iter().zip(&cuts) {
         let mut f = fs::OpenOptions::new().append(true).open(&r.path).unwrap();
-        f.write_all(r.text[*cut..].as_bytes()).unwrap();
+        f.write_all(&r.text.as_bytes()[*cut..]).unwrap();
     }
     let mut sup = home.supervise(&server, &[]);
     assert!(server.wait_until(WAIT, |s| tree.iter().all(|r| shipped_completely(s, r))));
@@ -392,7 +392,7 @@ fn a_fault_in_one_child_affects_that_child_only() {
         fs::write(&r.path, &r.text).unwrap();
     }
     let mut sup = home.supervise(&server, &[]);
-    let (a, b, g) = (&tree[0], &tree[1], &tree[2]);
+    let (a, g) = (&tree[0], &tree[2]);
     assert!(
         server.wait_until(WAIT, |s| shipped_completely(s, g)),
         "{}",
@@ -436,7 +436,6 @@ fn a_fault_in_one_child_affects_that_child_only() {
         "B's stop is lost: {}",
         home.logs()
     );
-    let _ = b;
 }
 
 /// Every spool file's text under `config`.
