@@ -23,6 +23,8 @@ use crate::config::Settings;
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
+use crate::platform::process::Incarnation;
+use crate::platform::signals::ShutdownSignals;
 use crate::rollout::header::{Identity, Role, normalize_id};
 use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
@@ -90,8 +92,22 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> Result<(ExitReason, Summary)> {
+    // The parent as it is now, before anything slow: a pid the system later gives to another
+    // process counts as the parent having exited.
+    let parent = opts.parent_pid.map(Incarnation::observe);
+    if parent.is_some() {
+        // A spawned watcher outlives the terminal it may have been started from: closing
+        // that terminal must not end it (the parent watch decides when it ends).
+        match crate::platform::signals::detach_from_terminal() {
+            Ok(detached) => tracing::debug!(detached, "left the terminal's session"),
+            Err(e) => warn!(
+                event = "detach_failed",
+                "failed to leave the terminal's session: {e}"
+            ),
+        }
+    }
     let mut shell = Shell::new(opts, settings, clock)?;
-    let result = shell.run().await;
+    let result = shell.run(parent).await;
     shell.release();
     let summary = shell.summary();
     result.map(|r| (r, summary))
@@ -166,12 +182,11 @@ impl Shell {
         })
     }
 
-    async fn run(&mut self) -> Result<ExitReason> {
+    async fn run(&mut self, parent: Option<Incarnation>) -> Result<ExitReason> {
         // First: settling the identity may already spool a large file offline, and a SIGTERM
         // meanwhile must end the watcher through the pipeline, not kill it.
-        let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
+        let mut signals =
+            ShutdownSignals::install().context("failed to install a signal handler")?;
         let wake = Wakeups::start(&self.path, self.settings.force_poll);
         if let Mode::Poll(why) = wake.mode() {
             if self.settings.force_poll {
@@ -236,8 +251,9 @@ impl Shell {
                     if !self.opts.once {
                         self.on_file_change()?;
                     }
-                    match self.opts.parent_pid {
-                        Some(pid) if !files::process_alive(pid) => {
+                    match &parent {
+                        Some(parent) if !parent.running() => {
+                            let pid = parent.pid();
                             info!(event = "parent_exited", pid, "parent process {pid} exited");
                             Event::ParentExited
                         }
@@ -256,9 +272,7 @@ impl Shell {
                     }
                     Event::Tick
                 }
-                _ = sigterm.recv() => Event::Signal("SIGTERM"),
-                _ = sigint.recv() => Event::Signal("SIGINT"),
-                _ = sighup.recv() => Event::Signal("SIGHUP"),
+                name = signals.recv() => Event::Signal(name),
             };
             if matches!(event, Event::Signal(_) | Event::ParentExited) && !self.opts.once {
                 // What was appended just before the signal is part of what ends with it.
@@ -392,7 +406,7 @@ impl Shell {
                     c.reload_token(now);
                 }
             }
-            Action::TrimMemory => release_freed_memory(),
+            Action::TrimMemory => crate::platform::memory::release_freed(),
             Action::Rewritten(why) => return Err(self.rewritten(why)),
             Action::Exit(reason) => self.exit = Some(reason),
         }
@@ -683,18 +697,4 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
         },
         folded,
     )))
-}
-
-fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(kind).context("failed to install a signal handler")
-}
-
-/// Returns freed heap memory to the system (glibc keeps it otherwise).
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists; no memory of ours is
-    // touched, and it is safe to call at any time from any thread.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
