@@ -7,7 +7,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 
-use kcap_watch::ship::redact::MAX_LINE_BYTES;
+use kcap_watch::ship::redact::{MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS, is_oversize};
 use kcap_watch::tail::{Line, LineReader};
 use proptest::prelude::*;
 
@@ -33,7 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1usize..2000).prop_map(Op::Partial),
         2 => (0usize..2000).prop_map(Op::Complete),
         1 => (1usize..4).prop_map(Op::Blank),
-        1 => (MAX_LINE_BYTES - 2..MAX_LINE_BYTES * 3).prop_map(Op::Huge),
+        1 => (MAX_LINE_UTF16_UNITS - 2..MAX_LINE_BYTES * 2).prop_map(Op::Huge),
         1 => any::<u8>().prop_map(Op::Restart),
         3 => Just(Op::Read),
     ]
@@ -172,7 +172,7 @@ proptest! {
             prop_assert_eq!(got.start, want.start);
             prop_assert_eq!(got.end, want.end);
             prop_assert_eq!(got.len as usize, want.text.len());
-            if want.text.len() > MAX_LINE_BYTES {
+            if is_oversize(&want.text) {
                 prop_assert!(got.text.is_none(), "line {} is oversize", i);
             } else {
                 prop_assert_eq!(got.text.as_deref(), Some(&want.text[..]));

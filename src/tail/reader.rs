@@ -3,14 +3,15 @@
 //! Codex writes a large line in several `write(2)` calls, so the reader can see a partial
 //! last line: it is kept (its classifier state and at most [`MAX_LINE_BYTES`] + a few bytes
 //! of text) until its `\n` arrives, and never counted before. A line over the redaction
-//! limit ships as a placeholder, so its text is dropped while streaming and only its length
-//! and classification survive.
+//! limit (in UTF-16 units, as the kcap CLI counts) ships as a placeholder, so its text is
+//! dropped while streaming once it cannot fit, and only its length and classification
+//! survive.
 
 use std::fs::File;
 use std::io;
 
 use crate::rollout::{Classifier, LineInfo};
-use crate::ship::redact::MAX_LINE_BYTES;
+use crate::ship::redact::{MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS, is_oversize};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -118,6 +119,9 @@ pub struct LineReader {
     head_len: usize,
     /// Only whitespace so far (cheap: stops at the first other byte, usually the first).
     all_ws: bool,
+    /// UTF-16 units of the line in progress, for a reader that keeps no text (exact for
+    /// valid UTF-8, which is all Codex writes).
+    units: u64,
     last_byte: Option<u8>,
     classifier: Option<Classifier>,
     buf: Vec<u8>,
@@ -138,6 +142,7 @@ impl LineReader {
             head: [0; 3],
             head_len: 0,
             all_ws: true,
+            units: 0,
             last_byte: None,
             classifier: classify.then(Classifier::new),
             buf: Vec::new(),
@@ -258,6 +263,12 @@ impl LineReader {
             self.all_ws = seg.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         }
         self.partial_len += seg.len() as u64;
+        if self.keep != KEEP_TEXT {
+            // Leading bytes, plus one more unit for each character above U+FFFF.
+            let units = seg.iter().filter(|&&b| (b as i8) >= -0x40).count()
+                + seg.iter().filter(|&&b| b >= 0xF0).count();
+            self.units += units as u64;
+        }
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
             if self.text.len() + seg.len() <= self.keep {
@@ -279,9 +290,19 @@ impl LineReader {
         };
         let cr = usize::from(self.last_byte == Some(b'\r'));
         let len = self.partial_len.saturating_sub((bom + cr) as u64);
-        let oversize = len > MAX_LINE_BYTES as u64;
         let kept = (!self.text_dropped)
             .then(|| &self.text[bom.min(self.text.len())..self.text.len() - cr]);
+        let oversize = match kept {
+            Some(t) => is_oversize(t),
+            // Dropped by a text reader: longer than any line within the limit can be. Dropped
+            // by a fold-only reader: the streamed count, less the BOM's and `\r`'s units.
+            None => {
+                len > MAX_LINE_BYTES as u64
+                    || (self.keep != KEEP_TEXT
+                        && self.units.saturating_sub(u64::from(bom > 0) + cr as u64)
+                            > MAX_LINE_UTF16_UNITS as u64)
+            }
+        };
         let blank = match kept {
             Some(t) => t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
             None => self.all_ws && bom == 0,
@@ -310,6 +331,7 @@ impl LineReader {
         self.text_dropped = false;
         self.head_len = 0;
         self.all_ws = true;
+        self.units = 0;
         self.last_byte = None;
         line
     }
@@ -383,13 +405,35 @@ mod tests {
 
     #[test]
     fn exactly_the_limit_still_ships_as_text() {
-        let body = "y".repeat(MAX_LINE_BYTES);
+        let body = "y".repeat(MAX_LINE_UTF16_UNITS);
         let file = format!("{body}\r\n{body}y\n");
         let mut r = LineReader::new(0, 0, false);
         let lines = read_all(file.as_bytes(), &mut r);
-        assert_eq!(lines[0].text.as_ref().map(Vec::len), Some(MAX_LINE_BYTES));
+        assert_eq!(
+            lines[0].text.as_ref().map(Vec::len),
+            Some(MAX_LINE_UTF16_UNITS)
+        );
+        assert!(!lines[0].oversize());
         assert!(lines[1].oversize());
-        assert_eq!(lines[1].len as usize, MAX_LINE_BYTES + 1);
+        assert_eq!(lines[1].len as usize, MAX_LINE_UTF16_UNITS + 1);
+    }
+
+    #[test]
+    fn the_limit_counts_utf16_units_in_both_readers() {
+        // Three bytes, one unit: at the limit in units, three times it in bytes.
+        let cjk = "日".repeat(MAX_LINE_UTF16_UNITS);
+        // Four bytes, two units: one unit over.
+        let astral = format!("{}x", "😀".repeat(MAX_LINE_UTF16_UNITS / 2));
+        let file = format!("\u{FEFF}{cjk}\r\n{astral}\n");
+        let mut text = LineReader::new(0, 0, false);
+        let lines = read_all(file.as_bytes(), &mut text);
+        assert_eq!(lines[0].text.as_ref().map(Vec::len), Some(cjk.len()));
+        assert!(!lines[0].oversize());
+        assert!(lines[1].oversize() && lines[1].text.is_none());
+        let mut fold = LineReader::fold_only(0, 0, false);
+        let lines = read_all(file.as_bytes(), &mut fold);
+        assert!(!lines[0].oversize());
+        assert!(lines[1].oversize());
     }
 
     #[test]
