@@ -47,9 +47,12 @@ pub enum Command {
     /// count from the last activity, the close of the last pause or the watcher's start,
     /// whichever is latest, so a resumed session gets a full window. A child watcher that ends
     /// on reap, at the lifetime ceiling or on its parent's exit posts the stop it still owes,
-    /// even for a turn that never ended (its last agent message, if any), spooling it if it
-    /// cannot. A child header that names no parent (review, memory consolidation) needs
-    /// SESSION_ID.
+    /// even for a turn that never ended (its last agent message, if any), after its lines, and
+    /// spools it (never ahead of its lines) if it cannot. A child header that names no parent
+    /// (review, memory consolidation) needs SESSION_ID: without it watch exits 2 at once saying
+    /// so; with SESSION_ID and --agent-id it runs as a child. After a signal or the parent's
+    /// exit everything finishes within 4 s (at most 1 s for a partial last line, shipping until
+    /// 3 s, then the rest is spooled).
     Watch(WatchArgs),
     /// Fold a rollout and print its state and due times, without shipping anything.
     ///
@@ -105,6 +108,7 @@ pub struct WatchArgs {
     pub skip_title: bool,
 
     /// Ship the lines already on disk, evaluate every decision once, print a summary, exit.
+    /// Lines the server stops taking (no progress for 5 s) are spooled, and it still exits 0.
     #[arg(long)]
     pub once: bool,
 

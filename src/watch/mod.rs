@@ -25,7 +25,7 @@ use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles}
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
 use crate::platform::process::Incarnation;
 use crate::platform::signals::ShutdownSignals;
-use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::rollout::header::{Identity, MissingKey, Role, missing_key, normalize_id};
 use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
 use crate::ship::spool::{self, SpoolOutcome};
@@ -216,11 +216,8 @@ impl Shell {
                 .into());
             }
             if self.pipeline.identity().is_none() {
-                return Err(UsageError(format!(
-                    "rollout {} has no readable session_meta yet; pass SESSION_ID (and --agent-id for a child)",
-                    self.path.display()
-                ))
-                .into());
+                let missing = self.missing_key().unwrap_or(MissingKey::NoHeader);
+                return Err(UsageError(missing.message(&self.path)).into());
             }
             self.pipeline.begin_once(self.clock.now());
         } else if self.tail.is_none() {
@@ -505,7 +502,12 @@ impl Shell {
             Role::Session => id.session_id.is_some(),
         };
         if !complete {
-            return Ok(());
+            // A header that can never name the key (a review child without a parent) is a
+            // command-line error now, not a wait that lasts forever.
+            return match self.missing_key() {
+                Some(m) if !m.may_resolve_itself() => Err(UsageError(m.message(&self.path)).into()),
+                _ => Ok(()),
+            };
         }
         if id.role == Role::Session {
             id.agent_id = None;
@@ -524,6 +526,20 @@ impl Shell {
             identity: id,
             offline_resume,
         })
+    }
+
+    /// What keeps the key unknown: the header (its role overridden by `--role`) and the ids
+    /// the command line gave.
+    fn missing_key(&self) -> Option<MissingKey> {
+        let mut header = self.pipeline.state().identity.clone();
+        if let (Some(h), Some(r)) = (&mut header, self.opts.role) {
+            h.role = r;
+        }
+        missing_key(
+            header.as_ref(),
+            self.opts.session_id.is_some(),
+            self.opts.agent_id.is_some(),
+        )
     }
 
     /// Offline, shipping resumes one past the highest line ever handed over: in the spool now,
