@@ -4,6 +4,9 @@
 //! every line delivered under its number, the child's stop posted, a graceful exit, and a
 //! heartbeat file that was never older than 5 s while the watcher ran (sampled every 100 ms):
 //! a spawner kills a watcher whose heartbeat is 20 s old.
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
 
 #[path = "support/harness.rs"]
 mod harness;
