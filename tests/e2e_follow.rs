@@ -1,6 +1,9 @@
 //! Follow mode with the real binary, offline (the transcript spool is the output): appends
 //! appear, a late file is picked up, a partial line becomes one line, a deleted file is read to
 //! its end, forced polling works, and a rewritten file ends the watcher with exit code 3.
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
 
 mod support;
 

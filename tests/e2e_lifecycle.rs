@@ -227,7 +227,68 @@ fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
     );
 }
 
+/// A watcher the kcap CLI spawns may have a terminal as its ancestor: closing that terminal
+/// (`SIGHUP`) must not end it, or its parent's exit would never be reported. It leaves the
+/// terminal's session, logs a hangup that reaches it anyway, and ends when its parent does.
+#[cfg(target_os = "linux")]
 #[test]
+fn a_spawned_watcher_survives_sighup_and_ends_when_its_parent_exits() {
+    use std::io::BufRead;
+    let server = FakeKcap::start();
+    let run = Run::session_fixture();
+    let mut parent = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pid = parent.id().to_string();
+    let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
+    let (tx, log) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_log = |needle: &str| {
+        let deadline = std::time::Instant::now() + W;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("no log line with {needle:?}: {e}"),
+            }
+        }
+    };
+    wait_log("watcher_started");
+    // It left the terminal's session: its session id (field 6 of /proc/<pid>/stat) is its pid.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let session: u32 = after_name.split(' ').nth(3).unwrap().parse().unwrap();
+    assert_eq!(session, child.id(), "setsid when spawned with --parent-pid");
+
+    support::bin::signal(&child, libc::SIGHUP);
+    wait_log("sighup_ignored");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP ended the watcher"
+    );
+    assert!(server.hooks("session-end/codex").is_empty());
+
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let status = wait_exit(&mut child, W);
+    assert!(status.success(), "{status:?}");
+    let ends = server.hooks("session-end/codex");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "parent_exited");
+}
+
+#[test]
+#[cfg(unix)]
 fn sigterm_never_posts_session_end() {
     let server = FakeKcap::start();
     let run = Run::session_fixture();
@@ -240,6 +301,7 @@ fn sigterm_never_posts_session_end() {
 }
 
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+#[cfg(target_os = "linux")]
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -252,6 +314,7 @@ fn cpu_time(pid: u32) -> Duration {
 }
 
 #[test]
+#[cfg(target_os = "linux")]
 fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
     let server = FakeKcap::start();
     server.fail_always(Some("transcript"), Fault::Status(500));
@@ -293,6 +356,7 @@ fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw
 }
 
 #[test]
+#[cfg(unix)]
 fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_running() {
     let server = FakeKcap::start();
     let run = Run::new(&[child_meta(), started()]);

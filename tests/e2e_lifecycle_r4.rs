@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use kcap_watch::time::Ts;
 use serde_json::Value;
 use support::FakeKcap;
 use support::bin::run as run_to_end;
-use support::bin::{kcap_watch, signal, wait_exit, wait_output};
+#[cfg(unix)]
+use support::bin::signal;
+use support::bin::{kcap_watch, wait_exit, wait_output};
 use support::rollout;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
@@ -146,9 +147,10 @@ impl Run {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_usage_limit_at_a_stale_99_percent_posts_the_stop_after_the_grace_with_codexs_message() {
     let server = FakeKcap::start();
-    let now = Ts::now();
+    let now = kcap_watch::time::Ts::now();
     let five_hour = now.plus(Duration::from_secs(47 * 60)).as_millis() / 1000;
     let weekly = now.plus(Duration::from_secs(113 * 3600)).as_millis() / 1000;
     let secret = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJkZXYifQ.c2lnbmF0dXJlLXZhbHVlLWhlcmU";

@@ -10,6 +10,10 @@
 //! as many retries as before in a tenth of the time; a server's `Retry-After` is still honoured
 //! in full. Fault spans are sized in those scaled terms, and waits end on what the server saw.
 
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
+
 mod support;
 
 use support::harness;

@@ -57,6 +57,7 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
 }
 
 /// Sends a signal to a child process.
+#[cfg(unix)]
 pub fn signal(child: &Child, sig: i32) {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe {

@@ -278,6 +278,7 @@ impl Proc {
         })
     }
 
+    #[cfg(unix)]
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid; it has not been reaped while `status` is None.
         if self.status.is_none() {
@@ -290,16 +291,21 @@ impl Proc {
     /// SIGKILL, without waiting.
     pub fn kill9(&mut self) {
         self.killed = true;
-        self.signal(libc::SIGKILL);
+        if self.status.is_none() {
+            // SIGKILL on unix, TerminateProcess on Windows.
+            let _ = self.child.kill();
+        }
     }
 
     /// SIGTERM, then the exit code (a graceful end is exit 0).
+    #[cfg(unix)]
     pub fn terminate(&mut self, timeout: Duration) -> i32 {
         self.signal(libc::SIGTERM);
         self.exit_code(timeout, "after SIGTERM")
     }
 
     /// Peak resident memory (`VmHWM`) in KiB, while the process runs.
+    #[cfg(target_os = "linux")]
     pub fn vm_hwm_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
         status
