@@ -1,8 +1,8 @@
 //! The registry: every setting, once (`spec/configuration.md`, `revision-2.md` R1).
 //!
 //! An entry here is all a new setting needs to get its flag (if any), `--help`, the man page's
-//! ENVIRONMENT section, the README table (`UPDATE_README=1 cargo test --test readme`, then
-//! `UPDATE_MAN=1 cargo test --test man_pages`) and its resolution rules; read it in
+//! ENVIRONMENT section, the README table (`UPDATE_README=1 cargo test --test it readme::`, then
+//! `UPDATE_MAN=1 cargo test --test it man_pages::`) and its resolution rules; read it in
 //! [`crate::config::resolve`] with `r.get(&NAME)?`. The order here is the order users see.
 //!
 //! ```text

@@ -2,7 +2,7 @@
 //! redaction and the oversize placeholder, the watermark driving resume, offline spools and
 //! replay, the per-key lock.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

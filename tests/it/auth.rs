@@ -3,7 +3,7 @@
 //! server (which also answers `/auth/refresh`), and local fakes of the WorkOS and machine
 //! token endpoints. Also TLS trust through `SSL_CERT_FILE`, proxies and `KCAP_URL` checks.
 
-mod support;
+use crate::support;
 
 use support::harness;
 

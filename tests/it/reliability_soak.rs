@@ -6,12 +6,12 @@
 //! stop must have been posted; and no two watchers may ever have run for the same key at once.
 //!
 //! The run is seeded: the seed is printed (shown when the test fails) and can be replayed with
-//! `KCAP_SOAK_SEED=<seed> cargo test --test reliability_soak`.
+//! `KCAP_SOAK_SEED=<seed> cargo test --test it reliability_soak::`.
 // Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
 // linted, not run (see the README's Platforms section).
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use support::harness;
 
@@ -132,6 +132,8 @@ fn assert_one_lock_holder(procs: &mut [Proc], seed: u64) {
 
 #[test]
 fn sigkill_soak_server_holds_every_line_once_in_order_and_two_watchers_never_overlap() {
+    // Dozens of spawned and killed watchers: one such test at a time (see `support::serial`).
+    let _serial = support::serial();
     let seed = seed();
     eprintln!("soak seed: {seed} (replay with KCAP_SOAK_SEED={seed})");
     let mut rng = rng(seed);
@@ -284,6 +286,8 @@ fn stop_posted_with(server: &FakeKcap, last_message: &str) -> bool {
 /// middle of a spool write), then one `replay`: the server must hold every line, once.
 #[test]
 fn offline_sigkill_soak_then_replay_delivers_every_line() {
+    // Dozens of spawned and killed watchers: one such test at a time (see `support::serial`).
+    let _serial = support::serial();
     let seed = seed() ^ 0x5eed;
     eprintln!(
         "offline soak seed: {seed} (replay with KCAP_SOAK_SEED={})",

@@ -1,8 +1,8 @@
 //! One registry entry is all a setting needs: every entry shows up, as its exposure says, in
 //! the real binary's `--help` of each command that takes settings, in the man pages and the
 //! README on disk; hidden entries show up nowhere. (The README table being exactly the
-//! registry's rendering is `tests/readme.rs`; the man pages being fresh is
-//! `tests/man_pages.rs`; every entry being resolved is a unit test of `config`.)
+//! registry's rendering is `tests/it/readme.rs`; the man pages being fresh is
+//! `tests/it/man_pages.rs`; every entry being resolved is a unit test of `config`.)
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! One stop per child (even across re-engagement and a failing server), a restarted watcher
 //! still posting it, session-end on idle, and a pending tool call holding off idle end.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::io::Write;

@@ -6,7 +6,7 @@
 // Some imports serve only the tests that need SIGTERM or /proc (unix, Linux).
 #![cfg_attr(not(unix), allow(unused_imports))]
 
-mod support;
+use crate::support;
 
 use support::harness;
 
@@ -415,6 +415,8 @@ fn an_unreadable_file_exits_2_with_the_reason() {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_single_200_mib_line_streams_through_in_bounded_memory() {
+    // Both cores for seconds: one such test at a time (see `support::serial`).
+    let _serial = support::serial();
     const SIZE: usize = 200 << 20;
     const LIMIT_KIB: u64 = 64 * 1024;
     let sandbox = Sandbox::new();
@@ -487,6 +489,8 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
 
 #[test]
 fn a_million_blank_lines_are_counted_not_shipped_and_numbering_holds() {
+    // Both cores for seconds: one such test at a time (see `support::serial`).
+    let _serial = support::serial();
     let sandbox = Sandbox::new();
     let mut bytes = format!("{}\n", harness::child_meta()).into_bytes();
     for i in 0..1_000_000 {

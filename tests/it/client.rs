@@ -1,7 +1,7 @@
 //! The kcap client against the fake kcap server: what each server answer means for the
 //! watcher, the exact hook bodies, and where the bearer token comes from.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@
 
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -1,6 +1,6 @@
 //! The README's configuration table is generated from the one registry of variables
 //! (`settings::SETTINGS`), so it cannot drift from `--help` and the man page.
-//! Regenerate with `UPDATE_README=1 cargo test --test readme`.
+//! Regenerate with `UPDATE_README=1 cargo test --test it readme::`.
 
 const START: &str = "<!-- config:start -->\n";
 const END: &str = "<!-- config:end -->";
@@ -20,7 +20,7 @@ fn readme_configuration_table_matches_the_registry() {
             std::fs::write(&path, updated).unwrap();
         } else {
             panic!(
-                "README.md's configuration table is stale: run `UPDATE_README=1 cargo test --test readme`"
+                "README.md's configuration table is stale: run `UPDATE_README=1 cargo test --test it readme::`"
             );
         }
     }

@@ -3,7 +3,7 @@
 //! facts `revision-2.md` R4 adds (binding window, queued mail, stop owed at exit, idle from
 //! the watcher's start, a child header without a parent).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

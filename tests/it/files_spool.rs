@@ -102,7 +102,7 @@ fn probe_from_another_process(dir: &Path) -> String {
     let output = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "lock_probe_child",
+            "files_spool::lock_probe_child",
             "--nocapture",
             "--test-threads=1",
         ])

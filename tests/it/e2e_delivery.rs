@@ -5,7 +5,7 @@
 // linted, not run (see the README's Platforms section).
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use support::harness;
 

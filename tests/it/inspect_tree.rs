@@ -4,7 +4,7 @@
 //! and its child. The tree's shape and order, each descendant's turn state and due times
 //! (fixed by `--line-times --now`), and which child a live `watch` process holds.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::path::{Path, PathBuf};

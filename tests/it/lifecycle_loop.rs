@@ -2,7 +2,7 @@
 //! section 8 that involve the loop's timers, with minutes and hours passing instantly and
 //! deterministically. Offline, so the spools show what the watcher did.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::io::Write;

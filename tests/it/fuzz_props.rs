@@ -53,6 +53,9 @@ where
             .unwrap_or(20),
     );
     let cases = ((f64::from(cases) * scale) as u32).max(1);
+    // A core for up to the whole budget: one property at a time, and none beside the other
+    // CPU-heavy tests, or the budget would be spent waiting (see `support::serial`).
+    let _serial = crate::support::serial();
     let run = move || {
         let mut runner = TestRunner::new(Config {
             cases,

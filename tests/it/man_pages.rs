@@ -1,5 +1,5 @@
 //! The man pages in `man/` are generated from the clap definition; this test fails when they
-//! are stale. `UPDATE_MAN=1 cargo test --test man_pages` rewrites them.
+//! are stale. `UPDATE_MAN=1 cargo test --test it man_pages::` rewrites them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -7,7 +7,7 @@ use std::path::Path;
 
 use kcap_watch::settings::Exposure;
 
-const UPDATE: &str = "UPDATE_MAN=1 cargo test --test man_pages";
+const UPDATE: &str = "UPDATE_MAN=1 cargo test --test it man_pages::";
 
 #[test]
 fn man_pages_are_up_to_date() {

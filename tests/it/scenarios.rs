@@ -3,7 +3,7 @@
 //! with every time injected. (The same scenarios run through the binary in
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

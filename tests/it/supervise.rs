@@ -5,7 +5,7 @@
 //! every owned key stays alive by the kcap CLI's rule; a SIGKILL and restart loses no line
 //! and still posts every stop; a fault in one child affects that child only.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! rollouts shaped as Codex 0.15x writes them. A usage limit at a stale 99 %, a child that
 //! crashed mid-turn, a resumed session, and a sub-agent header that names no parent.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::io::Write;

@@ -1,12 +1,12 @@
 //! The lifecycle scenarios of `spec/lifecycle.md` section 8 (as `revision-2.md` R4 revises
 //! them) as one data table, run at three levels by three suites:
 //!
-//! - the pure core (`tests/scenarios.rs`): each line folded at its time, then
+//! - the pure core (`tests/it/scenarios.rs`): each line folded at its time, then
 //!   `decide::subagent_stop_due` and the fold's pending calls;
-//! - the running watcher loop under tokio's paused clock (`tests/lifecycle_loop.rs`): each line
+//! - the running watcher loop under tokio's paused clock (`tests/it/lifecycle_loop.rs`): each line
 //!   appended at its time, the stop spooled exactly at its due time and not a second before
 //!   (or not within an hour when none is owed);
-//! - the real binary (`tests/e2e_lifecycle.rs`): `inspect --json --line-times --now`, which
+//! - the real binary (`tests/it/e2e_lifecycle.rs`): `inspect --json --line-times --now`, which
 //!   reads each line's own timestamp, so no real time has to pass.
 //!
 //! A row states what it checks (its `name`), its lines as `HH:MM:SS` times on [`DAY`] after
