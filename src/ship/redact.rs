@@ -134,6 +134,9 @@ mod family {
 /// Substrings that every match of a family contains, as the rules spell them (their rules are
 /// case-sensitive). If a string holds none of a family's triggers, that family cannot match in
 /// it, so it is not run.
+///
+/// Each list holds at most [`MAX_TRIGGERS`] words of at least three bytes: that is what keeps
+/// the scan, which every shipped line pays, on its fastest searcher.
 const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("PRIVATE KEY", family::PEM),
     ("AKIA", family::AWS),
@@ -150,10 +153,9 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("ASCA", family::AWS),
     ("A3T", family::AWS),
     ("sk-", family::VENDOR),
-    ("sk_live_", family::VENDOR),
-    ("sk_test_", family::VENDOR),
-    ("rk_live_", family::VENDOR),
-    ("rk_test_", family::VENDOR),
+    // `sk_live_`, `rk_live_`, `sk_test_`, `rk_test_`.
+    ("k_live_", family::VENDOR),
+    ("k_test_", family::VENDOR),
     ("ghp_", family::VENDOR),
     ("gho_", family::VENDOR),
     ("ghs_", family::VENDOR),
@@ -164,26 +166,23 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("xox", family::VENDOR),
     ("pypi-", family::VENDOR),
     ("npm_", family::VENDOR),
-    ("glpat-", family::VENDOR),
     ("dckr_", family::VENDOR),
     ("AIza", family::VENDOR),
     ("eyJ", family::JWT),
-    ("://", family::USERINFO),
-    // `https:\/\/` as PHP and some JSON writers spell it, as printed and once or twice
-    // encoded.
-    (r":\/", family::USERINFO | family::WEBHOOK),
-    (r":\\/", family::USERINFO | family::WEBHOOK),
-    (r":\\\\/", family::USERINFO | family::WEBHOOK),
-    // The usual PostgreSQL ports and the wildcard: a `.pgpass` line has no word to find.
+    // The usual PostgreSQL ports (`5432:` and `6432:`): a `.pgpass` line has no word to find.
     // (Not led by the colon: timestamps fill tool output with colons, and a trigger starting
-    // with one slows the scan of every line.)
-    ("5432:", family::COMMAND),
+    // with one slows the scan of every line.) The wildcard is [`PGPASS_WILDCARD`].
+    ("432:", family::COMMAND),
     ("5433:", family::COMMAND),
-    ("6432:", family::COMMAND),
-    ("*:", family::COMMAND),
 ];
 
-/// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase.
+/// A `.pgpass` wildcard field: too short for the trigger scan, so searched on its own.
+const PGPASS_WILDCARD: &[u8] = b"*:";
+
+/// Like [`EXACT_TRIGGERS`] for the case-insensitive rules, searched in the text folded by
+/// [`fold_byte`] (so written folded: lowercase, `_` for `-`, `.` and a blank, `/` for `\`).
+/// One word covers every spelling of a name (`api_key` also finds `API-Key`, `api.key` and
+/// `api key`) and `://` every depth of escaping (`https:\/\/`, `https:\\/\\/`).
 const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("key=", family::QUERY),
     ("sig=", family::QUERY),
@@ -191,41 +190,51 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("auth=", family::QUERY),
     ("pass=", family::QUERY),
     ("passw", family::WORDS),
-    ("api key", family::WORDS),
-    ("access key", family::WORDS),
     ("authorization", family::WORDS),
     ("cookie", family::WORDS),
     ("signature", family::WORDS),
-    ("subscription-key", family::WORDS),
+    ("subscription_key", family::WORDS),
     ("bearer", family::WORDS),
-    ("registry-auth", family::WORDS),
-    // A JSON key that ends in `auth` (docker's `config.json`), written raw or escaped.
+    ("registry_auth", family::WORDS),
+    // A JSON key that ends in `auth` (docker's `config.json`), written raw (`auth"`) or
+    // escaped (`auth\"`, `auth\\\"`).
     ("auth\"", family::KEY | family::ASSIGNMENT),
-    ("auth\\", family::KEY | family::ASSIGNMENT),
-    ("hooks.slack.com", family::WEBHOOK),
+    ("auth/", family::KEY | family::ASSIGNMENT),
+    ("://", family::USERINFO),
+    ("hooks_slack_com", family::WEBHOOK),
     ("discord", family::WEBHOOK),
     ("curl", family::COMMAND),
     ("mysql", family::COMMAND),
     ("mariadb", family::COMMAND),
+    ("glpat_", family::VENDOR),
     // Any key containing one of these is a secret's name.
     ("secret", family::WORDS | family::KEY_NAME),
     ("token", family::WORDS | family::KEY_NAME),
     ("passphrase", family::WORDS | family::KEY_NAME),
     ("pwd", family::WORDS | family::KEY_NAME),
-    ("api_key", family::WORDS | family::KEY_NAME),
-    ("api-key", family::WORDS | family::KEY_NAME),
-    ("api.key", family::WORDS | family::KEY_NAME),
     ("apikey", family::WORDS | family::KEY_NAME),
-    ("private_key", family::WORDS | family::KEY_NAME),
-    ("private-key", family::WORDS | family::KEY_NAME),
-    ("private.key", family::WORDS | family::KEY_NAME),
     ("privatekey", family::WORDS | family::KEY_NAME),
-    ("access_key", family::WORDS | family::KEY_NAME),
-    ("access-key", family::WORDS | family::KEY_NAME),
-    ("access.key", family::WORDS | family::KEY_NAME),
     ("accesskey", family::WORDS | family::KEY_NAME),
     ("credential", family::WORDS | family::KEY_NAME),
+    // These also find the words with a blank (`api key`), which is not a secret's name as a
+    // key: the key regex decides.
+    ("api_key", family::WORDS),
+    ("private_key", family::WORDS),
+    ("access_key", family::WORDS),
 ];
+
+/// The most words a trigger list may hold (see [`EXACT_TRIGGERS`]).
+const MAX_TRIGGERS: usize = 32;
+
+/// How [`WORD_TRIGGERS`] see a byte of text.
+fn fold_byte(byte: u8) -> u8 {
+    let byte = byte.to_ascii_lowercase();
+    match byte {
+        b'-' | b'.' | b' ' => b'_',
+        b'\\' => b'/',
+        _ => byte,
+    }
+}
 
 /// A word boundary that also holds after a JSON escape (`\nsk-...` is a new line starting with
 /// `sk-`, although `n` is a word character). Non-capturing, so group numbers are unaffected.
@@ -344,7 +353,7 @@ fn is_json(text: &str) -> bool {
 pub struct Redactor {
     /// [`EXACT_TRIGGERS`], searched in the text as written.
     exact_triggers: AhoCorasick,
-    /// [`WORD_TRIGGERS`], searched in an ASCII-lowercased copy.
+    /// [`WORD_TRIGGERS`], searched in a folded copy ([`fold_byte`]).
     word_triggers: AhoCorasick,
     /// In the kcap CLI's order.
     text_rules: Vec<TextRule>,
@@ -643,15 +652,16 @@ impl Redactor {
         if is_json(text) {
             self.redact_json(text, &hits, true)
         } else {
-            let families = self.families_to_run(text, families, Window::Whole, hit_starts());
-            self.run_text_rules(text, families, Escaping::None)
+            let hits = hits.iter().map(|hit| (hit.start, hit.families));
+            self.redact_in_text(text, families, hits, Escaping::None)
         }
     }
 
     /// Every trigger occurrence, ordered by start. The case-insensitive words are searched
-    /// case-sensitively in an ASCII-lowercased copy: a case-insensitive automaton cannot use
-    /// the vectorised literal search and is several times slower, and secret-free lines spend
-    /// most of their time here.
+    /// case-sensitively in a folded copy: a case-insensitive automaton cannot use the
+    /// vectorised literal search and is several times slower, and secret-free lines spend
+    /// most of their time here. Folding also lets one word stand for all its spellings, which
+    /// keeps each list short enough for the fastest searcher.
     fn trigger_hits(&self, text: &str) -> Vec<Hit> {
         let mut hits = Vec::new();
         collect_hits(
@@ -660,8 +670,20 @@ impl Redactor {
             text.as_bytes(),
             &mut hits,
         );
-        let lowered = text.as_bytes().to_ascii_lowercase();
-        collect_hits(&self.word_triggers, WORD_TRIGGERS, &lowered, &mut hits);
+        let folded: Vec<u8> = text.bytes().map(fold_byte).collect();
+        collect_hits(&self.word_triggers, WORD_TRIGGERS, &folded, &mut hits);
+        let mut from = 0;
+        while let Some(offset) = text
+            .as_bytes()
+            .get(from..)
+            .and_then(|rest| memmem::find(rest, PGPASS_WILDCARD))
+        {
+            hits.push(Hit {
+                start: from + offset,
+                families: family::COMMAND,
+            });
+            from += offset + 1;
+        }
         hits.sort_unstable_by_key(|hit| hit.start);
         hits
     }
@@ -777,11 +799,12 @@ impl Redactor {
             }
             if text_rules && families & !family::KEYS != 0 {
                 let text = &line[content.clone()];
-                let hit_starts = hits[first_hit..next_hit]
+                let hits = hits[first_hit..next_hit]
                     .iter()
-                    .map(|hit| hit.start - content.start);
-                let families = self.families_to_run(text, families, Window::Lines, hit_starts);
-                if let Cow::Owned(redacted) = self.run_text_rules(text, families, Escaping::Json) {
+                    .map(|hit| (hit.start - content.start, hit.families));
+                if let Cow::Owned(redacted) =
+                    self.redact_in_text(text, families, hits, Escaping::Json)
+                {
                     edits.push((content, Cow::Owned(redacted)));
                 }
             }
@@ -837,6 +860,51 @@ impl Redactor {
             self.any_text_rule.is_match(text)
         };
         if matches { families } else { 0 }
+    }
+
+    /// The text rules run where they can match in `text` (the whole of a non-JSON text, or a
+    /// JSON string's raw content): `hits` are its trigger occurrences (start, families), in
+    /// order, and `families` all of theirs.
+    ///
+    /// A long text is redacted line by line, and only on the lines around the triggers, each
+    /// with the families of its own triggers: running every rule a trigger word names over
+    /// all of a long tool output is most of the cost of a line that holds a secret. This
+    /// gives what running the rules over the whole text gives, because no rule but the PEM
+    /// one matches across a line break of [`trigger_lines`] (so every match lies on one line),
+    /// every match of a rule holds a trigger of its family (so only lines holding one can
+    /// change, and only through their triggers' families), and a redaction never removes a
+    /// line break or adds a trigger (so the later rules, which run on the earlier ones'
+    /// output, still find theirs on the same lines).
+    fn redact_in_text<'a>(
+        &self,
+        text: &'a str,
+        families: u16,
+        hits: impl Iterator<Item = (usize, u16)>,
+        escaping: Escaping,
+    ) -> Cow<'a, str> {
+        if text.len() <= WINDOWED_GATE_MIN_BYTES || families & family::PEM != 0 {
+            let families = self.families_to_run(text, families, Window::Whole, std::iter::empty());
+            return self.run_text_rules(text, families, escaping);
+        }
+        let mut out: Option<String> = None;
+        let mut copied = 0;
+        for (lines, families) in trigger_windows(text.as_bytes(), hits) {
+            let window = &text[lines.clone()];
+            let families = self.families_to_run(window, families, Window::Whole, std::iter::empty());
+            if let Cow::Owned(redacted) = self.run_text_rules(window, families, escaping) {
+                let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                out.push_str(&text[copied..lines.start]);
+                out.push_str(&redacted);
+                copied = lines.end;
+            }
+        }
+        match out {
+            Some(mut out) => {
+                out.push_str(&text[copied..]);
+                Cow::Owned(out)
+            }
+            None => Cow::Borrowed(text),
+        }
     }
 
     /// Runs the text rules of `families`, in order, each on the previous one's output.
@@ -982,18 +1050,33 @@ fn string_end(bytes: &[u8], from: usize) -> usize {
 /// (ascending). Lines are split at every backslash followed by `n`, whether it is a `\n`
 /// escape or (in JSON encoded twice, as shell tool output is) the `n` after an escaped
 /// backslash: no rule other than the PEM one matches text containing that pair, except as the
-/// word boundary it starts with, so a line starts at its leading backslash. Linear: each byte
+/// word boundary it starts with, so a line starts at its leading backslash (and ends after its own). Linear: each byte
 /// is searched at most twice.
 fn trigger_lines(content: &[u8], hit_starts: impl Iterator<Item = usize>) -> Vec<Range<usize>> {
+    trigger_windows(content, hit_starts.map(|at| (at, 0)))
+        .into_iter()
+        .map(|(lines, _)| lines)
+        .collect()
+}
+
+/// [`trigger_lines`] for triggers given with their families: each run of lines with the
+/// families of the triggers it holds.
+fn trigger_windows(
+    content: &[u8],
+    hits: impl Iterator<Item = (usize, u16)>,
+) -> Vec<(Range<usize>, u16)> {
     static FORWARD: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(LINE_BREAK));
     static BACKWARD: LazyLock<memmem::FinderRev<'static>> =
         LazyLock::new(|| memmem::FinderRev::new(LINE_BREAK));
-    let mut lines: Vec<Range<usize>> = Vec::new();
-    for at in hit_starts {
-        let floor = match lines.last() {
-            Some(last) if at < last.end => continue,
-            Some(last) => last.end,
+    let mut windows: Vec<(Range<usize>, u16)> = Vec::new();
+    for (at, families) in hits {
+        let floor = match windows.last_mut() {
+            Some((last, last_families)) if at < last.end => {
+                *last_families |= families;
+                continue;
+            }
+            Some((last, _)) => last.end,
             None => 0,
         };
         let start = content
@@ -1003,13 +1086,18 @@ fn trigger_lines(content: &[u8], hit_starts: impl Iterator<Item = usize>) -> Vec
         let end = content
             .get(at..)
             .and_then(|after| FORWARD.find(after))
-            .map_or(content.len(), |offset| at + offset);
-        match lines.last_mut() {
-            Some(last) if start <= last.end => last.end = end,
-            _ => lines.push(start..end),
+            // The break itself is part of the window: a window ending just before it would
+            // end as the text does, and `$` would match there (`Password=a b` then a break).
+            .map_or(content.len(), |offset| at + offset + LINE_BREAK.len());
+        match windows.last_mut() {
+            Some((last, last_families)) if start <= last.end => {
+                last.end = end;
+                *last_families |= families;
+            }
+            _ => windows.push((start..end, families)),
         }
     }
-    lines
+    windows
 }
 
 const LINE_BREAK: &[u8] = b"\\n";
@@ -1099,6 +1187,32 @@ mod tests {
         }
         for (word, _) in WORD_TRIGGERS {
             assert_eq!(*word, word.to_ascii_lowercase());
+            let folded: Vec<u8> = word.bytes().map(fold_byte).collect();
+            assert_eq!(word.as_bytes(), folded, "{word} is not written folded");
+        }
+    }
+
+    #[test]
+    fn trigger_lists_fit_the_fast_searcher() {
+        // More words, or a shorter one, and the scan every line pays takes a searcher about
+        // half as fast (see `benches/redact.rs`).
+        for list in [EXACT_TRIGGERS, WORD_TRIGGERS] {
+            assert!(list.len() <= MAX_TRIGGERS, "{} triggers", list.len());
+            assert!(list.iter().all(|(word, _)| word.len() >= 3));
+        }
+    }
+
+    #[test]
+    fn folded_words_find_every_spelling() {
+        for text in [
+            "X-Api-Key: abcdefgh",
+            "api.key=abcdefghij",
+            "the API key is abcdefghijklmnop1234",
+            r#"{"o":"https:\/\/u:pw@h\/"}"#,
+            r#"x "AUTH\": \"abc\" y"#,
+            "*:*:db:user:StarPass1",
+        ] {
+            assert_ne!(global().redact_text(text), text, "{text}");
         }
     }
 
@@ -1361,6 +1475,59 @@ mod tests {
                 format!("{pad}{body}")
             };
             proptest::prop_assert_eq!(global().redact_text(&text).into_owned(), redact_checking_first(&text));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Running the rules only on the lines around the triggers, each line with its own
+        /// triggers' families, gives what running every family over the whole text gives:
+        /// plain and escaped text, once and twice encoded line breaks, secrets of every family
+        /// next to them.
+        #[test]
+        fn rules_on_trigger_lines_change_what_rules_on_the_whole_text_change(
+            fragments in proptest::collection::vec(
+                proptest::sample::select(&[
+                    r"\n", r"\\n", r"\\\n", "\n", r#"\""#, r#"\\\""#, r"\\", r"\/",
+                    r"\u0026", r"\u00e9", r"\t", "\t", " ", "=", ":", ";", "'", "\"",
+                    "token ", "token: ", "TOKEN=", "abcdefghijklmnop1234", "hunter2hunter2",
+                    "sk-abcdefghij1234", "ghp_aBcDeFgHiJ0123456789", "AKIAIOSFODNN7EXAMPLE",
+                    "eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2", "password", "password ",
+                    "password=", "Password=my secret pass;", "pwd=", "secret is ", "login bob ",
+                    "https://u:pw@h/", "https:\\/\\/u:pw@h\\/", "?sig=zz", "&key=", "\\u0026sas=",
+                    "Authorization: Bearer abc.def", r#"\"Cookie\": [\"a=b\", \"c\"]"#,
+                    r#"\"name\":\"Cookie\",\"value\":\"s=1\""#, r#"\"api_key\": \"v\""#,
+                    "curl -u bob:pw1 ", "mysql -ppw2 ", "h:5432:db:u:pw3", "*:*:db:u:pw4",
+                    "hooks.slack.com/services/T0/B0/xyz", "b'Bearer abc'", "x y z ",
+                ][..]),
+                0..160,
+            ),
+            json in proptest::bool::ANY,
+        ) {
+            let pad = "x ".repeat(WINDOWED_GATE_MIN_BYTES / 2 + 1);
+            let mut text = format!("{pad}{}", fragments.concat());
+            if json {
+                // A JSON string's raw content, as a tool's output is written.
+                let encoded = serde_json::to_string(&text).unwrap();
+                text = encoded[1..encoded.len() - 1].to_owned();
+            }
+            let r = global();
+            let hits = r.trigger_hits(&text);
+            let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
+            let escaping = if json { Escaping::Json } else { Escaping::None };
+            let whole = r.run_text_rules(
+                &text,
+                r.families_to_run(&text, families, Window::Whole, std::iter::empty()),
+                escaping,
+            );
+            let windowed = r.redact_in_text(
+                &text,
+                families,
+                hits.iter().map(|hit| (hit.start, hit.families)),
+                escaping,
+            );
+            proptest::prop_assert_eq!(windowed, whole);
         }
     }
 
