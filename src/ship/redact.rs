@@ -70,7 +70,10 @@ pub fn is_oversize(raw: &[u8]) -> bool {
 /// What a secret is replaced with.
 const REDACTED: &str = "[REDACTED]";
 
-/// The kcap CLI's placeholder for a line over [`MAX_LINE_BYTES`], plus the original size. The
+/// The kcap CLI's placeholder for an oversize line ([`is_oversize`]: over
+/// [`MAX_LINE_UTF16_UNITS`]), plus `original_bytes`: the original size, which
+/// `spec/server-api.md` section 2 names in bytes, so it is the line's length in UTF-8 as
+/// written (without terminator or BOM), not the UTF-16 count the limit is measured in. The
 /// server treats the unknown `type` as a no-op, so line numbering stays intact.
 pub fn oversize_placeholder(original_bytes: u64) -> String {
     format!(
@@ -232,8 +235,10 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("credential", family::WORDS | family::KEY_NAME),
 ];
 
-/// The most words [`EXACT_TRIGGERS`] may hold.
+/// The most words [`EXACT_TRIGGERS`] may hold: more and the scan every line pays takes a
+/// searcher about half as fast (see `benches/redact.rs`).
 const MAX_EXACT_TRIGGERS: usize = 32;
+const _: () = assert!(EXACT_TRIGGERS.len() <= MAX_EXACT_TRIGGERS);
 
 /// A word boundary that also holds after a JSON escape (`\nsk-...` is a new line starting with
 /// `sk-`, although `n` is a word character). Non-capturing, so group numbers are unaffected.
@@ -888,7 +893,8 @@ impl Redactor {
         let mut copied = 0;
         for (lines, families) in trigger_windows(text.as_bytes(), hits) {
             let window = &text[lines.clone()];
-            let families = self.families_to_run(window, families, Window::Whole, std::iter::empty());
+            let families =
+                self.families_to_run(window, families, Window::Whole, std::iter::empty());
             if let Cow::Owned(redacted) = self.run_text_rules(window, families, escaping) {
                 let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
                 out.push_str(&text[copied..lines.start]);
@@ -1190,9 +1196,8 @@ mod tests {
 
     #[test]
     fn trigger_lists_fit_the_fast_searcher() {
-        // More words, or a shorter one, and the scan every line pays takes a searcher about
-        // half as fast (see `benches/redact.rs`).
-        assert!(EXACT_TRIGGERS.len() <= MAX_EXACT_TRIGGERS);
+        // A shorter word and the scan every line pays takes a slower searcher (see
+        // `benches/redact.rs`); the number of words is checked at compile time.
         for list in [EXACT_TRIGGERS, WORD_TRIGGERS] {
             assert!(list.iter().all(|(word, _)| word.len() >= 3));
         }
