@@ -6,6 +6,8 @@
 //! The fold always reads **raw** lines: the redacted copy shipped to the server can lack the
 //! `call_id` (an oversize placeholder) that clears a pending call.
 
+pub mod seed;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 

@@ -11,6 +11,15 @@ pub mod spool;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tail::reader::SizeLimit;
+
+/// The one place the oversize rule is chosen: a line longer than this ships as
+/// [`redact::oversize_placeholder`]. Every tail cursor (seeding, fold, shipping) measures
+/// lines with it while streaming, so the fold's oversize count and what is shipped agree.
+/// R2.3 (revision 2) measures in UTF-16 code units, as the kcap CLI does: when redaction
+/// counts that way, this becomes `SizeLimit::utf16_units(65_536)`.
+pub const LINE_LIMIT: SizeLimit = SizeLimit::bytes(redact::MAX_LINE_BYTES as u64);
+
 /// One `/hooks/transcript` request body; also one record of the transcript spool
 /// (`spec/files.md`), so the kcap CLI and this watcher can deliver each other's spools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
