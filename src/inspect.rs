@@ -129,7 +129,7 @@ pub struct DueReport {
 }
 
 /// Opens a rollout for reading, turning the reasons a user can fix into exit-2 errors.
-pub fn open_rollout(path: &Path) -> Result<File> {
+pub(crate) fn open_rollout(path: &Path) -> Result<File> {
     let meta = std::fs::metadata(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())))?;
     crate::tail::require_regular_file(path, &meta)?;

@@ -35,7 +35,7 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn raw_len(&self) -> u64 {
+    pub(crate) fn raw_len(&self) -> u64 {
         self.end - self.start
     }
 
@@ -129,7 +129,7 @@ impl LineCursor {
 
     /// Like [`LineCursor::read`], handing each line to `each` (seeding: no list of lines
     /// is built per read).
-    pub fn read_each<R: ReadAt + ?Sized>(
+    pub(crate) fn read_each<R: ReadAt + ?Sized>(
         &mut self,
         file: &R,
         max_lines: usize,
@@ -141,7 +141,7 @@ impl LineCursor {
     }
 
     /// Offset of the next byte to read (after a held partial line).
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.reader.offset()
     }
 

@@ -1,12 +1,12 @@
 //! Shipping: redaction, batching, the kcap HTTP client and the spools.
 
 pub mod auth;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod client;
 pub(crate) mod handed_over;
 pub mod outbox;
 pub mod redact;
-pub mod replay;
+pub(crate) mod replay;
 pub mod spool;
 
 use serde::{Deserialize, Serialize};

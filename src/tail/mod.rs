@@ -8,9 +8,9 @@
 //! starts without a rescan; [`wake`] notices changes.
 
 pub(crate) mod guard;
-pub mod index;
+pub(crate) mod index;
 pub mod reader;
-pub mod wake;
+pub(crate) mod wake;
 
 pub use reader::{LineEnd, LineReader, LineSink, SizeLimit};
 
@@ -21,7 +21,7 @@ use crate::error::UsageError;
 /// A rollout must be a regular file: opening a named pipe would block until some writer
 /// opened it (a hang before the heartbeat even starts), and nothing else can be tailed.
 /// The error is a usage error (exit 2) naming the path and the reason.
-pub fn require_regular_file(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+pub(crate) fn require_regular_file(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
     if meta.is_file() {
         return Ok(());
     }

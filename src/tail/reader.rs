@@ -71,7 +71,8 @@ impl SizeLimit {
         }
     }
 
-    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length).
+    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length):
+    /// what [`crate::ship::LINE_LIMIT`] becomes once redaction counts that way (R2.3).
     pub const fn utf16_units(max: u64) -> SizeLimit {
         SizeLimit {
             max,
@@ -81,7 +82,7 @@ impl SizeLimit {
 
     /// The most bytes a line within the limit can take: the text a reader must be able to
     /// hold for it. One UTF-16 unit is at most three bytes of UTF-8.
-    pub const fn max_bytes(&self) -> usize {
+    pub(crate) const fn max_bytes(&self) -> usize {
         match self.unit {
             Unit::Bytes => self.max as usize,
             Unit::Utf16 => 3 * self.max as usize,
@@ -202,7 +203,7 @@ impl LineReader {
 
     /// A reader that hands out no text (seeding and the fold cursor: their sink sees the
     /// pieces, and shipping has its own cursor), so it never copies the file's bytes.
-    pub fn without_text(offset: u64, number: u64, limit: SizeLimit) -> LineReader {
+    pub(crate) fn without_text(offset: u64, number: u64, limit: SizeLimit) -> LineReader {
         LineReader {
             keep: KEEP_NO_TEXT,
             gives_text: false,
@@ -211,18 +212,18 @@ impl LineReader {
     }
 
     /// Offset of the next byte to read (after a held partial line).
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Offset just after the last complete line emitted (where the partial line starts).
-    pub fn line_start(&self) -> u64 {
+    pub(crate) fn line_start(&self) -> u64 {
         self.line_start
     }
 
     /// The number the next complete line will get (= complete lines read so far when the
     /// reader started at line 0).
-    pub fn next_number(&self) -> u64 {
+    pub(crate) fn next_number(&self) -> u64 {
         self.next_number
     }
 
