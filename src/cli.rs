@@ -47,9 +47,12 @@ pub enum Command {
     /// count from the last activity, the close of the last pause or the watcher's start,
     /// whichever is latest, so a resumed session gets a full window. A child watcher that ends
     /// on reap, at the lifetime ceiling or on its parent's exit posts the stop it still owes,
-    /// even for a turn that never ended (its last agent message, if any), spooling it if it
-    /// cannot. A child header that names no parent (review, memory consolidation) needs
-    /// SESSION_ID.
+    /// even for a turn that never ended (its last agent message, if any), after its lines, and
+    /// spools it (never ahead of its lines) if it cannot. A child header that names no parent
+    /// (review, memory consolidation) needs SESSION_ID: without it watch exits 2 at once saying
+    /// so; with SESSION_ID and --agent-id it runs as a child. After a signal or the parent's
+    /// exit everything finishes within 4 s (at most 1 s for a partial last line, shipping until
+    /// 3 s, then the rest is spooled).
     Watch(WatchArgs),
     /// Fold a rollout and print its state and due times, without shipping anything.
     ///
@@ -60,6 +63,22 @@ pub enum Command {
     /// --tree it shows the same for every descendant sub-agent of a session, and which of them
     /// a live watcher holds.
     Inspect(InspectArgs),
+    /// Watch every descendant sub-agent of a session in one process.
+    ///
+    /// Finds the session's children, grandchildren and further descendants as their rollouts
+    /// appear under CODEX_HOME's sessions/ (from the session's date on, new days included, and
+    /// archived_sessions/), and runs for each exactly what watch runs for one child: the same
+    /// shipping, redaction, spools, stop, reap and ceiling. Every descendant ships under the
+    /// session's id with its own id as agent id. Beside the kcap CLI it takes each child's
+    /// <key>.spawnlock while deciding, then holds <key>.lock and writes <key>.pid, .started and
+    /// .heartbeat as watch does (one thread beats them all), so the kcap CLI starts no second
+    /// watcher; a child another live watcher holds is left alone and taken over from the
+    /// server's watermark once that watcher is gone. The session's own lines are shipped only
+    /// with --with-session. It ends when --parent-pid exits (every child ends as on its
+    /// parent's exit, posting the stop it owes), on a signal, or when no child is live and the
+    /// session's rollout has been idle for the idle-end window. A fault in one child (a
+    /// rewritten file, refused lines, a failing spool) affects that child only.
+    Supervise(SuperviseArgs),
     /// Deliver the lines and lifecycle requests spooled while offline or unreachable.
     Replay(ReplayArgs),
     /// Print a shell completion script.
@@ -105,6 +124,7 @@ pub struct WatchArgs {
     pub skip_title: bool,
 
     /// Ship the lines already on disk, evaluate every decision once, print a summary, exit.
+    /// Lines the server stops taking (no progress for 5 s) are spooled, and it still exits 0.
     #[arg(long)]
     pub once: bool,
 
@@ -176,6 +196,29 @@ pub struct InspectArgs {
     /// print each line's number and timestamp.
     #[arg(long)]
     pub line_times: bool,
+
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SuperviseArgs {
+    /// The session's own Codex rollout file (JSONL).
+    #[arg(value_name = "SESSION_ROLLOUT")]
+    pub rollout: PathBuf,
+
+    /// Session id every descendant ships under [default: the rollout header's].
+    #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
+    pub session_id: Option<String>,
+
+    /// Also ship the session's own lines and post its session-end (the kcap CLI's session
+    /// watcher does that otherwise).
+    #[arg(long)]
+    pub with_session: bool,
+
+    /// Process to watch: when it exits, every child ends as on its parent's exit.
+    #[arg(long, value_name = "PID")]
+    pub parent_pid: Option<u32>,
 
     #[command(flatten)]
     pub settings: SettingsArgs,

@@ -1,4 +1,4 @@
-//! `watch` and `replay`: the commands that need the async runtime.
+//! `watch`, `supervise` and `replay`: the commands that need the async runtime.
 //!
 //! Both check what they will write to before anything else: the state directories must be
 //! usable (`files::check_state_dir`) and every id that will name a file must follow the kcap
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{ReplayArgs, SettingsArgs, WatchArgs};
+use crate::cli::{ReplayArgs, SettingsArgs, SuperviseArgs, WatchArgs};
 use crate::config::Resolved;
 use crate::error::{UsageError, code};
 use crate::files;
@@ -71,6 +71,30 @@ pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
     if reason == ExitReason::OnceDone || args.once {
         print_summary(&summary, online)?;
     }
+    Ok(code::OK)
+}
+
+pub fn supervise(args: SuperviseArgs, settings: SettingsFn) -> Result<i32> {
+    let resolved = settings(&args.settings)?;
+    let s = &resolved.settings;
+    if let Some(id) = &args.session_id {
+        files::check_id("session id", &normalize_id(id))?;
+    }
+    files::check_state_dir(&s.config_dir, "config directory", true)?;
+    files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;
+    files::refuse_symlink(&s.watcher_dir)
+        .map_err(|e| UsageError(format!("unusable watcher directory: {e}")))?;
+    let opts = crate::supervise::run::SuperviseOptions {
+        rollout: args.rollout,
+        session_id: args.session_id,
+        with_session: args.with_session,
+        parent_pid: args.parent_pid,
+    };
+    runtime()?.block_on(crate::supervise::run::run(
+        opts,
+        resolved.settings,
+        Arc::new(SystemClock),
+    ))?;
     Ok(code::OK)
 }
 

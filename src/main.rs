@@ -94,6 +94,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Inspect(args) => run_inspect(&args),
         Command::Watch(args) => kcap_watch::commands::watch(args, settings),
+        Command::Supervise(args) => kcap_watch::commands::supervise(args, settings),
         Command::Replay(args) => kcap_watch::commands::replay(args, settings),
     }
 }

@@ -27,7 +27,7 @@ use kcap_watch::rollout::header::Role;
 use kcap_watch::rollout::lines::{Line, LineCursor};
 use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
 use kcap_watch::ship::LINE_LIMIT;
-use kcap_watch::ship::redact::{self, MAX_LINE_BYTES};
+use kcap_watch::ship::redact::{self, MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS};
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseResult, TestRunner};
@@ -537,12 +537,12 @@ fn redaction_never_panics_and_replaces_oversize_lines_whole() {
             prop_oneof![
                 20 => prop::collection::vec(any::<u8>(), 0..400),
                 20 => any_line(),
-                1 => (MAX_LINE_BYTES - 2..MAX_LINE_BYTES + 3).prop_map(|n| vec![b'k'; n]),
+                1 => (MAX_LINE_UTF16_UNITS - 2..MAX_LINE_UTF16_UNITS + 3).prop_map(|n| vec![b'k'; n]),
             ]
         },
         |line| {
             let out = redact::global().redact_line(&line);
-            if line.len() > MAX_LINE_BYTES {
+            if redact::is_oversize(&line) {
                 let v: Value = serde_json::from_str(&out).expect("the placeholder is JSON");
                 prop_assert_eq!(&v["type"], "redacted_oversize_line");
                 prop_assert_eq!(&v["original_bytes"], line.len() as u64);
@@ -813,7 +813,7 @@ fn json_doc() -> impl Strategy<Value = String> {
 #[test]
 fn redaction_keeps_any_valid_json_valid() {
     fuzz("redact: json stays json", 5_000, json_doc, |doc| {
-        prop_assume!(doc.len() <= MAX_LINE_BYTES);
+        prop_assume!(!redact::is_oversize(doc.as_bytes()));
         let out = redact::global().redact_line(doc.as_bytes());
         prop_assert!(
             serde_json::from_str::<Value>(&out).is_ok(),
@@ -837,10 +837,10 @@ fn file() -> impl Strategy<Value = Vec<u8>> {
         12 => any_line().prop_map(Piece::Line),
         3 => prop::sample::select(vec!["", " ", "\t ", "\r"]).prop_map(Piece::Blank),
         1 => prop_oneof![
-            Just(MAX_LINE_BYTES - 1),
-            Just(MAX_LINE_BYTES),
-            Just(MAX_LINE_BYTES + 1),
-            MAX_LINE_BYTES..MAX_LINE_BYTES * 3
+            Just(MAX_LINE_UTF16_UNITS - 1),
+            Just(MAX_LINE_UTF16_UNITS),
+            Just(MAX_LINE_UTF16_UNITS + 1),
+            MAX_LINE_UTF16_UNITS..MAX_LINE_BYTES * 2
         ]
         .prop_map(Piece::Huge),
     ];
@@ -885,7 +885,7 @@ fn model(data: &[u8]) -> Vec<Line> {
             t = t.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(t);
         }
         t = t.strip_suffix(b"\r").unwrap_or(t);
-        let oversize = t.len() > MAX_LINE_BYTES;
+        let oversize = redact::is_oversize(t);
         out.push(Line {
             number: number as u64,
             start: start as u64,

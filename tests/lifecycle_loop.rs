@@ -343,3 +343,317 @@ async fn a_session_ends_after_its_idle_window_counted_from_the_close_of_a_pause(
     assert_eq!(ends.len(), 1);
     assert!(ends[0].contains("idle_timeout"));
 }
+
+// ---- revision-2 R4 at the loop: decisions that match what real Codex writes ----------------
+
+/// Log records the watcher emits while the guard lives (text format), so a test can see a
+/// `stall_detected` or a `role` the way a user's log file would show it.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || logs.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The one spooled subagent-stop's body.
+fn the_stop(s: &Setup) -> serde_json::Value {
+    let stops: Vec<serde_json::Value> = s
+        .hook_spool()
+        .iter()
+        .filter(|l| l.contains("\"route\":\"subagent-stop\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(stops.len(), 1, "exactly one stop: {stops:?}");
+    let record = &stops[0];
+    // The spool keeps the body as JSON or as its text; read either.
+    match &record["body"] {
+        serde_json::Value::String(text) => serde_json::from_str(text).unwrap(),
+        body => body.clone(),
+    }
+}
+
+fn agent_text(text: &str) -> String {
+    ev(&format!(
+        r#"{{"type":"agent_message","message":{}}}"#,
+        serde_json::to_string(text).unwrap()
+    ))
+}
+
+fn crashed_child() -> Vec<String> {
+    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#;
+    let out = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"ok"}}"#;
+    vec![
+        child_meta(),
+        started(),
+        call.to_string(),
+        out.to_string(),
+        agent_text("Halfway through the migration."),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_stale_99_percent_five_hour_window_parks_until_its_reset_not_the_weekly_one() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut settings = s.settings();
+    settings.reap_after = 30 * MIN;
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
+    tokio::pin!(watcher);
+    let five_hour_reset = s.at(56 * MIN);
+    let weekly_reset = s.at(4 * 24 * 60 * MIN + 17 * 60 * MIN);
+    let secret = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJkZXYifQ.c2lnbmF0dXJlLXZhbHVlLWhlcmU";
+    // Codex's message, with a token in it and long enough to need the 4 KiB cut.
+    let message = format!(
+        "You've hit your usage limit. Try again at 10:45 PM. token {secret} {}",
+        "x".repeat(5000)
+    );
+    let test = async {
+        s.until(9 * MIN).await;
+        let count = ev(&format!(
+            r#"{{"type":"token_count","rate_limits":{{"primary":{{"used_percent":99.0,"window_minutes":300,"resets_at":{}}},"secondary":{{"used_percent":62.0,"window_minutes":10080,"resets_at":{}}}}}}}"#,
+            five_hour_reset.as_millis() / 1000,
+            weekly_reset.as_millis() / 1000
+        ));
+        let end = ev(&format!(
+            r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{{"message":{},"codex_error_info":"usage_limit_exceeded"}}}}"#,
+            serde_json::to_string(&message).unwrap()
+        ));
+        s.append_now(&[count, end]).await;
+        // The pause does not hold the stop: it comes after the grace.
+        s.until(14 * MIN - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "not before 10:14:00");
+        s.until(14 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+    };
+    tokio::select! {
+        r = &mut watcher => panic!("watcher ended before the stop: {r:?}"),
+        _ = test => {}
+    }
+    let body = the_stop(&s);
+    let sent = body["last_assistant_message"].as_str().unwrap();
+    assert!(
+        sent.starts_with("You've hit your usage limit. Try again at 10:45 PM."),
+        "{sent}"
+    );
+    assert!(!sent.contains(secret), "the message is redacted: {sent}");
+    assert!(sent.len() <= 4096, "at most 4 KiB, got {}", sent.len());
+    // Parked until the five-hour reset (+30 s), then a full reap window: not days.
+    let (reason, _) = watcher.await.unwrap();
+    assert_eq!(reason, ExitReason::IdleReap);
+    assert_eq!(
+        s.clock.now(),
+        s.at(56 * MIN + Duration::from_secs(30) + 30 * MIN + Duration::from_millis(1))
+    );
+    assert_eq!(stops(&s), 1, "the reap does not post a second stop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_pause_with_its_stop_posted_still_holds_the_reap_and_credits_the_ceiling() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut settings = s.settings();
+    settings.lifetime = Some(45 * MIN);
+    settings.reap_after = 30 * MIN;
+    settings.poll_interval = Duration::from_secs(60);
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
+    tokio::pin!(watcher);
+    let test = async {
+        s.until(5 * MIN).await;
+        s.append_now(&usage_limit(s.at(115 * MIN))).await;
+        s.until(10 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+    };
+    tokio::select! {
+        r = &mut watcher => panic!("ended before the stop: {r:?}"),
+        _ = test => {}
+    }
+    let (reason, _) = watcher.await.unwrap();
+    // Without the pause the reap fires at 10:35 and the ceiling at 10:45; with it the ceiling
+    // is credited past 12:25 and the reap counts from the pause's close at 11:55:30.
+    assert_eq!(reason, ExitReason::IdleReap);
+    assert_eq!(
+        s.clock.now(),
+        s.at(145 * MIN + Duration::from_secs(30) + Duration::from_millis(1))
+    );
+    assert_eq!(stops(&s), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_queued_mail_neither_delays_the_stop_nor_warns_of_a_stall() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let s = Setup::new(&[child_meta(), started(), complete()]);
+    let mut settings = s.settings();
+    settings.stall_after = Some(65 * MIN);
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
+    let test = async {
+        settle(|| s.spooled_lines() == 3).await;
+        s.until(2 * MIN).await;
+        s.append_now(&[
+            r#"{"type":"inter_agent_communication_metadata","payload":{"trigger_turn":false}}"#.to_string(),
+            r#"{"type":"response_item","payload":{"type":"agent_message","author":"/root/migrator","recipient":"/root/reviewer","content":[{"type":"input_text","text":"FYI: migration 0043 adds invoices.currency."}]}}"#.to_string(),
+        ])
+        .await;
+        // Mail is not activity: the stop still comes 5 min after the turn's end.
+        s.until(5 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+        assert_eq!(s.clock.now(), s.at(5 * MIN));
+        s.until(2 * MIN + 70 * MIN).await;
+        tokio::task::yield_now().await;
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+    assert_eq!(s.spooled_lines(), 5, "the mail is shipped as usual");
+    assert!(!logs.text().contains("stall_detected"), "{}", logs.text());
+    assert_eq!(the_stop(&s)["last_assistant_message"], "done");
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_mail_that_triggers_a_turn_re_opens_it_until_that_turn_ends() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let s = Setup::new(&[child_meta(), started(), complete()]);
+    let mut settings = s.settings();
+    settings.stall_after = Some(65 * MIN);
+    let watcher = watch::run(s.opts(), settings, s.clock.clone());
+    let test = async {
+        settle(|| s.spooled_lines() == 3).await;
+        s.until(2 * MIN).await;
+        s.append_now(&[
+            r#"{"type":"inter_agent_communication_metadata","payload":{"trigger_turn":true}}"#.to_string(),
+            r#"{"type":"response_item","payload":{"type":"agent_message","author":"/root","recipient":"/root/reviewer","content":[{"type":"input_text","text":"Also check refund.rs."}]}}"#.to_string(),
+        ])
+        .await;
+        s.until(60 * MIN).await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "the mail re-opened the turn");
+        // The open turn is silent: this is a stall (and proves the log capture sees one).
+        s.until(2 * MIN + 65 * MIN + Duration::from_secs(1)).await;
+        settle(|| logs.text().contains("stall_detected")).await;
+        s.until(70 * MIN).await;
+        s.append_now(&[ev(
+            r#"{"type":"task_complete","turn_id":"t2","last_agent_message":"refund.rs is fine"}"#,
+        )])
+        .await;
+        s.until(75 * MIN - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(stops(&s), 0, "not before 5 min after the second turn's end");
+        s.until(75 * MIN).await;
+        settle(|| stops(&s) == 1).await;
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+    assert_eq!(the_stop(&s)["last_assistant_message"], "refund.rs is fine");
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_child_that_crashed_mid_turn_gets_its_stop_at_reap() {
+    let s = Setup::new(&crashed_child());
+    let mut settings = s.settings();
+    settings.reap_after = 30 * MIN;
+    let (reason, _) = watch::run(s.opts(), settings, s.clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(reason, ExitReason::IdleReap);
+    assert_eq!(s.clock.now(), s.at(30 * MIN + Duration::from_millis(1)));
+    assert_eq!(s.spooled_lines(), 5, "every line is handed over");
+    assert_eq!(
+        the_stop(&s)["last_assistant_message"],
+        "Halfway through the migration."
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_child_that_crashed_mid_turn_gets_its_stop_at_the_lifetime_ceiling() {
+    let s = Setup::new(&crashed_child());
+    let mut settings = s.settings();
+    settings.lifetime = Some(45 * MIN);
+    settings.stall_after = None;
+    let (reason, _) = watch::run(s.opts(), settings, s.clock.clone())
+        .await
+        .unwrap();
+    assert!(
+        matches!(reason, ExitReason::LifetimeCeiling(_)),
+        "{reason:?}"
+    );
+    assert_eq!(s.clock.now(), s.at(45 * MIN));
+    assert_eq!(
+        the_stop(&s)["last_assistant_message"],
+        "Halfway through the migration."
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_child_that_crashed_mid_turn_gets_its_stop_when_its_parent_exits() {
+    let mut parent = std::process::Command::new("true").spawn().unwrap();
+    let pid = parent.id();
+    parent.wait().unwrap();
+    let s = Setup::new(&crashed_child());
+    let mut opts = s.opts();
+    opts.parent_pid = Some(pid);
+    let (reason, _) = watch::run(opts, s.settings(), s.clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(reason, ExitReason::ParentExited);
+    assert!(s.clock.now() < s.at(MIN), "ended at the first poll");
+    assert_eq!(s.spooled_lines(), 5);
+    assert_eq!(
+        the_stop(&s)["last_assistant_message"],
+        "Halfway through the migration."
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_a_resumed_session_idle_for_hours_gets_a_full_window_from_the_watcher_start() {
+    let meta = r#"{"type":"session_meta","payload":{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/w"}}"#.to_string();
+    let s = Setup::new(&[meta, started(), complete()]);
+    // Last written three hours before the watcher starts (`codex resume` of an old session).
+    let old = s.base.as_millis() as u64 - 3 * 3600 * 1000;
+    OpenOptions::new()
+        .write(true)
+        .open(&s.rollout)
+        .unwrap()
+        .set_modified(UNIX_EPOCH + Duration::from_millis(old))
+        .unwrap();
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    tokio::pin!(watcher);
+    let test = async {
+        s.until(2 * MIN).await;
+        tokio::task::yield_now().await;
+        assert!(s.hook_spool().is_empty(), "no session-end at start");
+        s.until(60 * MIN).await;
+        tokio::task::yield_now().await;
+    };
+    tokio::select! {
+        r = &mut watcher => panic!("ended before one full idle window after its start: {r:?}"),
+        _ = test => {}
+    }
+    let (reason, _) = watcher.await.unwrap();
+    assert_eq!(reason, ExitReason::IdleTimeout);
+    assert_eq!(s.clock.now(), s.at(60 * MIN + Duration::from_millis(1)));
+    assert_eq!(s.spooled_lines(), 3);
+}

@@ -64,6 +64,7 @@ fn there_is_a_page_per_subcommand() {
             "kcap-watch.1",
             "kcap-watch-watch.1",
             "kcap-watch-inspect.1",
+            "kcap-watch-supervise.1",
             "kcap-watch-replay.1",
             "kcap-watch-completions.1",
         ]

@@ -582,7 +582,8 @@ fn json_object() -> impl Strategy<Value = (Value, Vec<String>)> {
 }
 
 /// `shipped` has `original`'s shape; strings are unchanged unless they held a secret or are
-/// the value of a secret key.
+/// under a secret key (its value, or anywhere in the object or array it holds, as the kcap CLI
+/// redacts).
 fn same_structure(
     original: &Value,
     shipped: &Value,
@@ -593,13 +594,14 @@ fn same_structure(
         (Value::Object(a), Value::Object(b)) => {
             prop_assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
             for (key, value) in a {
-                same_structure(value, &b[key], SECRET_KEYS.contains(&key.as_str()), bodies)?;
+                let secret = under_secret_key || SECRET_KEYS.contains(&key.as_str());
+                same_structure(value, &b[key], secret, bodies)?;
             }
         }
         (Value::Array(a), Value::Array(b)) => {
             prop_assert_eq!(a.len(), b.len());
             for (x, y) in a.iter().zip(b) {
-                same_structure(x, y, false, bodies)?;
+                same_structure(x, y, under_secret_key, bodies)?;
             }
         }
         (Value::String(a), Value::String(b)) => {
@@ -618,13 +620,13 @@ fn same_structure(
 
 #[test]
 fn a_line_of_exactly_the_limit_is_redacted_and_one_byte_more_is_replaced() {
-    use kcap_watch::ship::redact::{MAX_LINE_BYTES, oversize_placeholder};
+    use kcap_watch::ship::redact::{MAX_LINE_UTF16_UNITS, oversize_placeholder};
     let secret = "ghp_aBcDeFgHiJkLmNoPqRsT0123";
     let prefix = format!(r#"{{"output":"{secret} "#);
     let mut line = prefix.clone();
-    line.push_str(&"x".repeat(MAX_LINE_BYTES - prefix.len() - 2));
+    line.push_str(&"x".repeat(MAX_LINE_UTF16_UNITS - prefix.len() - 2));
     line.push_str(r#""}"#);
-    assert_eq!(line.len(), MAX_LINE_BYTES);
+    assert_eq!(line.len(), MAX_LINE_UTF16_UNITS);
     let shipped = global().redact_line(line.as_bytes());
     assert!(shipped.starts_with(r#"{"output":"[REDACTED] xxx"#));
     assert!(parses(&shipped));
@@ -632,7 +634,7 @@ fn a_line_of_exactly_the_limit_is_redacted_and_one_byte_more_is_replaced() {
     line.insert(20, 'x');
     assert_eq!(
         global().redact_line(line.as_bytes()),
-        oversize_placeholder(MAX_LINE_BYTES as u64 + 1)
+        oversize_placeholder(MAX_LINE_UTF16_UNITS as u64 + 1)
     );
     assert!(
         global()

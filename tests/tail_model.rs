@@ -8,11 +8,10 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 
-use kcap_watch::ship::redact::MAX_LINE_BYTES;
-use kcap_watch::tail::{LineEnd, LineReader, LineSink, SizeLimit};
+use kcap_watch::ship::LINE_LIMIT;
+use kcap_watch::ship::redact::{MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS, is_oversize};
+use kcap_watch::tail::{LineEnd, LineReader, LineSink};
 use proptest::prelude::*;
-
-const LIMIT: SizeLimit = SizeLimit::bytes(MAX_LINE_BYTES as u64);
 
 /// A complete line as the sink was told it.
 #[derive(Clone, Debug)]
@@ -75,7 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1usize..2000).prop_map(Op::Partial),
         2 => (0usize..2000).prop_map(Op::Complete),
         1 => (1usize..4).prop_map(Op::Blank),
-        1 => (MAX_LINE_BYTES - 2..MAX_LINE_BYTES * 3).prop_map(Op::Huge),
+        1 => (MAX_LINE_UTF16_UNITS - 2..MAX_LINE_BYTES * 2).prop_map(Op::Huge),
         1 => any::<u8>().prop_map(Op::Restart),
         3 => Just(Op::Read),
     ]
@@ -179,7 +178,7 @@ impl Harness {
                     Some(l) => (l.end, l.number + 1),
                     None => (0, 0),
                 };
-                self.reader = LineReader::new(offset, number, LIMIT);
+                self.reader = LineReader::new(offset, number, LINE_LIMIT);
             }
             Op::Read => self.read(),
             _ => {}
@@ -203,7 +202,7 @@ proptest! {
             model: Vec::new(),
             partial: None,
             sink: Recorder::default(),
-            reader: LineReader::new(0, 0, LIMIT),
+            reader: LineReader::new(0, 0, LINE_LIMIT),
         };
         for (i, op) in ops.iter().enumerate() {
             h.apply(op, i);
@@ -215,7 +214,7 @@ proptest! {
             prop_assert_eq!(got.start, want.start);
             prop_assert_eq!(got.end, want.end);
             prop_assert_eq!(got.len as usize, want.text.len());
-            if want.text.len() > MAX_LINE_BYTES {
+            if is_oversize(&want.text) {
                 prop_assert!(got.oversize && got.text.is_none(), "line {} is oversize", i);
             } else {
                 prop_assert!(!got.oversize);

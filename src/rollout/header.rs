@@ -165,7 +165,6 @@ impl MissingKey {
     }
 
     /// Whether waiting for more of the file can fill the gap (only a missing header can).
-    #[cfg(test)]
     pub(crate) fn may_resolve_itself(&self) -> bool {
         matches!(self, MissingKey::NoHeader)
     }

@@ -89,7 +89,7 @@ registry! {
     CODEX_HOME: Path = Setting::flag(
         "CODEX_HOME", "--codex-home", "DIR", Path { absent: "derived from the rollout path" },
         "Codex's home directory (the one holding sessions/ and archived_sessions/), where \
-         inspect --tree looks for a session's sub-agents; Codex's own variable. Unset: the \
+         supervise and inspect --tree look for a session's sub-agents; Codex's own variable. Unset: the \
          directory above sessions/YYYY/MM/DD/ (or archived_sessions/) holding the session \
          rollout.",
     );

@@ -15,10 +15,9 @@ use crate::tail::reader::SizeLimit;
 
 /// The one place the oversize rule is chosen: a line longer than this ships as
 /// [`redact::oversize_placeholder`]. Every tail cursor (seeding, fold, shipping) measures
-/// lines with it while streaming, so the fold's oversize count and what is shipped agree.
-/// R2.3 (revision 2) measures in UTF-16 code units, as the kcap CLI does: when redaction
-/// counts that way, this becomes `SizeLimit::utf16_units(65_536)`.
-pub const LINE_LIMIT: SizeLimit = SizeLimit::bytes(redact::MAX_LINE_BYTES as u64);
+/// lines with it while streaming, so the fold's oversize count and what is shipped agree with
+/// [`redact::is_oversize`]. R2.3: UTF-16 code units, as the kcap CLI measures a line.
+pub const LINE_LIMIT: SizeLimit = SizeLimit::utf16_units(redact::MAX_LINE_UTF16_UNITS as u64);
 
 /// One `/hooks/transcript` request body; also one record of the transcript spool
 /// (`spec/files.md`), so the kcap CLI and this watcher can deliver each other's spools.

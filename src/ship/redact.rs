@@ -37,9 +37,35 @@ use memchr::{memchr, memchr2, memchr3, memmem};
 use regex::{Captures, Regex};
 use serde::de::IgnoredAny;
 
-/// Lines longer than this (bytes as read, before any U+FFFD replacement) ship as the oversize
-/// placeholder.
-pub const MAX_LINE_BYTES: usize = 65_536;
+/// Lines longer than this many UTF-16 code units ship as the oversize placeholder: the kcap
+/// CLI measures a line as a .NET string (`spec/revision-2.md` R2.3).
+pub const MAX_LINE_UTF16_UNITS: usize = 65_536;
+
+/// No line within [`MAX_LINE_UTF16_UNITS`] is longer than this in UTF-8 (three bytes is the
+/// most one UTF-16 unit takes), so a reader need keep no more of a line.
+pub const MAX_LINE_BYTES: usize = 3 * MAX_LINE_UTF16_UNITS;
+
+/// The length of `raw` in UTF-16 code units once decoded as the shipping path decodes it (each
+/// invalid sequence becomes one U+FFFD). Allocates nothing.
+pub fn utf16_len(raw: &[u8]) -> usize {
+    raw.utf8_chunks()
+        .map(|chunk| {
+            let valid = chunk.valid().as_bytes();
+            // Every character has one leading byte, and those above U+FFFF (4-byte, lead
+            // 0xF0..) take a second unit. Counting bytes vectorises; decoding does not.
+            let leads = valid.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            let astral = valid.iter().filter(|&&b| b >= 0xF0).count();
+            leads + astral + usize::from(!chunk.invalid().is_empty())
+        })
+        .sum()
+}
+
+/// Whether a raw line ships as the oversize placeholder.
+pub fn is_oversize(raw: &[u8]) -> bool {
+    // A unit takes at least one byte and at most three.
+    raw.len() > MAX_LINE_UTF16_UNITS
+        && (raw.len() > MAX_LINE_BYTES || utf16_len(raw) > MAX_LINE_UTF16_UNITS)
+}
 
 /// What a secret is replaced with.
 const REDACTED: &str = "[REDACTED]";
@@ -89,8 +115,16 @@ mod family {
     pub const KEY: u16 = 1 << 9;
     /// The key certainly names a secret (no need to ask the key regex).
     pub const KEY_NAME: u16 = 1 << 10;
+    /// JSON Web Tokens.
+    pub const JWT: u16 = 1 << 11;
+    /// Slack and Discord webhook URLs.
+    pub const WEBHOOK: u16 = 1 << 12;
+    /// Command lines and files that carry a password in their own syntax: `curl -u`,
+    /// `mysql -p`, `.pgpass`.
+    pub const COMMAND: u16 = 1 << 13;
     /// Families whose matches contain `:`, `=`, a space or a tab.
-    pub const SEPARATED: u16 = HEADER | QUERY | USERINFO | ASSIGNMENT | LABEL | CONNECTION;
+    pub const SEPARATED: u16 =
+        HEADER | QUERY | USERINFO | ASSIGNMENT | LABEL | CONNECTION | COMMAND;
     /// The structural bits.
     pub const KEYS: u16 = KEY | KEY_NAME;
     /// The credential words: a name, label or header built on one can start any of these.
@@ -113,6 +147,7 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("ABIA", family::AWS),
     ("ACCA", family::AWS),
     ("APKA", family::AWS),
+    ("ASCA", family::AWS),
     ("A3T", family::AWS),
     ("sk-", family::VENDOR),
     ("sk_live_", family::VENDOR),
@@ -132,13 +167,27 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("glpat-", family::VENDOR),
     ("dckr_", family::VENDOR),
     ("AIza", family::VENDOR),
+    ("eyJ", family::JWT),
     ("://", family::USERINFO),
+    // `https:\/\/` as PHP and some JSON writers spell it, as printed and once or twice
+    // encoded.
+    (r":\/", family::USERINFO | family::WEBHOOK),
+    (r":\\/", family::USERINFO | family::WEBHOOK),
+    (r":\\\\/", family::USERINFO | family::WEBHOOK),
+    // The usual PostgreSQL ports and the wildcard: a `.pgpass` line has no word to find.
+    // (Not led by the colon: timestamps fill tool output with colons, and a trigger starting
+    // with one slows the scan of every line.)
+    ("5432:", family::COMMAND),
+    ("5433:", family::COMMAND),
+    ("6432:", family::COMMAND),
+    ("*:", family::COMMAND),
 ];
 
 /// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase.
 const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("key=", family::QUERY),
     ("sig=", family::QUERY),
+    ("sas=", family::QUERY),
     ("auth=", family::QUERY),
     ("pass=", family::QUERY),
     ("passw", family::WORDS),
@@ -149,6 +198,15 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("signature", family::WORDS),
     ("subscription-key", family::WORDS),
     ("bearer", family::WORDS),
+    ("registry-auth", family::WORDS),
+    // A JSON key that ends in `auth` (docker's `config.json`), written raw or escaped.
+    ("auth\"", family::KEY | family::ASSIGNMENT),
+    ("auth\\", family::KEY | family::ASSIGNMENT),
+    ("hooks.slack.com", family::WEBHOOK),
+    ("discord", family::WEBHOOK),
+    ("curl", family::COMMAND),
+    ("mysql", family::COMMAND),
+    ("mariadb", family::COMMAND),
     // Any key containing one of these is a secret's name.
     ("secret", family::WORDS | family::KEY_NAME),
     ("token", family::WORDS | family::KEY_NAME),
@@ -156,12 +214,15 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("pwd", family::WORDS | family::KEY_NAME),
     ("api_key", family::WORDS | family::KEY_NAME),
     ("api-key", family::WORDS | family::KEY_NAME),
+    ("api.key", family::WORDS | family::KEY_NAME),
     ("apikey", family::WORDS | family::KEY_NAME),
     ("private_key", family::WORDS | family::KEY_NAME),
     ("private-key", family::WORDS | family::KEY_NAME),
+    ("private.key", family::WORDS | family::KEY_NAME),
     ("privatekey", family::WORDS | family::KEY_NAME),
     ("access_key", family::WORDS | family::KEY_NAME),
     ("access-key", family::WORDS | family::KEY_NAME),
+    ("access.key", family::WORDS | family::KEY_NAME),
     ("accesskey", family::WORDS | family::KEY_NAME),
     ("credential", family::WORDS | family::KEY_NAME),
 ];
@@ -171,7 +232,21 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
 const BOUNDARY: &str = r"(?:^|[^A-Za-z0-9_]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})";
 
 /// The words a secret's name contains, shared by the assignment rule and the JSON key rule.
-const NAME_WORDS: &str = r"secret|token|passw(?:or)?d|passphrase|pwd|api[_-]?key|private[_-]?key|credentials?|access[_-]?key";
+const NAME_WORDS: &str = r"secret|token|passw(?:or)?d|passphrase|pwd|api[_.-]?key|private[_.-]?key|credentials?|access[_.-]?key";
+
+/// The kcap CLI's credential header names (`SecretRedactor.cs`), which are also secret JSON
+/// keys when a key ends with one.
+const HEADER_NAMES: &str = r"(?:proxy-)?authorization|(?:set-)?cookie|x-api-key|x-auth-token|x-access-token|x-amz-security-token|x-amz-signature|x-goog-api-key|api-key|private-token|job-token|deploy-token|x-vault-token|x-consul-token|x-csrf-token|x-xsrf-token|x-hub-signature(?:-256)?|x-slack-signature|stripe-signature|x-registry-auth";
+
+/// One character of a secret written as a JSON escape, at any depth of encoding: `\/`, or a
+/// `\u` escape of anything but the characters that end a value (controls, blank, `"`, `#`,
+/// `&`, `'`, `(`, `)`, `,`, `;`, `<`, `>`). Such a secret (`p\u00e4ss`, `a\/b`, `?a=1\u0026sig=...`)
+/// is otherwise cut at its first backslash.
+const ESC: &str = r"\\+(?:/|u(?:00(?:2[145abd-fABD-F]|3[0-9aAdDfF]|[4-9a-fA-F][0-9a-fA-F])|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3}))";
+
+/// A JSON string's content inside text, up to (not including) its closing quote at any depth
+/// of encoding (`"`, `\"`, `\\\"`). Never holds a `\n` pair (see [`trigger_lines`]).
+const QUOTED_CONTENT: &str = r#"(?:[^"\\\r\n]|\\+[^"\\n\r])+"#;
 
 /// One text rule: its matches are redacted (the whole match, or one capture group).
 struct TextRule {
@@ -179,6 +254,9 @@ struct TextRule {
     regex: Regex,
     /// Capture group holding the secret (0: the whole match).
     group: usize,
+    /// The group is a JSON array written in text: each of its strings is a secret, not the
+    /// brackets and commas between them.
+    items: bool,
     /// A match that has the shape but is known not to be a secret.
     exempt: fn(&Captures<'_>) -> bool,
 }
@@ -187,7 +265,32 @@ fn never_exempt(_: &Captures<'_>) -> bool {
     false
 }
 
-/// For the assignment rule: `"input_tokens": 12345678` (escaped JSON in a tool's output) is a
+/// `load_secret(&path)`: code calling a function, not a value.
+fn is_call(caps: &Captures<'_>) -> bool {
+    caps.get(1).is_some_and(|value| {
+        let value = value.as_str();
+        let name_end = value
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':')))
+            .unwrap_or(value.len());
+        name_end > 0 && value[name_end..].starts_with('(')
+    })
+}
+
+/// `$VAR`, `${VAR}` and `$(cmd)`: a shell reference to a secret, not the secret.
+fn is_shell_reference(caps: &Captures<'_>) -> bool {
+    if is_count_or_code(caps) {
+        return true;
+    }
+    caps.get(2).is_some_and(|value| {
+        let value = value.as_str();
+        value == "$"
+            || value
+                .strip_prefix('$')
+                .is_some_and(|name| name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+    })
+}
+
+/// For the assignment rules: `"input_tokens": 12345678` (escaped JSON in a tool's output) is a
 /// count, and `token = read_token(path)` (group 3 holds the `(`) is code an agent is reading.
 fn is_count_or_code(caps: &Captures<'_>) -> bool {
     if caps.get(3).is_some() {
@@ -264,8 +367,13 @@ impl Redactor {
             // The patterns are constants; the unit tests compile every one of them.
             regex: Regex::new(pattern).expect("redaction pattern is a valid regex"),
             group,
+            items: false,
             exempt: never_exempt,
         };
+        // A value in text: its own characters, or escaped ones.
+        let value = |class: &str| format!("(?:{ESC}|[{class}])");
+        let query_value = value(r#"^&#\s"'\\<>"#);
+        let token_value = value(r#"^\s"'\\"#);
         let text_rules = vec![
             // A block without its END line (cut-off output) is redacted to the end of the text.
             rule(
@@ -275,7 +383,7 @@ impl Redactor {
             ),
             rule(
                 family::AWS,
-                r"(?:AKIA|ASIA|AROA|AIDA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA|APKA|A3T[A-Z0-9])[A-Z0-9]{16}",
+                r"(?:AKIA|ASIA|AROA|AIDA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA|APKA|ASCA|A3T[A-Z0-9])[A-Z0-9]{16,128}",
                 0,
             ),
             rule(
@@ -288,21 +396,91 @@ impl Redactor {
                 r"(?:gh[pousr]_|github_pat_|cfat_|[sr]k_live_|[sr]k_test_|xox[abposr]-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)[A-Za-z0-9_-]{10,}|AIza[A-Za-z0-9_-]{30,}",
                 0,
             ),
-            // The header name stays; its value (scheme included) goes. Optional quotes around
-            // the name and value catch `{"Authorization": "..."}` written inside text.
+            rule(
+                family::JWT,
+                r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+                0,
+            ),
+            rule(
+                family::WEBHOOK,
+                r"(?i)(?:hooks\.slack\.com(?:/|\\+/)(?:services|workflows|triggers)|discord(?:app)?\.com(?:/|\\+/)api(?:/|\\+/)(?:v[0-9]+(?:/|\\+/))?webhooks)(?:/|\\+/)((?:[A-Za-z0-9_-]|/|\\+/)+)",
+                1,
+            ),
+            // A header list entry written in text (HAR, fetch logs): the value of a pair whose
+            // name is a credential header. Before the header rule, which would stop at the
+            // name's closing quote.
             rule(
                 family::HEADER,
-                r#"(?i)(?:(?:proxy-)?authorization|(?:set-)?cookie|api-key|private-token|stripe-signature|[a-z0-9-]*subscription-key|x-[a-z0-9-]*(?:api-key|token|secret|password|signature))(?:\\*["'])?[ \t]*:[ \t]*(?:\\*["'])?([^\\"'\r\n]+)"#,
+                &format!(
+                    r#"(?i)\\*"name\\*"[ \t]*:[ \t]*\\*"(?:{HEADER_NAMES})\\*"[ \t]*,[ \t]*\\*"value\\*"[ \t]*:[ \t]*\\*"({QUOTED_CONTENT})"#
+                ),
+                1,
+            ),
+            // `"Set-Cookie": ["a=b", "c=d"]` in text: every string of the array.
+            TextRule {
+                items: true,
+                ..rule(
+                    family::HEADER,
+                    &format!(
+                        r#"(?i)\\*"(?:{HEADER_NAMES})\\*"[ \t]*:[ \t]*\[((?:[ \t]*,?[ \t]*\\*"(?:{QUOTED_CONTENT})?\\*")+)"#
+                    ),
+                    1,
+                )
+            },
+            // The header name stays; its value (scheme included) goes. Optional quotes around
+            // the name and value catch `{"Authorization": "..."}` written inside text, and a
+            // `b` before the quote a Python bytes repr. Quoted parameters (`Digest
+            // username="a", response="..."`, `Cookie: sid="..."`) belong to the value.
+            rule(
+                family::HEADER,
+                &format!(
+                    r#"(?i)(?:{HEADER_NAMES}|[a-z0-9-]*subscription-key|x-[a-z0-9-]*(?:api-key|token|secret|password|signature))(?:\\*["'])?[ \t]*:[ \t]*(?:b?\\*["'])?((?:{ESC}|[^\\"'\r\n\[])(?:=\\*"[^"\\\r\n]*\\*"|{ESC}|[^\\"'\r\n])*)"#
+                ),
                 1,
             ),
             rule(
                 family::QUERY,
-                r#"(?i)[?&][a-z0-9_.\-]*(?:token|secret|passw(?:or)?d|pass|pwd|key|sig|signature|auth|credential)=([^&#\s"'\\<>]+)"#,
+                &format!(
+                    r#"(?i)(?:[?&]|\\+u0026)[a-z0-9_.\-]*(?:token|secret|passw(?:or)?d|pass|pwd|key|sig|signature|auth|credential|sas|awsaccesskeyid)=({query_value}+)"#
+                ),
                 1,
             ),
             rule(
                 family::USERINFO,
-                r#"(?i)[a-z][a-z0-9+.\-]*://[^\s/?#@"'\\:]*:([^\s/?#@"'\\]+)@"#,
+                &format!(
+                    r#"(?i)[a-z][a-z0-9+.\-]*:(?://|\\+/\\+/)[^\s/?#@"'\\:]*:((?:{ESC}|[^\s/?#@"'\\])+)@"#
+                ),
+                1,
+            ),
+            rule(
+                family::COMMAND,
+                &format!(
+                    r#"curl(?:[^\r\n|;&\\]|\\+["'])*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?\\*["']?[^:\s"'\\]*:({token_value}+)"#
+                ),
+                1,
+            ),
+            rule(
+                family::COMMAND,
+                &format!(
+                    r#"(?i:mysql[a-z]*|mariadb[a-z-]*)(?:[^\r\n|;&\\]|\\+["'])*?[ \t]-p\\*["']?({token_value}+)"#
+                ),
+                1,
+            ),
+            // A `.pgpass` line: host:port:database:user:password.
+            rule(
+                family::COMMAND,
+                &format!(
+                    r#"(?m)(?:^|[\s"'=]|\\+[nt"])[A-Za-z0-9_.\-*\[\]]+:(?:[0-9]{{1,5}}|\*):[^:\s"'\\]+:[^:\s"'\\]+:({token_value}+)"#
+                ),
+                1,
+            ),
+            // A JSON object written in text whose key names a secret, as the kcap CLI matches
+            // it: the value goes whatever its length.
+            rule(
+                family::ASSIGNMENT,
+                &format!(
+                    r#"(?i)\\*"(?:[^"\\\r\n]*(?:{NAME_WORDS})[^"\\\r\n]*|[^"\\\r\n]*auth|[^"\\\r\n]*(?:{HEADER_NAMES}))\\*"[ \t]*:[ \t]*\\*"({QUOTED_CONTENT})"#
+                ),
                 1,
             ),
             TextRule {
@@ -310,21 +488,67 @@ impl Redactor {
                 ..rule(
                     family::ASSIGNMENT,
                     &format!(
-                        r#"(?i)([A-Za-z0-9_.\-]*(?:{NAME_WORDS})[A-Za-z0-9_.\-]*)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?([^\s"'\\,;&<>{{}}\[\]()`|]{{8,}})([(\[])?"#
+                        r#"(?i)([A-Za-z0-9_.\-]*(?:{NAME_WORDS})[A-Za-z0-9_.\-]*)(?:\\*["'])?(?:[ \t]*=[ \t]*(?:\\*["'])?|[ \t]*:[ \t]+(?:\\*["'])?|[ \t]*:\\*["'])((?:{ESC}|[^\s"'\\,;&<>{{}}\[\]()`|]){{8,}})([(\[])?"#
                     ),
                     2,
                 )
             },
+            // The kcap CLI's env-var rule: `NAME=value` with no blank, any length.
+            TextRule {
+                exempt: is_shell_reference,
+                ..rule(
+                    family::ASSIGNMENT,
+                    &format!(
+                        r#"(?i)([A-Za-z0-9_]*(?:secrets?|tokens?|passwords?|passwd|pwd|api_?keys?|private_?keys?|credentials?|access_?keys?)[A-Za-z0-9_]*)=(?:\\*["'])?((?:{ESC}|[^\s"'\\`;&|<>(){{}}\[\]=])(?:{ESC}|[^\s"'\\`;&|<>(){{}}\[\]])*)([(\[])?"#
+                    ),
+                    2,
+                )
+            },
+            // The kcap CLI's YAML rule: `name: value` with punctuation in the value (not a
+            // quote, which closes the value in the quoted forms the rules above took).
+            rule(
+                family::ASSIGNMENT,
+                &format!(r#"(?i)(?:{NAME_WORDS})[\w.\-]*:[ \t]+((?:{ESC}|[^\s"'\\]){{8,}})"#),
+                1,
+            ),
             rule(
                 family::LABEL,
                 r#"(?i)(?:bearer|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key|client[ _-]?secret)(?:[ \t]*[:=][ \t]*|[ \t]+(?:(?:is|was)[ \t]+)?)(?:\\*["'])?([A-Za-z0-9_\-./+=~]{16,})"#,
                 1,
             ),
+            // The kcap CLI's labelled rule: keyword, blanks, 16 or more characters.
             rule(
                 family::LABEL,
-                r#"(?i)(?:password|passwd|passphrase|pwd|secret)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?([^\s"'\\,;]{4,})"#,
+                &format!(
+                    r#"(?i){BOUNDARY}(?:secrets?|tokens?|passwords?|passwd|pwd|api[_.-]?keys?|private[_.-]?keys?|credentials?|client[_.-]?secrets?|access[_.-]?keys?|auth[_.-]?tokens?)(?-u:\b)[ \t]+((?:{ESC}|[^\s"\\]){{16,}})"#
+                ),
                 1,
             ),
+            // `.netrc`: `password X` alone on its line, or after `login Y`. (The end of the line
+            // may be a run of backslashes at the end of a window of [`trigger_lines`].)
+            rule(
+                family::LABEL,
+                &format!(
+                    r#"(?m)(?:(?:^|\\+n)[ \t]*|(?-u:\b)login[ \t]+[^\s"'\\]+[ \t]+)password[ \t]+({token_value}+)[ \t]*(?:$|\\+[rn]|\\+$|\\*["'])"#
+                ),
+                1,
+            ),
+            // A quoted string that is a bearer credential (`b'Bearer ...'` in a Python repr).
+            rule(
+                family::LABEL,
+                &format!(r#"(?i)b?\\*['"]bearer[ \t]+({token_value}+)\\*['"]"#),
+                1,
+            ),
+            TextRule {
+                exempt: is_call,
+                ..rule(
+                    family::LABEL,
+                    &format!(
+                        r#"(?i)(?:password|passwd|passphrase|pwd|secret)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?((?:{ESC}|[^\s"'\\,;]){{4,}})"#
+                    ),
+                    1,
+                )
+            },
             TextRule {
                 exempt: is_prose_word,
                 ..rule(
@@ -333,6 +557,13 @@ impl Redactor {
                     1,
                 )
             },
+            // The kcap CLI's connection string rule: the value runs to `;` or the end, blanks
+            // included.
+            rule(
+                family::CONNECTION,
+                &format!(r#"(?i)(?:password|pwd)[ \t]*=[ \t]*((?:{ESC}|[^;"'\\\r\n])+)(?:;|$)"#),
+                1,
+            ),
             rule(
                 family::CONNECTION,
                 r#"(?i)(?:password|pwd)[ \t]*=[ \t]*(?:\\*["'])?([^;"'\\\s]+)"#,
@@ -348,7 +579,7 @@ impl Redactor {
         )
         .expect("a union of valid regexes is valid");
         let secret_key = Regex::new(&format!(
-            r"(?i)(?:{NAME_WORDS})|^(?:proxy-)?authorization$|^(?:set-)?cookies?$|^stripe-signature$"
+            r"(?i)(?:{NAME_WORDS})|(?:{HEADER_NAMES}|auth|cookies)$"
         ))
         .expect("redaction pattern is a valid regex");
         let triggers = |list: &[(&str, u16)]| {
@@ -370,7 +601,7 @@ impl Redactor {
     /// The shipping path: one line's bytes (no terminator, no BOM) to the text sent in
     /// `lines`. Oversize lines become the placeholder; invalid UTF-8 becomes U+FFFD.
     pub fn redact_line(&self, raw: &[u8]) -> String {
-        if raw.len() > MAX_LINE_BYTES {
+        if is_oversize(raw) {
             return oversize_placeholder(raw.len() as u64);
         }
         // Checking first is much faster than the lossy conversion, and almost always succeeds.
@@ -436,17 +667,64 @@ impl Redactor {
     }
 
     /// `line` is valid JSON: text rules inside each string that holds a trigger (unless
-    /// `text_rules` is false), the key rule on the structure. Given any other text it returns
+    /// `text_rules` is false), the key rules on the structure. Given any other text it returns
     /// nonsense, but does not panic.
+    ///
+    /// The key rules, as the kcap CLI applies them: every string under a key that names a
+    /// secret goes, directly or anywhere in an object or array it holds (numbers, booleans and
+    /// keys stay); and in a header list entry (`{"name": "Cookie", "value": "..."}`, as HAR
+    /// and fetch logs write them) whose name is a secret's, the value goes.
     fn redact_json<'a>(&self, line: &'a str, hits: &[Hit], text_rules: bool) -> Cow<'a, str> {
         let bytes = line.as_bytes();
         let mut edits: Vec<(Range<usize>, Cow<'a, str>)> = Vec::new();
         let mut next_hit = 0;
-        let mut redact_next_string = false;
+        // What the key just read says about the value that follows.
+        let mut pending = KeyRole::Other;
+        // One entry per open container: `Some` for an object, tracking its header-list pair.
+        let mut containers: Vec<Option<HeaderPair>> = Vec::new();
+        // Depth of the container a secret key opened: everything under it is secret.
+        let mut secret_depth: Option<usize> = None;
         let mut pos = 0;
-        while let Some(offset) = bytes.get(pos..).and_then(|rest| memchr(b'"', rest)) {
+        while pos < bytes.len() {
+            let byte = bytes[pos];
+            match byte {
+                b'{' | b'[' => {
+                    containers.push((byte == b'{').then(HeaderPair::default));
+                    if pending == KeyRole::Secret && secret_depth.is_none() {
+                        secret_depth = Some(containers.len());
+                    }
+                    pending = KeyRole::Other;
+                    pos += 1;
+                    continue;
+                }
+                b'}' | b']' => {
+                    if secret_depth == Some(containers.len()) {
+                        secret_depth = None;
+                    }
+                    if let Some(Some(HeaderPair {
+                        name_is_secret: true,
+                        value: Some(value),
+                    })) = containers.pop()
+                    {
+                        edits.push((value, Cow::Borrowed(REDACTED)));
+                    }
+                    pending = KeyRole::Other;
+                    pos += 1;
+                    continue;
+                }
+                b'"' => {}
+                b',' => {
+                    pending = KeyRole::Other;
+                    pos += 1;
+                    continue;
+                }
+                _ => {
+                    pos += 1;
+                    continue;
+                }
+            }
             // Outside strings a quote can only open one, since the line is valid JSON.
-            let open = pos + offset;
+            let open = pos;
             let close = string_end(bytes, open + 1);
             let content = open + 1..close;
             pos = close + 1;
@@ -461,24 +739,41 @@ impl Redactor {
                 families |= hits[next_hit].families;
                 next_hit += 1;
             }
+            let names_secret = || {
+                families & family::KEY_NAME != 0
+                    || (families & family::KEY != 0
+                        && self.secret_key.is_match(&line[content.clone()]))
+            };
 
-            if redact_next_string {
-                redact_next_string = false;
+            let after = skip_json_whitespace(bytes, close + 1);
+            let is_key = bytes.get(after) == Some(&b':');
+            let mut whole = false;
+            if is_key {
+                pending = if names_secret() {
+                    KeyRole::Secret
+                } else {
+                    match &line[content.clone()] {
+                        "name" | "Name" => KeyRole::PairName,
+                        "value" | "Value" => KeyRole::PairValue,
+                        _ => KeyRole::Other,
+                    }
+                };
+            } else {
+                let object = containers.last_mut().and_then(Option::as_mut);
+                match (pending, object) {
+                    (KeyRole::Secret, _) => whole = true,
+                    (KeyRole::PairName, Some(pair)) => pair.name_is_secret = names_secret(),
+                    (KeyRole::PairValue, Some(pair)) => pair.value = Some(content.clone()),
+                    _ => {}
+                }
+                whole |= secret_depth.is_some();
+                pending = KeyRole::Other;
+            }
+            if whole {
                 if !content.is_empty() {
                     edits.push((content, Cow::Borrowed(REDACTED)));
                 }
                 continue;
-            }
-            let after = skip_json_whitespace(bytes, close + 1);
-            let is_key = bytes.get(after) == Some(&b':');
-            if is_key
-                && (families & family::KEY_NAME != 0
-                    || (families & family::KEY != 0
-                        && self.secret_key.is_match(&line[content.clone()])))
-            {
-                // Only a string value is a secret: counts and usage objects stay.
-                let value = skip_json_whitespace(bytes, after + 1);
-                redact_next_string = bytes.get(value) == Some(&b'"');
             }
             if text_rules && families & !family::KEYS != 0 {
                 let text = &line[content.clone()];
@@ -494,6 +789,10 @@ impl Redactor {
         if edits.is_empty() {
             return Cow::Borrowed(line);
         }
+        // A header pair's value is found at its object's end, after any text-rule edit of the
+        // same string: order by position, and let the whole-value edit win.
+        edits.sort_by_key(|(range, replacement)| (range.start, *replacement != REDACTED));
+        edits.dedup_by_key(|(range, _)| range.start);
         let mut out = String::with_capacity(line.len());
         let mut copied = 0;
         for (range, replacement) in edits {
@@ -580,6 +879,26 @@ fn collect_hits(
     }
 }
 
+/// What a JSON key says about the value after it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyRole {
+    /// The key names a secret.
+    Secret,
+    /// `name` in a header list entry.
+    PairName,
+    /// `value` in a header list entry.
+    PairValue,
+    Other,
+}
+
+/// An object's `name` and `value` members, for header lists.
+#[derive(Default)]
+struct HeaderPair {
+    name_is_secret: bool,
+    /// The raw content of its `value` string.
+    value: Option<Range<usize>>,
+}
+
 /// A trigger occurrence.
 struct Hit {
     start: usize,
@@ -591,22 +910,43 @@ impl TextRule {
     fn apply(&self, text: &str, escaping: Escaping) -> Option<String> {
         let mut spans: Vec<Range<usize>> = Vec::new();
         let mut escapes: Option<Vec<Range<usize>>> = None;
+        let mut secrets: Vec<Range<usize>> = Vec::new();
         for caps in self.regex.captures_iter(text) {
             let Some(secret) = caps.get(self.group) else {
                 continue;
             };
+            // An earlier rule may have taken part of what this one sees as the value (`my` of
+            // `Password=my secret pass;`): then the whole goes, marker included.
             if secret.as_str() == REDACTED || (self.exempt)(&caps) {
                 continue;
             }
-            let mut span = secret.range();
-            if escaping == Escaping::Json {
-                let escapes = escapes.get_or_insert_with(|| escape_sequences(text.as_bytes()));
-                span = widen_to_escapes(span, escapes);
+            secrets.clear();
+            if self.items {
+                static ITEM: LazyLock<Regex> = LazyLock::new(|| {
+                    Regex::new(&format!(r#"\\*"({QUOTED_CONTENT})"#))
+                        // A constant pattern; the unit tests run it.
+                        .expect("item pattern is a valid regex")
+                });
+                secrets.extend(
+                    ITEM.captures_iter(secret.as_str())
+                        .filter_map(|item| item.get(1))
+                        .filter(|item| item.as_str() != REDACTED)
+                        .map(|item| secret.start() + item.start()..secret.start() + item.end()),
+                );
+            } else {
+                secrets.push(secret.range());
             }
-            match spans.last_mut() {
-                // Widening can reach into the previous span; merge instead of overlapping.
-                Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
-                _ => spans.push(span),
+            for span in secrets.drain(..) {
+                let mut span = span;
+                if escaping == Escaping::Json {
+                    let escapes = escapes.get_or_insert_with(|| escape_sequences(text.as_bytes()));
+                    span = widen_to_escapes(span, escapes);
+                }
+                match spans.last_mut() {
+                    // Widening can reach into the previous span; merge instead of overlapping.
+                    Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+                    _ => spans.push(span),
+                }
             }
         }
         if spans.is_empty() {
@@ -743,7 +1083,7 @@ mod tests {
     #[test]
     fn every_pattern_compiles() {
         let redactor = Redactor::new();
-        assert_eq!(redactor.text_rules.len(), 12);
+        assert_eq!(redactor.text_rules.len(), 26);
     }
 
     #[test]
@@ -905,8 +1245,11 @@ mod tests {
             redact(r#"{"arguments":"{\"aws_secret_access_key\":\"wJalrXUtnFEMI/K7MDENG\"}"}"#),
             r#"{"arguments":"{\"aws_secret_access_key\":\"[REDACTED]\"}"}"#
         );
-        // Short values and token counts are not secrets.
-        assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=abc");
+        // The kcap CLI redacts `NAME=value` whatever the value's length; token counts and
+        // code are not secrets.
+        assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=[REDACTED]");
+        assert_eq!(redact("MY_TOKEN=$OTHER"), "MY_TOKEN=$OTHER");
+        assert_eq!(redact("input_tokens=1234 ok"), "input_tokens=1234 ok");
         assert_eq!(
             redact("let api_key = std::env::var(name)?;"),
             "let api_key = std::env::var(name)?;"
@@ -948,18 +1291,22 @@ mod tests {
 
     #[test]
     fn the_key_rule_applies_only_to_json() {
-        // No text rule matches these lines, so only the structure can redact, and a cut-off
-        // line has none: shipping it unchanged is what the text rules say. Short and long
+        // No text rule matches a secret key's object, so only the structure can redact it,
+        // and a cut-off line has none: shipping it unchanged is what the text rules say. A
+        // quoted pair is text the kcap CLI's JSON key rule redacts anywhere. Short and long
         // lines take different paths.
         for filler in ["", &"x ".repeat(WINDOWED_GATE_MIN_BYTES)] {
             assert_eq!(
-                redact(&format!(r#"{{"api_key":"abc","o":"{filler}"}}"#)),
-                format!(r#"{{"api_key":"[REDACTED]","o":"{filler}"}}"#)
+                redact(&format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"}}"#)),
+                format!(r#"{{"api_key":{{"v":"[REDACTED]"}},"o":"{filler}"}}"#)
             );
-            let cut_off = format!(r#"{{"api_key":"abc","o":"{filler}"#);
+            let cut_off = format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"#);
             assert_eq!(redact(&cut_off), cut_off);
             let not_json = format!(r#"x "api_key":"abc" {filler}"#);
-            assert_eq!(redact(&not_json), not_json);
+            assert_eq!(
+                redact(&not_json),
+                format!(r#"x "api_key":"[REDACTED]" {filler}"#)
+            );
             // Outside JSON the text rules still see everything.
             assert_eq!(
                 redact(&format!(
@@ -1037,9 +1384,9 @@ mod tests {
     #[test]
     fn lines_over_the_limit_become_the_placeholder() {
         let mut line = br#"{"o":""#.to_vec();
-        line.resize(MAX_LINE_BYTES - 2, b'a');
+        line.resize(MAX_LINE_UTF16_UNITS - 2, b'a');
         line.extend_from_slice(br#""}"#);
-        assert_eq!(line.len(), MAX_LINE_BYTES);
+        assert_eq!(line.len(), MAX_LINE_UTF16_UNITS);
         let mut with_secret = line.clone();
         with_secret[6..26].copy_from_slice(b"AKIAIOSFODNN7EXAMPLE");
         let shipped = global().redact_line(&with_secret);
@@ -1048,7 +1395,7 @@ mod tests {
         line.insert(6, b'a');
         assert_eq!(
             global().redact_line(&line),
-            oversize_placeholder(MAX_LINE_BYTES as u64 + 1)
+            oversize_placeholder(MAX_LINE_UTF16_UNITS as u64 + 1)
         );
     }
 

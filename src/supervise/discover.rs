@@ -217,6 +217,7 @@ impl Tree {
     }
 
     /// Whether `id` is a candidate waiting for one of its parents to join.
+    #[cfg(test)]
     pub fn is_waiting(&self, id: &str) -> bool {
         self.waiting_ids.contains(id)
     }
@@ -453,12 +454,9 @@ impl Discovery {
         }
     }
 
+    #[cfg(test)]
     pub fn tree(&self) -> &Tree {
         &self.tree
-    }
-
-    pub fn layout(&self) -> &CodexLayout {
-        &self.layout
     }
 
     /// The current path of a member's rollout.

@@ -10,6 +10,7 @@
 //!   `.lock`, `.pid`, `.started`, `.heartbeat`), leaving alone keys another live watcher
 //!   holds and taking them over when it is gone, with one heartbeat thread for all keys.
 //! - [`wake`]: the one change notifier, over the directories discovery names.
+//! - [`run`]: the dispatcher wiring them to one `watch` child shell per owned descendant.
 //!
 //! `inspect --tree` (`crate::inspect::tree`) runs one [`discover::Discovery::scan`] and
 //! [`ownership::KeyFiles::judge`] per descendant, without owning or watching anything.
@@ -39,13 +40,9 @@
 //!   shutdown             → pipelines finish within the budget, then ownership.shutdown()
 //! ```
 
-// Only `inspect --tree` uses this module outside its tests so far (one discovery scan and
-// the liveness judge); ownership and the notifier wait for the `supervise` subcommand.
-// Remove this allow once it is wired.
-#![allow(dead_code)]
-
 pub(crate) mod discover;
 pub(crate) mod ownership;
+pub(crate) mod run;
 pub(crate) mod wake;
 
 #[cfg(test)]

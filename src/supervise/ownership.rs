@@ -202,10 +202,6 @@ impl Ownership {
         self.owned.contains_key(key)
     }
 
-    pub fn owned_keys(&self) -> impl Iterator<Item = &str> {
-        self.owned.keys().map(String::as_str)
-    }
-
     /// Keys waiting for another watcher to go, with the last answer.
     pub fn waiting(&self) -> impl Iterator<Item = (&str, &Claim)> {
         self.waiting.iter().map(|(k, c)| (k.as_str(), c))

@@ -136,6 +136,7 @@ impl DirWatcher {
     }
 
     /// The directories watched now.
+    #[cfg(test)]
     pub fn watched(&self) -> impl Iterator<Item = &PathBuf> {
         self.watched.iter()
     }

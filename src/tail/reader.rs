@@ -71,8 +71,7 @@ impl SizeLimit {
         }
     }
 
-    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length):
-    /// what [`crate::ship::LINE_LIMIT`] becomes once redaction counts that way (R2.3).
+    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length, R2.3).
     pub const fn utf16_units(max: u64) -> SizeLimit {
         SizeLimit {
             max,
@@ -97,6 +96,19 @@ impl SizeLimit {
             Unit::Utf16 => piece
                 .iter()
                 .map(|&b| u64::from((b as i8) >= -0x40) + u64::from(b >= 0xF0))
+                .sum(),
+        }
+    }
+
+    /// The exact length of a whole line's text, as the shipping path decodes it: each invalid
+    /// UTF-8 sequence becomes one U+FFFD, one unit (the streamed count is exact for valid
+    /// UTF-8 only).
+    fn measure_text(&self, text: &[u8]) -> u64 {
+        match self.unit {
+            Unit::Bytes => text.len() as u64,
+            Unit::Utf16 => text
+                .utf8_chunks()
+                .map(|c| self.measure(c.valid().as_bytes()) + u64::from(!c.invalid().is_empty()))
                 .sum(),
         }
     }
@@ -325,12 +337,18 @@ impl LineReader {
         let bom_bytes = if bom { BOM.len() } else { 0 };
         let cr = usize::from(self.last_byte == Some(b'\r'));
         let len = self.partial_len.saturating_sub((bom_bytes + cr) as u64);
-        let measured = self
-            .measured
-            .saturating_sub(if bom { self.limit.bom() } else { 0 } + cr as u64);
-        let oversize = measured > self.limit.max;
         let kept = (!self.text_dropped)
             .then(|| &self.text[bom_bytes.min(self.text.len())..self.text.len() - cr]);
+        let oversize = match kept {
+            Some(t) => self.limit.measure_text(t) > self.limit.max,
+            // Dropped by a reader that keeps the limit's worth: longer than any line within it.
+            None if self.gives_text => true,
+            // A reader that keeps no text: the streamed count, less the BOM's and `\r`'s.
+            None => {
+                let bom = if bom { self.limit.bom() } else { 0 };
+                self.measured.saturating_sub(bom + cr as u64) > self.limit.max
+            }
+        };
         let blank = match kept {
             Some(t) => t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
             None => self.all_ws && !bom,
@@ -498,6 +516,17 @@ mod tests {
         }
         let lines = read_all(file.as_bytes(), &mut LineReader::new(0, 0, limit));
         assert_eq!(lines[0].text.as_deref(), Some(cjk.as_bytes()));
+        // Invalid UTF-8 counts as the shipping path decodes it: one U+FFFD per bad sequence.
+        let stray = b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\n";
+        for mut r in [
+            LineReader::new(0, 0, limit),
+            LineReader::without_text(0, 0, limit),
+        ] {
+            assert!(
+                read_all(stray, &mut r)[0].oversize,
+                "11 replacement characters"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The shell around one child's [`Pipeline`]: one dispatcher in the style of cargo-nextest's
-//! runner. `select!` turns what happened (file changes, request answers, timers, signals, the
+//! The shell around child [`Pipeline`]s: one dispatcher in the style of cargo-nextest's
+//! runner. `watch` runs it over one child; `supervise` (`crate::supervise::run`) hosts one
+//! [`Child`] per descendant behind the same [`Hub`] (one HTTP client, bounded requests, one
+//! answer channel keyed by child). `select!` turns what happened (file changes, request answers, timers, signals, the
 //! parent's exit) into an event, the pipeline answers synchronously with actions, and the
 //! shell performs them (spawned requests, spool writes) and feeds their outcomes back. There
 //! are no sub-loops: `--once` and shutdown are phases of the pipeline, driven by this loop.
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{info, warn};
 
 use crate::config::Settings;
@@ -25,7 +27,7 @@ use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles}
 use crate::fold::seed::{LineTimes, seed};
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
 use crate::rollout::Classifier;
-use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::rollout::header::{Identity, MissingKey, Role, missing_key, normalize_id};
 use crate::rollout::lines::LineCursor;
 use crate::ship::LINE_LIMIT;
 use crate::ship::auth::Credentials;
@@ -71,10 +73,76 @@ pub struct Summary {
 }
 
 /// Answers of spawned request tasks.
-enum Done {
+pub(crate) enum Done {
     Watermark(Result<Watermark, Failure>),
     Shipped(u64, Result<(), Failure>),
     Posted(Hook, Result<(), Failure>),
+}
+
+impl Done {
+    pub(crate) fn into_event(self) -> Event {
+        match self {
+            Done::Watermark(result) => Event::Watermark(result),
+            Done::Shipped(generation, result) => Event::Shipped { generation, result },
+            Done::Posted(hook, result) => Event::Posted { hook, result },
+        }
+    }
+}
+
+/// Requests in flight at once, over every child of the process: a burst from many children
+/// queues here instead of opening one connection each.
+pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 8;
+
+/// What every child of one process shares: settings, the clock, one HTTP client (one
+/// connection pool), the bound on requests in flight, and the channel request tasks answer
+/// on, each answer tagged with its child's slot.
+pub(crate) struct Hub {
+    pub settings: Settings,
+    pub clock: Arc<dyn Clock>,
+    pub client: Option<KcapClient>,
+    tx: mpsc::Sender<(u64, Done)>,
+    limit: Arc<Semaphore>,
+}
+
+impl Hub {
+    pub(crate) fn new(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Hub, mpsc::Receiver<(u64, Done)>)> {
+        let client = match &settings.server {
+            Some(url) => {
+                let token = Credentials::from_settings(&settings, url);
+                Some(KcapClient::new(url, token, Deadlines::default())?)
+            }
+            None => None,
+        };
+        let (tx, rx) = mpsc::channel(64);
+        Ok((
+            Hub {
+                settings,
+                clock,
+                client,
+                tx,
+                limit: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+            },
+            rx,
+        ))
+    }
+
+    /// Runs `request` as a task once a request slot is free; its answer goes to `slot`.
+    fn spawn<F>(&self, slot: u64, request: F)
+    where
+        F: std::future::Future<Output = Done> + Send + 'static,
+    {
+        let tx = self.tx.clone();
+        let limit = self.limit.clone();
+        tokio::spawn(async move {
+            // Never closed: the semaphore lives as long as the hub.
+            let _permit = limit.acquire_owned().await.ok();
+            let done = request.await;
+            let _ = tx.send((slot, done)).await;
+        });
+    }
 }
 
 /// The open rollout: the fold cursor, the shipping cursor and what guards against rewriting.
@@ -92,33 +160,119 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> Result<(ExitReason, Summary)> {
-    let mut shell = Shell::new(opts, settings, clock)?;
-    let result = shell.run().await;
-    shell.release();
-    let summary = shell.summary();
+    let (hub, mut rx) = Hub::new(settings, clock)?;
+    let mut child = Child::new(0, opts, &hub, Files::Own)?;
+    let result = run_one(&mut child, &hub, &mut rx).await;
+    child.release();
+    let summary = child.summary(&hub);
     result.map(|r| (r, summary))
 }
 
-struct Shell {
+/// The dispatcher over one child: its file's wake-ups, the poll, request answers, its next
+/// due time, signals and the parent's exit.
+async fn run_one(
+    child: &mut Child,
+    hub: &Hub,
+    rx: &mut mpsc::Receiver<(u64, Done)>,
+) -> Result<ExitReason> {
+    // First: settling the identity may already spool a large file offline, and a SIGTERM
+    // meanwhile must end the watcher through the pipeline, not kill it.
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
+    let settings = &hub.settings;
+    let wake = Wakeups::start(&child.path, settings.force_poll);
+    if let Mode::Poll(why) = wake.mode() {
+        if settings.force_poll {
+            info!(event = "polling", path = %child.path.display(), "{why}");
+        } else {
+            warn!(event = "polling", path = %child.path.display(), "{why}");
+        }
+    }
+    child.start(hub)?;
+    let once = child.opts.once;
+    let mut poll = tokio::time::interval(settings.poll_interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    child.dispatch(hub, Event::Tick)?;
+    loop {
+        if let Some(reason) = child.exit.take() {
+            return Ok(reason);
+        }
+        let now = hub.clock.now();
+        let next = child
+            .next_wake(now)
+            .unwrap_or(now.plus(crate::time::MAX_WINDOW));
+        let sleep = tokio::time::sleep(until(now, next));
+        let event = tokio::select! {
+            _ = wake.notified(), if !once => {
+                if wake.take_failure() {
+                    warn!(event = "polling", "file notification failed; relying on polling every {:?}", settings.poll_interval);
+                }
+                child.on_file_change(hub)?;
+                Event::Tick
+            }
+            _ = poll.tick() => {
+                if !once {
+                    child.on_file_change(hub)?;
+                }
+                match child.opts.parent_pid {
+                    Some(pid) if !files::process_alive(pid) => {
+                        info!(event = "parent_exited", pid, "parent process {pid} exited");
+                        Event::ParentExited
+                    }
+                    _ => Event::Tick,
+                }
+            }
+            Some((_, done)) = rx.recv() => done.into_event(),
+            _ = sleep => {
+                if !once {
+                    // A partial last line may have completed (the shutdown waits for it).
+                    child.on_file_change(hub)?;
+                }
+                Event::Tick
+            }
+            _ = sigterm.recv() => Event::Signal("SIGTERM"),
+            _ = sigint.recv() => Event::Signal("SIGINT"),
+            _ = sighup.recv() => Event::Signal("SIGHUP"),
+        };
+        if matches!(event, Event::Signal(_) | Event::ParentExited) && !once {
+            // What was appended just before the signal is part of what ends with it.
+            child.on_file_change(hub)?;
+        }
+        child.dispatch(hub, event)?;
+    }
+}
+
+/// Who holds the child's key files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Files {
+    /// `watch`: the child takes its lock and beats its own heartbeat once its key is known.
+    Own,
+    /// `supervise`: the supervisor's `Ownership` owns the key before the child starts.
+    Supervised,
+}
+
+/// One child's shell state: its open rollout, its pipeline, and where shipping starts.
+pub(crate) struct Child {
+    /// The slot request answers are tagged with.
+    slot: u64,
     opts: WatchOptions,
-    settings: Settings,
-    clock: Arc<dyn Clock>,
     path: PathBuf,
     tail: Option<Tail>,
     pipeline: Pipeline,
     /// Where the shipping cursor starts when the file is opened later.
     ship_from: u64,
     settled: bool,
+    key_files: Files,
     files: Option<WatcherFiles>,
     heartbeat: Option<Heartbeat>,
-    client: Option<KcapClient>,
-    tx: mpsc::Sender<Done>,
-    rx: mpsc::Receiver<Done>,
-    exit: Option<ExitReason>,
+    /// Set when the pipeline asked to end.
+    pub exit: Option<ExitReason>,
 }
 
-impl Shell {
-    fn new(opts: WatchOptions, settings: Settings, clock: Arc<dyn Clock>) -> Result<Shell> {
+impl Child {
+    pub(crate) fn new(slot: u64, opts: WatchOptions, hub: &Hub, key_files: Files) -> Result<Child> {
+        let clock = &hub.clock;
         let started = clock.now();
         let path = std::path::absolute(&opts.rollout).with_context(|| {
             format!("failed to resolve rollout path {}", opts.rollout.display())
@@ -126,14 +280,6 @@ impl Shell {
         if let Ok(meta) = std::fs::metadata(&path) {
             crate::tail::require_regular_file(&path, &meta)?;
         }
-        let client = match &settings.server {
-            Some(url) => {
-                let token = Credentials::from_settings(&settings, url);
-                Some(KcapClient::new(url, token, Deadlines::default())?)
-            }
-            None => None,
-        };
-        let (tx, rx) = mpsc::channel(16);
         let tail = open_and_seed(&path, clock.now())?;
         let seeded = tail.as_ref().map(|(_, state)| state.clone());
         let role = match opts.role {
@@ -142,7 +288,7 @@ impl Shell {
             None => Role::Session,
         };
         let pipeline = Pipeline::new(
-            settings.clone(),
+            hub.settings.clone(),
             opts.vendor.clone(),
             path.clone(),
             role,
@@ -150,39 +296,35 @@ impl Shell {
             started,
             seeded,
         );
-        Ok(Shell {
+        Ok(Child {
+            slot,
             opts,
-            settings,
-            clock,
             path,
             tail: tail.map(|(t, _)| t),
             pipeline,
             ship_from: 0,
             settled: false,
+            key_files,
             files: None,
             heartbeat: None,
-            client,
-            tx,
-            rx,
             exit: None,
         })
     }
 
-    async fn run(&mut self) -> Result<ExitReason> {
-        // First: settling the identity may already spool a large file offline, and a SIGTERM
-        // meanwhile must end the watcher through the pipeline, not kill it.
-        let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
-        let wake = Wakeups::start(&self.path, self.settings.force_poll);
-        if let Mode::Poll(why) = wake.mode() {
-            if self.settings.force_poll {
-                info!(event = "polling", path = %self.path.display(), "{why}");
-            } else {
-                warn!(event = "polling", path = %self.path.display(), "{why}");
-            }
-        }
-        self.settle_identity()?;
+    /// The rollout's current path (it changes when Codex archives it).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// When this child next needs a [`Event::Tick`].
+    pub(crate) fn next_wake(&self, now: Ts) -> Option<Ts> {
+        self.pipeline.next_wake(now)
+    }
+
+    /// Settles the identity (taking the key's files in `watch`), logs the start and checks
+    /// what `--once` needs.
+    pub(crate) fn start(&mut self, hub: &Hub) -> Result<()> {
+        self.settle_identity(hub)?;
         let id = self.pipeline.identity();
         info!(
             event = "watcher_started",
@@ -190,7 +332,7 @@ impl Shell {
             role = self.pipeline.role().as_str(),
             session_id = id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             agent_id = id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
-            online = self.client.is_some(),
+            online = hub.client.is_some(),
             "watching {}",
             self.path.display()
         );
@@ -203,82 +345,25 @@ impl Shell {
                 .into());
             }
             if self.pipeline.identity().is_none() {
-                return Err(UsageError(format!(
-                    "rollout {} has no readable session_meta yet; pass SESSION_ID (and --agent-id for a child)",
-                    self.path.display()
-                ))
-                .into());
+                let missing = self.missing_key().unwrap_or(MissingKey::NoHeader);
+                return Err(UsageError(missing.message(&self.path)).into());
             }
-            self.pipeline.begin_once(self.clock.now());
+            self.pipeline.begin_once(hub.clock.now());
         } else if self.tail.is_none() {
             info!(event = "waiting_for_file", path = %self.path.display(), "rollout does not exist yet; waiting for it");
         }
-        let mut poll = tokio::time::interval(self.settings.poll_interval);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.dispatch(Event::Tick)?;
-        loop {
-            if let Some(reason) = self.exit.take() {
-                return Ok(reason);
-            }
-            let now = self.clock.now();
-            let next = self
-                .pipeline
-                .next_wake(now)
-                .unwrap_or(now.plus(crate::time::MAX_WINDOW));
-            let sleep = tokio::time::sleep(until(now, next));
-            let event = tokio::select! {
-                _ = wake.notified(), if !self.opts.once => {
-                    if wake.take_failure() {
-                        warn!(event = "polling", "file notification failed; relying on polling every {:?}", self.settings.poll_interval);
-                    }
-                    self.on_file_change()?;
-                    Event::Tick
-                }
-                _ = poll.tick() => {
-                    if !self.opts.once {
-                        self.on_file_change()?;
-                    }
-                    match self.opts.parent_pid {
-                        Some(pid) if !files::process_alive(pid) => {
-                            info!(event = "parent_exited", pid, "parent process {pid} exited");
-                            Event::ParentExited
-                        }
-                        _ => Event::Tick,
-                    }
-                }
-                Some(done) = self.rx.recv() => match done {
-                    Done::Watermark(result) => Event::Watermark(result),
-                    Done::Shipped(generation, result) => Event::Shipped { generation, result },
-                    Done::Posted(hook, result) => Event::Posted { hook, result },
-                },
-                _ = sleep => {
-                    if !self.opts.once {
-                        // A partial last line may have completed (the shutdown waits for it).
-                        self.on_file_change()?;
-                    }
-                    Event::Tick
-                }
-                _ = sigterm.recv() => Event::Signal("SIGTERM"),
-                _ = sigint.recv() => Event::Signal("SIGINT"),
-                _ = sighup.recv() => Event::Signal("SIGHUP"),
-            };
-            if matches!(event, Event::Signal(_) | Event::ParentExited) && !self.opts.once {
-                // What was appended just before the signal is part of what ends with it.
-                self.on_file_change()?;
-            }
-            self.dispatch(event)?;
-        }
+        Ok(())
     }
 
     /// Hands `event` to the pipeline and performs its actions, feeding their outcomes back,
     /// then feeds it text while it wants more.
-    fn dispatch(&mut self, event: Event) -> Result<()> {
+    pub(crate) fn dispatch(&mut self, hub: &Hub, event: Event) -> Result<()> {
         let mut queue = VecDeque::from([event]);
         loop {
             while let Some(event) = queue.pop_front() {
-                let actions = self.pipeline.handle(event, self.clock.now());
+                let actions = self.pipeline.handle(event, hub.clock.now());
                 for action in actions {
-                    if let Some(outcome) = self.perform(action)? {
+                    if let Some(outcome) = self.perform(hub, action)? {
                         queue.push_back(outcome);
                     }
                 }
@@ -306,47 +391,42 @@ impl Shell {
         Ok(Some(Event::Text { lines, next }))
     }
 
-    fn perform(&mut self, action: Action) -> Result<Option<Event>> {
-        let now = self.clock.now();
+    fn perform(&mut self, hub: &Hub, action: Action) -> Result<Option<Event>> {
+        let now = hub.clock.now();
+        let slot = self.slot;
         match action {
             Action::AskWatermark => {
-                let (Some(client), Some(id)) = (self.client.clone(), self.pipeline.identity())
+                let (Some(client), Some(id)) = (hub.client.clone(), self.pipeline.identity())
                 else {
                     return Ok(None);
                 };
                 let session = id.session_id.clone().unwrap_or_default();
                 let agent = id.agent_id.clone();
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let res = client.watermark(&session, agent.as_deref()).await;
-                    let _ = tx.send(Done::Watermark(res)).await;
+                hub.spawn(slot, async move {
+                    Done::Watermark(client.watermark(&session, agent.as_deref()).await)
                 });
             }
             Action::Send { generation, body } => {
-                if let Some(client) = self.client.clone() {
-                    let tx = self.tx.clone();
-                    tokio::spawn(async move {
-                        let res = client.post_transcript(body).await;
-                        let _ = tx.send(Done::Shipped(generation, res)).await;
+                if let Some(client) = hub.client.clone() {
+                    hub.spawn(slot, async move {
+                        Done::Shipped(generation, client.post_transcript(body).await)
                     });
                 }
             }
             Action::Post(hook) => {
-                if let Some(client) = self.client.clone() {
-                    let tx = self.tx.clone();
-                    tokio::spawn(async move {
+                if let Some(client) = hub.client.clone() {
+                    hub.spawn(slot, async move {
                         let res = client.post_lifecycle(&hook).await;
-                        let _ = tx.send(Done::Posted(hook, res)).await;
+                        Done::Posted(hook, res)
                     });
                 }
             }
             Action::SpoolLines { batch, refused } => {
-                let result = match spool::append_transcript(&self.settings.config_dir, &batch, now)
-                {
+                let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now) {
                     Ok(SpoolOutcome::Written { .. }) => {
                         if let Some(last) = batch.line_numbers.last()
                             && let Err(e) = crate::ship::handed_over::advance(
-                                &self.settings.config_dir,
+                                &hub.settings.config_dir,
                                 &batch.session_id,
                                 batch.agent_id.as_deref(),
                                 last + 1,
@@ -371,7 +451,7 @@ impl Shell {
                     .and_then(|i| i.session_id.clone())
                     .unwrap_or_default();
                 let result = match spool::append_hook(
-                    &self.settings.config_dir,
+                    &hub.settings.config_dir,
                     &session,
                     hook.route(),
                     hook.body(),
@@ -390,7 +470,7 @@ impl Shell {
                 }
             }
             Action::ReloadToken => {
-                if let Some(c) = &self.client {
+                if let Some(c) = &hub.client {
                     c.reload_token(now);
                 }
             }
@@ -402,7 +482,7 @@ impl Shell {
     }
 
     /// Re-checks the file and folds what is new; settles the identity once the header is there.
-    fn on_file_change(&mut self) -> Result<()> {
+    pub(crate) fn on_file_change(&mut self, hub: &Hub) -> Result<()> {
         if self.tail.is_none() {
             match std::fs::metadata(&self.path) {
                 Ok(meta) => crate::tail::require_regular_file(&self.path, &meta)?,
@@ -434,7 +514,7 @@ impl Shell {
             Ok(Seen::Unchanged) => return Ok(()),
             Ok(Seen::Archived(path)) => {
                 self.path = path.clone();
-                self.dispatch(Event::Moved(path))?;
+                self.dispatch(hub, Event::Moved(path))?;
             }
             Ok(Seen::Changed) => {}
         }
@@ -451,17 +531,17 @@ impl Shell {
             }
             t.guard.remember(&t.file, t.fold.offset());
             let partial = t.fold.partial_bytes() > 0;
-            self.dispatch(Event::Folded { lines, partial })?;
+            self.dispatch(hub, Event::Folded { lines, partial })?;
             if st.at_eof {
                 break;
             }
         }
-        self.settle_identity()
+        self.settle_identity(hub)
     }
 
     /// Determines the identity (header overridden by the command line) and, once the key is
     /// known, takes the lock, writes the process files and starts shipping.
-    fn settle_identity(&mut self) -> Result<()> {
+    fn settle_identity(&mut self, hub: &Hub) -> Result<()> {
         if self.settled {
             return Ok(());
         }
@@ -491,7 +571,12 @@ impl Shell {
             Role::Session => id.session_id.is_some(),
         };
         if !complete {
-            return Ok(());
+            // A header that can never name the key (a review child without a parent) is a
+            // command-line error now, not a wait that lasts forever.
+            return match self.missing_key() {
+                Some(m) if !m.may_resolve_itself() => Err(UsageError(m.message(&self.path)).into()),
+                _ => Ok(()),
+            };
         }
         if id.role == Role::Session {
             id.agent_id = None;
@@ -500,22 +585,41 @@ impl Shell {
         let (Some(session), agent) = (id.session_id.clone(), id.agent_id.clone()) else {
             return Ok(());
         };
-        self.acquire_files(&session, agent.as_deref())?;
-        let offline_resume = if self.client.is_none() {
-            self.offline_resume(&session, agent.as_deref())
+        if self.key_files == Files::Own {
+            self.acquire_files(hub, &session, agent.as_deref())?;
+        }
+        let offline_resume = if hub.client.is_none() {
+            self.offline_resume(hub, &session, agent.as_deref())
         } else {
             0
         };
-        self.dispatch(Event::Identified {
-            identity: id,
-            offline_resume,
-        })
+        self.dispatch(
+            hub,
+            Event::Identified {
+                identity: id,
+                offline_resume,
+            },
+        )
+    }
+
+    /// What keeps the key unknown: the header (its role overridden by `--role`) and the ids
+    /// the command line gave.
+    fn missing_key(&self) -> Option<MissingKey> {
+        let mut header = self.pipeline.state().identity.clone();
+        if let (Some(h), Some(r)) = (&mut header, self.opts.role) {
+            h.role = r;
+        }
+        missing_key(
+            header.as_ref(),
+            self.opts.session_id.is_some(),
+            self.opts.agent_id.is_some(),
+        )
     }
 
     /// Offline, shipping resumes one past the highest line ever handed over: in the spool now,
     /// or recorded when it was spooled or replayed.
-    fn offline_resume(&self, session: &str, agent: Option<&str>) -> u64 {
-        let config = &self.settings.config_dir;
+    fn offline_resume(&self, hub: &Hub, session: &str, agent: Option<&str>) -> u64 {
+        let config = &hub.settings.config_dir;
         let spooled = match spool::highest_spooled_line(config, session, agent) {
             Ok(n) => n.map_or(0, |n| n + 1),
             Err(e) => {
@@ -539,14 +643,14 @@ impl Shell {
         spooled.max(recorded)
     }
 
-    fn acquire_files(&mut self, session: &str, agent: Option<&str>) -> Result<()> {
+    fn acquire_files(&mut self, hub: &Hub, session: &str, agent: Option<&str>) -> Result<()> {
         // Ids from the rollout's header name files too (R5): the kcap CLI's key rule, or exit 2.
         files::check_id("session id", session)?;
         if let Some(agent) = agent {
             files::check_id("agent id", agent)?;
         }
         let key = files::watcher_key(session, agent);
-        match WatcherFiles::acquire(&self.settings.watcher_dir, &key, self.clock.now()) {
+        match WatcherFiles::acquire(&hub.settings.watcher_dir, &key, hub.clock.now()) {
             Ok(f) => {
                 self.heartbeat = Some(Heartbeat::spawn(
                     f.heartbeat_path().to_path_buf(),
@@ -554,7 +658,7 @@ impl Shell {
                 ));
                 self.files = Some(f);
                 crate::logging::attach_file(&files::log_file_path(
-                    &self.settings.config_dir,
+                    &hub.settings.config_dir,
                     session,
                     agent,
                 ));
@@ -563,7 +667,7 @@ impl Shell {
             Err(AcquireError::Held { key, holder_pid }) => Err(LockHeld { key, holder_pid }.into()),
             Err(e) => Err(anyhow::Error::new(e).context(format!(
                 "failed to take the watcher lock in {}",
-                self.settings.watcher_dir.display()
+                hub.settings.watcher_dir.display()
             ))),
         }
     }
@@ -591,7 +695,7 @@ impl Shell {
         .into()
     }
 
-    fn release(&mut self) {
+    pub(crate) fn release(&mut self) {
         if let Some(h) = self.heartbeat.take() {
             h.stop();
         }
@@ -600,14 +704,14 @@ impl Shell {
         }
     }
 
-    fn summary(&self) -> Summary {
+    fn summary(&self, hub: &Hub) -> Summary {
         let id = self.pipeline.identity();
         let session = id.and_then(|i| i.session_id.clone());
-        let config = &self.settings.config_dir;
+        let config = &hub.settings.config_dir;
         let hook_spool = session
             .as_deref()
             .map(|s| spool::hook_spool_path(config, s));
-        let stop = self.pipeline.stop_summary(self.clock.now()).map(|s| {
+        let stop = self.pipeline.stop_summary(hub.clock.now()).map(|s| {
             if s == "spooled" {
                 format!(
                     "spooled to {}",

@@ -76,6 +76,22 @@ impl RecordedRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The agent whose stream the request is about: the body's `agent_id`, or the
+    /// watermark query's `agentId`.
+    pub fn agent(&self) -> Option<String> {
+        if let Some(a) = self
+            .json()
+            .and_then(|v| v["agent_id"].as_str().map(str::to_owned))
+        {
+            return Some(a);
+        }
+        let query = self.query.as_deref()?;
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("agentId="))
+            .map(str::to_owned)
+    }
+
     pub fn authorization(&self) -> Option<&str> {
         self.header("authorization")
     }
@@ -88,6 +104,8 @@ impl RecordedRequest {
 
 struct FaultRule {
     route: Option<String>,
+    /// Only requests for this agent's stream (body `agent_id` or query `agentId`).
+    agent: Option<String>,
     /// `None`: until [`FakeKcap::clear_faults`].
     remaining: Option<usize>,
     fault: Fault,
@@ -109,9 +127,11 @@ struct State {
 }
 
 impl State {
-    fn take_fault(&mut self, route: &str) -> Option<Fault> {
+    fn take_fault(&mut self, route: &str, agent: Option<&str>) -> Option<Fault> {
         let idx = self.faults.iter().position(|r| {
-            r.remaining != Some(0) && r.route.as_deref().is_none_or(|want| want == route)
+            r.remaining != Some(0)
+                && r.route.as_deref().is_none_or(|want| want == route)
+                && r.agent.as_deref().is_none_or(|want| Some(want) == agent)
         })?;
         let rule = &mut self.faults[idx];
         if let Some(n) = &mut rule.remaining {
@@ -334,6 +354,17 @@ impl FakeKcap {
         self.add_fault(route, None, fault);
     }
 
+    /// Every request on `route` for `agent`'s stream meets `fault` until
+    /// [`FakeKcap::clear_faults`]; other agents are served normally.
+    pub fn fail_always_for_agent(&self, route: &str, agent: &str, fault: Fault) {
+        self.state().faults.push(FaultRule {
+            route: Some(route.to_owned()),
+            agent: Some(agent.to_owned()),
+            remaining: None,
+            fault,
+        });
+    }
+
     pub fn clear_faults(&self) {
         self.state().faults.clear();
     }
@@ -344,6 +375,7 @@ impl FakeKcap {
         }
         self.state().faults.push(FaultRule {
             route: route.map(str::to_owned),
+            agent: None,
             remaining,
             fault,
         });
@@ -429,7 +461,8 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Response {
     let fault = {
         let mut st = lock(&state);
         st.requests.push(recorded.clone());
-        st.take_fault(&recorded.route)
+        let agent = recorded.agent();
+        st.take_fault(&recorded.route, agent.as_deref())
     };
     match fault {
         None => serve(&state, &parts.method, &recorded),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kcap_watch::ship::redact::{self, MAX_LINE_BYTES, oversize_placeholder};
+use kcap_watch::ship::redact::{self, oversize_placeholder};
 use kcap_watch::time::Ts;
 use serde_json::Value;
 
@@ -423,7 +423,7 @@ pub fn expected_lines(bytes: &[u8]) -> BTreeMap<u64, String> {
         line = line.strip_suffix(b"\r").unwrap_or(line);
         let blank = line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         if !blank {
-            let text = if line.len() > MAX_LINE_BYTES {
+            let text = if redact::is_oversize(line) {
                 oversize_placeholder(line.len() as u64)
             } else {
                 redact::global().redact_line(line)
