@@ -93,10 +93,13 @@ impl SizeLimit {
     fn measure(&self, piece: &[u8]) -> u64 {
         match self.unit {
             Unit::Bytes => piece.len() as u64,
-            Unit::Utf16 => piece
-                .iter()
-                .map(|&b| u64::from((b as i8) >= -0x40) + u64::from(b >= 0xF0))
-                .sum(),
+            // Two counts, not one sum of both tests: each compiles to a vectorised loop (the
+            // fold cursor measures every byte of the file this way).
+            Unit::Utf16 => {
+                let leads = piece.iter().filter(|&&b| (b as i8) >= -0x40).count();
+                let astral = piece.iter().filter(|&&b| b >= 0xF0).count();
+                (leads + astral) as u64
+            }
         }
     }
 
