@@ -70,7 +70,10 @@ pub fn is_oversize(raw: &[u8]) -> bool {
 /// What a secret is replaced with.
 const REDACTED: &str = "[REDACTED]";
 
-/// The kcap CLI's placeholder for a line over [`MAX_LINE_BYTES`], plus the original size. The
+/// The kcap CLI's placeholder for an oversize line ([`is_oversize`]: over
+/// [`MAX_LINE_UTF16_UNITS`]), plus `original_bytes`: the original size, which
+/// `spec/server-api.md` section 2 names in bytes, so it is the line's length in UTF-8 as
+/// written (without terminator or BOM), not the UTF-16 count the limit is measured in. The
 /// server treats the unknown `type` as a no-op, so line numbering stays intact.
 pub fn oversize_placeholder(original_bytes: u64) -> String {
     format!(
@@ -134,6 +137,9 @@ mod family {
 /// Substrings that every match of a family contains, as the rules spell them (their rules are
 /// case-sensitive). If a string holds none of a family's triggers, that family cannot match in
 /// it, so it is not run.
+///
+/// The list holds at most [`MAX_EXACT_TRIGGERS`] words of at least three bytes: that is what
+/// keeps the scan, which every shipped line pays, on its fastest searcher.
 const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("PRIVATE KEY", family::PEM),
     ("AKIA", family::AWS),
@@ -150,10 +156,9 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("ASCA", family::AWS),
     ("A3T", family::AWS),
     ("sk-", family::VENDOR),
-    ("sk_live_", family::VENDOR),
-    ("sk_test_", family::VENDOR),
-    ("rk_live_", family::VENDOR),
-    ("rk_test_", family::VENDOR),
+    // `sk_live_`, `rk_live_`, `sk_test_`, `rk_test_`.
+    ("k_live_", family::VENDOR),
+    ("k_test_", family::VENDOR),
     ("ghp_", family::VENDOR),
     ("gho_", family::VENDOR),
     ("ghs_", family::VENDOR),
@@ -164,26 +169,22 @@ const EXACT_TRIGGERS: &[(&str, u16)] = &[
     ("xox", family::VENDOR),
     ("pypi-", family::VENDOR),
     ("npm_", family::VENDOR),
-    ("glpat-", family::VENDOR),
     ("dckr_", family::VENDOR),
     ("AIza", family::VENDOR),
     ("eyJ", family::JWT),
-    ("://", family::USERINFO),
-    // `https:\/\/` as PHP and some JSON writers spell it, as printed and once or twice
-    // encoded.
-    (r":\/", family::USERINFO | family::WEBHOOK),
-    (r":\\/", family::USERINFO | family::WEBHOOK),
-    (r":\\\\/", family::USERINFO | family::WEBHOOK),
-    // The usual PostgreSQL ports and the wildcard: a `.pgpass` line has no word to find.
+    // The usual PostgreSQL ports (`5432:` and `6432:`): a `.pgpass` line has no word to find.
     // (Not led by the colon: timestamps fill tool output with colons, and a trigger starting
-    // with one slows the scan of every line.)
-    ("5432:", family::COMMAND),
+    // with one slows the scan of every line.) The wildcard is [`PGPASS_WILDCARD`].
+    ("432:", family::COMMAND),
     ("5433:", family::COMMAND),
-    ("6432:", family::COMMAND),
-    ("*:", family::COMMAND),
 ];
 
-/// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase.
+/// A `.pgpass` wildcard field: too short for the trigger scan, so searched on its own.
+const PGPASS_WILDCARD: &[u8] = b"*:";
+
+/// Like [`EXACT_TRIGGERS`] for the case-insensitive rules; lowercase. Also the exact words
+/// that do not fit in [`EXACT_TRIGGERS`] and are lowercase (found in more spellings here,
+/// which only ever costs a few more hits).
 const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("key=", family::QUERY),
     ("sig=", family::QUERY),
@@ -203,6 +204,13 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("auth\"", family::KEY | family::ASSIGNMENT),
     ("auth\\", family::KEY | family::ASSIGNMENT),
     ("hooks.slack.com", family::WEBHOOK),
+    // URLs, and `https:\/\/` as PHP and some JSON writers spell it, as printed and once or
+    // twice encoded.
+    ("://", family::USERINFO),
+    (r":\/", family::USERINFO | family::WEBHOOK),
+    (r":\\/", family::USERINFO | family::WEBHOOK),
+    (r":\\\\/", family::USERINFO | family::WEBHOOK),
+    ("glpat-", family::VENDOR),
     ("discord", family::WEBHOOK),
     ("curl", family::COMMAND),
     ("mysql", family::COMMAND),
@@ -226,6 +234,11 @@ const WORD_TRIGGERS: &[(&str, u16)] = &[
     ("accesskey", family::WORDS | family::KEY_NAME),
     ("credential", family::WORDS | family::KEY_NAME),
 ];
+
+/// The most words [`EXACT_TRIGGERS`] may hold: more and the scan every line pays takes a
+/// searcher about half as fast (see `benches/redact.rs`).
+const MAX_EXACT_TRIGGERS: usize = 32;
+const _: () = assert!(EXACT_TRIGGERS.len() <= MAX_EXACT_TRIGGERS);
 
 /// A word boundary that also holds after a JSON escape (`\nsk-...` is a new line starting with
 /// `sk-`, although `n` is a word character). Non-capturing, so group numbers are unaffected.
@@ -643,8 +656,8 @@ impl Redactor {
         if is_json(text) {
             self.redact_json(text, &hits, true)
         } else {
-            let families = self.families_to_run(text, families, Window::Whole, hit_starts());
-            self.run_text_rules(text, families, Escaping::None)
+            let hits = hits.iter().map(|hit| (hit.start, hit.families));
+            self.redact_in_text(text, families, hits, Escaping::None)
         }
     }
 
@@ -662,6 +675,18 @@ impl Redactor {
         );
         let lowered = text.as_bytes().to_ascii_lowercase();
         collect_hits(&self.word_triggers, WORD_TRIGGERS, &lowered, &mut hits);
+        let mut from = 0;
+        while let Some(offset) = text
+            .as_bytes()
+            .get(from..)
+            .and_then(|rest| memmem::find(rest, PGPASS_WILDCARD))
+        {
+            hits.push(Hit {
+                start: from + offset,
+                families: family::COMMAND,
+            });
+            from += offset + 1;
+        }
         hits.sort_unstable_by_key(|hit| hit.start);
         hits
     }
@@ -777,11 +802,12 @@ impl Redactor {
             }
             if text_rules && families & !family::KEYS != 0 {
                 let text = &line[content.clone()];
-                let hit_starts = hits[first_hit..next_hit]
+                let hits = hits[first_hit..next_hit]
                     .iter()
-                    .map(|hit| hit.start - content.start);
-                let families = self.families_to_run(text, families, Window::Lines, hit_starts);
-                if let Cow::Owned(redacted) = self.run_text_rules(text, families, Escaping::Json) {
+                    .map(|hit| (hit.start - content.start, hit.families));
+                if let Cow::Owned(redacted) =
+                    self.redact_in_text(text, families, hits, Escaping::Json)
+                {
                     edits.push((content, Cow::Owned(redacted)));
                 }
             }
@@ -837,6 +863,52 @@ impl Redactor {
             self.any_text_rule.is_match(text)
         };
         if matches { families } else { 0 }
+    }
+
+    /// The text rules run where they can match in `text` (the whole of a non-JSON text, or a
+    /// JSON string's raw content): `hits` are its trigger occurrences (start, families), in
+    /// order, and `families` all of theirs.
+    ///
+    /// A long text is redacted line by line, and only on the lines around the triggers, each
+    /// with the families of its own triggers: running every rule a trigger word names over
+    /// all of a long tool output is most of the cost of a line that holds a secret. This
+    /// gives what running the rules over the whole text gives, because no rule but the PEM
+    /// one matches across a line break of [`trigger_lines`] (so every match lies on one line),
+    /// every match of a rule holds a trigger of its family (so only lines holding one can
+    /// change, and only through their triggers' families), and a redaction never removes a
+    /// line break or adds a trigger (so the later rules, which run on the earlier ones'
+    /// output, still find theirs on the same lines).
+    fn redact_in_text<'a>(
+        &self,
+        text: &'a str,
+        families: u16,
+        hits: impl Iterator<Item = (usize, u16)>,
+        escaping: Escaping,
+    ) -> Cow<'a, str> {
+        if text.len() <= WINDOWED_GATE_MIN_BYTES || families & family::PEM != 0 {
+            let families = self.families_to_run(text, families, Window::Whole, std::iter::empty());
+            return self.run_text_rules(text, families, escaping);
+        }
+        let mut out: Option<String> = None;
+        let mut copied = 0;
+        for (lines, families) in trigger_windows(text.as_bytes(), hits) {
+            let window = &text[lines.clone()];
+            let families =
+                self.families_to_run(window, families, Window::Whole, std::iter::empty());
+            if let Cow::Owned(redacted) = self.run_text_rules(window, families, escaping) {
+                let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                out.push_str(&text[copied..lines.start]);
+                out.push_str(&redacted);
+                copied = lines.end;
+            }
+        }
+        match out {
+            Some(mut out) => {
+                out.push_str(&text[copied..]);
+                Cow::Owned(out)
+            }
+            None => Cow::Borrowed(text),
+        }
     }
 
     /// Runs the text rules of `families`, in order, each on the previous one's output.
@@ -982,18 +1054,33 @@ fn string_end(bytes: &[u8], from: usize) -> usize {
 /// (ascending). Lines are split at every backslash followed by `n`, whether it is a `\n`
 /// escape or (in JSON encoded twice, as shell tool output is) the `n` after an escaped
 /// backslash: no rule other than the PEM one matches text containing that pair, except as the
-/// word boundary it starts with, so a line starts at its leading backslash. Linear: each byte
+/// word boundary it starts with, so a line starts at its leading backslash (and ends after its own). Linear: each byte
 /// is searched at most twice.
 fn trigger_lines(content: &[u8], hit_starts: impl Iterator<Item = usize>) -> Vec<Range<usize>> {
+    trigger_windows(content, hit_starts.map(|at| (at, 0)))
+        .into_iter()
+        .map(|(lines, _)| lines)
+        .collect()
+}
+
+/// [`trigger_lines`] for triggers given with their families: each run of lines with the
+/// families of the triggers it holds.
+fn trigger_windows(
+    content: &[u8],
+    hits: impl Iterator<Item = (usize, u16)>,
+) -> Vec<(Range<usize>, u16)> {
     static FORWARD: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(LINE_BREAK));
     static BACKWARD: LazyLock<memmem::FinderRev<'static>> =
         LazyLock::new(|| memmem::FinderRev::new(LINE_BREAK));
-    let mut lines: Vec<Range<usize>> = Vec::new();
-    for at in hit_starts {
-        let floor = match lines.last() {
-            Some(last) if at < last.end => continue,
-            Some(last) => last.end,
+    let mut windows: Vec<(Range<usize>, u16)> = Vec::new();
+    for (at, families) in hits {
+        let floor = match windows.last_mut() {
+            Some((last, last_families)) if at < last.end => {
+                *last_families |= families;
+                continue;
+            }
+            Some((last, _)) => last.end,
             None => 0,
         };
         let start = content
@@ -1003,13 +1090,18 @@ fn trigger_lines(content: &[u8], hit_starts: impl Iterator<Item = usize>) -> Vec
         let end = content
             .get(at..)
             .and_then(|after| FORWARD.find(after))
-            .map_or(content.len(), |offset| at + offset);
-        match lines.last_mut() {
-            Some(last) if start <= last.end => last.end = end,
-            _ => lines.push(start..end),
+            // The break itself is part of the window: a window ending just before it would
+            // end as the text does, and `$` would match there (`Password=a b` then a break).
+            .map_or(content.len(), |offset| at + offset + LINE_BREAK.len());
+        match windows.last_mut() {
+            Some((last, last_families)) if start <= last.end => {
+                last.end = end;
+                *last_families |= families;
+            }
+            _ => windows.push((start..end, families)),
         }
     }
-    lines
+    windows
 }
 
 const LINE_BREAK: &[u8] = b"\\n";
@@ -1099,6 +1191,29 @@ mod tests {
         }
         for (word, _) in WORD_TRIGGERS {
             assert_eq!(*word, word.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn trigger_lists_fit_the_fast_searcher() {
+        // A shorter word and the scan every line pays takes a slower searcher (see
+        // `benches/redact.rs`); the number of words is checked at compile time.
+        for list in [EXACT_TRIGGERS, WORD_TRIGGERS] {
+            assert!(list.iter().all(|(word, _)| word.len() >= 3));
+        }
+    }
+
+    #[test]
+    fn moved_triggers_still_find_their_secrets() {
+        for text in [
+            "X-Api-Key: abcdefgh",
+            "api.key=abcdefghij",
+            "the API key is abcdefghijklmnop1234",
+            r#"{"o":"https:\/\/u:pw@h\/"}"#,
+            r#"x "AUTH\": \"abc\" y"#,
+            "*:*:db:user:StarPass1",
+        ] {
+            assert_ne!(global().redact_text(text), text, "{text}");
         }
     }
 
@@ -1361,6 +1476,59 @@ mod tests {
                 format!("{pad}{body}")
             };
             proptest::prop_assert_eq!(global().redact_text(&text).into_owned(), redact_checking_first(&text));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Running the rules only on the lines around the triggers, each line with its own
+        /// triggers' families, gives what running every family over the whole text gives:
+        /// plain and escaped text, once and twice encoded line breaks, secrets of every family
+        /// next to them.
+        #[test]
+        fn rules_on_trigger_lines_change_what_rules_on_the_whole_text_change(
+            fragments in proptest::collection::vec(
+                proptest::sample::select(&[
+                    r"\n", r"\\n", r"\\\n", "\n", r#"\""#, r#"\\\""#, r"\\", r"\/",
+                    r"\u0026", r"\u00e9", r"\t", "\t", " ", "=", ":", ";", "'", "\"",
+                    "token ", "token: ", "TOKEN=", "abcdefghijklmnop1234", "hunter2hunter2",
+                    "sk-abcdefghij1234", "ghp_aBcDeFgHiJ0123456789", "AKIAIOSFODNN7EXAMPLE",
+                    "eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2", "password", "password ",
+                    "password=", "Password=my secret pass;", "pwd=", "secret is ", "login bob ",
+                    "https://u:pw@h/", "https:\\/\\/u:pw@h\\/", "?sig=zz", "&key=", "\\u0026sas=",
+                    "Authorization: Bearer abc.def", r#"\"Cookie\": [\"a=b\", \"c\"]"#,
+                    r#"\"name\":\"Cookie\",\"value\":\"s=1\""#, r#"\"api_key\": \"v\""#,
+                    "curl -u bob:pw1 ", "mysql -ppw2 ", "h:5432:db:u:pw3", "*:*:db:u:pw4",
+                    "hooks.slack.com/services/T0/B0/xyz", "b'Bearer abc'", "x y z ",
+                ][..]),
+                0..160,
+            ),
+            json in proptest::bool::ANY,
+        ) {
+            let pad = "x ".repeat(WINDOWED_GATE_MIN_BYTES / 2 + 1);
+            let mut text = format!("{pad}{}", fragments.concat());
+            if json {
+                // A JSON string's raw content, as a tool's output is written.
+                let encoded = serde_json::to_string(&text).unwrap();
+                text = encoded[1..encoded.len() - 1].to_owned();
+            }
+            let r = global();
+            let hits = r.trigger_hits(&text);
+            let families = hits.iter().fold(0, |acc, hit| acc | hit.families);
+            let escaping = if json { Escaping::Json } else { Escaping::None };
+            let whole = r.run_text_rules(
+                &text,
+                r.families_to_run(&text, families, Window::Whole, std::iter::empty()),
+                escaping,
+            );
+            let windowed = r.redact_in_text(
+                &text,
+                families,
+                hits.iter().map(|hit| (hit.start, hit.families)),
+                escaping,
+            );
+            proptest::prop_assert_eq!(windowed, whole);
         }
     }
 
