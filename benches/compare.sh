@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Measures kcap-watch against the baselines of issue "6/6 Performance", each baseline measured
 # in the same run (these machines are shared and noisy), and prints a table of medians and
-# ratios plus every command it ran.
+# ratios plus every command it ran. With --baseline, an earlier commit of kcap-watch itself is
+# built and measured side by side in the same run (before/after).
 #
-#   cargo build --release --examples && benches/compare.sh [--quick] [--keep] [--size 500MB]
+#   benches/compare.sh [--quick] [--keep] [--size 500MB] [--baseline REV [--keep-baseline]]
 #
-# --quick: a 50 MB file, fewer runs and shorter windows (a couple of minutes).
-# --keep:  keep the work directory (rollouts, logs, latency samples) and print its path.
+# --quick:      a 50 MB file, fewer runs and shorter windows (a few minutes).
+# --keep:       keep the work directory (rollouts, logs, latency samples) and print its path.
+# --baseline:   build REV (e.g. dfbcf0f, the last round-1 commit) in a temporary git worktree
+#               under ${TMPDIR:-/tmp} with its own target directory, and measure its binary
+#               beside this one; both are deleted afterwards unless --keep-baseline.
 #
-# Needs bash, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the two
-# examples it uses (examples/gen_rollout.rs, examples/sink_server.rs) itself.
+# Needs bash, git, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the two
+# examples it uses (examples/gen_rollout.rs, examples/sink_server.rs) itself; the baseline
+# binary is driven with this tree's examples.
 set -euo pipefail
 
 QUICK=0
 KEEP=0
 SIZE_OVERRIDE=""
+BASE_REV=""
+KEEP_BASE=0
 while (($#)); do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -23,8 +30,13 @@ while (($#)); do
         SIZE_OVERRIDE="$2"
         shift
         ;;
+    --baseline)
+        BASE_REV="$2"
+        shift
+        ;;
+    --keep-baseline) KEEP_BASE=1 ;;
     -h | --help)
-        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -60,6 +72,32 @@ BIN=$TARGET/release/kcap-watch
 GEN=$TARGET/release/examples/gen_rollout
 SINK=$TARGET/release/examples/sink_server
 
+# The earlier build to compare with: its own worktree and target directory, so nothing of
+# this tree's build is touched (a round-1 target directory is a full release build).
+BASE_BIN=""
+BASE_TREE=""
+if [[ -n $BASE_REV ]]; then
+    BASE_SHORT=$(git -C "$ROOT" rev-parse --short "$BASE_REV^{commit}")
+    BASE_TREE=${TMPDIR:-/tmp}/kcap-baseline-$BASE_SHORT
+    BASE_TARGET=$BASE_TREE-target
+    if [[ ! -d $BASE_TREE ]]; then
+        git -C "$ROOT" worktree add --detach --quiet "$BASE_TREE" "$BASE_SHORT"
+    fi
+    echo "== building the baseline $BASE_SHORT in $BASE_TREE (cargo build --release --bin kcap-watch --target-dir $BASE_TARGET)" >&2
+    (cd "$BASE_TREE" && cargo build --release --quiet --bin kcap-watch --target-dir "$BASE_TARGET")
+    BASE_BIN=$BASE_TARGET/release/kcap-watch
+fi
+remove_baseline() {
+    [[ -n $BASE_TREE ]] || return 0
+    if ((KEEP_BASE)); then
+        echo "baseline kept: $BASE_TREE (target $BASE_TARGET)" >&2
+    else
+        git -C "$ROOT" worktree remove --force "$BASE_TREE" 2>/dev/null || rm -rf "$BASE_TREE"
+        git -C "$ROOT" worktree prune
+        rm -rf "$BASE_TARGET"
+    fi
+}
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kcap-compare.XXXXXX")
 PIDS=()
 cleanup() {
@@ -73,6 +111,7 @@ cleanup() {
     else
         rm -rf "$WORK"
     fi
+    remove_baseline
 }
 trap cleanup EXIT
 
@@ -147,11 +186,11 @@ stop_pid() { # pid: SIGTERM, then wait
 # end with an open turn; reap and stall timers count from the file's mtime).
 WATCH_FLAGS=(--reap-after 10h --idle-end 10h --stall-after 0 --poll-interval 1s)
 
-start_watcher() { # name rollout ; sets WATCHER_PID (uses SINK_URL)
-    local name=$1 rollout=$2
+start_watcher() { # name rollout [binary] ; sets WATCHER_PID (uses SINK_URL)
+    local name=$1 rollout=$2 bin=${3:-$BIN}
     mkdir -p "$WORK/$name.cfg"
     KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/$name.cfg KCAP_LOG=info \
-        "$BIN" watch "$rollout" "${WATCH_FLAGS[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+        "$bin" watch "$rollout" "${WATCH_FLAGS[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     WATCHER_PID=$!
     PIDS+=("$WATCHER_PID")
 }
@@ -165,7 +204,7 @@ CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 MACHINE="$(nproc) cores ($CPU_MODEL), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), $(jq --version), $(tail --version | head -1)"
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-log "machine: $MACHINE; commit $REV; work dir $WORK"
+log "machine: $MACHINE; commit $REV; work dir $WORK${BASE_BIN:+; baseline $BASE_SHORT}"
 
 # --- the corpus -----------------------------------------------------------------------------
 
@@ -238,9 +277,13 @@ timed() { # out-file cmd... : appends "wall_s cpu_s maxrss_kib" to out-file
 log "seeding: $RUNS x inspect --json, $RUNS x wc -l, $JQ_RUNS x jq (interleaved)"
 cmd "$BIN inspect --json $BIG > /dev/null   # x$RUNS, wall clock via EPOCHREALTIME, CPU/RSS via /usr/bin/time"
 cmd "wc -l $BIG   # x$RUNS"
-: >"$WORK/seed.inspect" >"$WORK/seed.wc" >"$WORK/seed.jq"
+[[ -n $BASE_BIN ]] && cmd "$BASE_BIN inspect --json $BIG > /dev/null   # x$RUNS, interleaved with ours"
+: >"$WORK/seed.inspect" >"$WORK/seed.base" >"$WORK/seed.wc" >"$WORK/seed.jq"
 for ((i = 0; i < RUNS; i++)); do
     timed "$WORK/seed.inspect" sh -c '"$0" inspect --json "$1" >/dev/null' "$BIN" "$BIG"
+    if [[ -n $BASE_BIN ]]; then
+        timed "$WORK/seed.base" sh -c '"$0" inspect --json "$1" >/dev/null' "$BASE_BIN" "$BIG"
+    fi
     timed "$WORK/seed.wc" sh -c 'wc -l "$0" >/dev/null' "$BIG"
     if ((i < JQ_RUNS)); then
         timed "$WORK/seed.jq" sh -c 'jq -n -c -f "$0" <"$1" >/dev/null' "$WORK/fold.jq" "$BIG"
@@ -249,23 +292,38 @@ done
 SEED_OURS=$(cut -d' ' -f1 "$WORK/seed.inspect" | median)
 SEED_OURS_RSS=$(cut -d' ' -f3 "$WORK/seed.inspect" | median)
 SEED_WC=$(cut -d' ' -f1 "$WORK/seed.wc" | median)
+SEED_BASE=$(cut -d' ' -f1 "$WORK/seed.base" | median)
+SEED_BASE_RSS=$(cut -d' ' -f3 "$WORK/seed.base" | median)
 SEED_JQ=$(cut -d' ' -f1 "$WORK/seed.jq" | median)
 SEED_JQ_RSS=$(cut -d' ' -f3 "$WORK/seed.jq" | median)
 
 # --- 2 and 3. one appended line per second: CPU; then append -> arrival latency -------------
 
 log "following: watcher on the $SIZE file, $CPU_SECS lines at 1 line/s, baseline re-reads the file every second"
+if [[ -n $BASE_BIN ]]; then
+    # The baseline follows the same file beside ours, with its own sink.
+    start_sink follow-base --watermark $((BIG_LINES - 1)) --latency-log "$WORK/follow-base.lat"
+    FOLLOW_BASE_SINK_PID=$SINK_PID
+    FOLLOW_BASE_URL=$SINK_URL
+fi
 start_sink follow --watermark $((BIG_LINES - 1)) --latency-log "$WORK/follow.lat"
 touch "$BIG"
 cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch $BIG ${WATCH_FLAGS[*]}   # sink: $SINK --watermark $((BIG_LINES - 1)) --latency-log follow.lat"
 start_watcher follow "$BIG"
 FOLLOW_PID=$WATCHER_PID
+if [[ -n $BASE_BIN ]]; then
+    cmd "KCAP_URL=<sink 2> KCAP_CONFIG_DIR=<tmp 2> $BASE_BIN watch $BIG ${WATCH_FLAGS[*]}   # alongside, its own sink as above"
+    SINK_URL=$FOLLOW_BASE_URL start_watcher follow-base "$BIG" "$BASE_BIN"
+    FOLLOW_BASE_PID=$WATCHER_PID
+    wait_for_grep watching "$WORK/follow-base.err" 120
+fi
 wait_for_grep watching "$WORK/follow.err" 120
 # Let the watermark answer arrive and the start-up settle.
 sleep 2
 cmd "$GEN append $BIG --count $CPU_SECS --interval 1s --first-seq 0"
 cmd "bash -c 'for ((i = 0; i < $CPU_SECS; i++)); do wc -l < $BIG > /dev/null; sleep 1; done'   # baseline, under /usr/bin/time, alongside"
 c0=$(cpu_ns "$FOLLOW_PID")
+[[ -n $BASE_BIN ]] && b0=$(cpu_ns "$FOLLOW_BASE_PID")
 /usr/bin/time -f '%U %S' -o "$WORK/reread.time" \
     bash -c 'for ((i = 0; i < $1; i++)); do wc -l <"$0" >/dev/null; sleep 1; done' "$BIG" "$CPU_SECS" &
 REREAD_PID=$!
@@ -274,6 +332,10 @@ wait "$REREAD_PID"
 sleep 1
 c1=$(cpu_ns "$FOLLOW_PID")
 FOLLOW_CPU_MS=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.1f", (b-a)/1e6}')
+if [[ -n $BASE_BIN ]]; then
+    b1=$(cpu_ns "$FOLLOW_BASE_PID")
+    FOLLOW_BASE_CPU_MS=$(awk -v a="$b0" -v b="$b1" 'BEGIN {printf "%.1f", (b-a)/1e6}')
+fi
 REREAD_CPU_MS=$(awk '{printf "%.1f", ($1+$2)*1000}' "$WORK/reread.time")
 FOLLOW_GOT=$(curl -fsS "$SINK_URL/stats" | jq .lines)
 
@@ -292,6 +354,9 @@ deadline=$(($(now_us) + 20000000))
 while (($(awk '$1 >= 100000' "$WORK/follow.lat" | wc -l) < LAT_N)) && (($(now_us) < deadline)); do
     sleep 0.1
 done
+while [[ -n $BASE_BIN ]] && (($(awk '$1 >= 100000' "$WORK/follow-base.lat" | wc -l) < LAT_N)) && (($(now_us) < deadline)); do
+    sleep 0.1
+done
 # stamp exits after LAT_N lines.
 for ((i = 0; i < 50; i++)); do kill -0 "$STAMP_PID" 2>/dev/null || break; sleep 0.1; done
 stop_pid "$STAMP_PID"
@@ -306,6 +371,15 @@ TAIL_P50=$(percentile 50 <"$WORK/tail.lat.ms")
 TAIL_P99=$(percentile 99 <"$WORK/tail.lat.ms")
 stop_pid "$FOLLOW_PID"
 stop_pid "$SINK_PID"
+if [[ -n $BASE_BIN ]]; then
+    awk '$1 >= 100000 {print $2/1000}' "$WORK/follow-base.lat" >"$WORK/base.lat.ms"
+    LAT_BASE_GOT=$(wc -l <"$WORK/base.lat.ms")
+    LAT_BASE_P50=$(percentile 50 <"$WORK/base.lat.ms")
+    LAT_BASE_P99=$(percentile 99 <"$WORK/base.lat.ms")
+    LAT_BASE_MAX=$(percentile 100 <"$WORK/base.lat.ms")
+    stop_pid "$FOLLOW_BASE_PID"
+    stop_pid "$FOLLOW_BASE_SINK_PID"
+fi
 
 # --- 4. idle: 20 watchers ---------------------------------------------------------------------
 
@@ -319,14 +393,13 @@ for ((i = 0; i < IDLE_N; i++)); do
 done
 cmd "$GEN --size $IDLE_SIZE --seed 100..$((100 + IDLE_N - 1)) --role child --end open --out idle/rollout-N.jsonl"
 cmd "$IDLE_N x KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BIN watch idle/rollout-N.jsonl ${WATCH_FLAGS[*]}   # (a) sink: $SINK --done-after-lines <all lines>; (b) the same command again after SIGTERM, the sink now answering each stream's watermark"
-start_sink idle --done-after-lines "$IDLE_LINES" --done-file "$WORK/idle.done"
-touch "$WORK"/idle/*.jsonl
 
-start_idle_watchers() { # phase
+start_idle_watchers() { # phase [binary]
+    local bin=${2:-$BIN}
     IDLE_PIDS=()
     for ((i = 0; i < IDLE_N; i++)); do
-        KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/idle.cfg \
-            "$BIN" watch "$WORK/idle/rollout-$i.jsonl" "${WATCH_FLAGS[@]}" >"$WORK/idle-$1-$i.out" 2>"$WORK/idle-$1-$i.err" &
+        KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$WORK/idle-$1.cfg \
+            "$bin" watch "$WORK/idle/rollout-$i.jsonl" "${WATCH_FLAGS[@]}" >"$WORK/idle-$1-$i.out" 2>"$WORK/idle-$1-$i.err" &
         IDLE_PIDS+=($!)
         PIDS+=($!)
     done
@@ -353,21 +426,30 @@ measure_idle() { # phase: sets IDLE_<phase>_* (CPU s, VmRSS median/max, RssAnon 
     printf -v "IDLE_${phase}_PSS_MAX" %s "$(cut -d' ' -f3 "$WORK/idle-$phase.rss" | sort -g | tail -1)"
 }
 
-mkdir -p "$WORK/idle.cfg"
-start_idle_watchers a
-wait_for_file "$WORK/idle.done" 600
-sleep 2
-measure_idle a
-for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
-
-start_idle_watchers b
-for ((i = 0; i < IDLE_N; i++)); do
-    wait_for_grep "resume at line" "$WORK/idle-b-$i.err" 120
-done
-sleep 2
-measure_idle b
-for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
-stop_pid "$SINK_PID"
+run_idle() { # tag binary: phases <tag>a (ship from line 0, then idle) and <tag>b (restart, seed only)
+    local tag=$1 bin=$2
+    rm -f "$WORK/idle.done"
+    start_sink "idle$tag" --done-after-lines "$IDLE_LINES" --done-file "$WORK/idle.done"
+    touch "$WORK"/idle/*.jsonl
+    mkdir -p "$WORK/idle-${tag}a.cfg"
+    start_idle_watchers "${tag}a" "$bin"
+    wait_for_file "$WORK/idle.done" 600
+    sleep 2
+    measure_idle "${tag}a"
+    for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+    # The restarted watchers share the first phase's config dir (its locks are released).
+    mv "$WORK/idle-${tag}a.cfg" "$WORK/idle-${tag}b.cfg"
+    start_idle_watchers "${tag}b" "$bin"
+    for ((i = 0; i < IDLE_N; i++)); do
+        wait_for_grep "resume at line" "$WORK/idle-${tag}b-$i.err" 120
+    done
+    sleep 2
+    measure_idle "${tag}b"
+    for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+    stop_pid "$SINK_PID"
+}
+run_idle "" "$BIN"
+[[ -n $BASE_BIN ]] && run_idle base_ "$BASE_BIN"
 
 # --- 5. throughput: ship the whole file to the loopback sink ---------------------------------
 
@@ -377,20 +459,28 @@ cmd "cat $BIG > /dev/null   # x$RUNS"
 THRU_LINES=$(wc -l <"$BIG")
 THRU_BYTES=$(stat -c %s "$BIG")
 : >"$WORK/thru.ours" >"$WORK/thru.ship" >"$WORK/thru.cat" >"$WORK/thru.busy"
-for ((i = 0; i < RUNS; i++)); do
+: >"$WORK/thru.base" >"$WORK/thru.baseship" >"$WORK/thru.basebusy"
+ship_once() { # binary out-spawn out-ship out-busy
     rm -f "$WORK/thru.done"
     start_sink "thru$i" --done-after-lines "$THRU_LINES" --done-file "$WORK/thru.done"
     rm -rf "$WORK/thru.cfg"
     t0=$(now_us)
-    start_watcher thru "$BIG"
+    start_watcher thru "$BIG" "$1"
     wait_for_file "$WORK/thru.done" 900
     read -r first_ns last_ns < <(jq -r '"\(.first_ns) \(.last_ns)"' "$WORK/thru.done")
-    awk -v b="$THRU_BYTES" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.ours"
-    awk -v b="$THRU_BYTES" -v f="$first_ns" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l - f)/1e9)}' >>"$WORK/thru.ship"
+    awk -v b="$THRU_BYTES" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l/1000 - t0)/1e6)}' >>"$2"
+    awk -v b="$THRU_BYTES" -v f="$first_ns" -v l="$last_ns" 'BEGIN {printf "%.1f\n", b/1048576 / ((l - f)/1e9)}' >>"$3"
     # How busy the watcher was: its CPU (all threads) over the wall time to the last line.
-    awk -v c="$(cpu_ns "$WATCHER_PID")" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.2f\n", (c/1e9) / ((l/1000 - t0)/1e6)}' >>"$WORK/thru.busy"
+    awk -v c="$(cpu_ns "$WATCHER_PID")" -v t0="$t0" -v l="$last_ns" 'BEGIN {printf "%.2f\n", (c/1e9) / ((l/1000 - t0)/1e6)}' >>"$4"
     stop_pid "$WATCHER_PID"
     stop_pid "$SINK_PID"
+}
+[[ -n $BASE_BIN ]] && cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> $BASE_BIN watch $BIG ${WATCH_FLAGS[*]}   # x$RUNS, interleaved with ours"
+for ((i = 0; i < RUNS; i++)); do
+    ship_once "$BIN" "$WORK/thru.ours" "$WORK/thru.ship" "$WORK/thru.busy"
+    if [[ -n $BASE_BIN ]]; then
+        ship_once "$BASE_BIN" "$WORK/thru.base" "$WORK/thru.baseship" "$WORK/thru.basebusy"
+    fi
     c0=$(now_us)
     cat "$BIG" >/dev/null
     c1=$(now_us)
@@ -399,6 +489,8 @@ done
 THRU_OURS=$(median <"$WORK/thru.ours")
 THRU_SHIP=$(median <"$WORK/thru.ship")
 THRU_CAT=$(median <"$WORK/thru.cat")
+THRU_BASE=$(median <"$WORK/thru.base")
+THRU_BASE_SHIP=$(median <"$WORK/thru.baseship")
 
 # --- the table ------------------------------------------------------------------------------
 
@@ -410,40 +502,58 @@ JQ_RATIO=$(awk -v a="$SEED_OURS" -v b="$SEED_JQ" 'BEGIN {printf "%.1f", b/a}')
 CPU_PCT=$(awk -v a="$FOLLOW_CPU_MS" -v b="$REREAD_CPU_MS" 'BEGIN {printf "%.2f", 100*a/b}')
 SIZE_MB=$(mb_of "$BIG_BYTES")
 
+# The "before" column: the baseline build's figure, or a dash without --baseline.
+before() { if [[ -n $BASE_BIN ]]; then echo "$1"; else echo "—"; fi; }
+if [[ -n $BASE_BIN ]]; then
+    SEED_BASE_RATIO=$(awk -v a="$SEED_BASE" -v b="$SEED_WC" 'BEGIN {printf "%.2f", a/b}')
+    JQ_BASE_RATIO=$(awk -v a="$SEED_BASE" -v b="$SEED_JQ" 'BEGIN {printf "%.1f", b/a}')
+    CPU_BASE_PCT=$(awk -v a="$FOLLOW_BASE_CPU_MS" -v b="$REREAD_CPU_MS" 'BEGIN {printf "%.2f", 100*a/b}')
+fi
+
 echo
-echo "kcap-watch performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
+echo "kcap-watch performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')$([[ -n $BASE_BIN ]] && echo ", before = commit $BASE_SHORT built in the same run")"
 echo "machine: $MACHINE"
 echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine shares its 2 cores)"
 echo "corpus: $SIZE_MB MiB, $BIG_LINES lines (gen_rollout --seed 7); medians of $RUNS runs unless noted"
 echo
-echo "| what | ours | baseline (same run) | ratio | target | holds |"
+echo "| what | after: $REV | before: $([[ -n $BASE_BIN ]] && echo "$BASE_SHORT" || echo "(no --baseline)") | tool baseline (same run) | target | after holds |"
 echo "|---|---|---|---|---|---|"
-echo "| seed a $SIZE_MB MiB rollout, warm cache | \`inspect --json\` $(r2 "$SEED_OURS") s (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | \`wc -l\` $(r2 "$SEED_WC") s | $SEED_RATIO× \`wc -l\` | ≤ 4× | $(holds "$SEED_RATIO <= 4") |"
-echo "| same | same | \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | $JQ_RATIO× faster | ≥ 12× faster | $(holds "$JQ_RATIO >= 12") |"
-echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | watcher CPU $FOLLOW_CPU_MS ms ($FOLLOW_GOT lines shipped) | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | $CPU_PCT % | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
-echo "| append → line at the loopback sink, $LAT_GOT of $LAT_N appends every $LAT_INTERVAL | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX")) | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | — | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
-idle_row() { # phase label
-    local p=$1 alive cpu rmed rmax amed pmed pmax
+echo "| seed a $SIZE_MB MiB rollout, warm cache (\`inspect --json\`) | $(r2 "$SEED_OURS") s = $SEED_RATIO× \`wc -l\`, $JQ_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | $(before "$(r2 "$SEED_BASE") s = $SEED_BASE_RATIO× \`wc -l\`, $JQ_BASE_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_BASE_RSS") MiB)") | \`wc -l\` $(r2 "$SEED_WC") s; \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | ≤ 4× \`wc -l\`; ≥ 12× faster than \`jq\` | $(holds "$SEED_RATIO <= 4"); $(holds "$JQ_RATIO >= 12") |"
+echo "| notice 1 appended line/s on the $SIZE_MB MiB file, $CPU_SECS s | CPU $FOLLOW_CPU_MS ms = $CPU_PCT % ($FOLLOW_GOT lines shipped) | $(before "CPU $FOLLOW_BASE_CPU_MS ms = $CPU_BASE_PCT %") | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | ≤ 1 % | $(holds "$CPU_PCT <= 1") |"
+echo "| append → line at the loopback sink, $LAT_N appends every $LAT_INTERVAL (both watchers at once) | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX"); $LAT_GOT arrived) | $(before "p50 $(r2 "${LAT_BASE_P50:-0}") ms, p99 $(r2 "${LAT_BASE_P99:-0}") ms (max $(r2 "${LAT_BASE_MAX:-0}"); ${LAT_BASE_GOT:-0} arrived)") | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
+idle_cell() { # phase
+    local p=$1 alive cpu rmed rmax pmed pmax
     alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmed=IDLE_${p}_RSS_MED rmax=IDLE_${p}_RSS_MAX
-    amed=IDLE_${p}_ANON_MED pmed=IDLE_${p}_PSS_MED pmax=IDLE_${p}_PSS_MAX
-    echo "| idle: $IDLE_N watchers (${!alive} alive) $2, $IDLE_SECS s | total CPU ${!cpu} s; VmRSS median $(mib_of_kib "${!rmed}") MiB, max $(mib_of_kib "${!rmax}") MiB (RssAnon median $(mib_of_kib "${!amed}") MiB; PSS median $(mib_of_kib "${!pmed}"), max $(mib_of_kib "${!pmax}") MiB) | — | — | CPU ≤ 0.2 s; ≤ 10 MiB each | CPU $(holds "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(holds "${!rmax} <= 10240"); PSS $(holds "${!pmax} <= 10240") |"
+    pmed=IDLE_${p}_PSS_MED pmax=IDLE_${p}_PSS_MAX
+    echo "CPU ${!cpu} s ($((${!alive})) alive); VmRSS median $(mib_of_kib "${!rmed}"), max $(mib_of_kib "${!rmax}") MiB; PSS median $(mib_of_kib "${!pmed}"), max $(mib_of_kib "${!pmax}") MiB"
+}
+idle_row() { # phase label
+    local p=$1 alive cpu rmax pmax
+    alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmax=IDLE_${p}_RSS_MAX pmax=IDLE_${p}_PSS_MAX
+    echo "| idle: $IDLE_N watchers $2, $IDLE_SECS s | $(idle_cell "$p") | $(before "$(idle_cell "base_$p")") | — | CPU ≤ 0.2 s total; ≤ 10 MiB each | CPU $(holds "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(holds "${!rmax} <= 10240"); PSS $(holds "${!pmax} <= 10240") |"
 }
 idle_row b "after seeding $IDLE_SIZE each (restarted; the server held every line)"
 idle_row a "after shipping $IDLE_SIZE each from line 0"
-echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping phase alone $THRU_SHIP MB/s) | \`cat > /dev/null\` $THRU_CAT MB/s | $(awk -v a="$THRU_OURS" -v b="$THRU_CAT" 'BEGIN {printf "%.3f", a/b}') of \`cat\` | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
+echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
 echo
 echo "Raw samples:"
 echo "  inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.inspect" | tr '\n' ' ')"
+[[ -n $BASE_BIN ]] && echo "  before: inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.base" | tr '\n' ' ')"
 echo "  wc -l wall s:          $(cut -d' ' -f1 "$WORK/seed.wc" | tr '\n' ' ')"
 echo "  jq fold wall s:        $(cut -d' ' -f1 "$WORK/seed.jq" | tr '\n' ' ')"
 echo "  ship MB/s (spawn→last): $(tr '\n' ' ' <"$WORK/thru.ours")"
 echo "  ship MB/s (first→last): $(tr '\n' ' ' <"$WORK/thru.ship")"
+[[ -n $BASE_BIN ]] && echo "  before: ship MB/s (spawn→last): $(tr '\n' ' ' <"$WORK/thru.base"); (first→last): $(tr '\n' ' ' <"$WORK/thru.baseship")"
 echo "  cat MB/s:               $(tr '\n' ' ' <"$WORK/thru.cat")"
 echo "  idle after seeding, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-b.rss")"
 echo "  idle after shipping, VmRSS/RssAnon/Pss KiB per watcher: $(tr '\n' ';' <"$WORK/idle-a.rss")"
-echo "  shipping: watcher CPU / wall time per run: $(tr '\n' ' ' <"$WORK/thru.busy")"
+if [[ -n $BASE_BIN ]]; then
+    echo "  before: idle after seeding, VmRSS/RssAnon/Pss KiB: $(tr '\n' ';' <"$WORK/idle-base_b.rss")"
+    echo "  before: idle after shipping, VmRSS/RssAnon/Pss KiB: $(tr '\n' ';' <"$WORK/idle-base_a.rss")"
+fi
+echo "  shipping: watcher CPU / wall time per run: $(tr '\n' ' ' <"$WORK/thru.busy")$([[ -n $BASE_BIN ]] && echo "; before: $(tr '\n' ' ' <"$WORK/thru.basebusy")")"
 echo
 echo "Commands run (from $ROOT):"
 for c in "${CMDS[@]}"; do echo "  $c"; done

@@ -10,11 +10,12 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kcap_watch::fold::{Observed, State};
+use kcap_watch::fold::State;
+use kcap_watch::fold::seed::{LineTimes, seed};
 use kcap_watch::rollout::Classifier;
 use kcap_watch::ship::outbox::ShipLine;
-use kcap_watch::ship::redact;
-use kcap_watch::tail::LineReader;
+use kcap_watch::ship::{LINE_LIMIT, redact};
+use kcap_watch::tail::{LineEnd, LineReader, LineSink};
 use kcap_watch::time::Ts;
 
 #[allow(dead_code)]
@@ -50,32 +51,35 @@ fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// What `tail::seed` does: stream complete lines, classify and fold each.
-fn seed_fold(data: &[u8], classify: bool) -> State {
-    let mut state = State::new();
-    let mut reader = LineReader::new(0, 0, classify);
-    let at = Ts::from_millis(1_785_254_400_000);
-    loop {
-        let status = reader
-            .read(data, 4096, &mut |line| {
-                let Some(info) = &line.info else { return };
-                state.apply(
-                    Observed {
-                        number: line.number,
-                        raw_len: line.raw_len(),
-                        blank: line.blank,
-                        oversize: line.oversize(),
-                        info,
-                    },
-                    at,
-                );
-            })
-            .expect("reading from memory cannot fail");
-        if status.at_eof {
-            break;
-        }
+/// A sink that only counts lines: what the reader costs by itself.
+struct CountLines(u64);
+
+impl LineSink for CountLines {
+    fn chunk(&mut self, _: &[u8]) {}
+
+    fn end(&mut self, line: LineEnd<'_>) {
+        self.0 += u64::from(!line.blank);
     }
-    state
+}
+
+/// The reader alone, handing each line's text to a sink that looks at none of it.
+fn read_lines(data: &[u8]) -> u64 {
+    let mut reader = LineReader::new(0, 0, LINE_LIMIT);
+    let mut sink = CountLines(0);
+    while !reader
+        .read(data, 4096, &mut sink)
+        .expect("reading from memory cannot fail")
+        .at_eof
+    {}
+    sink.0
+}
+
+/// What a watcher's start-up and `inspect` do: stream complete lines, classify and fold each.
+fn seed_fold(data: &[u8]) -> State {
+    let at = Ts::from_millis(1_785_254_400_000);
+    seed(data, LineTimes::All(at), LINE_LIMIT)
+        .expect("reading from memory cannot fail")
+        .state
 }
 
 fn bench(c: &mut Criterion) {
@@ -89,7 +93,7 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(data.len() as u64));
     g.sample_size(10);
     g.bench_function("reader_only", |b| {
-        b.iter(|| black_box(seed_fold(black_box(&data), false)))
+        b.iter(|| black_box(read_lines(black_box(&data))))
     });
     g.bench_function("classify_lines", |b| {
         // One classifier for every line, as the tail reader uses it.
@@ -104,7 +108,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("reader_classify_fold", |b| {
-        b.iter(|| black_box(seed_fold(black_box(&data), true)))
+        b.iter(|| black_box(seed_fold(black_box(&data))))
     });
     g.bench_function("redact_lines", |b| {
         let r = redact::global();

@@ -31,7 +31,7 @@ use crate::time::Ts;
 
 /// How often the watcher beats: the spawner replaces a watcher whose heartbeat is older than
 /// 20 s, and the spec keeps it under 5 s old.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// `<session>` for a session watcher, `<session>-<agent>` for a child watcher.
 pub fn watcher_key(session_id: &str, agent_id: Option<&str>) -> String {
@@ -127,7 +127,7 @@ pub(crate) fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
 /// `[A-Za-z0-9_-]{1,64}`, checked after the dashes of a UUID are removed (the caller passes
 /// the id as it will be used). Anything else could leave its directory or collide with the
 /// kcap CLI's own names, so it is refused before any path is built: exit 2, naming it.
-pub fn check_id(what: &str, id: &str) -> Result<(), crate::error::UsageError> {
+pub(crate) fn check_id(what: &str, id: &str) -> Result<(), crate::error::UsageError> {
     let ok = (1..=64).contains(&id.len())
         && id
             .bytes()
@@ -145,7 +145,7 @@ pub fn check_id(what: &str, id: &str) -> Result<(), crate::error::UsageError> {
 /// (or, with `create`, can be made as one), owned by this user and writable. Anything else is
 /// exit 2 naming it, before the watcher writes anything: a spawned watcher that cannot keep its
 /// files would otherwise fail later, once per file.
-pub fn check_state_dir(
+pub(crate) fn check_state_dir(
     path: &Path,
     what: &str,
     create: bool,
@@ -229,7 +229,6 @@ impl std::error::Error for AcquireError {
 /// watcher for its key. The lock is held as long as this value lives.
 #[derive(Debug)]
 pub struct WatcherFiles {
-    key: String,
     pid: u32,
     lock_path: PathBuf,
     pid_path: PathBuf,
@@ -331,7 +330,6 @@ impl WatcherFiles {
         };
 
         let files = WatcherFiles {
-            key: key.to_owned(),
             pid,
             lock_path,
             started_path,
@@ -354,10 +352,6 @@ impl WatcherFiles {
         write(&files.started_path, now.rfc3339().as_bytes())?;
         write(&files.heartbeat_path, now.rfc3339().as_bytes())?;
         Ok(files)
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
     }
 
     /// Writes `now` to the heartbeat file.

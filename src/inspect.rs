@@ -15,8 +15,8 @@ use serde::Serialize;
 use crate::decide::{self, OwedBecause, StopProgress, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
+use crate::fold::seed::{LineTimes, seed};
 use crate::rollout::header::{Identity, Role, missing_key};
-use crate::tail::seed::{LineTimes, seed};
 use crate::time::Ts;
 
 pub mod tree;
@@ -129,7 +129,7 @@ pub struct DueReport {
 }
 
 /// Opens a rollout for reading, turning the reasons a user can fix into exit-2 errors.
-pub fn open_rollout(path: &Path) -> Result<File> {
+pub(crate) fn open_rollout(path: &Path) -> Result<File> {
     let meta = std::fs::metadata(path)
         .map_err(|e| UsageError(format!("cannot read rollout {}: {e}", path.display())))?;
     crate::tail::require_regular_file(path, &meta)?;
@@ -159,7 +159,7 @@ fn inspect_folded(
     } else {
         LineTimes::All(mtime)
     };
-    let seeded = seed(&file, times)
+    let seeded = seed(&file, times, crate::ship::LINE_LIMIT)
         .with_context(|| format!("failed to read rollout {}", req.path.display()))?;
     let state = &seeded.state;
     let identity = state.identity.clone().unwrap_or_else(Identity::unknown);
@@ -169,7 +169,7 @@ fn inspect_folded(
         state,
         &identity,
         &windows,
-        seeded.reader.partial_bytes(),
+        seeded.cursor.partial_bytes(),
     );
     Ok((report, seeded.state))
 }

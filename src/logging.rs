@@ -43,7 +43,7 @@ fn log_file() -> &'static Mutex<Option<File>> {
 
 /// Starts appending log records to `path` as well as stderr. A failure (a symbolic link at the
 /// path is refused, never followed) is logged as an error and the watcher goes on with stderr.
-pub fn attach_file(path: &Path) {
+pub(crate) fn attach_file(path: &Path) {
     match crate::files::open_log_file(path) {
         Ok(f) => {
             if let Ok(mut slot) = log_file().lock() {
@@ -54,11 +54,6 @@ pub fn attach_file(path: &Path) {
     }
 }
 
-/// Whether a log file is attached (fatal errors can be recorded there).
-pub fn file_attached() -> bool {
-    log_file().lock().is_ok_and(|slot| slot.is_some())
-}
-
 /// Records a fatal error in the log file only (the caller prints it to stderr).
 pub fn fatal_to_file(message: &str) {
     tracing::error!(target: FILE_ONLY_TARGET, event = "fatal", "{message}");
@@ -66,7 +61,8 @@ pub fn fatal_to_file(message: &str) {
 
 /// `text` with every control character written as an escape (`\n`, `\r`, `\t`, `\u{1b}`), for
 /// untrusted text placed in a message meant for one line.
-pub fn escape(text: &str) -> String {
+#[cfg(test)]
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         push_escaped(&mut out, c);

@@ -20,6 +20,7 @@ use crate::config::Settings;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::fold::State;
 use crate::rollout::header::{Identity, Role};
+use crate::rollout::lines::Line;
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
 use crate::ship::client::{
@@ -28,7 +29,6 @@ use crate::ship::client::{
 };
 use crate::ship::outbox::{Outbox, Refusal, ShipLine};
 use crate::ship::redact::{Redactor, truncate_utf8};
-use crate::tail::Line;
 use crate::time::Ts;
 
 /// After `401`/`403`, the token is re-read and the request tried again this much later.
@@ -1362,7 +1362,9 @@ mod tests {
     //! left for the test to answer).
 
     use super::*;
-    use crate::tail::LineReader;
+    use crate::rollout::Classifier;
+    use crate::rollout::lines::LineCursor;
+    use crate::ship::LINE_LIMIT;
     use std::collections::VecDeque;
 
     fn meta() -> String {
@@ -1390,8 +1392,8 @@ mod tests {
         p: Pipeline,
         now: Ts,
         file: Vec<u8>,
-        fold: LineReader,
-        ship: LineReader,
+        fold: LineCursor,
+        ship: LineCursor,
         /// Spool writes fail while set.
         spool_fails: bool,
         spooled_lines: Vec<u64>,
@@ -1417,8 +1419,8 @@ mod tests {
                 p,
                 now: t0(),
                 file: Vec::new(),
-                fold: LineReader::fold_only(0, 0, false),
-                ship: LineReader::new(0, 0, false),
+                fold: LineCursor::fold(0, 0, LINE_LIMIT, Classifier::without_timestamps()),
+                ship: LineCursor::text(0, 0, LINE_LIMIT),
                 spool_fails: false,
                 spooled_lines: Vec::new(),
                 spooled_hooks: Vec::new(),
@@ -1437,11 +1439,7 @@ mod tests {
                 self.file.extend_from_slice(l.as_bytes());
                 self.file.push(b'\n');
             }
-            let mut got = Vec::new();
-            let file = self.file.clone();
-            self.fold
-                .read(&file[..], usize::MAX, &mut |l| got.push(l))
-                .unwrap();
+            let (got, _) = self.fold.read(&self.file[..], usize::MAX).unwrap();
             self.send(Event::Folded {
                 lines: got,
                 partial: false,
@@ -1492,7 +1490,7 @@ mod tests {
                                 queue.push_back(Event::HookSpooled { hook, result });
                             }
                             Action::ReadFrom(n) => {
-                                self.ship = LineReader::new(0, 0, false);
+                                self.ship = LineCursor::text(0, 0, LINE_LIMIT);
                                 self.log.push(format!("read-from {n}"));
                             }
                             Action::ReloadToken | Action::TrimMemory => {}
@@ -1504,11 +1502,7 @@ mod tests {
                     }
                 }
                 if self.p.wants_text() && self.ship.line_start() < self.fold.line_start() {
-                    let mut lines = Vec::new();
-                    let file = self.file.clone();
-                    self.ship
-                        .read(&file[..], 256, &mut |l| lines.push(l))
-                        .unwrap();
+                    let (lines, _) = self.ship.read(&self.file[..], 256).unwrap();
                     let next = self.ship.next_number();
                     queue.push_back(Event::Text { lines, next });
                 } else {

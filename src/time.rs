@@ -23,7 +23,7 @@ impl Ts {
     }
 
     /// Converts a `SystemTime` (for example a file's modification time).
-    pub fn from_system(t: std::time::SystemTime) -> Ts {
+    pub(crate) fn from_system(t: std::time::SystemTime) -> Ts {
         match t.duration_since(std::time::UNIX_EPOCH) {
             Ok(d) => Ts(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
             Err(e) => Ts(-i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX)),
@@ -66,7 +66,7 @@ impl Ts {
 
     /// Unix seconds (possibly fractional, as in `resets_at`) to a time; `None` when the value
     /// is not a finite positive number within range.
-    pub fn from_unix_secs_f64(secs: f64) -> Option<Ts> {
+    pub(crate) fn from_unix_secs_f64(secs: f64) -> Option<Ts> {
         if !secs.is_finite() || secs <= 0.0 || secs > 1.0e13 {
             return None;
         }
@@ -97,7 +97,7 @@ impl fmt::Display for Ts {
 }
 
 /// A duration in whole milliseconds, saturating at `i64::MAX`.
-pub fn dur_ms(d: Duration) -> i64 {
+pub(crate) fn dur_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

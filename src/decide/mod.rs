@@ -13,27 +13,22 @@ use crate::time::Ts;
 
 /// A call pending this long no longer counts as in flight: no single Codex tool legitimately
 /// runs longer (the opt-in sleep tool is capped at 12 h), so it was orphaned by a crash.
-pub const ORPHANED_CALL_AGE: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const ORPHANED_CALL_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// A grant of pause credit is never smaller than this (unless the cap says otherwise).
-pub const MIN_GRANT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_GRANT: Duration = Duration::from_secs(1);
 
 const ONE_MS: Duration = Duration::from_millis(1);
 
 /// When no call counts as in flight any more: when the newest pending call turns 12 h old.
 /// `None` when nothing is pending.
-pub fn calls_settle_at(state: &State) -> Option<Ts> {
+pub(crate) fn calls_settle_at(state: &State) -> Option<Ts> {
     state
         .pending
         .iter()
         .map(|c| c.since)
         .max()
         .map(|since| since.plus(ORPHANED_CALL_AGE))
-}
-
-/// Whether a tool call counts as in flight at `now`.
-pub fn tool_in_flight(state: &State, now: Ts) -> bool {
-    calls_settle_at(state).is_some_and(|t| now < t)
 }
 
 /// Whether this process still has a stop to post, and when it may next try.

@@ -6,6 +6,8 @@
 //! The fold always reads **raw** lines: the redacted copy shipped to the server can lack the
 //! `call_id` (an oversize placeholder) that clears a pending call.
 
+pub mod seed;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -21,14 +23,14 @@ pub const MAX_PENDING: usize = 4096;
 pub const MAX_PAUSES: usize = 256;
 
 /// Slack added to a reported reset time: the provider's clock and ours differ a little.
-pub const PAUSE_SLACK: Duration = Duration::from_secs(30);
+pub(crate) const PAUSE_SLACK: Duration = Duration::from_secs(30);
 
 /// The `codex_error_info` that parks a thread until its usage limit resets.
-pub const USAGE_LIMIT: &str = "usage_limit_exceeded";
+pub(crate) const USAGE_LIMIT: &str = "usage_limit_exceeded";
 
 /// Mail announcements remembered at most while waiting for their `agent_message`; beyond it
 /// the oldest are forgotten (Codex writes each announcement right before its message).
-pub const MAX_MAIL_ANNOUNCEMENTS: usize = 64;
+pub(crate) const MAX_MAIL_ANNOUNCEMENTS: usize = 64;
 
 /// Where the child's current (or last) turn stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -41,7 +43,7 @@ pub enum Turn {
 }
 
 impl Turn {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Turn::None => "none",
             Turn::Open => "open",
@@ -51,7 +53,7 @@ impl Turn {
     }
 
     /// Completed or aborted: the turn has ended.
-    pub fn is_ended(self) -> bool {
+    pub(crate) fn is_ended(self) -> bool {
         matches!(self, Turn::Completed | Turn::Aborted)
     }
 }
@@ -79,7 +81,7 @@ pub enum BindingReason {
 
 impl BindingReason {
     /// A short explanation for `inspect`.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         match self {
             BindingReason::AtLimit { at_limit: 1 } => "the only window at 100%".to_string(),
             BindingReason::AtLimit { at_limit } => {
@@ -104,12 +106,12 @@ pub struct Binding {
 
 impl Binding {
     /// The window's reset, when a usable time.
-    pub fn resets_at(&self) -> Option<Ts> {
+    pub(crate) fn resets_at(&self) -> Option<Ts> {
         self.window.resets_at.and_then(Ts::from_unix_secs_f64)
     }
 
     /// The window's name: its key when known (`primary`), else `window <n>` (1-based).
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         self.window
             .name
             .map_or_else(|| format!("window {}", self.position + 1), str::to_string)
@@ -141,7 +143,7 @@ pub enum PauseState {
 }
 
 impl PauseState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PauseState::Open => "open",
             PauseState::Closed => "closed",
@@ -152,14 +154,9 @@ impl PauseState {
 }
 
 impl Pause {
-    /// Whether the pause has a usable window (only those count for any decision).
-    pub fn is_usable(&self) -> bool {
-        self.ends_at.is_some()
-    }
-
     /// When the pause stops parking the thread: its closing line, else its reported end.
     /// `None` for an unknowable window.
-    pub fn released_at(&self) -> Option<Ts> {
+    pub(crate) fn released_at(&self) -> Option<Ts> {
         let end = self.ends_at?;
         Some(self.closed_at.map_or(end, |c| c.min(end)))
     }
@@ -422,7 +419,7 @@ impl State {
     }
 
     /// The latest time any usable pause parks the thread until (its close or reported end).
-    pub fn pause_release(&self) -> Option<Ts> {
+    pub(crate) fn pause_release(&self) -> Option<Ts> {
         self.pauses.iter().filter_map(Pause::released_at).max()
     }
 
@@ -435,7 +432,7 @@ impl State {
 
     /// The last line, or the close of the last pause when later (parked time is not
     /// idleness). An open pause counts until its reported end.
-    pub fn quiet_since(&self) -> Option<Ts> {
+    pub(crate) fn quiet_since(&self) -> Option<Ts> {
         match (self.last_activity, self.pause_release()) {
             (Some(a), Some(p)) => Some(a.max(p)),
             (a, p) => a.or(p),
@@ -446,7 +443,7 @@ impl State {
     /// `max(last activity, close of the last pause, watcher start)`, so a watcher started on a
     /// file that was idle for hours (a `codex resume` appends to the old file) gets a full
     /// window.
-    pub fn idle_since(&self, watcher_start: Ts) -> Ts {
+    pub(crate) fn idle_since(&self, watcher_start: Ts) -> Ts {
         self.quiet_since()
             .map_or(watcher_start, |q| q.max(watcher_start))
     }
@@ -486,7 +483,7 @@ pub enum IdleSince {
 }
 
 impl IdleSince {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             IdleSince::LastActivity => "last activity",
             IdleSince::PauseClose => "close of the last pause",

@@ -32,7 +32,7 @@ use crate::time::Ts;
 
 /// Deepest nesting of arrays and objects accepted; a deeper line is malformed. Bounds the
 /// container stack (one small frame per level).
-pub const MAX_DEPTH: usize = 512;
+pub(crate) const MAX_DEPTH: usize = 512;
 
 /// Most `rate_limits` windows kept per line (Codex writes two or three).
 const MAX_WINDOWS: usize = 8;
@@ -637,7 +637,7 @@ impl Classifier {
     }
 
     /// A classifier that never parses the envelope's `timestamp` (it is always `None`).
-    pub fn without_timestamps() -> Classifier {
+    pub(crate) fn without_timestamps() -> Classifier {
         Classifier {
             skip_timestamps: true,
             ..Classifier::new()
@@ -646,7 +646,8 @@ impl Classifier {
 
     /// Heap bytes currently held (for tests of the memory bound).
     #[doc(hidden)]
-    pub fn retained_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
         self.stack.capacity() * std::mem::size_of::<Frame>()
             + self.slots.iter().map(|s| s.buf.capacity()).sum::<usize>()
     }

@@ -15,7 +15,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Child => "child",
             Role::Session => "session",
@@ -45,7 +45,7 @@ pub struct Identity {
 }
 
 /// Ids are accepted with or without dashes and always sent without.
-pub fn normalize_id(id: &str) -> String {
+pub(crate) fn normalize_id(id: &str) -> String {
     id.trim().chars().filter(|c| *c != '-').collect()
 }
 
@@ -55,7 +55,7 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
 
 impl Identity {
     /// Identity of a file with no readable `session_meta`: a session with unknown ids.
-    pub fn unknown() -> Identity {
+    pub(crate) fn unknown() -> Identity {
         Identity {
             role: Role::Session,
             session_id: None,
@@ -68,7 +68,7 @@ impl Identity {
     }
 
     /// Derives the identity from the first `session_meta` payload.
-    pub fn from_meta(meta: &SessionMetaInfo) -> Identity {
+    pub(crate) fn from_meta(meta: &SessionMetaInfo) -> Identity {
         let is_child =
             meta.thread_source.as_deref() == Some("subagent") || meta.has_subagent_source;
         let id = non_empty(&meta.id).map(normalize_id);
@@ -109,7 +109,7 @@ impl Identity {
 /// `agent_type` as the kcap server expects it (`spec/server-api.md` section 3). Older and
 /// grandchild headers name the child only under `source.subagent.thread_spawn`, so those
 /// fields stand in for missing top-level ones.
-pub fn agent_type(meta: &SessionMetaInfo) -> String {
+pub(crate) fn agent_type(meta: &SessionMetaInfo) -> String {
     for path in [&meta.agent_path, &meta.spawn_agent_path] {
         if let Some(path) = non_empty(path)
             && let Some(last) = path.rsplit('/').find(|seg| !seg.is_empty())
@@ -165,7 +165,7 @@ impl MissingKey {
     }
 
     /// Whether waiting for more of the file can fill the gap (only a missing header can).
-    pub fn may_resolve_itself(&self) -> bool {
+    pub(crate) fn may_resolve_itself(&self) -> bool {
         matches!(self, MissingKey::NoHeader)
     }
 }

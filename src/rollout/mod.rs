@@ -7,6 +7,7 @@
 
 pub mod classify;
 pub mod header;
+pub mod lines;
 
 pub use classify::{Classifier, classify};
 
@@ -174,26 +175,6 @@ impl LineInfo {
         LineInfo {
             malformed: true,
             ..LineInfo::default()
-        }
-    }
-
-    /// A short name for the line's kind, for logs and the stall warning (`event_msg/token_count`).
-    pub fn describe(&self) -> String {
-        if self.malformed {
-            return "malformed".to_string();
-        }
-        let kind = match self.kind {
-            Kind::SessionMeta => "session_meta",
-            Kind::ResponseItem => "response_item",
-            Kind::EventMsg => "event_msg",
-            Kind::TurnContext => "turn_context",
-            Kind::Compacted => "compacted",
-            Kind::InterAgentMetadata => "inter_agent_communication_metadata",
-            Kind::Other => "other",
-        };
-        match &self.payload_type_raw {
-            Some(t) => format!("{kind}/{t}"),
-            None => kind.to_string(),
         }
     }
 }

@@ -17,19 +17,19 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
 /// The first retry waits at least this long.
-pub const MIN_DELAY: Duration = Duration::from_millis(250);
+pub(crate) const MIN_DELAY: Duration = Duration::from_millis(250);
 
 /// No computed delay is longer than this (a server's `Retry-After` may ask for more).
-pub const MAX_DELAY: Duration = Duration::from_secs(30);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(30);
 
 /// A server's `Retry-After` is honoured up to this long; a larger (or absurd) value is
 /// clamped so a misconfigured proxy cannot park the watcher for a day.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// The delay before each retry of one failing request (or one failing stream of requests);
 /// [`Backoff::reset`] after a success.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     builder: ExponentialBuilder,
     steps: ExponentialBackoff,
     /// Share of real time the computed delays take (1.0 but in tests, `Settings::retry_scale`).
@@ -43,7 +43,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn new() -> Backoff {
+    pub(crate) fn new() -> Backoff {
         let builder = ExponentialBuilder::new()
             .with_factor(2.0)
             .with_min_delay(MIN_DELAY)
@@ -68,7 +68,7 @@ impl Backoff {
     /// The time to wait before the next attempt. `retry_after` is the server's `Retry-After`
     /// (already parsed); the longer of it and the computed delay wins, so the watcher never
     /// comes back sooner than the server asked.
-    pub fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
         // `without_max_times` makes the iterator endless; MAX_DELAY covers the impossible end.
         let envelope = self
             .steps
@@ -85,7 +85,7 @@ impl Backoff {
     }
 
     /// Starts over from the smallest delay (after a request succeeded).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.steps = self.builder.build();
     }
 }

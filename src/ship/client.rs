@@ -33,7 +33,7 @@ use super::auth::{Credentials, Token, TokenOrigin};
 use crate::time::Ts;
 
 /// Route of transcript batches, under `/hooks/`.
-pub const ROUTE_TRANSCRIPT: &str = "transcript";
+pub(crate) const ROUTE_TRANSCRIPT: &str = "transcript";
 /// Route of the child's stop, under `/hooks/` (also the `route` of hook spool records).
 pub const ROUTE_SUBAGENT_STOP: &str = "subagent-stop";
 /// Route of the child's start, under `/hooks/`.
@@ -134,7 +134,7 @@ impl Failure {
 
 impl Failure {
     /// The HTTP status, or -1 for a transport error (for log fields).
-    pub fn status(&self) -> i64 {
+    pub(crate) fn status(&self) -> i64 {
         match self {
             Failure::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
             Failure::Unauthorized { status }
@@ -210,14 +210,9 @@ impl KcapClient {
         })
     }
 
-    /// The server's base URL, as configured.
-    pub fn base_url(&self) -> &Url {
-        &self.base
-    }
-
     /// After `Unauthorized` (the caller paces it): the token file is read again before the
     /// next request. The store is read before every request anyway.
-    pub fn reload_token(&self, _now: Ts) {
+    pub(crate) fn reload_token(&self, _now: Ts) {
         self.credentials.reload();
     }
 
@@ -638,7 +633,7 @@ fn scrub(text: String, token: Option<&Token>) -> String {
 
 /// `Retry-After` as a delay: delta seconds, or an HTTP date (`now` turns it into a delay; a
 /// date in the past means "now"). `None` when unreadable.
-pub fn parse_retry_after(value: &str, now: Ts) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: Ts) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds is still "a very long time".

@@ -9,16 +9,16 @@
 use std::collections::VecDeque;
 
 /// At most this many lines per batch (`spec/server-api.md` section 2).
-pub const MAX_BATCH_LINES: usize = 1000;
+pub(crate) const MAX_BATCH_LINES: usize = 1000;
 
 /// About this many bytes of JSON body per batch.
-pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// Lines kept queued (beyond them the reader pauses; nothing is dropped).
-pub const MAX_QUEUED_LINES: usize = 2 * MAX_BATCH_LINES;
+pub(crate) const MAX_QUEUED_LINES: usize = 2 * MAX_BATCH_LINES;
 
 /// Bytes kept queued.
-pub const MAX_QUEUED_BYTES: usize = 2 * MAX_BATCH_BYTES;
+pub(crate) const MAX_QUEUED_BYTES: usize = 2 * MAX_BATCH_BYTES;
 
 /// One redacted line ready to ship.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,33 +38,33 @@ impl ShipLine {
     }
 
     /// The redacted text back (for the spools).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         serde_json::from_str(&self.json).unwrap_or_default()
     }
 }
 
 /// A batch handed out for delivery.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub lines: Vec<ShipLine>,
 }
 
 impl Batch {
-    pub fn first(&self) -> u64 {
+    pub(crate) fn first(&self) -> u64 {
         self.lines.first().map_or(0, |l| l.number)
     }
 
-    pub fn last(&self) -> u64 {
+    pub(crate) fn last(&self) -> u64 {
         self.lines.last().map_or(0, |l| l.number)
     }
 
     /// Bytes of the lines' JSON text.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.lines.iter().map(|l| l.json.len()).sum()
     }
 
     /// The `/hooks/transcript` body (`spec/server-api.md` section 2).
-    pub fn body(&self, session_id: &str, agent_id: Option<&str>, vendor: &str) -> String {
+    pub(crate) fn body(&self, session_id: &str, agent_id: Option<&str>, vendor: &str) -> String {
         let mut out = String::with_capacity(self.bytes() + self.lines.len() * 12 + 160);
         out.push_str("{\"session_id\":");
         out.push_str(&json_str(session_id));
@@ -167,7 +167,7 @@ fn escape_mask(word: u64) -> u64 {
 
 /// What to do after the server refused a batch permanently.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The batch was split; its lines go out again in smaller batches.
     Split,
     /// This single line is refused: spool it, log its number, go on without it.
@@ -176,7 +176,7 @@ pub enum Refusal {
 
 /// Queue, in-flight batch and confirmed position.
 #[derive(Debug)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     queue: VecDeque<ShipLine>,
     queued_bytes: usize,
     in_flight: Option<Batch>,
@@ -188,7 +188,7 @@ pub struct Outbox {
 
 impl Outbox {
     /// An outbox whose first line to ship is `resume_line`.
-    pub fn new(resume_line: u64) -> Outbox {
+    pub(crate) fn new(resume_line: u64) -> Outbox {
         Outbox {
             queue: VecDeque::new(),
             queued_bytes: 0,
@@ -199,42 +199,38 @@ impl Outbox {
     }
 
     /// Every line below this number is stored by the server (or spooled).
-    pub fn confirmed_to(&self) -> u64 {
+    pub(crate) fn confirmed_to(&self) -> u64 {
         self.confirmed_to
     }
 
     /// Whether the reader may queue more lines.
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.queue.len() < MAX_QUEUED_LINES && self.queued_bytes < MAX_QUEUED_BYTES
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.in_flight.is_none()
     }
 
-    pub fn in_flight(&self) -> Option<&Batch> {
+    pub(crate) fn in_flight(&self) -> Option<&Batch> {
         self.in_flight.as_ref()
     }
 
-    pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
-    pub fn push(&mut self, line: ShipLine) {
+    pub(crate) fn push(&mut self, line: ShipLine) {
         self.queued_bytes += line.json.len();
         self.queue.push_back(line);
     }
 
     /// Blank lines between shipped ones are confirmed with them: a line number the reader
     /// passed without queueing anything (nothing in flight or queued before it).
-    pub fn skip_to(&mut self, next_line: u64) {
+    pub(crate) fn skip_to(&mut self, next_line: u64) {
         if self.is_idle() && next_line > self.confirmed_to {
             self.confirmed_to = next_line;
         }
     }
 
     /// The next batch to send, unless one is in flight or nothing is queued.
-    pub fn next_batch(&mut self) -> Option<&Batch> {
+    pub(crate) fn next_batch(&mut self) -> Option<&Batch> {
         if self.in_flight.is_some() || self.queue.is_empty() {
             return None;
         }
@@ -261,7 +257,7 @@ impl Outbox {
     }
 
     /// The server stored the in-flight batch.
-    pub fn delivered(&mut self) -> Option<Batch> {
+    pub(crate) fn delivered(&mut self) -> Option<Batch> {
         let batch = self.in_flight.take()?;
         self.confirmed_to = self.confirmed_to.max(batch.last() + 1);
         if let Some((_, until)) = self.split
@@ -273,12 +269,13 @@ impl Outbox {
     }
 
     /// The in-flight batch failed transiently: it stays in flight and is sent again as is.
-    pub fn retry(&self) -> Option<&Batch> {
+    #[cfg(test)]
+    pub(crate) fn retry(&self) -> Option<&Batch> {
         self.in_flight.as_ref()
     }
 
     /// The server refused the in-flight batch permanently (`400`, `413`, `422`).
-    pub fn refused(&mut self) -> Option<Refusal> {
+    pub(crate) fn refused(&mut self) -> Option<Refusal> {
         let batch = self.in_flight.take()?;
         if batch.lines.len() == 1 {
             let line = batch.lines.into_iter().next()?;
@@ -297,21 +294,16 @@ impl Outbox {
     }
 
     /// Everything not confirmed, in order (the in-flight batch first): what shutdown spools.
-    pub fn take_unconfirmed(&mut self) -> Vec<ShipLine> {
+    pub(crate) fn take_unconfirmed(&mut self) -> Vec<ShipLine> {
         let mut out: Vec<ShipLine> = self.in_flight.take().map(|b| b.lines).unwrap_or_default();
         out.extend(self.queue.drain(..));
         self.queued_bytes = 0;
         out
     }
 
-    /// Lines handed to the spool count as confirmed (offline mode, shutdown).
-    pub fn confirm_spooled(&mut self, through: u64) {
-        self.confirmed_to = self.confirmed_to.max(through + 1);
-    }
-
     /// Starts over at `resume_line` (the server lost lines it had acknowledged): drops what
     /// is queued; the caller re-reads from that line.
-    pub fn rewind(&mut self, resume_line: u64) {
+    pub(crate) fn rewind(&mut self, resume_line: u64) {
         self.queue.clear();
         self.queued_bytes = 0;
         self.in_flight = None;

@@ -44,7 +44,7 @@ const MAX_REPLAY_WAIT: Duration = Duration::from_secs(10);
 
 /// What a replay did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplayReport {
+pub(crate) struct ReplayReport {
     pub transcript_delivered: u64,
     pub hooks_delivered: u64,
     /// Records of ours put back into the spools (not acknowledged).
@@ -79,7 +79,11 @@ impl Spool {
 
 /// Delivers the spools of one session (or of every session with a backlog). `session` must
 /// already be a checked id (`files::check_id`).
-pub async fn replay(settings: &Settings, url: &str, session: Option<&str>) -> Result<ReplayReport> {
+pub(crate) async fn replay(
+    settings: &Settings,
+    url: &str,
+    session: Option<&str>,
+) -> Result<ReplayReport> {
     let token = Credentials::from_settings(settings, url);
     let client = KcapClient::new(url, token, Deadlines::default())?;
     let sessions = match session {

@@ -69,7 +69,7 @@ const TRANSCRIPT_DRAINING_SUFFIX: &str = ".transcript.draining";
 const HOOK_DRAINING_SUFFIX: &str = ".draining";
 
 /// The `writer` of the hook records this tool spools.
-pub const HOOK_WRITER: &str = "kcap-watch";
+pub(crate) const HOOK_WRITER: &str = "kcap-watch";
 
 /// One line of the hook spool: `{"route":"subagent-stop","body":"<request body as a JSON string>"}`.
 /// `route` is the path after `/hooks/`. `writer` is [`HOOK_WRITER`] on the records this tool
@@ -487,7 +487,7 @@ fn take(
 /// and of live processes are left alone: they are being delivered right now. (A dead replay
 /// whose pid has since been reused stays unclaimed here until that process ends; the kcap
 /// CLI's drain, which takes every draining file, would deliver it meanwhile.)
-pub fn orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<PathBuf>> {
+pub(crate) fn orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<PathBuf>> {
     let (kind, key) = SpoolKind::of_live(spool_path)?;
     let dir = parent_dir(spool_path);
     let mut found = Vec::new();
@@ -512,7 +512,11 @@ pub fn orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<PathBuf>> {
 }
 
 /// Claims one orphaned draining file found by [`orphans`]; `None` when another replay took it.
-pub fn claim_orphan(orphan: &Path, spool_path: &Path, pid: u32) -> io::Result<Option<Draining>> {
+pub(crate) fn claim_orphan(
+    orphan: &Path,
+    spool_path: &Path,
+    pid: u32,
+) -> io::Result<Option<Draining>> {
     let (kind, key) = SpoolKind::of_live(spool_path)?;
     take(orphan, spool_path, kind, &key, pid)
 }
@@ -530,7 +534,7 @@ pub fn claim_orphans(spool_path: &Path, pid: u32) -> io::Result<Vec<Draining>> {
 
 /// The raw records of a spool file (live or draining) without claiming it, blank lines
 /// skipped; empty when the file is gone. A symbolic link is refused.
-pub fn peek(path: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn peek(path: &Path) -> io::Result<Vec<String>> {
     let bytes = match read_nofollow(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -548,7 +552,7 @@ pub fn peek(path: &Path) -> io::Result<Vec<String>> {
 
 /// Whether the session still has transcript records waiting in a live or draining file (of any
 /// process), as the kcap CLI's `TranscriptSpool.HasBacklog` decides it.
-pub fn transcript_backlog(config_dir: &Path, session_id: &str) -> io::Result<bool> {
+pub(crate) fn transcript_backlog(config_dir: &Path, session_id: &str) -> io::Result<bool> {
     let live = transcript_spool_path(config_dir, session_id);
     let key = checked_key(session_id)?;
     Ok(fs::symlink_metadata(&live).is_ok()
@@ -558,11 +562,6 @@ pub fn transcript_backlog(config_dir: &Path, session_id: &str) -> io::Result<boo
 impl Draining {
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The live spool file this was claimed from.
-    pub fn live_path(&self) -> &Path {
-        &self.live
     }
 
     /// The records in arrival order, blank lines skipped. A record that does not parse as `T`

@@ -7,9 +7,9 @@
 //! index stays small whatever the file (a million blank lines, a 200 MB line).
 
 /// Keep a checkpoint at least every this many lines...
-pub const EVERY_LINES: u64 = 1024;
+pub(crate) const EVERY_LINES: u64 = 1024;
 /// ...and at least every this many bytes.
-pub const EVERY_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const EVERY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Line number → byte offset of its first byte, sparsely.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,14 +24,14 @@ impl Default for LineIndex {
 }
 
 impl LineIndex {
-    pub fn new() -> LineIndex {
+    pub(crate) fn new() -> LineIndex {
         LineIndex {
             points: vec![(0, 0)],
         }
     }
 
     /// Records that line `number` starts at `start` (lines are recorded in order).
-    pub fn record(&mut self, number: u64, start: u64) {
+    pub(crate) fn record(&mut self, number: u64, start: u64) {
         let Some(&(last_n, last_off)) = self.points.last() else {
             self.points.push((number, start));
             return;
@@ -42,17 +42,14 @@ impl LineIndex {
     }
 
     /// The nearest checkpoint at or before line `number`: `(line, offset)`.
-    pub fn locate(&self, number: u64) -> (u64, u64) {
+    pub(crate) fn locate(&self, number: u64) -> (u64, u64) {
         let i = self.points.partition_point(|&(n, _)| n <= number);
         self.points[i.saturating_sub(1)]
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.points.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
     }
 }
 

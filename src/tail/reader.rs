@@ -1,28 +1,27 @@
 //! Complete lines from a byte offset, with memory bounded whatever a line's size.
 //!
+//! The reader knows bytes, not JSON: it finds line ends, numbers lines, measures them against
+//! a [`SizeLimit`] and hands everything to a [`LineSink`]. The sink sees every piece of the
+//! line in progress as it streams past ([`LineSink::chunk`]), so a classifier can read a line
+//! of hundreds of MB without it ever being held whole, and gets one [`LineEnd`] notice per
+//! complete line with its number, byte range, length and whether it is blank or oversize.
+//!
 //! Codex writes a large line in several `write(2)` calls, so the reader can see a partial
-//! last line: it is kept (its classifier state and at most [`MAX_LINE_BYTES`] + a few bytes
-//! of text) until its `\n` arrives, and never counted before. A line over the redaction
-//! limit (in UTF-16 units, as the kcap CLI counts) ships as a placeholder, so its text is
-//! dropped while streaming once it cannot fit, and only its length and classification
-//! survive.
+//! last line: it is kept (the sink's own state and at most the limit's worth of text) until
+//! its `\n` arrives, and never counted before. A line over the limit ships as a placeholder,
+//! so its text is dropped while streaming and only its length survives.
 
 use std::fs::File;
 use std::io;
-
-use crate::rollout::{Classifier, LineInfo};
-use crate::ship::redact::{MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS, is_oversize};
+use std::ops::Range;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Read granularity. Large enough to amortise syscalls, small enough to stay cache-friendly.
 pub const READ_CHUNK: usize = 256 * 1024;
 
-/// Text kept for a line in progress: the shipping limit plus room for a BOM and a `\r`.
-const KEEP_TEXT: usize = MAX_LINE_BYTES + BOM.len() + 1;
-
-/// A fold-only reader needs no text: it keeps just enough to tell a blank line.
-const KEEP_FOLD_ONLY: usize = 64;
+/// A reader that hands out no text keeps just enough to tell a blank line.
+const KEEP_NO_TEXT: usize = 64;
 
 /// Positional reads, so two cursors can share one open handle (which also keeps reading a
 /// file that was deleted or renamed away).
@@ -47,47 +46,118 @@ impl ReadAt for [u8] {
     }
 }
 
-/// One complete physical line.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Line {
-    /// 0-based physical line number.
-    pub number: u64,
-    /// Byte offset of the line's first byte (a BOM on line 0 included).
-    pub start: u64,
-    /// Byte offset just after its `\n`.
-    pub end: u64,
-    /// Length of its text: without BOM, `\r` and `\n`.
-    pub len: u64,
-    /// Its text (without BOM, `\r`, `\n`), or `None` when over the redaction limit (or the
-    /// reader is fold-only).
-    pub text: Option<Vec<u8>>,
-    /// Its text is over the redaction limit: it ships as the placeholder.
-    pub oversize: bool,
-    /// Only whitespace (never shipped, still counted).
-    pub blank: bool,
-    /// Its classification, when the reader classifies.
-    pub info: Option<LineInfo>,
+/// The unit a [`SizeLimit`] counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    Bytes,
+    /// UTF-16 code units, as .NET's `string.Length` counts (exact for valid UTF-8).
+    Utf16,
 }
 
-impl Line {
-    pub fn raw_len(&self) -> u64 {
-        self.end - self.start
+/// How long a line's text (without BOM, `\r` and `\n`) may be before it is oversize: its text
+/// is then dropped while streaming and only its length is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeLimit {
+    max: u64,
+    unit: Unit,
+}
+
+impl SizeLimit {
+    /// At most `max` bytes.
+    pub const fn bytes(max: u64) -> SizeLimit {
+        SizeLimit {
+            max,
+            unit: Unit::Bytes,
+        }
     }
 
-    pub fn oversize(&self) -> bool {
-        self.oversize
+    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length, R2.3).
+    pub const fn utf16_units(max: u64) -> SizeLimit {
+        SizeLimit {
+            max,
+            unit: Unit::Utf16,
+        }
     }
 
-    /// The line as the fold takes it; `None` when the reader does not classify.
-    pub fn observed(&self) -> Option<crate::fold::Observed<'_>> {
-        Some(crate::fold::Observed {
-            number: self.number,
-            raw_len: self.raw_len(),
-            blank: self.blank,
-            oversize: self.oversize,
-            info: self.info.as_ref()?,
-        })
+    /// The most bytes a line within the limit can take: the text a reader must be able to
+    /// hold for it. One UTF-16 unit is at most three bytes of UTF-8.
+    pub(crate) const fn max_bytes(&self) -> usize {
+        match self.unit {
+            Unit::Bytes => self.max as usize,
+            Unit::Utf16 => 3 * self.max as usize,
+        }
     }
+
+    /// The length of `piece` in the limit's unit. Additive over any split of a line: a UTF-16
+    /// count is one per leading byte, plus one more for each character above U+FFFF.
+    fn measure(&self, piece: &[u8]) -> u64 {
+        match self.unit {
+            Unit::Bytes => piece.len() as u64,
+            // The fold cursor measures every byte of the file, so the count runs in blocks
+            // small enough for byte-wide counters (at most 2 per byte, 127 bytes < 256): the
+            // compiler then adds 16 or 32 bytes at a time instead of widening each to 64 bits.
+            Unit::Utf16 => piece
+                .chunks(127)
+                .map(|block| {
+                    let units = block.iter().fold(0u8, |n, &b| {
+                        n + u8::from((b as i8) >= -0x40) + u8::from(b >= 0xF0)
+                    });
+                    u64::from(units)
+                })
+                .sum(),
+        }
+    }
+
+    /// The exact length of a whole line's text, as the shipping path decodes it: each invalid
+    /// UTF-8 sequence becomes one U+FFFD, one unit (the streamed count is exact for valid
+    /// UTF-8 only).
+    fn measure_text(&self, text: &[u8]) -> u64 {
+        match self.unit {
+            Unit::Bytes => text.len() as u64,
+            Unit::Utf16 => text
+                .utf8_chunks()
+                .map(|c| self.measure(c.valid().as_bytes()) + u64::from(!c.invalid().is_empty()))
+                .sum(),
+        }
+    }
+
+    /// A BOM counts this much (one character).
+    fn bom(&self) -> u64 {
+        match self.unit {
+            Unit::Bytes => BOM.len() as u64,
+            Unit::Utf16 => 1,
+        }
+    }
+}
+
+/// A complete line, as the reader reports it to its [`LineSink`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineEnd<'a> {
+    /// 0-based physical line number.
+    pub number: u64,
+    /// Its bytes in the file: from its first byte (a BOM on line 0 included) to just after
+    /// its `\n`.
+    pub range: Range<u64>,
+    /// Length of its text in bytes: without BOM, `\r` and `\n`.
+    pub len: u64,
+    /// Only whitespace (never shipped, still counted).
+    pub blank: bool,
+    /// Its text is over the [`SizeLimit`]: it ships as the placeholder.
+    pub oversize: bool,
+    /// Its text (without BOM, `\r`, `\n`), when the reader keeps text and the line is within
+    /// the limit.
+    pub text: Option<&'a [u8]>,
+}
+
+/// Where a [`LineReader`] delivers what it reads.
+pub trait LineSink {
+    /// The next bytes of the line in progress, in file order, never containing `\n` (a BOM and
+    /// a trailing `\r` included, exactly as in the file). A line may come in many pieces,
+    /// across several reads.
+    fn chunk(&mut self, piece: &[u8]);
+
+    /// The line whose pieces came since the last `end` is complete.
+    fn end(&mut self, line: LineEnd<'_>);
 }
 
 /// What one [`LineReader::read`] call achieved.
@@ -107,76 +177,73 @@ pub struct LineReader {
     line_start: u64,
     /// Number the line in progress will get.
     next_number: u64,
+    limit: SizeLimit,
     /// Bytes of the line in progress seen so far (its `\n` excluded).
     partial_len: u64,
+    /// Its length in the limit's unit.
+    measured: u64,
     /// Its text, while it fits `keep`.
     text: Vec<u8>,
-    /// How much text to keep: [`KEEP_TEXT`], or [`KEEP_FOLD_ONLY`].
+    /// How much text to keep: the limit's worth (plus a BOM and a `\r`), or [`KEEP_NO_TEXT`].
     keep: usize,
+    /// Text is handed to the sink.
+    gives_text: bool,
     text_dropped: bool,
     /// The line's first bytes (a BOM on line 0), whatever is kept.
     head: [u8; 3],
     head_len: usize,
     /// Only whitespace so far (cheap: stops at the first other byte, usually the first).
     all_ws: bool,
-    /// UTF-16 units of the line in progress, for a reader that keeps no text (exact for
-    /// valid UTF-8, which is all Codex writes).
-    units: u64,
     last_byte: Option<u8>,
-    classifier: Option<Classifier>,
     buf: Vec<u8>,
 }
 
 impl LineReader {
-    /// A reader whose next line starts at `offset` and is numbered `number`; `classify`
-    /// decides whether lines carry a [`LineInfo`] (the shipping cursor needs only text).
-    pub fn new(offset: u64, number: u64, classify: bool) -> LineReader {
+    /// A reader whose next line starts at `offset` and is numbered `number`, handing each
+    /// line's text within `limit` to its sink (the shipping cursor).
+    pub fn new(offset: u64, number: u64, limit: SizeLimit) -> LineReader {
         LineReader {
             offset,
             line_start: offset,
             next_number: number,
+            limit,
             partial_len: 0,
+            measured: 0,
             text: Vec::new(),
-            keep: KEEP_TEXT,
+            keep: limit.max_bytes() + BOM.len() + 1,
+            gives_text: true,
             text_dropped: false,
             head: [0; 3],
             head_len: 0,
             all_ws: true,
-            units: 0,
             last_byte: None,
-            classifier: classify.then(Classifier::new),
             buf: Vec::new(),
         }
     }
 
-    /// A classifying reader that keeps no line text (seeding and the fold cursor: shipping
-    /// has its own cursor), so folding never copies the file's bytes. `timestamps`: parse each
-    /// line's envelope `timestamp` (only `inspect --line-times` uses it).
-    pub fn fold_only(offset: u64, number: u64, timestamps: bool) -> LineReader {
+    /// A reader that hands out no text (seeding and the fold cursor: their sink sees the
+    /// pieces, and shipping has its own cursor), so it never copies the file's bytes.
+    pub(crate) fn without_text(offset: u64, number: u64, limit: SizeLimit) -> LineReader {
         LineReader {
-            keep: KEEP_FOLD_ONLY,
-            classifier: Some(if timestamps {
-                Classifier::new()
-            } else {
-                Classifier::without_timestamps()
-            }),
-            ..LineReader::new(offset, number, false)
+            keep: KEEP_NO_TEXT,
+            gives_text: false,
+            ..LineReader::new(offset, number, limit)
         }
     }
 
     /// Offset of the next byte to read (after a held partial line).
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Offset just after the last complete line emitted (where the partial line starts).
-    pub fn line_start(&self) -> u64 {
+    pub(crate) fn line_start(&self) -> u64 {
         self.line_start
     }
 
     /// The number the next complete line will get (= complete lines read so far when the
     /// reader started at line 0).
-    pub fn next_number(&self) -> u64 {
+    pub(crate) fn next_number(&self) -> u64 {
         self.next_number
     }
 
@@ -186,17 +253,16 @@ impl LineReader {
     }
 
     /// Heap bytes held, for tests of the memory bound.
-    #[doc(hidden)]
     pub fn retained_bytes(&self) -> usize {
         self.text.capacity() + self.buf.capacity()
     }
 
-    /// Reads what is available, emitting at most `max_lines` complete lines to `sink`.
-    pub fn read<R: ReadAt + ?Sized>(
+    /// Reads what is available, reporting at most `max_lines` complete lines to `sink`.
+    pub fn read<R: ReadAt + ?Sized, S: LineSink + ?Sized>(
         &mut self,
         file: &R,
         max_lines: usize,
-        sink: &mut dyn FnMut(Line),
+        sink: &mut S,
     ) -> io::Result<ReadStatus> {
         if self.buf.is_empty() {
             self.buf = vec![0; READ_CHUNK];
@@ -226,17 +292,17 @@ impl LineReader {
             while pos < n {
                 match memchr::memchr(b'\n', &data[pos..]) {
                     Some(i) => {
-                        self.absorb(&data[pos..pos + i]);
+                        self.absorb(&data[pos..pos + i], sink);
                         pos += i + 1;
                         let end = self.offset + pos as u64;
-                        sink(self.complete(end));
+                        self.complete(end, sink);
                         emitted += 1;
                         if emitted >= max_lines {
                             break;
                         }
                     }
                     None => {
-                        self.absorb(&data[pos..]);
+                        self.absorb(&data[pos..], sink);
                         pos = n;
                     }
                 }
@@ -247,13 +313,11 @@ impl LineReader {
         result
     }
 
-    fn absorb(&mut self, seg: &[u8]) {
+    fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], sink: &mut S) {
         if seg.is_empty() {
             return;
         }
-        if let Some(c) = &mut self.classifier {
-            c.feed(seg);
-        }
+        sink.chunk(seg);
         if self.head_len < 3 {
             let n = (3 - self.head_len).min(seg.len());
             self.head[self.head_len..self.head_len + n].copy_from_slice(&seg[..n]);
@@ -263,12 +327,7 @@ impl LineReader {
             self.all_ws = seg.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         }
         self.partial_len += seg.len() as u64;
-        if self.keep != KEEP_TEXT {
-            // Leading bytes, plus one more unit for each character above U+FFFF.
-            let units = seg.iter().filter(|&&b| (b as i8) >= -0x40).count()
-                + seg.iter().filter(|&&b| b >= 0xF0).count();
-            self.units += units as u64;
-        }
+        self.measured += self.limit.measure(seg);
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
             if self.text.len() + seg.len() <= self.keep {
@@ -280,50 +339,41 @@ impl LineReader {
         }
     }
 
-    fn complete(&mut self, end: u64) -> Line {
+    fn complete<S: LineSink + ?Sized>(&mut self, end: u64, sink: &mut S) {
         let start = self.line_start;
-        let info = self.classifier.as_mut().map(Classifier::finish);
-        let bom = if start == 0 && self.head_len == 3 && self.head == *BOM {
-            BOM.len()
-        } else {
-            0
-        };
+        let bom = start == 0 && self.head_len == 3 && self.head == *BOM;
+        let bom_bytes = if bom { BOM.len() } else { 0 };
         let cr = usize::from(self.last_byte == Some(b'\r'));
-        let len = self.partial_len.saturating_sub((bom + cr) as u64);
+        let len = self.partial_len.saturating_sub((bom_bytes + cr) as u64);
         let kept = (!self.text_dropped)
-            .then(|| &self.text[bom.min(self.text.len())..self.text.len() - cr]);
+            .then(|| &self.text[bom_bytes.min(self.text.len())..self.text.len() - cr]);
         let oversize = match kept {
-            Some(t) => is_oversize(t),
-            // Dropped by a text reader: longer than any line within the limit can be. Dropped
-            // by a fold-only reader: the streamed count, less the BOM's and `\r`'s units.
+            Some(t) => self.limit.measure_text(t) > self.limit.max,
+            // Dropped by a reader that keeps the limit's worth: longer than any line within it.
+            None if self.gives_text => true,
+            // A reader that keeps no text: the streamed count, less the BOM's and `\r`'s.
             None => {
-                len > MAX_LINE_BYTES as u64
-                    || (self.keep != KEEP_TEXT
-                        && self.units.saturating_sub(u64::from(bom > 0) + cr as u64)
-                            > MAX_LINE_UTF16_UNITS as u64)
+                let bom = if bom { self.limit.bom() } else { 0 };
+                self.measured.saturating_sub(bom + cr as u64) > self.limit.max
             }
         };
         let blank = match kept {
             Some(t) => t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
-            None => self.all_ws && bom == 0,
+            None => self.all_ws && !bom,
         };
-        let text = match kept {
-            Some(t) if !oversize && self.keep == KEEP_TEXT => Some(t.to_vec()),
-            _ => None,
-        };
-        let line = Line {
+        let text = kept.filter(|_| !oversize && self.gives_text);
+        sink.end(LineEnd {
             number: self.next_number,
-            start,
-            end,
+            range: start..end,
             len,
-            text,
-            oversize,
             blank,
-            info,
-        };
+            oversize,
+            text,
+        });
         self.next_number += 1;
         self.line_start = end;
         self.partial_len = 0;
+        self.measured = 0;
         self.text.clear();
         if self.text.capacity() > 4 * READ_CHUNK {
             self.text = Vec::new();
@@ -331,9 +381,7 @@ impl LineReader {
         self.text_dropped = false;
         self.head_len = 0;
         self.all_ws = true;
-        self.units = 0;
         self.last_byte = None;
-        line
     }
 }
 
@@ -350,98 +398,151 @@ impl std::fmt::Debug for LineReader {
 mod tests {
     use super::*;
 
-    fn read_all(data: &[u8], reader: &mut LineReader) -> Vec<Line> {
-        let mut out = Vec::new();
-        reader.read(data, usize::MAX, &mut |l| out.push(l)).unwrap();
-        out
+    const LIMIT: SizeLimit = SizeLimit::bytes(65_536);
+
+    /// A complete line as a sink saw it: the notice, and every piece streamed before it.
+    #[derive(Debug, PartialEq)]
+    struct Seen {
+        number: u64,
+        range: Range<u64>,
+        len: u64,
+        blank: bool,
+        oversize: bool,
+        text: Option<Vec<u8>>,
+        pieces: Vec<u8>,
+    }
+
+    #[derive(Default)]
+    struct Record {
+        pieces: Vec<u8>,
+        lines: Vec<Seen>,
+    }
+
+    impl LineSink for Record {
+        fn chunk(&mut self, piece: &[u8]) {
+            assert!(!piece.is_empty() && !piece.contains(&b'\n'));
+            self.pieces.extend_from_slice(piece);
+        }
+
+        fn end(&mut self, line: LineEnd<'_>) {
+            self.lines.push(Seen {
+                number: line.number,
+                range: line.range,
+                len: line.len,
+                blank: line.blank,
+                oversize: line.oversize,
+                text: line.text.map(<[u8]>::to_vec),
+                pieces: std::mem::take(&mut self.pieces),
+            });
+        }
+    }
+
+    fn read_all(data: &[u8], reader: &mut LineReader) -> Vec<Seen> {
+        let mut sink = Record::default();
+        reader.read(data, usize::MAX, &mut sink).unwrap();
+        sink.lines
     }
 
     #[test]
     fn partial_last_line_is_not_a_line_until_its_newline() {
-        let mut r = LineReader::new(0, 0, false);
+        let mut r = LineReader::new(0, 0, LIMIT);
         let mut file = b"{\"a\":1}\n{\"b\":".to_vec();
-        let lines = read_all(&file, &mut r);
-        assert_eq!(lines.len(), 1);
+        let mut sink = Record::default();
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        assert_eq!(sink.lines.len(), 1);
         assert_eq!(r.partial_bytes(), 5);
+        // The sink already has the partial line's first piece.
+        assert_eq!(sink.pieces, b"{\"b\":");
         file.extend_from_slice(b"2}\r\n");
-        let lines = read_all(&file, &mut r);
-        assert_eq!(lines.len(), 1);
-        assert_eq!(lines[0].number, 1);
-        assert_eq!(lines[0].text.as_deref(), Some(&b"{\"b\":2}"[..]));
-        assert_eq!(lines[0].start, 8);
-        assert_eq!(lines[0].end, file.len() as u64);
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        let line = &sink.lines[1];
+        assert_eq!(line.number, 1);
+        assert_eq!(line.text.as_deref(), Some(&b"{\"b\":2}"[..]));
+        assert_eq!(line.pieces, b"{\"b\":2}\r");
+        assert_eq!(line.range, 8..file.len() as u64);
     }
 
     #[test]
     fn bom_is_skipped_on_line_zero_only_and_numbering_is_physical() {
         let file = b"\xEF\xBB\xBF{}\n\n  \n{}\n";
-        let mut r = LineReader::new(0, 0, true);
-        let lines = read_all(file, &mut r);
+        let lines = read_all(file, &mut LineReader::without_text(0, 0, LIMIT));
         assert_eq!(lines.len(), 4);
-        assert_eq!(lines[0].text.as_deref(), Some(&b"{}"[..]));
         assert_eq!(lines[0].len, 2);
-        assert!(!lines[0].info.as_ref().unwrap().malformed);
-        assert!(lines[1].blank && lines[2].blank && !lines[3].blank);
+        assert_eq!(lines[0].pieces, b"\xEF\xBB\xBF{}");
+        assert!(lines.iter().all(|l| l.text.is_none()));
+        assert!(!lines[0].blank && lines[1].blank && lines[2].blank && !lines[3].blank);
         assert_eq!(lines[3].number, 3);
+        let lines = read_all(file, &mut LineReader::new(0, 0, LIMIT));
+        assert_eq!(lines[0].text.as_deref(), Some(&b"{}"[..]));
     }
 
     #[test]
-    fn oversize_line_drops_its_text_but_keeps_length_and_classification() {
-        let big = "x".repeat(MAX_LINE_BYTES * 3);
-        let line = format!(
-            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"output\":\"{big}\",\"call_id\":\"c1\"}}}}\n"
-        );
-        let mut r = LineReader::new(0, 0, true);
+    fn oversize_line_drops_its_text_while_streaming_but_the_sink_sees_every_byte() {
+        let big = "x".repeat(LIMIT.max_bytes() * 3);
+        let line = format!("{{\"output\":\"{big}\"}}\n");
+        let mut r = LineReader::new(0, 0, LIMIT);
         let lines = read_all(line.as_bytes(), &mut r);
         assert_eq!(lines.len(), 1);
-        assert!(lines[0].oversize());
+        assert!(lines[0].oversize && lines[0].text.is_none());
         assert_eq!(lines[0].len as usize, line.len() - 1);
-        assert_eq!(
-            lines[0].info.as_ref().unwrap().call_id.as_deref(),
-            Some("c1")
-        );
-        assert!(r.retained_bytes() <= KEEP_TEXT + READ_CHUNK + 16);
+        assert_eq!(lines[0].pieces, line.trim_end().as_bytes());
+        assert!(r.retained_bytes() <= LIMIT.max_bytes() + READ_CHUNK + 16);
     }
 
     #[test]
     fn exactly_the_limit_still_ships_as_text() {
-        let body = "y".repeat(MAX_LINE_UTF16_UNITS);
+        let body = "y".repeat(LIMIT.max_bytes());
         let file = format!("{body}\r\n{body}y\n");
-        let mut r = LineReader::new(0, 0, false);
-        let lines = read_all(file.as_bytes(), &mut r);
+        let lines = read_all(file.as_bytes(), &mut LineReader::new(0, 0, LIMIT));
         assert_eq!(
             lines[0].text.as_ref().map(Vec::len),
-            Some(MAX_LINE_UTF16_UNITS)
+            Some(LIMIT.max_bytes())
         );
-        assert!(!lines[0].oversize());
-        assert!(lines[1].oversize());
-        assert_eq!(lines[1].len as usize, MAX_LINE_UTF16_UNITS + 1);
+        assert!(!lines[0].oversize && lines[1].oversize);
+        assert_eq!(lines[1].len as usize, LIMIT.max_bytes() + 1);
+        // A reader without text measures the same.
+        let lines = read_all(file.as_bytes(), &mut LineReader::without_text(0, 0, LIMIT));
+        assert!(!lines[0].oversize && lines[1].oversize);
     }
 
     #[test]
-    fn the_limit_counts_utf16_units_in_both_readers() {
-        // Three bytes, one unit: at the limit in units, three times it in bytes.
-        let cjk = "日".repeat(MAX_LINE_UTF16_UNITS);
+    fn a_utf16_limit_counts_code_units_not_bytes() {
+        let limit = SizeLimit::utf16_units(10);
+        // Three bytes, one unit each: at the limit in units, three times it in bytes.
+        let cjk = "日".repeat(10);
         // Four bytes, two units: one unit over.
-        let astral = format!("{}x", "😀".repeat(MAX_LINE_UTF16_UNITS / 2));
+        let astral = format!("{}x", "😀".repeat(5));
         let file = format!("\u{FEFF}{cjk}\r\n{astral}\n");
-        let mut text = LineReader::new(0, 0, false);
-        let lines = read_all(file.as_bytes(), &mut text);
-        assert_eq!(lines[0].text.as_ref().map(Vec::len), Some(cjk.len()));
-        assert!(!lines[0].oversize());
-        assert!(lines[1].oversize() && lines[1].text.is_none());
-        let mut fold = LineReader::fold_only(0, 0, false);
-        let lines = read_all(file.as_bytes(), &mut fold);
-        assert!(!lines[0].oversize());
-        assert!(lines[1].oversize());
+        for mut r in [
+            LineReader::new(0, 0, limit),
+            LineReader::without_text(0, 0, limit),
+        ] {
+            let lines = read_all(file.as_bytes(), &mut r);
+            assert!(!lines[0].oversize, "10 units is within the limit");
+            assert!(lines[1].oversize, "11 units is over it");
+            assert_eq!(lines[0].len as usize, cjk.len());
+        }
+        let lines = read_all(file.as_bytes(), &mut LineReader::new(0, 0, limit));
+        assert_eq!(lines[0].text.as_deref(), Some(cjk.as_bytes()));
+        // Invalid UTF-8 counts as the shipping path decodes it: one U+FFFD per bad sequence.
+        let stray = b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\n";
+        for mut r in [
+            LineReader::new(0, 0, limit),
+            LineReader::without_text(0, 0, limit),
+        ] {
+            assert!(
+                read_all(stray, &mut r)[0].oversize,
+                "11 replacement characters"
+            );
+        }
     }
 
     #[test]
     fn max_lines_stops_early_and_resumes_without_loss() {
         let file = b"1\n2\n3\n4\n";
-        let mut r = LineReader::new(0, 0, false);
-        let mut got = Vec::new();
-        let st = r.read(&file[..], 2, &mut |l| got.push(l.number)).unwrap();
+        let mut r = LineReader::new(0, 0, LIMIT);
+        let mut sink = Record::default();
+        let st = r.read(&file[..], 2, &mut sink).unwrap();
         assert_eq!(
             st,
             ReadStatus {
@@ -449,8 +550,9 @@ mod tests {
                 at_eof: false
             }
         );
-        r.read(&file[..], usize::MAX, &mut |l| got.push(l.number))
-            .unwrap();
-        assert_eq!(got, vec![0, 1, 2, 3]);
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        let numbers: Vec<u64> = sink.lines.iter().map(|l| l.number).collect();
+        assert_eq!(numbers, vec![0, 1, 2, 3]);
+        assert_eq!(sink.lines[3].pieces, b"4");
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 /// How changes are noticed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// File-change notification plus the safety-net poll.
     Notify,
     /// Polling only, and why.
@@ -24,7 +24,7 @@ pub enum Mode {
 }
 
 /// The wake-up source for one rollout.
-pub struct Wakeups {
+pub(crate) struct Wakeups {
     wake: Arc<Notify>,
     failed: Arc<AtomicBool>,
     mode: Mode,
@@ -34,7 +34,7 @@ pub struct Wakeups {
 impl Wakeups {
     /// Starts watching `rollout`'s parent directory, or polling only when `force_poll` is set
     /// or the notifier cannot be set up.
-    pub fn start(rollout: &Path, force_poll: bool) -> Wakeups {
+    pub(crate) fn start(rollout: &Path, force_poll: bool) -> Wakeups {
         let wake = Arc::new(Notify::new());
         let failed = Arc::new(AtomicBool::new(false));
         if force_poll {
@@ -64,18 +64,18 @@ impl Wakeups {
         }
     }
 
-    pub fn mode(&self) -> &Mode {
+    pub(crate) fn mode(&self) -> &Mode {
         &self.mode
     }
 
     /// Waits for the next wake-up (a coalesced permit: many events, one wake-up).
-    pub async fn notified(&self) {
+    pub(crate) async fn notified(&self) {
         self.wake.notified().await;
     }
 
     /// True once (then false) after the notifier reported an error; the caller warns and
     /// relies on polling from then on.
-    pub fn take_failure(&self) -> bool {
+    pub(crate) fn take_failure(&self) -> bool {
         self.failed.swap(false, Ordering::Relaxed)
     }
 }

@@ -24,17 +24,19 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
+use crate::fold::seed::{LineTimes, seed};
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
 use crate::platform::process::Incarnation;
 use crate::platform::signals::ShutdownSignals;
+use crate::rollout::Classifier;
 use crate::rollout::header::{Identity, MissingKey, Role, missing_key, normalize_id};
+use crate::rollout::lines::LineCursor;
+use crate::ship::LINE_LIMIT;
 use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
 use crate::ship::spool::{self, SpoolOutcome};
 use crate::tail::guard::{Guard, Seen};
 use crate::tail::index::LineIndex;
-use crate::tail::reader::LineReader;
-use crate::tail::seed::{LineTimes, seed};
 use crate::tail::wake::{Mode, Wakeups};
 use crate::time::Ts;
 use clock::{Clock, until};
@@ -153,8 +155,8 @@ impl Hub {
 struct Tail {
     file: File,
     guard: Guard,
-    fold: LineReader,
-    ship: LineReader,
+    fold: LineCursor,
+    ship: LineCursor,
     index: LineIndex,
 }
 
@@ -399,9 +401,9 @@ impl Child {
         if !self.pipeline.wants_text() || t.ship.line_start() >= t.fold.line_start() {
             return Ok(None);
         }
-        let mut lines = Vec::new();
-        t.ship
-            .read(&t.file, 256, &mut |line| lines.push(line))
+        let (lines, _) = t
+            .ship
+            .read(&t.file, 256)
             .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
         let next = t.ship.next_number();
         Ok(Some(Event::Text { lines, next }))
@@ -482,7 +484,7 @@ impl Child {
                 self.ship_from = line;
                 if let Some(t) = &mut self.tail {
                     let (at, offset) = t.index.locate(line);
-                    t.ship = LineReader::new(offset, at, false);
+                    t.ship = LineCursor::text(offset, at, LINE_LIMIT);
                 }
             }
             Action::ReloadToken => {
@@ -516,8 +518,8 @@ impl Child {
             self.tail = Some(Tail {
                 file,
                 guard,
-                fold: LineReader::fold_only(0, 0, false),
-                ship: LineReader::new(offset, at, false),
+                fold: LineCursor::fold(0, 0, LINE_LIMIT, Classifier::without_timestamps()),
+                ship: LineCursor::text(offset, at, LINE_LIMIT),
                 index,
             });
         }
@@ -538,15 +540,13 @@ impl Child {
             let Some(t) = &mut self.tail else {
                 return Ok(());
             };
-            let mut lines = Vec::new();
-            let index = &mut t.index;
-            let st = t
+            let (lines, st) = t
                 .fold
-                .read(&t.file, 4096, &mut |line| {
-                    index.record(line.number, line.start);
-                    lines.push(line);
-                })
+                .read(&t.file, 4096)
                 .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
+            for line in &lines {
+                t.index.record(line.number, line.start);
+            }
             t.guard.remember(&t.file, t.fold.offset());
             let partial = t.fold.partial_bytes() > 0;
             self.dispatch(hub, Event::Folded { lines, partial })?;
@@ -776,7 +776,7 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
         .with_context(|| format!("failed to stat {}", path.display()))?;
     let mtime = meta.modified().map(Ts::from_system).unwrap_or(now).min(now);
     let t0 = std::time::Instant::now();
-    let seeded = seed(&file, LineTimes::All(mtime))
+    let seeded = seed(&file, LineTimes::All(mtime), LINE_LIMIT)
         .with_context(|| format!("failed to read rollout {}", path.display()))?;
     info!(
         event = "seeded",
@@ -789,18 +789,18 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
     );
     let mut guard =
         Guard::new(&file).with_context(|| format!("failed to stat {}", path.display()))?;
-    guard.remember(&file, seeded.reader.offset());
+    guard.remember(&file, seeded.cursor.offset());
     let folded = (
         seeded.state,
-        seeded.reader.next_number(),
-        seeded.reader.partial_bytes() > 0,
+        seeded.cursor.next_number(),
+        seeded.cursor.partial_bytes() > 0,
     );
     Ok(Some((
         Tail {
             file,
             guard,
-            fold: seeded.reader,
-            ship: LineReader::new(0, 0, false),
+            fold: seeded.cursor,
+            ship: LineCursor::text(0, 0, LINE_LIMIT),
             index: seeded.index,
         },
         folded,

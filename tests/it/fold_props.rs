@@ -3,7 +3,9 @@
 //! stopped), and no input, however broken, makes the fold panic.
 
 use kcap_watch::fold::State;
-use kcap_watch::tail::LineReader;
+use kcap_watch::rollout::Classifier;
+use kcap_watch::rollout::lines::LineCursor;
+use kcap_watch::ship::LINE_LIMIT;
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
 
@@ -71,13 +73,18 @@ fn at(number: u64) -> Ts {
     Ts::from_millis(1_785_000_000_000 + ((number * 7_919) % 500) as i64 * 60_000)
 }
 
-fn fold_into(state: &mut State, reader: &mut LineReader, data: &[u8]) {
-    reader
-        .read(data, usize::MAX, &mut |line| {
-            let observed = line.observed().expect("the reader classifies");
-            state.apply(observed, at(line.number));
-        })
+fn fold_into(state: &mut State, cursor: &mut LineCursor, data: &[u8]) {
+    let (lines, _) = cursor
+        .read(data, usize::MAX)
         .expect("in-memory reads cannot fail");
+    for line in &lines {
+        let observed = line.observed().expect("the cursor classifies");
+        state.apply(observed, at(line.number));
+    }
+}
+
+fn cursor(offset: u64, number: u64) -> LineCursor {
+    LineCursor::fold(offset, number, LINE_LIMIT, Classifier::new())
 }
 
 proptest! {
@@ -87,19 +94,19 @@ proptest! {
     fn folding_a_prefix_then_the_rest_equals_folding_the_whole(data in rollout(), cut in any::<prop::sample::Index>()) {
         let k = cut.index(data.len() + 1);
         let mut whole = State::new();
-        fold_into(&mut whole, &mut LineReader::new(0, 0, true), &data);
+        fold_into(&mut whole, &mut cursor(0, 0), &data);
 
         let mut split = State::new();
-        let mut reader = LineReader::new(0, 0, true);
-        fold_into(&mut split, &mut reader, &data[..k]);
-        fold_into(&mut split, &mut reader, &data);
+        let mut c = cursor(0, 0);
+        fold_into(&mut split, &mut c, &data[..k]);
+        fold_into(&mut split, &mut c, &data);
         prop_assert_eq!(&split, &whole);
 
         // A restart: a fresh reader seeds the prefix's complete lines, then follows.
         let mut restarted = State::new();
-        let mut r1 = LineReader::new(0, 0, true);
+        let mut r1 = cursor(0, 0);
         fold_into(&mut restarted, &mut r1, &data[..k]);
-        let mut r2 = LineReader::new(r1.line_start(), r1.next_number(), true);
+        let mut r2 = cursor(r1.line_start(), r1.next_number());
         fold_into(&mut restarted, &mut r2, &data);
         prop_assert_eq!(&restarted, &whole);
     }
@@ -107,7 +114,7 @@ proptest! {
     #[test]
     fn folding_never_panics_on_arbitrary_bytes(data in prop::collection::vec(any::<u8>(), 0..4096)) {
         let mut state = State::new();
-        fold_into(&mut state, &mut LineReader::new(0, 0, true), &data);
+        fold_into(&mut state, &mut cursor(0, 0), &data);
         let newlines = data.iter().filter(|b| **b == b'\n').count() as u64;
         prop_assert_eq!(state.counters.lines, newlines);
     }

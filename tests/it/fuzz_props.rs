@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
 use kcap_watch::rollout::header::Role;
+use kcap_watch::rollout::lines::{Line, LineCursor};
 use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
+use kcap_watch::ship::LINE_LIMIT;
 use kcap_watch::ship::redact::{self, MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS};
-use kcap_watch::tail::{Line, LineReader};
 use kcap_watch::time::Ts;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseResult, TestRunner};
@@ -921,7 +922,10 @@ fn the_tail_reader_emits_exactly_the_complete_lines_however_the_file_grows() {
         |(data, steps)| {
             let want = model(&data);
             let mut got: Vec<Line> = Vec::new();
-            let mut reader = LineReader::new(0, 0, true);
+            let cursor = |offset, number| {
+                LineCursor::text(offset, number, LINE_LIMIT).classified(Classifier::new())
+            };
+            let mut reader = cursor(0, 0);
             let mut visible: usize = 0;
             for (grow, max_lines, restart) in steps.iter().copied().chain([(usize::MAX, 7, false)])
             {
@@ -929,12 +933,11 @@ fn the_tail_reader_emits_exactly_the_complete_lines_however_the_file_grows() {
                 if restart && let Some(last) = got.last() {
                     // Resume after the last line emitted, as a restarted watcher resumes at a
                     // confirmed line.
-                    reader = LineReader::new(last.end, last.number + 1, true);
+                    reader = cursor(last.end, last.number + 1);
                 }
                 loop {
-                    let st = reader
-                        .read(&data[..visible], max_lines, &mut |l| got.push(l))
-                        .unwrap();
+                    let (lines, st) = reader.read(&data[..visible], max_lines).unwrap();
+                    got.extend(lines);
                     prop_assert!(
                         reader.retained_bytes()
                             <= 2 * (MAX_LINE_BYTES + 8) + kcap_watch::tail::reader::READ_CHUNK,

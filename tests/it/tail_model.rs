@@ -2,14 +2,55 @@
 //! random sequences of writes to a real file in a temp dir (whole lines, partial lines and
 //! their completion, blank lines, huge lines, restarts at an acknowledged line, reads), and
 //! the reader's output must equal the model's complete lines, in order, gap-free, with the
-//! right numbers and offsets.
+//! right numbers and offsets. The reader is driven with a sink that records what it is told,
+//! so the streamed pieces of each line are checked too: together they are the line, exactly.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 
+use kcap_watch::ship::LINE_LIMIT;
 use kcap_watch::ship::redact::{MAX_LINE_BYTES, MAX_LINE_UTF16_UNITS, is_oversize};
-use kcap_watch::tail::{Line, LineReader};
+use kcap_watch::tail::{LineEnd, LineReader, LineSink};
 use proptest::prelude::*;
+
+/// A complete line as the sink was told it.
+#[derive(Clone, Debug)]
+struct Line {
+    number: u64,
+    start: u64,
+    end: u64,
+    len: u64,
+    text: Option<Vec<u8>>,
+    blank: bool,
+    oversize: bool,
+    /// Every piece streamed for it, concatenated.
+    pieces: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Recorder {
+    pieces: Vec<u8>,
+    lines: Vec<Line>,
+}
+
+impl LineSink for Recorder {
+    fn chunk(&mut self, piece: &[u8]) {
+        self.pieces.extend_from_slice(piece);
+    }
+
+    fn end(&mut self, line: LineEnd<'_>) {
+        self.lines.push(Line {
+            number: line.number,
+            start: line.range.start,
+            end: line.range.end,
+            len: line.len,
+            text: line.text.map(<[u8]>::to_vec),
+            blank: line.blank,
+            oversize: line.oversize,
+            pieces: std::mem::take(&mut self.pieces),
+        });
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -60,7 +101,7 @@ struct Harness {
     written: u64,
     model: Vec<ModelLine>,
     partial: Option<(u64, Vec<u8>)>,
-    out: Vec<Line>,
+    sink: Recorder,
     reader: LineReader,
 }
 
@@ -83,10 +124,9 @@ impl Harness {
     }
 
     fn read(&mut self) {
-        let out = &mut self.out;
         let st = self
             .reader
-            .read(&self.reader_file, usize::MAX, &mut |l| out.push(l))
+            .read(&self.reader_file, usize::MAX, &mut self.sink)
             .unwrap();
         assert!(st.at_eof);
     }
@@ -129,14 +169,16 @@ impl Harness {
             Op::Huge(len) if self.partial.is_none() => self.whole_line(content(*len, seed)),
             Op::Restart(frac) => {
                 // Restart at an acknowledged line: one the reader had already emitted.
-                let acked = self.out.len();
+                let acked = self.sink.lines.len();
                 let at = acked * usize::from(*frac) / 255;
-                self.out.truncate(at);
-                let (offset, number) = match self.out.last() {
+                self.sink.lines.truncate(at);
+                // A new reader starts a new sink: the old one's half-streamed line is gone.
+                self.sink.pieces.clear();
+                let (offset, number) = match self.sink.lines.last() {
                     Some(l) => (l.end, l.number + 1),
                     None => (0, 0),
                 };
-                self.reader = LineReader::new(offset, number, true);
+                self.reader = LineReader::new(offset, number, LINE_LIMIT);
             }
             Op::Read => self.read(),
             _ => {}
@@ -159,25 +201,27 @@ proptest! {
             written: 0,
             model: Vec::new(),
             partial: None,
-            out: Vec::new(),
-            reader: LineReader::new(0, 0, true),
+            sink: Recorder::default(),
+            reader: LineReader::new(0, 0, LINE_LIMIT),
         };
         for (i, op) in ops.iter().enumerate() {
             h.apply(op, i);
         }
         h.read();
-        prop_assert_eq!(h.out.len(), h.model.len());
-        for (i, (got, want)) in h.out.iter().zip(&h.model).enumerate() {
+        prop_assert_eq!(h.sink.lines.len(), h.model.len());
+        for (i, (got, want)) in h.sink.lines.iter().zip(&h.model).enumerate() {
             prop_assert_eq!(got.number, i as u64);
             prop_assert_eq!(got.start, want.start);
             prop_assert_eq!(got.end, want.end);
             prop_assert_eq!(got.len as usize, want.text.len());
             if is_oversize(&want.text) {
-                prop_assert!(got.text.is_none(), "line {} is oversize", i);
+                prop_assert!(got.oversize && got.text.is_none(), "line {} is oversize", i);
             } else {
+                prop_assert!(!got.oversize);
                 prop_assert_eq!(got.text.as_deref(), Some(&want.text[..]));
             }
             prop_assert_eq!(got.blank, want.text.is_empty());
+            prop_assert!(got.pieces == want.text, "line {}: the streamed pieces are the line", i);
         }
         // The partial tail is held, never counted.
         let partial = h.partial.as_ref().map_or(0, |(_, t)| t.len() as u64);

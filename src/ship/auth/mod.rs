@@ -13,9 +13,9 @@
 //!
 //! Token values never reach a log or an error message: [`Token`] prints as `[REDACTED]`.
 
-pub mod refresh;
-pub mod server;
-pub mod store;
+pub(crate) mod refresh;
+pub(crate) mod server;
+pub(crate) mod store;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -30,9 +30,9 @@ use store::{Entry, Store};
 
 /// After a failed refresh or mint, the next attempt waits this long (the pace of retries
 /// after a `401`), so a failing endpoint is not asked once per request.
-pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
 /// A machine token is minted again this long before it expires.
-pub const MACHINE_RENEW_MARGIN: Duration = Duration::from_secs(30);
+pub(crate) const MACHINE_RENEW_MARGIN: Duration = Duration::from_secs(30);
 
 /// A bearer token. `Debug` and `Display` print `[REDACTED]`; only [`Token::expose`] gives the
 /// value, for the `Authorization` header.
@@ -43,7 +43,7 @@ impl Token {
     /// A token from its text, trimmed; `None` when empty or when it holds characters an HTTP
     /// header cannot carry (a token file with two lines, say), which the server would never
     /// accept anyway.
-    pub fn new(text: &str) -> Option<Token> {
+    pub(crate) fn new(text: &str) -> Option<Token> {
         let text = text.trim();
         if text.is_empty() || text.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
             return None;
@@ -132,7 +132,7 @@ pub struct AuthConfig {
 
 impl AuthConfig {
     /// Reads the undocumented endpoint overrides (tests point them at local fakes).
-    pub fn with_env_overrides(mut self, env: &dyn Fn(&str) -> Option<String>) -> AuthConfig {
+    pub(crate) fn with_env_overrides(mut self, env: &dyn Fn(&str) -> Option<String>) -> AuthConfig {
         let set = |name| env(name).filter(|v: &String| !v.trim().is_empty());
         self.workos_authenticate_url = set(refresh::WORKOS_AUTHENTICATE_URL_VAR);
         self.machine_token_url = set(refresh::MACHINE_TOKEN_URL_VAR);
@@ -142,7 +142,10 @@ impl AuthConfig {
 
 impl Credentials {
     /// The credentials the settings name, for requests to `server_url` (`KCAP_URL`).
-    pub fn from_settings(settings: &crate::config::Settings, server_url: &str) -> Credentials {
+    pub(crate) fn from_settings(
+        settings: &crate::config::Settings,
+        server_url: &str,
+    ) -> Credentials {
         Credentials::new(
             AuthConfig {
                 env_token: settings.token.as_ref().map(|t| t.expose().to_owned()),
@@ -264,17 +267,9 @@ impl Credentials {
             .clone()
     }
 
-    /// The profile whose store is read, when the store is the source.
-    pub fn profile(&self) -> Option<&str> {
-        match &self.source {
-            Source::Store(store) => Some(store.profile()),
-            _ => None,
-        }
-    }
-
     /// After a `401`/`403` the caller asks for the token file to be read again before the
     /// next request (the store is read before every request anyway).
-    pub fn reload(&self) {
+    pub(crate) fn reload(&self) {
         self.reread.store(true, Ordering::Relaxed);
     }
 
@@ -317,7 +312,7 @@ impl Credentials {
     /// there is one other than `sent`: a token another process rotated in, a refreshed store
     /// token (refreshed only if the store still holds `sent`), a new machine token, or a
     /// changed token file.
-    pub async fn rejected(&self, sent: Option<&Token>, now: Ts) -> Option<Token> {
+    pub(crate) async fn rejected(&self, sent: Option<&Token>, now: Ts) -> Option<Token> {
         let mut state = self.state.lock().await;
         let fresh = match &self.source {
             Source::None | Source::Env(_) => None,

@@ -22,17 +22,18 @@ const JWT_FALLBACK_LIFETIME: Duration = Duration::from_secs(5 * 60);
 const MACHINE_FALLBACK_LIFETIME: Duration = Duration::from_secs(300);
 
 /// WorkOS's authenticate endpoint, where the kcap CLI refreshes `workos` tokens.
-pub const WORKOS_AUTHENTICATE_URL: &str = "https://api.workos.com/user_management/authenticate";
+pub(crate) const WORKOS_AUTHENTICATE_URL: &str =
+    "https://api.workos.com/user_management/authenticate";
 /// Undocumented test override of [`WORKOS_AUTHENTICATE_URL`] (https, or http on loopback).
-pub const WORKOS_AUTHENTICATE_URL_VAR: &str = "KCAP_WORKOS_AUTHENTICATE_URL";
+pub(crate) const WORKOS_AUTHENTICATE_URL_VAR: &str = "KCAP_WORKOS_AUTHENTICATE_URL";
 /// kcap's machine token endpoint (the kcap CLI's `MachineAuth.DefaultTokenUrl`).
-pub const MACHINE_TOKEN_URL: &str = "https://signin.kcap.ai/oauth2/token";
+pub(crate) const MACHINE_TOKEN_URL: &str = "https://signin.kcap.ai/oauth2/token";
 /// The kcap CLI's override of [`MACHINE_TOKEN_URL`] (https, or http on loopback).
-pub const MACHINE_TOKEN_URL_VAR: &str = "KCAP_WORKOS_TOKEN_URL";
+pub(crate) const MACHINE_TOKEN_URL_VAR: &str = "KCAP_WORKOS_TOKEN_URL";
 
 /// A new access token and when it expires.
 #[derive(Debug)]
-pub struct Minted {
+pub(crate) struct Minted {
     pub access_token: String,
     pub expires_at: Ts,
     /// `workos` rotates its single-use refresh token: the new one, when sent.
@@ -51,7 +52,7 @@ struct TokenAnswer {
 
 /// `GitHubApp`: `POST {base}/auth/refresh` with `{"access_token": ...}`; the answer's
 /// `access_token` lives `expires_in` seconds.
-pub async fn github_app(base: &str, access_token: &str) -> Result<Minted, String> {
+pub(crate) async fn github_app(base: &str, access_token: &str) -> Result<Minted, String> {
     let url = format!("{}/auth/refresh", base.trim_end_matches('/'));
     let body = serde_json::json!({ "access_token": access_token }).to_string();
     let answer = post(&url, "application/json", body).await?;
@@ -70,7 +71,11 @@ pub async fn github_app(base: &str, access_token: &str) -> Result<Minted, String
 /// `workos`: the form `grant_type=refresh_token`, `client_id`, `refresh_token` to `url`;
 /// the answer's `access_token` expires at its JWT `exp`, and it may carry a new
 /// `refresh_token`.
-pub async fn workos(url: &Url, client_id: &str, refresh_token: &str) -> Result<Minted, String> {
+pub(crate) async fn workos(
+    url: &Url,
+    client_id: &str,
+    refresh_token: &str,
+) -> Result<Minted, String> {
     let form = form(&[
         ("grant_type", "refresh_token"),
         ("client_id", client_id),
@@ -90,7 +95,7 @@ pub async fn workos(url: &Url, client_id: &str, refresh_token: &str) -> Result<M
 }
 
 /// A machine token: `grant_type=client_credentials` with the client id and secret.
-pub async fn client_credentials(
+pub(crate) async fn client_credentials(
     url: &Url,
     client_id: &str,
     client_secret: &str,
@@ -118,7 +123,7 @@ pub async fn client_credentials(
 }
 
 /// The `exp` claim of a JWT, read without checking the signature (the server checks it).
-pub fn jwt_expiry(token: &str) -> Option<Ts> {
+pub(crate) fn jwt_expiry(token: &str) -> Option<Ts> {
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))

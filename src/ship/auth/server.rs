@@ -13,7 +13,7 @@ use reqwest::Url;
 /// `None` when the text is no admissible server base: not an absolute http(s) URL, or one
 /// with user info, a query or a fragment (dropping them would make `?tenant=a` and
 /// `?tenant=b` one server).
-pub fn canonical(url: &str) -> Option<String> {
+pub(crate) fn canonical(url: &str) -> Option<String> {
     let url = url.trim();
     if url.is_empty() {
         return None;
@@ -39,7 +39,7 @@ pub fn canonical(url: &str) -> Option<String> {
 
 /// Both name the same server. A side without a canonical form never matches: no binding can
 /// be asserted, so the token is withheld rather than sent by a false match.
-pub fn same_server(left: &str, right: &str) -> bool {
+pub(crate) fn same_server(left: &str, right: &str) -> bool {
     match (canonical(left), canonical(right)) {
         (Some(a), Some(b)) => a == b,
         _ => false,
@@ -47,7 +47,7 @@ pub fn same_server(left: &str, right: &str) -> bool {
 }
 
 /// A host that never leaves the machine: 127.0.0.0/8, `::1` and `localhost`.
-pub fn is_loopback(url: &Url) -> bool {
+pub(crate) fn is_loopback(url: &Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };
@@ -69,7 +69,7 @@ pub fn is_loopback(url: &Url) -> bool {
 
 /// An endpoint override (`KCAP_WORKOS_*`): `https` anywhere, or `http` on loopback only,
 /// because the request carries a credential (the kcap CLI's rule for its own override).
-pub fn checked_endpoint(var: &str, raw: &str) -> Result<Url, String> {
+pub(crate) fn checked_endpoint(var: &str, raw: &str) -> Result<Url, String> {
     let url = Url::parse(raw.trim()).map_err(|e| format!("{var} is not a valid URL: {e}"))?;
     match url.scheme() {
         "https" => Ok(url),

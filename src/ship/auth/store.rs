@@ -30,25 +30,25 @@ use crate::time::Ts;
 
 /// A token this close to its expiry counts as expired: a request sent with it could arrive
 /// after it lapsed (the kcap CLI's `IsExpired`).
-pub const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+pub(crate) const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// How long a refresh waits for another process's lock before giving up.
-pub const LOCK_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(15);
 /// How often the lock is tried while waiting.
-pub const LOCK_POLL: Duration = Duration::from_millis(100);
+pub(crate) const LOCK_POLL: Duration = Duration::from_millis(100);
 
 /// The profile the kcap CLI's default provider name means when `provider` is absent.
-pub const PROVIDER_GITHUB_APP: &str = "GitHubApp";
-pub const PROVIDER_WORKOS: &str = "workos";
+pub(crate) const PROVIDER_GITHUB_APP: &str = "GitHubApp";
+pub(crate) const PROVIDER_WORKOS: &str = "workos";
 
 /// `now >= expires_at - 30 s`. A token without a readable `expires_at` is not judged here:
 /// the server is the judge, and a wrong guess costs one `401`.
-pub fn is_expired(expires_at: Option<Ts>, now: Ts) -> bool {
+pub(crate) fn is_expired(expires_at: Option<Ts>, now: Ts) -> bool {
     expires_at.is_some_and(|at| now >= at.minus(EXPIRY_MARGIN))
 }
 
 /// The profile whose store this process reads: the explicit one, else the on-disk active
 /// one. Also returns the active one (the owner of the legacy file).
-pub fn resolve_profile(config_dir: &Path, explicit: Option<&str>) -> (String, String) {
+pub(crate) fn resolve_profile(config_dir: &Path, explicit: Option<&str>) -> (String, String) {
     let active = active_profile(config_dir);
     let profile = explicit
         .map(str::trim)
@@ -83,7 +83,7 @@ fn active_profile(config_dir: &Path) -> String {
 
 /// A profile name the kcap CLI accepts as a file name: not empty, not `.` or `..`, and no
 /// path separator or NUL, so no profile can make a path outside `<config>/tokens`.
-pub fn valid_profile(profile: &str) -> bool {
+pub(crate) fn valid_profile(profile: &str) -> bool {
     !profile.trim().is_empty()
         && profile != "."
         && profile != ".."
@@ -103,43 +103,43 @@ impl Entry {
         self.doc.get(name).and_then(Value::as_str)
     }
 
-    pub fn access_token(&self) -> Option<Token> {
+    pub(crate) fn access_token(&self) -> Option<Token> {
         self.str_field("access_token").and_then(Token::new)
     }
 
     /// The raw `access_token` text, for comparing two reads.
-    pub fn access_token_text(&self) -> Option<&str> {
+    pub(crate) fn access_token_text(&self) -> Option<&str> {
         self.str_field("access_token")
     }
 
-    pub fn server_url(&self) -> Option<&str> {
+    pub(crate) fn server_url(&self) -> Option<&str> {
         self.str_field("server_url")
     }
 
-    pub fn expires_at(&self) -> Option<Ts> {
+    pub(crate) fn expires_at(&self) -> Option<Ts> {
         self.doc.get("expires_at").and_then(parse_expires_at)
     }
 
-    pub fn is_expired(&self, now: Ts) -> bool {
+    pub(crate) fn is_expired(&self, now: Ts) -> bool {
         is_expired(self.expires_at(), now)
     }
 
     /// `provider`, `GitHubApp` when absent (the kcap CLI's default).
-    pub fn provider(&self) -> &str {
+    pub(crate) fn provider(&self) -> &str {
         self.str_field("provider").unwrap_or(PROVIDER_GITHUB_APP)
     }
 
-    pub fn refresh_token(&self) -> Option<&str> {
+    pub(crate) fn refresh_token(&self) -> Option<&str> {
         self.str_field("refresh_token")
     }
 
-    pub fn client_id(&self) -> Option<&str> {
+    pub(crate) fn client_id(&self) -> Option<&str> {
         self.str_field("client_id")
     }
 
     /// Whether the kcap CLI would refresh this token: `workos` with its refresh token and
     /// client id, or `GitHubApp`.
-    pub fn refreshable(&self) -> bool {
+    pub(crate) fn refreshable(&self) -> bool {
         match self.provider() {
             PROVIDER_WORKOS => self.refresh_token().is_some() && self.client_id().is_some(),
             PROVIDER_GITHUB_APP => true,
@@ -159,7 +159,7 @@ enum Read {
 
 /// Where one profile's tokens live.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub(crate) struct Store {
     config_dir: PathBuf,
     profile: String,
     /// The on-disk active profile: only it may read the legacy file.
@@ -167,7 +167,7 @@ pub struct Store {
 }
 
 impl Store {
-    pub fn new(config_dir: PathBuf, profile: String, active: String) -> Store {
+    pub(crate) fn new(config_dir: PathBuf, profile: String, active: String) -> Store {
         Store {
             config_dir,
             profile,
@@ -175,7 +175,7 @@ impl Store {
         }
     }
 
-    pub fn profile(&self) -> &str {
+    pub(crate) fn profile(&self) -> &str {
         &self.profile
     }
 
@@ -183,7 +183,7 @@ impl Store {
         self.config_dir.join("tokens")
     }
 
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.tokens_dir().join(format!("{}.json", self.profile))
     }
 
@@ -191,12 +191,12 @@ impl Store {
         self.config_dir.join("tokens.json")
     }
 
-    pub fn lock_path(&self) -> PathBuf {
+    pub(crate) fn lock_path(&self) -> PathBuf {
         self.tokens_dir().join(format!("{}.lock", self.profile))
     }
 
     /// The profile's document, or the legacy one where the rules allow it.
-    pub fn load(&self) -> Option<Entry> {
+    pub(crate) fn load(&self) -> Option<Entry> {
         match read(&self.path(), false) {
             Read::Loaded(entry) => Some(entry),
             Read::Unusable => None,
@@ -210,7 +210,7 @@ impl Store {
 
     /// The profile's own file only (inside the lock: the kcap CLI re-reads `LoadAsync(profile)`,
     /// falling back to what it read before when that is missing or unusable).
-    pub fn load_profile_file(&self) -> Option<Entry> {
+    pub(crate) fn load_profile_file(&self) -> Option<Entry> {
         match read(&self.path(), false) {
             Read::Loaded(entry) => Some(entry),
             Read::Missing | Read::Unusable => None,
@@ -219,7 +219,7 @@ impl Store {
 
     /// Takes the cross-process lock, waiting up to [`LOCK_WAIT`]. `Ok(None)`: another process
     /// held it all that time. Dropping the returned file releases the lock.
-    pub async fn lock(&self) -> io::Result<Option<File>> {
+    pub(crate) async fn lock(&self) -> io::Result<Option<File>> {
         let dir = self.tokens_dir();
         private_file::dir_builder().create(&dir)?;
         let path = self.lock_path();
@@ -249,7 +249,7 @@ impl Store {
 
     /// Writes `doc` atomically as the profile's file (mode 0600), then removes the legacy
     /// file. Call only while holding [`Store::lock`].
-    pub fn save(&self, doc: &Map<String, Value>) -> io::Result<()> {
+    pub(crate) fn save(&self, doc: &Map<String, Value>) -> io::Result<()> {
         let dir = self.tokens_dir();
         let text = serde_json::to_vec(doc).map_err(io::Error::other)?;
         let prefix = format!("{}.json.{}.", self.profile, std::process::id());
@@ -303,7 +303,7 @@ const SECONDS_OR_MILLIS: f64 = 1.0e11;
 /// an offset and up to 7 fraction digits), RFC 3339 without an offset (read as UTC), or a
 /// Unix time number or numeric string (seconds, or milliseconds above 10^11). `None` when
 /// absent or unreadable.
-pub fn parse_expires_at(value: &Value) -> Option<Ts> {
+pub(crate) fn parse_expires_at(value: &Value) -> Option<Ts> {
     match value {
         Value::Number(n) => unix_time(n.as_f64()?),
         Value::String(s) => {
@@ -335,7 +335,7 @@ fn unix_time(n: f64) -> Option<Ts> {
 
 /// `expires_at` as the kcap CLI's serializer writes a UTC `DateTimeOffset`:
 /// `2026-07-28T16:19:11.25+00:00` (fraction without trailing zeros, none when whole).
-pub fn format_expires_at(at: Ts) -> String {
+pub(crate) fn format_expires_at(at: Ts) -> String {
     let secs = at.0.div_euclid(1000);
     let millis = at.0.rem_euclid(1000);
     let whole = jiff::Timestamp::from_second(secs)

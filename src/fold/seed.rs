@@ -6,10 +6,15 @@
 
 use std::io;
 
-use super::index::LineIndex;
-use super::reader::{LineReader, ReadAt};
-use crate::fold::State;
+use super::State;
+use crate::rollout::Classifier;
+use crate::rollout::lines::LineCursor;
+use crate::tail::index::LineIndex;
+use crate::tail::reader::{ReadAt, SizeLimit};
 use crate::time::Ts;
+
+/// Lines per read: enough to amortise the call, few enough to bound the lines held.
+const LINES_PER_READ: usize = 4096;
 
 /// How seeded lines get their observation time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,25 +30,34 @@ pub enum LineTimes {
 #[derive(Debug)]
 pub struct Seeded {
     pub state: State,
-    /// The reader, positioned after the last complete line (holding any partial tail), ready
-    /// to follow the file.
-    pub reader: LineReader,
+    /// The fold cursor, positioned after the last complete line (holding any partial tail and
+    /// its classifier state), ready to follow the file.
+    pub cursor: LineCursor,
     /// Checkpoints of line starts, to start shipping at any line later.
     pub index: LineIndex,
 }
 
 /// Folds every complete line of `file` into a fresh state, recording line checkpoints so
-/// shipping can start at any line later.
-pub fn seed<R: ReadAt + ?Sized>(file: &R, times: LineTimes) -> io::Result<Seeded> {
+/// shipping can start at any line later; `limit` is the shipping size limit (the fold counts
+/// oversize lines).
+pub fn seed<R: ReadAt + ?Sized>(
+    file: &R,
+    times: LineTimes,
+    limit: SizeLimit,
+) -> io::Result<Seeded> {
     let mut state = State::new();
-    let mut reader = LineReader::fold_only(0, 0, matches!(times, LineTimes::Own { .. }));
+    let classifier = match times {
+        LineTimes::All(_) => Classifier::without_timestamps(),
+        LineTimes::Own { .. } => Classifier::new(),
+    };
+    let mut cursor = LineCursor::fold(0, 0, limit, classifier);
     let mut index = LineIndex::new();
     let mut last_time = match times {
         LineTimes::All(t) => t,
         LineTimes::Own { fallback } => fallback,
     };
     loop {
-        let status = reader.read(file, 4096, &mut |line| {
+        let status = cursor.read_each(file, LINES_PER_READ, |line| {
             index.record(line.number, line.start);
             let Some(observed) = line.observed() else {
                 return;
@@ -61,7 +75,7 @@ pub fn seed<R: ReadAt + ?Sized>(file: &R, times: LineTimes) -> io::Result<Seeded
     }
     Ok(Seeded {
         state,
-        reader,
+        cursor,
         index,
     })
 }
