@@ -54,14 +54,7 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
 /// [`ensure_private_dir`] without the symbolic-link check, for `<config>` itself, which the
 /// user chooses (and may keep behind a link, as with any dotfiles setup).
 fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder
+    crate::platform::private_file::dir_builder()
         .create(path)
         .map_err(|e| with_context(e, format!("failed to create directory {}", path.display())))
 }
@@ -83,11 +76,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let prefix = format!(".{name}.");
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".tmp");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(fs::Permissions::from_mode(0o600));
-    }
+    crate::platform::private_file::restrict_temp_files(&mut builder);
     // On any error below the temporary file is removed when `tmp` drops.
     let mut tmp = builder
         .tempfile_in(dir)
@@ -104,10 +93,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// An error naming `path` as a symbolic link this watcher will not follow or replace.
 pub(crate) fn symlink_refused(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("refusing to use {}: it is a symbolic link", path.display()),
-    )
+    crate::platform::private_file::refused(path)
 }
 
 /// `Err` when `path` itself (not its directory) is a symbolic link; a missing path is fine.
@@ -123,16 +109,10 @@ pub(crate) fn refuse_symlink(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Opens `path` with `options` (which must come from [`private_options`], so `O_NOFOLLOW` is
-/// set), turning the kernel's `ELOOP` for a symbolic link into an error that names the path.
+/// Opens `path` with `options` (which must come from [`private_options`]), refusing a
+/// symbolic link at the path with an error that names it.
 pub(crate) fn open_private(options: &OpenOptions, path: &Path) -> io::Result<File> {
-    options.open(path).map_err(|e| {
-        if is_symlink_refusal(&e) {
-            symlink_refused(path)
-        } else {
-            e
-        }
-    })
+    crate::platform::private_file::open(options, path)
 }
 
 /// Reads a whole file without following a symbolic link at `path`.
@@ -141,23 +121,6 @@ pub(crate) fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut file, &mut bytes)?;
     Ok(bytes)
-}
-
-/// Whether an `open` failed because `O_NOFOLLOW` met a symbolic link (`ELOOP`; the BSDs say
-/// `EMLINK`).
-fn is_symlink_refusal(e: &io::Error) -> bool {
-    #[cfg(unix)]
-    {
-        let code = e.raw_os_error();
-        code == Some(libc::ELOOP)
-            || (cfg!(any(target_os = "freebsd", target_os = "netbsd"))
-                && code == Some(libc::EMLINK))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = e;
-        false
-    }
 }
 
 /// The kcap CLI's rule for ids that name files (`HookSpool.cs`, `TranscriptSpool.cs`):
@@ -202,38 +165,10 @@ pub fn check_state_dir(
     if !meta.is_dir() {
         return Err(unusable("it is not a directory".into()));
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(unusable(format!(
-                "it is owned by uid {}, not by this user (uid {me})",
-                meta.uid()
-            )));
-        }
-        // The owner's write and search bits: even root, who could write anyway, should not
-        // keep private state in a directory its owner made read-only.
-        if meta.mode() & 0o300 != 0o300 {
-            return Err(unusable(format!(
-                "it is read-only (mode {:o})",
-                meta.mode() & 0o7777
-            )));
-        }
-        // A read-only mount.
-        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| unusable("the path contains a NUL byte".into()))?;
-        // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call.
-        if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } != 0 {
-            return Err(unusable(format!(
-                "it is not writable: {}",
-                io::Error::last_os_error()
-            )));
-        }
+    match crate::platform::private_file::unusable_state_dir(path, &meta) {
+        Some(why) => Err(unusable(why)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 // The start token and liveness probe moved to `crate::platform`; these names stay for the
@@ -506,22 +441,13 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
     }
 }
 
-/// Whether `path` (not followed) names the same file as the open `file` (device and inode).
+/// Whether `path` (not followed) names the same file as the open `file`.
 fn names_file(path: &Path, file: &File) -> io::Result<bool> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let open = file.metadata()?;
-        match fs::symlink_metadata(path) {
-            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (path, file);
-        Ok(true)
+    use crate::platform::file_id::FileId;
+    match FileId::of_link_path(path) {
+        Ok(now) => Ok(now == FileId::of_file(file)?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -734,17 +660,11 @@ pub fn open_log_file(path: &Path) -> io::Result<File> {
 }
 
 /// Open options that create files readable by their owner only and never follow a symbolic
-/// link at the path itself (`O_NOFOLLOW`): every file under `<config>` is opened through these.
-/// Open with [`open_private`] to get an error that names the path.
+/// link at the path itself: every file under `<config>` is opened through these
+/// ([`crate::platform::private_file`] says how, per platform). Open with [`open_private`] to
+/// get an error that names the path.
 pub(crate) fn private_options() -> OpenOptions {
-    #[allow(unused_mut)] // `mut` is only needed on unix.
-    let mut options = OpenOptions::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
-    }
-    options
+    crate::platform::private_file::options()
 }
 
 /// The directory a file lives in (`.` for a bare name).

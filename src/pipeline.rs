@@ -173,6 +173,14 @@ struct Request {
 }
 
 impl Request {
+    /// No request made yet, retries paced at the settings' (test-only) retry scale.
+    fn paced(settings: &Settings) -> Request {
+        Request {
+            backoff: Backoff::scaled(settings.retry_scale()),
+            ..Request::default()
+        }
+    }
+
     fn ready(&self, now: Ts) -> bool {
         !self.in_flight && self.retry_at.is_none_or(|t| t <= now)
     }
@@ -274,6 +282,11 @@ impl Pipeline {
             .map(|l| Ceiling::new(started, l, settings.max_pause_credit));
         let file_seen = seeded.is_some();
         let (state, folded_to, partial) = seeded.unwrap_or_else(|| (State::new(), 0, false));
+        let (watermark_req, ship_req, spool_req) = (
+            Request::paced(&settings),
+            Request::paced(&settings),
+            Request::paced(&settings),
+        );
         Pipeline {
             online: settings.server.is_some(),
             settings,
@@ -293,8 +306,8 @@ impl Pipeline {
             watermark: None,
             outbox: Outbox::new(0),
             generation: 0,
-            watermark_req: Request::default(),
-            ship_req: Request::default(),
+            watermark_req,
+            ship_req,
             recheck_watermark: false,
             failing_since: None,
             halvings: 0,
@@ -308,7 +321,7 @@ impl Pipeline {
             stop_in_flight: false,
             session_end: None,
             session_end_in_flight: false,
-            spool_req: Request::default(),
+            spool_req,
             spool_full_logged: false,
             spool_failing_logged: false,
             last_progress: started,
@@ -564,7 +577,7 @@ impl Pipeline {
                     self.unauthorized_logged = true;
                 }
                 self.token_refused = true;
-                UNAUTHORIZED_RETRY
+                self.settings.paced(UNAUTHORIZED_RETRY)
             }
             Failure::WrongPath { status, url } => {
                 if !self.wrong_path_logged {

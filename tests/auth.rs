@@ -3,13 +3,12 @@
 //! server (which also answers `/auth/refresh`), and local fakes of the WorkOS and machine
 //! token endpoints. Also TLS trust through `SSL_CERT_FILE`, proxies and `KCAP_URL` checks.
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,7 +51,11 @@ fn write_tokens(config: &Path, profile: &str, doc: &Value) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{profile}.json"));
     std::fs::write(&path, doc.to_string()).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     path
 }
 
@@ -337,8 +340,12 @@ fn assert_store_kept_and_private(path: &Path, token: &str) -> Value {
     assert_eq!(doc["access_token"], json!(token), "{doc}");
     assert_eq!(doc["github_username"], json!("alice"), "{doc}");
     assert_eq!(doc["x_newer_field"], json!({"kept": true}), "{doc}");
-    let mode = std::fs::metadata(path).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
     let exp = doc["expires_at"].as_str().unwrap();
     assert!(
         exp.ends_with("+00:00"),
@@ -600,6 +607,7 @@ fn kcap_url_with_user_info_a_query_or_a_fragment_exits_2() {
 
 /// A TLS front for the fake kcap on loopback, with a certificate for `127.0.0.1` and
 /// `localhost` issued by a CA made here. Returns the port and the CA's PEM.
+#[cfg(unix)]
 fn tls_front(upstream: SocketAddr) -> (u16, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -659,6 +667,7 @@ fn tls_front(upstream: SocketAddr) -> (u16, String) {
 }
 
 #[test]
+#[cfg(unix)]
 fn https_to_a_server_whose_ca_is_trusted_only_through_ssl_cert_file() {
     let server = FakeKcap::start();
     let (port, ca_pem) = tls_front(server.addr());

@@ -3,9 +3,12 @@
 //! right code, never panics, never hangs (every wait is bounded, and a process still running
 //! at its deadline fails the test), and loses no valid line.
 
-#[path = "support/harness.rs"]
-mod harness;
+// Some imports serve only the tests that need SIGTERM or /proc (unix, Linux).
+#![cfg_attr(not(unix), allow(unused_imports))]
+
 mod support;
+
+use support::harness;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -170,6 +173,7 @@ fn crlf_line_ends_are_stripped_and_the_lines_understood() {
 }
 
 #[test]
+#[cfg(unix)]
 fn an_empty_file_is_an_error_for_once_and_watched_until_lines_come() {
     let sandbox = Sandbox::new();
     sandbox.append(b"");
@@ -206,12 +210,14 @@ fn an_empty_file_is_an_error_for_once_and_watched_until_lines_come() {
     ok_after_term(&mut w);
 }
 
+#[cfg(unix)]
 fn ok_after_term(p: &mut Proc) {
     assert_eq!(p.terminate(Duration::from_secs(15)), 0, "{}", p.stderr());
     p.assert_no_panic();
 }
 
 /// CPU time (user + system) the process has used so far.
+#[cfg(target_os = "linux")]
 fn cpu_time(p: &Proc) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid())).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start after the last ')'.
@@ -226,6 +232,7 @@ fn cpu_time(p: &Proc) -> Duration {
 }
 
 #[test]
+#[cfg(target_os = "linux")]
 fn a_file_that_never_appears_is_waited_for_quietly_and_ends_on_sigterm() {
     let sandbox = Sandbox::new();
     let server = FakeKcap::start();
@@ -249,6 +256,7 @@ fn a_file_that_never_appears_is_waited_for_quietly_and_ends_on_sigterm() {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_file_that_appears_late_is_read_from_its_first_line() {
     let sandbox = Sandbox::new();
     let server = FakeKcap::start();
@@ -267,6 +275,7 @@ fn a_file_that_appears_late_is_read_from_its_first_line() {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_file_deleted_mid_run_is_read_to_its_end_through_the_open_handle() {
     let sandbox = Sandbox::new();
     let server = FakeKcap::start();
@@ -351,6 +360,7 @@ fn a_directory_as_the_rollout_exits_2_with_the_reason() {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_named_pipe_as_the_rollout_exits_2_instead_of_blocking() {
     let sandbox = Sandbox::new();
     let path = std::ffi::CString::new(sandbox.rollout.to_str().unwrap()).unwrap();
@@ -371,6 +381,7 @@ fn a_named_pipe_as_the_rollout_exits_2_instead_of_blocking() {
 }
 
 #[test]
+#[cfg(unix)]
 fn an_unreadable_file_exits_2_with_the_reason() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
@@ -402,6 +413,7 @@ fn an_unreadable_file_exits_2_with_the_reason() {
 }
 
 #[test]
+#[cfg(target_os = "linux")]
 fn a_single_200_mib_line_streams_through_in_bounded_memory() {
     const SIZE: usize = 200 << 20;
     const LIMIT_KIB: u64 = 64 * 1024;
@@ -531,6 +543,7 @@ fn a_session_meta_that_is_not_the_first_line_is_not_the_header() {
 }
 
 #[test]
+#[cfg(unix)]
 fn ids_with_and_without_dashes_name_the_same_watcher_and_ship_without_dashes() {
     let sandbox = Sandbox::new();
     sandbox.append_lines(&[harness::child_meta(), harness::task_started("t1")]);
@@ -583,6 +596,7 @@ fn ids_with_and_without_dashes_name_the_same_watcher_and_ship_without_dashes() {
 }
 
 #[test]
+#[cfg(unix)]
 fn absurd_kcap_values_warn_by_name_and_the_watcher_still_works() {
     let sandbox = Sandbox::new();
     sandbox.append(&child_with(&[]));

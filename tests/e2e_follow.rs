@@ -1,6 +1,9 @@
 //! Follow mode with the real binary, offline (the transcript spool is the output): appends
 //! appear, a late file is picked up, a partial line becomes one line, a deleted file is read to
 //! its end, forced polling works, and a rewritten file ends the watcher with exit code 3.
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
 
 mod support;
 
@@ -12,18 +15,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::bin::{kcap_watch, signal, wait_exit, wait_for, wait_output};
+use support::rollout;
 
 const SESSION: &str = "0199aaaa000070008000000000000001";
 const W: Duration = Duration::from_secs(20);
 
 fn meta() -> String {
-    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"0199aaaa-0000-7000-8000-000000000001","cwd":"/w"}}"#.to_string()
+    rollout::session_meta(r#"{"id":"0199aaaa-0000-7000-8000-000000000001","cwd":"/w"}"#)
+        .at("10:00:00")
 }
 
 fn msg(i: usize) -> String {
-    format!(
-        r#"{{"type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"line {i}"}}]}}}}"#
-    )
+    rollout::message(&format!("line {i}")).text()
 }
 
 fn append(path: &Path, bytes: &[u8]) {

@@ -13,27 +13,23 @@ use std::time::Duration;
 use support::FakeKcap;
 use support::Fault;
 use support::bin::{kcap_watch, wait_exit, wait_output};
+use support::lifecycle_table::{self, DAY, HEADER_AT};
+use support::rollout;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
 const W: Duration = Duration::from_secs(30);
 
 fn child_meta() -> String {
-    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","parent_thread_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_path":"/root/spec_quality","agent_nickname":"Hypatia"}}"#.to_string()
-}
-
-fn ev(payload: &str) -> String {
-    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+    rollout::child_meta(CHILD, SESSION, "/root/spec_quality", "Hypatia").at("10:00:00")
 }
 
 fn started() -> String {
-    ev(r#"{"type":"task_started","turn_id":"t1"}"#)
+    rollout::task_started("t1").text()
 }
 
 fn complete(msg: &str) -> String {
-    ev(&format!(
-        r#"{{"type":"task_complete","turn_id":"t1","last_agent_message":"{msg}"}}"#
-    ))
+    rollout::task_complete("t1", msg).text()
 }
 
 fn append(path: &Path, lines: &[String]) {
@@ -190,7 +186,7 @@ fn a_session_rollout_gets_session_end_idle_timeout() {
 #[test]
 fn a_pending_wait_agent_call_prevents_idle_end() {
     let server = FakeKcap::start();
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"wait_agent","arguments":"{}","call_id":"call-wait"}}"#.to_string();
+    let call = rollout::call("call-wait", "wait_agent", "{}").text();
     let run = Run::new(&[child_meta(), started(), call]);
     let mut child = run.spawn(&server, &["--reap-after", "1s", "--stop-grace", "0s"], &[]);
     std::thread::sleep(Duration::from_secs(3));
@@ -198,7 +194,7 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
         child.try_wait().unwrap().is_none(),
         "a silent tool is not idleness"
     );
-    let output = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call-wait","output":"done"}}"#.to_string();
+    let output = rollout::output("call-wait", "done").text();
     append(&run.rollout, &[output]);
     let status = wait_exit(&mut child, W);
     assert!(status.success());
@@ -231,7 +227,68 @@ fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
     );
 }
 
+/// A watcher the kcap CLI spawns may have a terminal as its ancestor: closing that terminal
+/// (`SIGHUP`) must not end it, or its parent's exit would never be reported. It leaves the
+/// terminal's session, logs a hangup that reaches it anyway, and ends when its parent does.
+#[cfg(target_os = "linux")]
 #[test]
+fn a_spawned_watcher_survives_sighup_and_ends_when_its_parent_exits() {
+    use std::io::BufRead;
+    let server = FakeKcap::start();
+    let run = Run::session_fixture();
+    let mut parent = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pid = parent.id().to_string();
+    let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
+    let (tx, log) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_log = |needle: &str| {
+        let deadline = std::time::Instant::now() + W;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("no log line with {needle:?}: {e}"),
+            }
+        }
+    };
+    wait_log("watcher_started");
+    // It left the terminal's session: its session id (field 6 of /proc/<pid>/stat) is its pid.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let session: u32 = after_name.split(' ').nth(3).unwrap().parse().unwrap();
+    assert_eq!(session, child.id(), "setsid when spawned with --parent-pid");
+
+    support::bin::signal(&child, libc::SIGHUP);
+    wait_log("sighup_ignored");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP ended the watcher"
+    );
+    assert!(server.hooks("session-end/codex").is_empty());
+
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let status = wait_exit(&mut child, W);
+    assert!(status.success(), "{status:?}");
+    let ends = server.hooks("session-end/codex");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "parent_exited");
+}
+
+#[test]
+#[cfg(unix)]
 fn sigterm_never_posts_session_end() {
     let server = FakeKcap::start();
     let run = Run::session_fixture();
@@ -244,6 +301,7 @@ fn sigterm_never_posts_session_end() {
 }
 
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+#[cfg(target_os = "linux")]
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -256,6 +314,7 @@ fn cpu_time(pid: u32) -> Duration {
 }
 
 #[test]
+#[cfg(target_os = "linux")]
 fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
     let server = FakeKcap::start();
     server.fail_always(Some("transcript"), Fault::Status(500));
@@ -281,11 +340,8 @@ fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
 fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw_line_clears_the_call()
  {
     let server = FakeKcap::start();
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"call-big"}}"#.to_string();
-    let big = "y".repeat(80 * 1024);
-    let output = format!(
-        r#"{{"type":"response_item","payload":{{"type":"function_call_output","output":"{big}","call_id":"call-big"}}}}"#
-    );
+    let call = rollout::call("call-big", "exec_command", "{}").text();
+    let output = rollout::output("call-big", &"y".repeat(80 * 1024)).text();
     let run = Run::new(&[child_meta(), started(), call, output]);
     let mut child = run.spawn(&server, &["--reap-after", "2s"], &[]);
     // Had the redacted placeholder (no call_id) been folded, the call would still be in
@@ -300,16 +356,14 @@ fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw
 }
 
 #[test]
+#[cfg(unix)]
 fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_running() {
     let server = FakeKcap::start();
     let run = Run::new(&[child_meta(), started()]);
     let mut child = run.spawn(&server, &["--stall-after", "1s"], &[]);
     std::thread::sleep(Duration::from_millis(2500));
     // The next line re-arms it; a second silence warns again.
-    append(
-        &run.rollout,
-        &[ev(r#"{"type":"agent_reasoning","text":"still here"}"#)],
-    );
+    append(&run.rollout, &[rollout::reasoning("still here").text()]);
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -320,4 +374,64 @@ fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_r
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("stall_detected").count(), 2, "{stderr}");
     assert!(stderr.contains("turn_id=\"t1\""), "{stderr}");
+}
+
+/// The table of section 8 through the real binary: `inspect --line-times --now` folds each
+/// line at its own timestamp, so the due time is checked a second before it, at it, and (for
+/// the rows owing nothing) an hour after the last line, with no real time passing.
+#[test]
+fn lifecycle_table_at_the_binary_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    for (i, sc) in lifecycle_table::scenarios().into_iter().enumerate() {
+        let what = format!("scenario {} ({})", sc.section, sc.name);
+        let path = dir.path().join(format!("rollout-{i}.jsonl"));
+        let mut lines = vec![lifecycle_table::header().at(HEADER_AT)];
+        lines.extend(sc.lines.iter().map(|(at, l)| l.at(at)));
+        append(&path, &lines);
+        let last = sc.lines.last().map_or(HEADER_AT, |l| l.0);
+        let inspect = |now: kcap_watch::time::Ts| -> serde_json::Value {
+            let out = wait_output(
+                kcap_watch(&config)
+                    .args(["inspect", "--json", "--line-times", "--now", &now.rfc3339()])
+                    .arg(&path)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+                W,
+            );
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout).expect("one JSON object")
+        };
+        let checks = match sc.stop_due {
+            Some(due) => vec![
+                lifecycle_table::at(due).minus(Duration::from_secs(1)),
+                lifecycle_table::at(due),
+            ],
+            None => vec![lifecycle_table::at(last).plus(Duration::from_secs(3600))],
+        };
+        for now in checks {
+            let r = inspect(now);
+            let want = sc
+                .stop_due
+                .map(|due| serde_json::Value::from(format!("{DAY}T{due}.000Z")))
+                .unwrap_or(serde_json::Value::Null);
+            assert_eq!(
+                r["due"]["subagent_stop"],
+                want,
+                "{what}: stop due, seen at {}",
+                now.rfc3339()
+            );
+            assert_eq!(
+                r["pending_tools"].as_array().map_or(0, Vec::len),
+                sc.pending_calls,
+                "{what}: pending calls"
+            );
+        }
+    }
 }

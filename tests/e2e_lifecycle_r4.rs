@@ -10,36 +10,39 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use kcap_watch::time::Ts;
 use serde_json::Value;
 use support::FakeKcap;
 use support::bin::run as run_to_end;
-use support::bin::{kcap_watch, signal, wait_exit, wait_output};
+#[cfg(unix)]
+use support::bin::signal;
+use support::bin::{kcap_watch, wait_exit, wait_output};
+use support::rollout;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
 const W: Duration = Duration::from_secs(30);
 
 fn child_meta() -> String {
-    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","parent_thread_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_path":"/root/migrator","agent_nickname":"Hypatia"}}"#.to_string()
+    rollout::child_meta(CHILD, SESSION, "/root/migrator", "Hypatia").at("10:00:00")
 }
 
 fn session_meta() -> String {
-    r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/home/dev/src/acme-api","originator":"codex_exec","cli_version":"0.160.0"}}"#.to_string()
+    rollout::session_meta(
+        r#"{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/home/dev/src/acme-api","originator":"codex_exec","cli_version":"0.160.0"}"#,
+    )
+    .at("10:00:00")
 }
 
 fn ev(payload: &str) -> String {
-    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+    rollout::event(payload).text()
 }
 
 fn started(turn: &str) -> String {
-    ev(&format!(r#"{{"type":"task_started","turn_id":"{turn}"}}"#))
+    rollout::task_started(turn).text()
 }
 
 fn complete(turn: &str, msg: &str) -> String {
-    ev(&format!(
-        r#"{{"type":"task_complete","turn_id":"{turn}","last_agent_message":"{msg}"}}"#
-    ))
+    rollout::task_complete(turn, msg).text()
 }
 
 fn append(path: &Path, lines: &[String]) {
@@ -59,8 +62,8 @@ fn crashed_child() -> Vec<String> {
     vec![
         child_meta(),
         started("t1"),
-        r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#.to_string(),
-        r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"ok"}}"#.to_string(),
+        rollout::call("c1", "exec_command", "{}").text(),
+        rollout::output("c1", "ok").text(),
         ev(r#"{"type":"agent_message","message":"Halfway through the migration."}"#),
     ]
 }
@@ -71,12 +74,6 @@ fn dead_pid() -> String {
     let pid = p.id();
     p.wait().unwrap();
     pid.to_string()
-}
-
-/// A loopback port with nothing listening (bound, then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 struct Run {
@@ -150,9 +147,10 @@ impl Run {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_usage_limit_at_a_stale_99_percent_posts_the_stop_after_the_grace_with_codexs_message() {
     let server = FakeKcap::start();
-    let now = Ts::now();
+    let now = kcap_watch::time::Ts::now();
     let five_hour = now.plus(Duration::from_secs(47 * 60)).as_millis() / 1000;
     let weekly = now.plus(Duration::from_secs(113 * 3600)).as_millis() / 1000;
     let secret = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJkZXYifQ.c2lnbmF0dXJlLXZhbHVlLWhlcmU";
@@ -208,7 +206,7 @@ fn a_usage_limit_at_a_stale_99_percent_posts_the_stop_after_the_grace_with_codex
 #[test]
 fn a_crashed_child_with_the_server_down_spools_its_lines_then_its_stop_at_parent_exit() {
     let run = Run::new(&crashed_child());
-    let down = format!("http://127.0.0.1:{}", free_port());
+    let down = format!("http://127.0.0.1:{}", support::harness::free_port());
     let pid = dead_pid();
     let out = wait_output(run.spawn(Some(&down), &["--parent-pid", &pid]), W);
     let stderr = String::from_utf8_lossy(&out.stderr);

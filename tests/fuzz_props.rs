@@ -335,7 +335,9 @@ fn reference_malformed(line: &[u8]) -> Option<bool> {
 fn classifier_is_chunking_invariant_and_agrees_with_a_json_parser_on_malformed() {
     fuzz(
         "classify: chunks and malformed",
-        10_000,
+        // 5,000 (10,000 in round 1): `classify_props.rs` checks the same two properties
+        // (`chunking_is_invisible`, `validity_matches_serde_json`) on structured JSON.
+        5_000,
         || {
             (
                 any_line(),
@@ -904,7 +906,9 @@ fn model(data: &[u8]) -> Vec<Line> {
 fn the_tail_reader_emits_exactly_the_complete_lines_however_the_file_grows() {
     fuzz(
         "tail reader",
-        1_000,
+        // 500 (1,000 in round 1): `tail_model.rs` checks the reader against a model over
+        // grow/truncate/restart sequences, and `fold_props.rs` folds a prefix then the rest.
+        500,
         || {
             (
                 file(),

@@ -3,19 +3,16 @@
 //! facts `revision-2.md` R4 adds (binding window, queued mail, stop owed at exit, idle from
 //! the watcher's start, a child header without a parent).
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use support::rollout::Line;
 
 fn kcap_watch() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kcap-watch"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KCAP_") {
-            c.env_remove(k);
-        }
-    }
-    c
+    support::harness::kcap_watch()
 }
 
 fn inspect(path: &Path, now: &str) -> Value {
@@ -34,8 +31,8 @@ fn inspect(path: &Path, now: &str) -> Value {
 
 const META: &str = r#"{"timestamp":"2026-07-28T09:59:00.000Z","type":"session_meta","payload":{"id":"019fa981-6ea2-7000-a000-000000000002","session_id":"019fa981-2dca-7000-a000-000000000001","thread_source":"subagent","agent_path":"/root/spec_quality"}}"#;
 
-fn line(at: &str, kind: &str, payload: &str) -> String {
-    format!(r#"{{"timestamp":"2026-07-28T{at}Z","type":"{kind}","payload":{payload}}}"#)
+fn line(at: &str, kind: &'static str, payload: &str) -> String {
+    Line::new(kind, payload).at(at)
 }
 
 fn rollout(dir: &Path, lines: &[String]) -> std::path::PathBuf {

@@ -2,6 +2,8 @@
 //! section 8 that involve the loop's timers, with minutes and hours passing instantly and
 //! deterministically. Offline, so the spools show what the watcher did.
 
+mod support;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,35 +15,35 @@ use kcap_watch::rollout::header::Role;
 use kcap_watch::time::Ts;
 use kcap_watch::watch::clock::{Clock, TokioClock};
 use kcap_watch::watch::{self, ExitReason, WatchOptions};
+use support::lifecycle_table::{self, HEADER_AT, seconds};
+use support::rollout;
 
 const MIN: Duration = Duration::from_secs(60);
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 
 fn child_meta() -> String {
-    r#"{"type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_nickname":"Hypatia"}}"#.to_string()
+    rollout::session_meta(
+        r#"{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_nickname":"Hypatia"}"#,
+    )
+    .text()
 }
 
 fn ev(payload: &str) -> String {
-    format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
+    rollout::event(payload).text()
 }
 
 fn started() -> String {
-    ev(r#"{"type":"task_started","turn_id":"t1"}"#)
+    rollout::task_started("t1").text()
 }
 
 fn complete() -> String {
-    ev(r#"{"type":"task_complete","turn_id":"t1","last_agent_message":"done"}"#)
+    rollout::task_complete("t1", "done").text()
 }
 
 fn usage_limit(resets_at: Ts) -> [String; 2] {
     [
-        ev(&format!(
-            r#"{{"type":"token_count","rate_limits":{{"primary":{{"used_percent":100.0,"resets_at":{}}}}}}}"#,
-            resets_at.as_millis() / 1000
-        )),
-        ev(
-            r#"{"type":"task_complete","turn_id":"t1","last_agent_message":null,"error":{"codex_error_info":"usage_limit_exceeded"}}"#,
-        ),
+        rollout::token_count(100.0, resets_at).text(),
+        rollout::usage_limit_complete("t1").text(),
     ]
 }
 
@@ -170,6 +172,46 @@ fn stops(s: &Setup) -> usize {
         .count()
 }
 
+/// The table of section 8 with a running watcher: each line appended at its time (the
+/// paused clock starting at the header's), the stop spooled exactly when due and not a
+/// second earlier, or not within an hour of the last line when none is owed.
+#[tokio::test(start_paused = true)]
+async fn lifecycle_table_at_the_loop_level() {
+    let since_header = |hms: &str| Duration::from_secs(seconds(hms) - seconds(HEADER_AT));
+    for sc in lifecycle_table::scenarios() {
+        let what = format!("scenario {} ({})", sc.section, sc.name);
+        let s = Setup::new(&[lifecycle_table::header().text()]);
+        let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+        let test = async {
+            settle(|| s.spooled_lines() == 1).await;
+            for (at, line) in &sc.lines {
+                s.until(since_header(at)).await;
+                s.append_now(&[line.text()]).await;
+            }
+            match sc.stop_due {
+                Some(due) => {
+                    s.until(since_header(due) - Duration::from_secs(1)).await;
+                    tokio::task::yield_now().await;
+                    assert_eq!(stops(&s), 0, "{what}: not a second before {due}");
+                    s.until(since_header(due)).await;
+                    settle(|| stops(&s) == 1).await;
+                    assert_eq!(s.clock.now(), s.at(since_header(due)), "{what}");
+                }
+                None => {
+                    let last = sc.lines.last().map_or(HEADER_AT, |l| l.0);
+                    s.until(since_header(last) + 60 * MIN).await;
+                    tokio::task::yield_now().await;
+                    assert_eq!(stops(&s), 0, "{what}: no stop is owed");
+                }
+            }
+        };
+        tokio::select! {
+            r = watcher => panic!("{what}: watcher ended early: {r:?}"),
+            _ = test => {}
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn loop_scenario_1_stop_fires_at_five_minutes_not_a_second_earlier() {
     let s = Setup::new(&[child_meta(), started(), complete()]);
@@ -211,7 +253,7 @@ async fn loop_scenario_4_no_second_stop_after_re_engagement() {
 
 #[tokio::test(start_paused = true)]
 async fn loop_scenario_7_a_pending_call_blocks_the_reap_until_it_is_twelve_hours_old() {
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"wait_agent","arguments":"{}","call_id":"c1"}}"#.to_string();
+    let call = rollout::call("c1", "wait_agent", "{}").text();
     let s = Setup::new(&[child_meta(), started(), call]);
     let mut settings = s.settings();
     settings.reap_after = 30 * MIN;
@@ -314,7 +356,8 @@ async fn a_lifetime_ceiling_without_pauses_fires_on_time_with_the_plain_message(
 
 #[tokio::test(start_paused = true)]
 async fn a_session_ends_after_its_idle_window_counted_from_the_close_of_a_pause() {
-    let meta = r#"{"type":"session_meta","payload":{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/w"}}"#.to_string();
+    let meta =
+        rollout::session_meta(r#"{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/w"}"#).text();
     let s = Setup::new(&[meta, started()]);
     let mut opts = s.opts();
     opts.role = Some(Role::Session);
@@ -401,13 +444,13 @@ fn agent_text(text: &str) -> String {
 }
 
 fn crashed_child() -> Vec<String> {
-    let call = r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#;
-    let out = r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"ok"}}"#;
+    let call = rollout::call("c1", "exec_command", "{}").text();
+    let out = rollout::output("c1", "ok").text();
     vec![
         child_meta(),
         started(),
-        call.to_string(),
-        out.to_string(),
+        call,
+        out,
         agent_text("Halfway through the migration."),
     ]
 }

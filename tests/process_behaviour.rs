@@ -377,61 +377,67 @@ fn a_symbolic_link_at_any_path_the_watcher_writes_is_refused_and_its_target_is_u
     for d in ["watchers", "logs", "spool", "transcript-spool"] {
         paths.push(Path::new("/C").join(d));
     }
-    for planted in paths {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config");
-        let at = config.join(planted.strip_prefix("/C").unwrap());
-        let rollout = fixture_copy("child-two-turns.jsonl", dir.path());
-        let target = dir.path().join("target");
-        let is_dir = at.extension().is_none() && !at.to_string_lossy().contains(SESSION);
-        if is_dir {
-            fs::create_dir(&target).unwrap();
-            fs::write(target.join("keep"), precious).unwrap();
-        } else {
-            fs::write(&target, precious).unwrap();
-        }
-        fs::create_dir_all(at.parent().unwrap()).unwrap();
-        symlink(&target, &at).unwrap();
-        // The transcript spool's marker is written only when the spool cannot be: make that so.
-        if at.ends_with(format!("{SESSION}.needs-import")) {
-            symlink(&target, written_paths(&config)[8].clone()).unwrap();
-        }
+    // Each planted link is its own sandbox and its own --once run (some wait out their
+    // spool budget): all run at once, each in its own thread; any failed assertion fails the test.
+    std::thread::scope(|scope| {
+        for planted in paths {
+            scope.spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let config = dir.path().join("config");
+                let at = config.join(planted.strip_prefix("/C").unwrap());
+                let rollout = fixture_copy("child-two-turns.jsonl", dir.path());
+                let target = dir.path().join("target");
+                let is_dir = at.extension().is_none() && !at.to_string_lossy().contains(SESSION);
+                if is_dir {
+                    fs::create_dir(&target).unwrap();
+                    fs::write(target.join("keep"), precious).unwrap();
+                } else {
+                    fs::write(&target, precious).unwrap();
+                }
+                fs::create_dir_all(at.parent().unwrap()).unwrap();
+                symlink(&target, &at).unwrap();
+                // The transcript spool's marker is written only when the spool cannot be: make that so.
+                if at.ends_with(format!("{SESSION}.needs-import")) {
+                    symlink(&target, written_paths(&config)[8].clone()).unwrap();
+                }
 
-        let out = run(spawned_watch(&config, &rollout, &["--once"]), T);
-        let all = format!("{}{}", stderr(&out), log_text(&config));
-        let status = code(out.status);
-        assert!(
-            all.contains(&format!("refusing to use {}", at.display())),
-            "{}: refused by name (exit {status}):\n{all}",
-            at.display()
-        );
-        assert!(
-            fs::symlink_metadata(&at).unwrap().file_type().is_symlink(),
-            "{}: the link itself is left",
-            at.display()
-        );
-        if is_dir {
-            let names: Vec<_> = fs::read_dir(&target).unwrap().flatten().collect();
-            assert_eq!(
-                names.len(),
-                1,
-                "{}: nothing created through it",
-                at.display()
-            );
-            assert_eq!(fs::read_to_string(target.join("keep")).unwrap(), precious);
-        } else {
-            assert_eq!(
-                fs::read_to_string(&target).unwrap(),
-                precious,
-                "{}: target unchanged",
-                at.display()
-            );
+                let out = run(spawned_watch(&config, &rollout, &["--once"]), T);
+                let all = format!("{}{}", stderr(&out), log_text(&config));
+                let status = code(out.status);
+                assert!(
+                    all.contains(&format!("refusing to use {}", at.display())),
+                    "{}: refused by name (exit {status}):\n{all}",
+                    at.display()
+                );
+                assert!(
+                    fs::symlink_metadata(&at).unwrap().file_type().is_symlink(),
+                    "{}: the link itself is left",
+                    at.display()
+                );
+                if is_dir {
+                    let names: Vec<_> = fs::read_dir(&target).unwrap().flatten().collect();
+                    assert_eq!(
+                        names.len(),
+                        1,
+                        "{}: nothing created through it",
+                        at.display()
+                    );
+                    assert_eq!(fs::read_to_string(target.join("keep")).unwrap(), precious);
+                } else {
+                    assert_eq!(
+                        fs::read_to_string(&target).unwrap(),
+                        precious,
+                        "{}: target unchanged",
+                        at.display()
+                    );
+                }
+                // Links at the watcher's own files stop it before it writes anything.
+                if at.starts_with(config.join("watchers")) {
+                    assert_eq!(status, 2, "{}: {all}", at.display());
+                }
+            });
         }
-        // Links at the watcher's own files stop it before it writes anything.
-        if at.starts_with(config.join("watchers")) {
-            assert_eq!(status, 2, "{}: {all}", at.display());
-        }
-    }
+    });
 }
 
 #[test]

@@ -4,10 +4,19 @@
 //! every line delivered under its number, the child's stop posted, a graceful exit, and a
 //! heartbeat file that was never older than 5 s while the watcher ran (sampled every 100 ms):
 //! a spawner kills a watcher whose heartbeat is 20 s old.
+//!
+//! The watcher's own retry pacing (backoff, request deadlines, the pause after a 401) runs ten
+//! times faster here through the test-only `KCAP_WATCH_RETRY_SECOND_MS=100`, so a fault lasts
+//! as many retries as before in a tenth of the time; a server's `Retry-After` is still honoured
+//! in full. Fault spans are sized in those scaled terms, and waits end on what the server saw.
 
-#[path = "support/harness.rs"]
-mod harness;
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
+
 mod support;
+
+use support::harness;
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +25,9 @@ use harness::{
     expected_lines, stops_for_child, wait_until,
 };
 use support::{FakeKcap, Fault};
+
+/// One second of the watcher's retry pacing lasts this many milliseconds in this suite.
+const RETRY_SECOND_MS: &str = "100";
 
 /// A child watcher shipping to `url`, with the header and a first turn on disk.
 struct Run {
@@ -32,7 +44,12 @@ impl Run {
         let mut lines = vec![harness::child_meta()];
         lines.extend(harness::turn(0));
         sandbox.append_lines(&lines);
-        let watcher = sandbox.spawn(sandbox.watch(Some(url), &[]).envs(env.iter().copied()));
+        let watcher = sandbox.spawn(
+            sandbox
+                .watch(Some(url), &[])
+                .env("KCAP_WATCH_RETRY_SECOND_MS", RETRY_SECOND_MS)
+                .envs(env.iter().copied()),
+        );
         let heartbeat = Some(HeartbeatSampler::start(sandbox.heartbeat(&child_key())));
         Run {
             sandbox,
@@ -56,6 +73,24 @@ impl Run {
                 self.watcher.stderr()
             );
         }
+    }
+
+    /// Appends a whole turn every `every` until `done` holds (at most `timeout`): the rollout
+    /// keeps growing until the fault has been seen through.
+    fn keep_writing_until(
+        &mut self,
+        timeout: Duration,
+        every: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if done() {
+                return true;
+            }
+            self.keep_writing(every, every);
+        }
+        done()
     }
 
     /// Waits until the server holds the whole rollout and the child's stop, then
@@ -100,8 +135,10 @@ fn server_down_at_start_for_a_long_stretch_then_up() {
     let port = harness::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut run = Run::start(&url, &[]);
-    // Nothing listens: every watermark query is refused while the file keeps growing.
-    run.keep_writing(Duration::from_secs(10), Duration::from_millis(250));
+    // Nothing listens: every watermark query is refused while the file keeps growing, long
+    // enough at the scaled pace for the backoff to reach its ceiling (3 s here, 30 s real):
+    // as long a stretch in retries as a minute of real pacing.
+    run.keep_writing(Duration::from_secs(6), Duration::from_millis(250));
     assert!(
         run.watcher.has_event("ship_failed"),
         "no failure logged while the server was down:\n{}",
@@ -118,12 +155,12 @@ fn server_errors_5xx_on_every_route_then_recovers() {
     let server = FakeKcap::start();
     server.fail_always(None, Fault::Status(503));
     let mut run = Run::start(&server.url(), &[]);
-    run.keep_writing(Duration::from_secs(3), Duration::from_millis(200));
+    run.keep_writing(Duration::from_millis(1500), Duration::from_millis(200));
     server.clear_faults();
     // Then a run of 500s on the transcript alone, mid-stream.
     server.fail_next_on("transcript", 4, Fault::Status(500));
     server.fail_next_on("transcript", 1, Fault::Status(502));
-    run.keep_writing(Duration::from_secs(2), Duration::from_millis(200));
+    run.keep_writing(Duration::from_secs(1), Duration::from_millis(200));
     run.finish(&server, Duration::from_secs(60));
     assert!(server.requests().iter().any(|r| r.route == "transcript"));
     assert!(
@@ -159,17 +196,27 @@ fn a_429_with_retry_after_is_honoured() {
 #[test]
 fn hanging_responses_time_out_and_are_retried() {
     let server = FakeKcap::start();
-    // The first watermark query never gets an answer (its deadline is 10 s), then the first
-    // transcript batch hangs too (30 s). Reading and the heartbeat go on meanwhile.
+    // The first watermark query never gets an answer (its deadline is 10 s, 1 s at the
+    // suite's pace), then the first transcript batch hangs too (30 s, 3 s here). Reading and
+    // the heartbeat go on meanwhile.
     server.fail_next_on("last-line", 1, Fault::Hang);
     server.fail_next_on("transcript", 1, Fault::Hang);
     let mut run = Run::start(&server.url(), &[]);
-    run.keep_writing(Duration::from_secs(11), Duration::from_millis(500));
     assert!(
-        wait_until(Duration::from_secs(10), || server
-            .request_count("last-line")
-            >= 2),
+        run.keep_writing_until(
+            Duration::from_secs(20),
+            Duration::from_millis(500),
+            || server.request_count("last-line") >= 2
+        ),
         "the hanging watermark query was not retried"
+    );
+    assert!(
+        run.keep_writing_until(
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || server.request_count("transcript") >= 2
+        ),
+        "the hanging transcript batch was not retried"
     );
     // A slow but answering server is no failure at all.
     server.fail_next_on("transcript", 2, Fault::Delay(Duration::from_secs(2)));
@@ -187,7 +234,7 @@ fn connections_cut_mid_answer_lose_nothing() {
     // Neither stored nor answered.
     server.fail_next_on("transcript", 2, Fault::DropConnection { store: false });
     let mut run = Run::start(&server.url(), &[]);
-    run.keep_writing(Duration::from_secs(3), Duration::from_millis(200));
+    run.keep_writing(Duration::from_millis(1500), Duration::from_millis(200));
     run.finish(&server, Duration::from_secs(60));
     assert!(server.request_count("transcript") >= 5);
 }
@@ -209,7 +256,7 @@ fn server_losing_its_last_batches_gets_them_again_after_the_next_failure_heals()
     // when it reads the watermark again, which it does once a delivery failure heals.
     server.lose_last_lines(SESSION_ND, AGENT_ND, 7);
     server.fail_next_on("transcript", 1, Fault::Status(503));
-    run.keep_writing(Duration::from_secs(2), Duration::from_millis(300));
+    run.keep_writing(Duration::from_secs(1), Duration::from_millis(300));
     run.finish(&server, Duration::from_secs(30));
     assert!(
         run.watcher
@@ -242,11 +289,11 @@ fn a_401_keeps_every_line_until_the_token_file_is_refreshed() {
     std::fs::write(&token_file, "tok-fresh-2b7e151628aed2a6\n").unwrap();
     let refused = server.requests().len();
     run.keep_writing(Duration::from_secs(1), Duration::from_millis(300));
-    // Re-read every 60 s after a 401, never in a loop.
-    run.finish(&server, Duration::from_secs(90));
+    // Re-read every 60 s after a 401 (6 s at the suite's pace), never in a loop.
+    run.finish(&server, Duration::from_secs(30));
     assert!(
         refused <= 3,
-        "{refused} requests within 4 s of a 401: the watcher spins"
+        "{refused} requests within 3 s of a 401: the watcher spins"
     );
     assert!(
         run.watcher.stderr().contains("HTTP 401"),

@@ -7,10 +7,13 @@
 //!
 //! The run is seeded: the seed is printed (shown when the test fails) and can be replayed with
 //! `KCAP_SOAK_SEED=<seed> cargo test --test reliability_soak`.
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::time::{Duration, Instant};
 

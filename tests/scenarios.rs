@@ -3,6 +3,8 @@
 //! with every time injected. (The same scenarios run through the binary in
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)
 
+mod support;
+
 use std::time::Duration;
 
 use kcap_watch::decide::{
@@ -13,6 +15,7 @@ use kcap_watch::fold::{BindingReason, IdleSince, Observed, PauseState, State, Tu
 use kcap_watch::rollout::header::{MissingKey, Role, missing_key};
 use kcap_watch::rollout::{RateWindow, classify};
 use kcap_watch::time::Ts;
+use support::lifecycle_table::{self, HEADER_AT};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -83,6 +86,29 @@ impl Child {
 
     fn stop_due(&self) -> Option<Ts> {
         subagent_stop_due(&self.state, Role::Child, 5 * MIN, StopProgress::default())
+    }
+}
+
+/// The table of section 8 at the pure level: every line folded at its own time, the stop's
+/// due time and the unanswered calls read off the fold.
+#[test]
+fn lifecycle_table_at_the_pure_level() {
+    for sc in lifecycle_table::scenarios() {
+        let mut c = Child {
+            state: State::new(),
+            next: 0,
+        };
+        c.fold(HEADER_AT, &lifecycle_table::header().text());
+        for (at, line) in &sc.lines {
+            c.fold(at, &line.text());
+        }
+        let what = format!("scenario {} ({})", sc.section, sc.name);
+        assert_eq!(c.stop_due(), sc.stop_due.map(t), "{what}: stop due");
+        assert_eq!(
+            c.state.pending.len(),
+            sc.pending_calls,
+            "{what}: pending calls"
+        );
     }
 }
 

@@ -4,10 +4,13 @@
 //! the server or the spool; every file and directory the watcher creates is private (0600 and
 //! 0700) even under a permissive umask; and a plain `http` URL to a host other than loopback
 //! draws a warning.
+// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
+// linted, not run (see the README's Platforms section).
+#![cfg(unix)]
 
-#[path = "support/harness.rs"]
-mod harness;
 mod support;
+
+use support::harness;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};

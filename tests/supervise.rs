@@ -4,6 +4,9 @@
 //! once; a child held by a live `watch` is left alone and taken over when that watch dies;
 //! every owned key stays alive by the kcap CLI's rule; a SIGKILL and restart loses no line
 //! and still posts every stop; a fault in one child affects that child only.
+//!
+//! Linux only: the liveness checks read `/proc`, and the tests end processes with signals.
+#![cfg(target_os = "linux")]
 
 mod support;
 
@@ -14,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::bin::{kcap_watch, wait_exit, wait_for};
+use support::rollout;
 use support::{FakeKcap, Fault};
 
 const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
@@ -195,7 +199,6 @@ fn stops_for(server: &FakeKcap, agent: &str) -> usize {
 /// The kcap CLI's `IsWatcherAlive`, written again apart from the crate: the pid on line 1
 /// runs, line 2 is its start token (`lx:<boot_id>:<field 22 of /proc/<pid>/stat>`), and past
 /// 30 s from `.started` (`grace`) the heartbeat is at most 20 s old. Returns the pid.
-#[cfg(target_os = "linux")]
 fn kcap_cli_alive(dir: &Path, key: &str, grace_secs: i64) -> Option<u32> {
     let read = |suffix: &str| fs::read_to_string(dir.join(format!("{key}.{suffix}"))).ok();
     let pid_file = read("pid")?;
@@ -218,7 +221,6 @@ fn kcap_cli_alive(dir: &Path, key: &str, grace_secs: i64) -> Option<u32> {
     ((now - beat).get_milliseconds() <= 20_000).then_some(pid)
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn descendants_created_while_it_runs_are_shipped_completely_and_stopped_once() {
     let server = FakeKcap::start();
@@ -286,7 +288,6 @@ fn descendants_created_while_it_runs_are_shipped_completely_and_stopped_once() {
     assert!(!server.stream_exists(&bare(ROOT), ""));
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     let server = FakeKcap::start();
@@ -340,7 +341,6 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     assert_eq!(stops_for(&server, CHILD_A), 1);
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn sigkill_and_restart_loses_no_line_and_posts_every_stop() {
     let server = FakeKcap::start();
@@ -379,7 +379,6 @@ fn sigkill_and_restart_loses_no_line_and_posts_every_stop() {
     }
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn a_fault_in_one_child_affects_that_child_only() {
     let server = FakeKcap::start();
@@ -408,7 +407,7 @@ fn a_fault_in_one_child_affects_that_child_only() {
         .watchers()
         .join(format!("{}.lock", key(GRANDCHILD)))
         .exists()));
-    let more = r#"{"timestamp":"2026-07-28T16:30:00.000Z","type":"event_msg","payload":{"type":"agent_message","message":"still here"}}"#;
+    let more = rollout::event(r#"{"type":"agent_message","message":"still here"}"#).at("16:30:00");
     let mut f = fs::OpenOptions::new().append(true).open(&a.path).unwrap();
     writeln!(f, "{more}").unwrap();
     assert!(

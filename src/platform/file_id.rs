@@ -24,7 +24,13 @@ impl FileId {
 
     /// The identity of the file at `path` (following symlinks).
     pub fn of_path(path: &Path) -> io::Result<FileId> {
-        os::of_path(path)
+        os::of_path(path, true)
+    }
+
+    /// The identity of what is at `path` itself: a symbolic link there is the link, not the
+    /// file it points at.
+    pub fn of_link_path(path: &Path) -> io::Result<FileId> {
+        os::of_path(path, false)
     }
 }
 
@@ -44,8 +50,13 @@ mod os {
         file.metadata().map(|m| of_metadata(&m))
     }
 
-    pub(super) fn of_path(path: &Path) -> io::Result<FileId> {
-        std::fs::metadata(path).map(|m| of_metadata(&m))
+    pub(super) fn of_path(path: &Path, follow: bool) -> io::Result<FileId> {
+        if follow {
+            std::fs::metadata(path)
+        } else {
+            std::fs::symlink_metadata(path)
+        }
+        .map(|m| of_metadata(&m))
     }
 }
 
@@ -56,8 +67,8 @@ mod os {
     use std::os::windows::io::AsRawHandle;
 
     use windows_sys::Win32::Storage::FileSystem::{
-        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_SHARE_DELETE, FILE_SHARE_READ,
-        FILE_SHARE_WRITE, GetFileInformationByHandle,
+        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+        FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, GetFileInformationByHandle,
     };
 
     pub(super) fn of_file(file: &File) -> io::Result<FileId> {
@@ -74,13 +85,19 @@ mod os {
         })
     }
 
-    pub(super) fn of_path(path: &Path) -> io::Result<FileId> {
+    pub(super) fn of_path(path: &Path, follow: bool) -> io::Result<FileId> {
         // No access rights and full sharing: looking never gets in anyone's way. Backup
-        // semantics lets a directory be opened too.
+        // semantics lets a directory be opened too; opening the reparse point itself is
+        // what not following a link means here.
+        let flags = if follow {
+            FILE_FLAG_BACKUP_SEMANTICS
+        } else {
+            FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT
+        };
         let file = std::fs::OpenOptions::new()
             .access_mode(0)
             .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE)
-            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+            .custom_flags(flags)
             .open(path)?;
         of_file(&file)
     }
@@ -106,11 +123,29 @@ mod tests {
 
         std::fs::write(&path, "a\n").unwrap();
         assert_ne!(FileId::of_path(&path).unwrap(), id);
+        assert_eq!(FileId::of_link_path(&moved).unwrap(), id);
         assert_eq!(
             FileId::of_path(&dir.path().join("missing"))
                 .unwrap_err()
                 .kind(),
             io::ErrorKind::NotFound
         );
+    }
+}
+
+#[cfg(all(test, unix))]
+mod link_tests {
+    use super::*;
+
+    #[test]
+    fn a_link_is_itself_unless_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let id = FileId::of_path(&target).unwrap();
+        assert_eq!(FileId::of_path(&link).unwrap(), id);
+        assert_ne!(FileId::of_link_path(&link).unwrap(), id);
     }
 }

@@ -10,6 +10,9 @@
 //! - [`positional`]: reads and writes at an offset without moving a shared cursor;
 //! - [`file_id`]: which file an open handle or a path names (device and inode, or volume
 //!   and file index);
+//! - [`private_file`]: files only this user may read, never opened through a symbolic link
+//!   at their own path (modes and `O_NOFOLLOW`, or reparse points refused);
+//! - [`memory`]: handing freed heap memory back to the system where the allocator keeps it;
 //! - [`signals`]: the signals that end a watcher, and detaching from a terminal.
 //!
 //! The parts that only format or compare (token text, path rules) are plain functions that
@@ -18,7 +21,9 @@
 
 pub mod config_dir;
 pub mod file_id;
+pub mod memory;
 pub mod positional;
+pub mod private_file;
 pub mod process;
 pub mod replace;
 pub mod signals;

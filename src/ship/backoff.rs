@@ -32,6 +32,8 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 pub struct Backoff {
     builder: ExponentialBuilder,
     steps: ExponentialBackoff,
+    /// Share of real time the computed delays take (1.0 but in tests, `Settings::retry_scale`).
+    scale: f64,
 }
 
 impl Default for Backoff {
@@ -50,6 +52,16 @@ impl Backoff {
         Backoff {
             builder,
             steps: builder.build(),
+            scale: 1.0,
+        }
+    }
+
+    /// A backoff whose computed delays are `scale` times as long (the test-only
+    /// `KCAP_WATCH_RETRY_SECOND_MS`); a server's `Retry-After` is still honoured in full.
+    pub fn scaled(scale: f64) -> Backoff {
+        Backoff {
+            scale,
+            ..Backoff::new()
         }
     }
 
@@ -64,7 +76,8 @@ impl Backoff {
             .unwrap_or(MAX_DELAY)
             .clamp(MIN_DELAY, MAX_DELAY);
         let spread = u64::try_from((envelope - MIN_DELAY).as_millis()).unwrap_or(0);
-        let computed = MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread));
+        let computed =
+            (MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread))).mul_f64(self.scale);
         match retry_after {
             Some(asked) => computed.max(asked.min(MAX_RETRY_AFTER)),
             None => computed,
@@ -87,6 +100,22 @@ mod tests {
             let d = Backoff::new().next_delay(None);
             assert_eq!(d, MIN_DELAY);
         }
+    }
+
+    #[test]
+    fn a_scaled_backoff_shrinks_its_own_delays_but_not_a_retry_after() {
+        let mut b = Backoff::scaled(0.1);
+        let delays: Vec<Duration> = (0..100).map(|_| b.next_delay(None)).collect();
+        assert_eq!(delays[0], MIN_DELAY / 10);
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d <= MAX_DELAY / 10 && *d >= MIN_DELAY / 10)
+        );
+        assert_eq!(
+            b.next_delay(Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
     }
 
     #[test]

@@ -461,7 +461,8 @@ fn take(
     let context = || format!("failed to claim spool file {}", from.display());
     refuse_symlink(from).map_err(|e| with_context(e, context()))?;
     let target = fresh_draining_path(parent_dir(live), key, kind, pid);
-    match fs::rename(from, &target) {
+    // Retried while a reader (the kcap CLI reading the spool on Windows) holds it open.
+    match crate::platform::replace::rename(from, &target) {
         Ok(()) => {}
         // Another replay (or the kcap CLI's drain) took it first.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -670,7 +671,7 @@ fn replace_live(live: &Path, merged: &mut fs::File, merged_path: &Path) -> io::R
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut &current, &mut bytes)?;
         append_lines(merged, &bytes)?;
-        return fs::rename(merged_path, live);
+        return crate::platform::replace::rename(merged_path, live);
         // `current` closes here, releasing the lock; waiting appenders reopen the new file.
     }
     Err(io::Error::other(
@@ -711,7 +712,7 @@ fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
     // its `\n`: start on a fresh line, or this record is glued to the fragment and lost with it.
     if len > 0 {
         let mut last = [0u8];
-        if std::os::unix::fs::FileExt::read_at(&file, &mut last, len - 1)? == 1 && last[0] != b'\n'
+        if crate::platform::positional::read_at(&file, &mut last, len - 1)? == 1 && last[0] != b'\n'
         {
             (&file).write_all(b"\n")?;
         }
@@ -742,20 +743,11 @@ fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
 
 /// Whether the open `file` is still the file at `path` (no rename in between).
 fn still_at(file: &fs::File, path: &Path) -> io::Result<bool> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let open = file.metadata()?;
-        match fs::metadata(path) {
-            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (file, path);
-        Ok(true)
+    use crate::platform::file_id::FileId;
+    match FileId::of_path(path) {
+        Ok(now) => Ok(now == FileId::of_file(file)?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -347,32 +347,8 @@ fn read_first_line(path: &Path, mut classifier: Classifier) -> io::Result<(Heade
     }
 }
 
-/// Device and inode: a rollout's identity across renames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-impl FileId {
-    fn of(meta: &fs::Metadata) -> FileId {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            FileId {
-                dev: meta.dev(),
-                ino: meta.ino(),
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            // Without inodes a rename looks like a new file; its header then names a thread
-            // that is already a member, and it is reported as moved all the same.
-            let _ = meta;
-            FileId { dev: 0, ino: 0 }
-        }
-    }
-}
+/// A rollout's identity across renames (device and inode, or volume and file index).
+pub(crate) use crate::platform::file_id::FileId;
 
 /// What discovery found in one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -650,7 +626,9 @@ impl Discovery {
         if !meta.is_file() {
             return;
         }
-        let id = FileId::of(&meta);
+        let Ok(id) = FileId::of_path(path) else {
+            return;
+        };
         self.by_path.insert(path.to_path_buf(), id);
         if let Some(entry) = self.files.get_mut(&id) {
             let from = std::mem::replace(&mut entry.path, path.to_path_buf());

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::files::{
-    AcquireError, HEARTBEAT_EVERY, HeartbeatFile, WatcherFiles, ensure_private_dir,
+    AcquireError, HEARTBEAT_EVERY, HeartbeatFile, WatcherFiles, ensure_private_dir, open_private,
     private_options, process_alive, process_start_token, with_context,
 };
 use crate::time::Ts;
@@ -320,17 +320,12 @@ impl SpawnLock {
     /// `None` when another process holds it.
     fn try_take(dir: &Path, key: &str) -> io::Result<Option<SpawnLock>> {
         let path = dir.join(format!("{key}.spawnlock"));
-        let mut options = private_options();
-        options.write(true).create(true).truncate(false);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            // A symlink here is refused, never followed (R5).
-            options.custom_flags(libc::O_NOFOLLOW);
-        }
-        let file = options
-            .open(&path)
-            .map_err(|e| with_context(e, format!("failed to open {}", path.display())))?;
+        // A symlink here is refused, never followed (R5).
+        let file = open_private(
+            private_options().write(true).create(true).truncate(false),
+            &path,
+        )
+        .map_err(|e| with_context(e, format!("failed to open {}", path.display())))?;
         match file.try_lock() {
             Ok(()) => Ok(Some(SpawnLock(file))),
             Err(fs::TryLockError::WouldBlock) => Ok(None),

@@ -150,11 +150,23 @@ struct Supervisor {
 
 impl Supervisor {
     async fn run(&mut self) -> Result<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let install = |k| signal(k).context("failed to install a signal handler");
-        let mut sigterm = install(SignalKind::terminate())?;
-        let mut sigint = install(SignalKind::interrupt())?;
-        let mut sighup = install(SignalKind::hangup())?;
+        let mut signals = crate::platform::signals::ShutdownSignals::install()
+            .context("failed to install a signal handler")?;
+        // The parent as it is now: a pid the system later gives to another process counts as
+        // the parent having exited.
+        let parent = self
+            .parent_pid
+            .map(crate::platform::process::Incarnation::observe);
+        if parent.is_some() {
+            // Closing the terminal the session was started from must not end the supervisor
+            // (the parent decides when it ends).
+            if let Err(e) = crate::platform::signals::detach_from_terminal() {
+                warn!(
+                    event = "detach_failed",
+                    "failed to leave the terminal's session: {e}"
+                );
+            }
+        }
         info!(
             event = "supervisor_started",
             path = %self.session_path.display(),
@@ -216,9 +228,10 @@ impl Supervisor {
                         });
                     }
                     if self.ending.is_none()
-                        && let Some(pid) = self.parent_pid
-                        && !files::process_alive(pid)
+                        && let Some(parent) = &parent
+                        && !parent.running()
                     {
+                        let pid = parent.pid();
                         info!(event = "parent_exited", pid, "parent process {pid} exited");
                         self.end_all(Event::ParentExited);
                     }
@@ -242,9 +255,7 @@ impl Supervisor {
                         });
                     }
                 }
-                _ = sigterm.recv() => self.end_all(Event::Signal("SIGTERM")),
-                _ = sigint.recv() => self.end_all(Event::Signal("SIGINT")),
-                _ = sighup.recv() => self.end_all(Event::Signal("SIGHUP")),
+                name = signals.recv() => self.end_all(Event::Signal(name)),
             }
         }
     }

@@ -8,30 +8,14 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::reader::ReadAt;
+use crate::platform::file_id::FileId;
 
 /// Bytes before the read offset compared on every change.
 const CHECKED_BYTES: u64 = 256;
-
-/// Device and inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-impl FileId {
-    pub(crate) fn of(meta: &std::fs::Metadata) -> FileId {
-        FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        }
-    }
-}
 
 /// What a check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +41,7 @@ pub(crate) struct Guard {
 impl Guard {
     pub(crate) fn new(file: &File) -> io::Result<Guard> {
         Ok(Guard {
-            id: FileId::of(&file.metadata()?),
+            id: FileId::of_file(file)?,
             before: Vec::new(),
             at: 0,
             seen: None,
@@ -78,8 +62,8 @@ impl Guard {
             return Err("the file shrank below the read position");
         }
         let mut archived = None;
-        match std::fs::metadata(path) {
-            Ok(m) if FileId::of(&m) != self.id => {
+        match FileId::of_path(path) {
+            Ok(id) if id != self.id => {
                 return Err("it was replaced by a different file");
             }
             Ok(_) => {}
@@ -87,7 +71,7 @@ impl Guard {
                 // Gone from its path: archived by Codex (follow it), or deleted (read the rest
                 // through the open handle).
                 if let Some(candidate) = archive_path(path)
-                    && std::fs::metadata(&candidate).is_ok_and(|m| FileId::of(&m) == self.id)
+                    && FileId::of_path(&candidate).is_ok_and(|id| id == self.id)
                 {
                     archived = Some(candidate);
                 }

@@ -25,6 +25,8 @@ use crate::config::Settings;
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
 use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
+use crate::platform::process::Incarnation;
+use crate::platform::signals::ShutdownSignals;
 use crate::rollout::header::{Identity, MissingKey, Role, missing_key, normalize_id};
 use crate::ship::auth::Credentials;
 use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
@@ -110,7 +112,11 @@ impl Hub {
         let client = match &settings.server {
             Some(url) => {
                 let token = Credentials::from_settings(&settings, url);
-                Some(KcapClient::new(url, token, Deadlines::default())?)
+                Some(KcapClient::new(
+                    url,
+                    token,
+                    Deadlines::scaled(settings.retry_scale()),
+                )?)
             }
             None => None,
         };
@@ -158,9 +164,23 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> Result<(ExitReason, Summary)> {
+    // The parent as it is now, before anything slow: a pid the system later gives to another
+    // process counts as the parent having exited.
+    let parent = opts.parent_pid.map(Incarnation::observe);
+    if parent.is_some() {
+        // A spawned watcher outlives the terminal it may have been started from: closing
+        // that terminal must not end it (the parent decides when it ends).
+        match crate::platform::signals::detach_from_terminal() {
+            Ok(detached) => tracing::debug!(detached, "left the terminal's session"),
+            Err(e) => warn!(
+                event = "detach_failed",
+                "failed to leave the terminal's session: {e}"
+            ),
+        }
+    }
     let (hub, mut rx) = Hub::new(settings, clock)?;
     let mut child = Child::new(0, opts, &hub, Files::Own)?;
-    let result = run_one(&mut child, &hub, &mut rx).await;
+    let result = run_one(&mut child, &hub, &mut rx, parent).await;
     child.release();
     let summary = child.summary(&hub);
     result.map(|r| (r, summary))
@@ -172,12 +192,11 @@ async fn run_one(
     child: &mut Child,
     hub: &Hub,
     rx: &mut mpsc::Receiver<(u64, Done)>,
+    parent: Option<Incarnation>,
 ) -> Result<ExitReason> {
     // First: settling the identity may already spool a large file offline, and a SIGTERM
     // meanwhile must end the watcher through the pipeline, not kill it.
-    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut signals = ShutdownSignals::install().context("failed to install a signal handler")?;
     let settings = &hub.settings;
     let wake = Wakeups::start(&child.path, settings.force_poll);
     if let Mode::Poll(why) = wake.mode() {
@@ -213,8 +232,9 @@ async fn run_one(
                 if !once {
                     child.on_file_change(hub)?;
                 }
-                match child.opts.parent_pid {
-                    Some(pid) if !files::process_alive(pid) => {
+                match &parent {
+                    Some(parent) if !parent.running() => {
+                        let pid = parent.pid();
                         info!(event = "parent_exited", pid, "parent process {pid} exited");
                         Event::ParentExited
                     }
@@ -229,9 +249,7 @@ async fn run_one(
                 }
                 Event::Tick
             }
-            _ = sigterm.recv() => Event::Signal("SIGTERM"),
-            _ = sigint.recv() => Event::Signal("SIGINT"),
-            _ = sighup.recv() => Event::Signal("SIGHUP"),
+            name = signals.recv() => Event::Signal(name),
         };
         if matches!(event, Event::Signal(_) | Event::ParentExited) && !once {
             // What was appended just before the signal is part of what ends with it.
@@ -472,7 +490,7 @@ impl Child {
                     c.reload_token(now);
                 }
             }
-            Action::TrimMemory => release_freed_memory(),
+            Action::TrimMemory => crate::platform::memory::release_freed(),
             Action::Rewritten(why) => return Err(self.rewritten(why)),
             Action::Exit(reason) => self.exit = Some(reason),
         }
@@ -787,18 +805,4 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
         },
         folded,
     )))
-}
-
-fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(kind).context("failed to install a signal handler")
-}
-
-/// Returns freed heap memory to the system (glibc keeps it otherwise).
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists; no memory of ours is
-    // touched, and it is safe to call at any time from any thread.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

@@ -7,12 +7,7 @@ use std::time::{Duration, Instant};
 
 /// The binary with every inherited `KCAP_*` variable removed and `KCAP_CONFIG_DIR` set.
 pub fn kcap_watch(config_dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kcap-watch"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KCAP_") {
-            c.env_remove(k);
-        }
-    }
+    let mut c = super::harness::kcap_watch();
     c.env("KCAP_CONFIG_DIR", config_dir);
     c.env("KCAP_LOG", "info");
     c
@@ -62,6 +57,7 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
 }
 
 /// Sends a signal to a child process.
+#[cfg(unix)]
 pub fn signal(child: &Child, sig: i32) {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe {

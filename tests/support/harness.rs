@@ -3,9 +3,8 @@
 //! leaves its log behind), a heartbeat sampler, and the shipped form of a rollout's lines as
 //! the server must end up holding them.
 //!
-//! Included by the reliability and security suites with
-//! `#[path = "support/harness.rs"] mod harness;` next to `mod support;` (it uses nothing from
-//! `support`, so the shared `support/mod.rs` stays untouched).
+//! Part of `support` (`use support::harness;`); its rollout lines come from the shared
+//! builder, [`super::rollout`].
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -20,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use kcap_watch::ship::redact::{self, oversize_placeholder};
 use kcap_watch::time::Ts;
+
+use super::rollout;
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_kcap-watch");
@@ -277,6 +278,7 @@ impl Proc {
         })
     }
 
+    #[cfg(unix)]
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid; it has not been reaped while `status` is None.
         if self.status.is_none() {
@@ -289,16 +291,21 @@ impl Proc {
     /// SIGKILL, without waiting.
     pub fn kill9(&mut self) {
         self.killed = true;
-        self.signal(libc::SIGKILL);
+        if self.status.is_none() {
+            // SIGKILL on unix, TerminateProcess on Windows.
+            let _ = self.child.kill();
+        }
     }
 
     /// SIGTERM, then the exit code (a graceful end is exit 0).
+    #[cfg(unix)]
     pub fn terminate(&mut self, timeout: Duration) -> i32 {
         self.signal(libc::SIGTERM);
         self.exit_code(timeout, "after SIGTERM")
     }
 
     /// Peak resident memory (`VmHWM`) in KiB, while the process runs.
+    #[cfg(target_os = "linux")]
     pub fn vm_hwm_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
         status
@@ -460,22 +467,22 @@ pub fn diff_lines(got: &BTreeMap<u64, String>, want: &BTreeMap<u64, String>) -> 
     out
 }
 
-// ---- rollout lines --------------------------------------------------------------------------
+// ---- rollout lines (the shared builder, stamped with the wall clock) --------------------------
 
 /// A child's `session_meta` (current Codex layout) for [`SESSION`]/[`AGENT`].
 pub fn child_meta() -> String {
-    format!(
-        r#"{{"timestamp":"{}","type":"session_meta","payload":{{"id":"{AGENT}","session_id":"{SESSION}","parent_thread_id":"{SESSION}","thread_source":"subagent","agent_path":"/root/reliability","agent_nickname":"Hypatia","source":{{"subagent":{{"thread_spawn":{{"parent_thread_id":"{SESSION}","depth":1}}}}}},"cwd":"/home/dev/src/acme-api","cli_version":"0.145.0"}}}}"#,
-        now()
-    )
+    rollout::session_meta(&format!(
+        r#"{{"id":"{AGENT}","session_id":"{SESSION}","parent_thread_id":"{SESSION}","thread_source":"subagent","agent_path":"/root/reliability","agent_nickname":"Hypatia","source":{{"subagent":{{"thread_spawn":{{"parent_thread_id":"{SESSION}","depth":1}}}}}},"cwd":"/home/dev/src/acme-api","cli_version":"0.145.0"}}"#
+    ))
+    .now()
 }
 
 /// A session's (parent's) `session_meta` for [`SESSION`].
 pub fn session_meta() -> String {
-    format!(
-        r#"{{"timestamp":"{}","type":"session_meta","payload":{{"id":"{SESSION}","cwd":"/home/dev/src/acme-api","cli_version":"0.145.0"}}}}"#,
-        now()
-    )
+    rollout::session_meta(&format!(
+        r#"{{"id":"{SESSION}","cwd":"/home/dev/src/acme-api","cli_version":"0.145.0"}}"#
+    ))
+    .now()
 }
 
 pub fn now() -> String {
@@ -483,48 +490,31 @@ pub fn now() -> String {
 }
 
 pub fn event(payload: &str) -> String {
-    format!(
-        r#"{{"timestamp":"{}","type":"event_msg","payload":{payload}}}"#,
-        now()
-    )
+    rollout::event(payload).now()
 }
 
 pub fn item(payload: &str) -> String {
-    format!(
-        r#"{{"timestamp":"{}","type":"response_item","payload":{payload}}}"#,
-        now()
-    )
+    rollout::item(payload).now()
 }
 
 pub fn task_started(turn: &str) -> String {
-    event(&format!(r#"{{"type":"task_started","turn_id":"{turn}"}}"#))
+    rollout::task_started(turn).now()
 }
 
 pub fn task_complete(turn: &str, message: &str) -> String {
-    event(&format!(
-        r#"{{"type":"task_complete","turn_id":"{turn}","last_agent_message":{}}}"#,
-        serde_json::to_string(message).unwrap_or_default()
-    ))
+    rollout::task_complete(turn, message).now()
 }
 
 pub fn call(id: &str, name: &str) -> String {
-    item(&format!(
-        r#"{{"type":"function_call","name":"{name}","arguments":"{{\"cmd\":\"ls\"}}","call_id":"{id}"}}"#
-    ))
+    rollout::call(id, name, r#"{"cmd":"ls"}"#).now()
 }
 
 pub fn output(id: &str, text: &str) -> String {
-    item(&format!(
-        r#"{{"type":"function_call_output","call_id":"{id}","output":{}}}"#,
-        serde_json::to_string(text).unwrap_or_default()
-    ))
+    rollout::output(id, text).now()
 }
 
 pub fn message(text: &str) -> String {
-    item(&format!(
-        r#"{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":{}}}]}}"#,
-        serde_json::to_string(text).unwrap_or_default()
-    ))
+    rollout::message(text).now()
 }
 
 /// One whole turn: start, a call and its output, a message, completion.

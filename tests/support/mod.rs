@@ -4,5 +4,8 @@
 
 pub mod bin;
 pub mod fake_kcap;
+pub mod harness;
+pub mod lifecycle_table;
+pub mod rollout;
 
 pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};

@@ -17,15 +17,15 @@
 //! The document is kept as a JSON object, so every field this watcher does not know (and the
 //! kcap CLI's own, such as `github_username`) survives a refresh unchanged.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use super::Token;
+use crate::platform::private_file;
 use crate::time::Ts;
 
 /// A token this close to its expiry counts as expired: a request sent with it could arrive
@@ -221,19 +221,17 @@ impl Store {
     /// held it all that time. Dropping the returned file releases the lock.
     pub async fn lock(&self) -> io::Result<Option<File>> {
         let dir = self.tokens_dir();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
+        private_file::dir_builder().create(&dir)?;
         let path = self.lock_path();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            // A symlink planted here is refused, never followed (`revision-2.md` R5).
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
+        // A symlink planted here is refused, never followed (`revision-2.md` R5).
+        let file = private_file::open(
+            private_file::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+        )?;
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         loop {
             match file.try_lock() {
@@ -254,17 +252,16 @@ impl Store {
     pub fn save(&self, doc: &Map<String, Value>) -> io::Result<()> {
         let dir = self.tokens_dir();
         let text = serde_json::to_vec(doc).map_err(io::Error::other)?;
-        let mut temp = tempfile::Builder::new()
-            .prefix(&format!("{}.json.{}.", self.profile, std::process::id()))
-            .suffix(".tmp")
-            .rand_bytes(16)
-            .permissions(std::fs::Permissions::from_mode(0o600))
-            .tempfile_in(&dir)?;
+        let prefix = format!("{}.json.{}.", self.profile, std::process::id());
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp").rand_bytes(16);
+        private_file::restrict_temp_files(&mut builder);
+        let mut temp = builder.tempfile_in(&dir)?;
         temp.write_all(&text)?;
         temp.as_file().sync_all()?;
         let path = self.path();
-        temp.persist(&path).map_err(|e| e.error)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        crate::platform::replace::persist(temp, &path)?;
+        private_file::make_private(&path)?;
         match std::fs::remove_file(self.legacy_path()) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -475,11 +472,15 @@ mod tests {
             saved,
             json!({"access_token": "new", "github_username": "alice"})
         );
-        let mode = std::fs::metadata(config.join("tokens/default.json"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(config.join("tokens/default.json"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
         assert!(!config.join("tokens.json").exists());
         let leftovers: Vec<_> = std::fs::read_dir(config.join("tokens"))
             .unwrap()
