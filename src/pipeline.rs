@@ -1353,6 +1353,12 @@ impl Pipeline {
     }
 }
 
+/// The shared redactor, compiled when the first line is shipped rather than when a pipeline is
+/// made: an idle watcher (or a supervisor of idle children) never pays for the compiled rules.
+fn redactor() -> &'static Redactor {
+    crate::ship::redact::global()
+}
+
 #[cfg(test)]
 mod tests {
     //! Each numbered case of issue 11 replayed against the pipeline with injected time: the
@@ -1848,10 +1854,4 @@ mod tests {
         assert!(ended && t - 10.0 <= 4.0, "ended {ended} after {}", t - 10.0);
         assert_eq!(d.spooled_lines, vec![0, 1, 2]);
     }
-}
-
-/// The shared redactor, compiled when the first line is shipped rather than when a pipeline is
-/// made: an idle watcher (or a supervisor of idle children) never pays for the compiled rules.
-fn redactor() -> &'static Redactor {
-    crate::ship::redact::global()
 }
