@@ -5,12 +5,14 @@
 # built and measured side by side in the same run (before/after).
 #
 #   benches/compare.sh [--quick] [--keep] [--size 500MB] [--baseline REV [--keep-baseline]]
+#                      [--supervise-only]
 #
 # --quick:      a 50 MB file, fewer runs and shorter windows (a few minutes).
 # --keep:       keep the work directory (rollouts, logs, latency samples) and print its path.
 # --baseline:   build REV (e.g. dfbcf0f, the last round-1 commit) in a temporary git worktree
 #               under ${TMPDIR:-/tmp} with its own target directory, and measure its binary
 #               beside this one; both are deleted afterwards unless --keep-baseline.
+# --supervise-only: run only the supervise scenario (50 `watch` vs one `supervise`).
 #
 # Needs bash, git, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the two
 # examples it uses (examples/gen_rollout.rs, examples/sink_server.rs) itself; the baseline
@@ -22,10 +24,12 @@ KEEP=0
 SIZE_OVERRIDE=""
 BASE_REV=""
 KEEP_BASE=0
+SUPERVISE_ONLY=0
 while (($#)); do
     case "$1" in
     --quick) QUICK=1 ;;
     --keep) KEEP=1 ;;
+    --supervise-only) SUPERVISE_ONLY=1 ;;
     --size)
         SIZE_OVERRIDE="$2"
         shift
@@ -36,7 +40,7 @@ while (($#)); do
         ;;
     --keep-baseline) KEEP_BASE=1 ;;
     -h | --help)
-        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -205,6 +209,210 @@ MACHINE="$(nproc) cores ($CPU_MODEL), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "machine: $MACHINE; commit $REV; work dir $WORK${BASE_BIN:+; baseline $BASE_SHORT}"
+
+# === supervise scenario (issue 14): 50 `watch` processes vs one `supervise` ==================
+#
+# One session with SUP_N live children (open turns, nothing ends them) under a real
+# CODEX_HOME/sessions/YYYY/MM/DD. Side by side, at the same time, on the same files: SUP_N
+# separate `watch` processes (one per child, as the kcap CLI spawns them) and one `supervise`
+# process, each set with its own config directory (so neither sees the other's key files)
+# and its own loopback sink. Both ship every child from line 0; then `gen_rollout append`
+# writes SUP_RATE lines/s in total to random children for SUP_ACTIVE s, then nothing for
+# SUP_IDLE s. Measured per set: VmRSS and PSS (summed over the 50 watchers), threads,
+# inotify instances (`anon_inode:inotify` fds), utime+stime (/proc/PID/stat) over the idle
+# phase, voluntary+nonvoluntary context switches (every thread's /proc/PID/task/TID/status)
+# over the active phase per appended line, and append -> sink latency per line (the line
+# carries its write time and sequence number; the appender logs which child got each
+# sequence number, the sink its arrival), as p99 over all lines and the worst child's p99.
+
+if ((QUICK)); then
+    SUP_N=50 SUP_RATE=250 SUP_ACTIVE=20 SUP_IDLE=20 SUP_CHILD_SIZE=32KB
+else
+    SUP_N=50 SUP_RATE=250 SUP_ACTIVE=60 SUP_IDLE=60 SUP_CHILD_SIZE=32KB
+fi
+
+CLK_TCK=$(getconf CLK_TCK)
+# utime + stime of a process (every thread, ended ones included), in clock ticks.
+sup_ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' /proc/"$1"/stat 2>/dev/null || echo 0; }
+# Context switches of every live thread of a process.
+sup_ctxt() {
+    cat /proc/"$1"/task/*/status 2>/dev/null |
+        awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {n += $2} END {print n + 0}'
+}
+sup_inotify() { find /proc/"$1"/fd -lname 'anon_inode:inotify' 2>/dev/null | wc -l; }
+sup_threads() { awk '/^Threads:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
+sup_sum() { # function pid... : the sum of function over the pids
+    local f=$1 p t=0
+    shift
+    for p in "$@"; do t=$((t + $($f "$p"))); done
+    echo "$t"
+}
+sup_alive() {
+    local p n=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+    echo "$n"
+}
+# Nearest-rank p99 of "child ms" lines per child, then the largest of them.
+sup_worst_child_p99() {
+    sort -k1,1n -k2,2g | awk '
+        function flush() { if (n) { r = int(0.99 * n + 0.999999); if (r < 1) r = 1; if (r > n) r = n; if (v[r] > worst) worst = v[r] } n = 0 }
+        $1 != cur { flush(); cur = $1 }
+        { v[++n] = $2 }
+        END { flush(); printf "%.2f", worst }'
+}
+
+bench_supervise() {
+    local dir day date_dir session root i f tmp id parent kids=() total=0 appended
+    log "supervise: one session, $SUP_N live children; $SUP_N x watch vs 1 x supervise, side by side"
+    dir=$WORK/sup
+    day=$(date -u +%Y/%m/%d)
+    date_dir=$dir/codex/sessions/$day
+    mkdir -p "$date_dir" "$dir/cfg.watch" "$dir/cfg.supervise"
+    tmp=$dir/gen.tmp
+    "$GEN" --size 64KB --seed 900 --role session --end open --out "$tmp"
+    root=$(head -n1 "$tmp" | jq -r .payload.id)
+    session=$date_dir/rollout-$(date -u +%Y-%m-%dT%H-%M-%S)-$root.jsonl
+    mv "$tmp" "$session"
+    for ((i = 0; i < SUP_N; i++)); do
+        "$GEN" --size "$SUP_CHILD_SIZE" --seed $((1000 + i)) --role child --end open --out "$tmp"
+        id=$(head -n1 "$tmp" | jq -r .payload.id)
+        parent=$(head -n1 "$tmp" | jq -r .payload.parent_thread_id)
+        f=$date_dir/rollout-$(date -u +%Y-%m-%dT%H-%M-%S)-$id.jsonl
+        # The generator names a random parent; make it the session's thread.
+        sed "s/$parent/$root/g" "$tmp" >"$f"
+        kids+=("$f")
+        total=$((total + $(wc -l <"$f")))
+    done
+    rm -f "$tmp"
+    cmd "$GEN --size 64KB --seed 900 --role session --end open   # the session, in <CODEX_HOME>/sessions/$day"
+    cmd "$GEN --size $SUP_CHILD_SIZE --seed 1000..$((1000 + SUP_N - 1)) --role child --end open   # $SUP_N children of it (parent id set to the session's), same directory"
+
+    start_sink sup-watch --latency-log "$dir/watch.lat" --done-after-lines "$total" --done-file "$dir/watch.done"
+    local sink_w=$SINK_PID url_w=$SINK_URL
+    start_sink sup-supervise --latency-log "$dir/supervise.lat" --done-after-lines "$total" --done-file "$dir/supervise.done"
+    local sink_s=$SINK_PID url_s=$SINK_URL
+
+    cmd "KCAP_URL=<sink 1> KCAP_CONFIG_DIR=<tmp 1> $BIN supervise <session rollout> --codex-home <CODEX_HOME> ${WATCH_FLAGS[*]}"
+    KCAP_URL=$url_s KCAP_CONFIG_DIR=$dir/cfg.supervise KCAP_LOG=info \
+        "$BIN" supervise "$session" --codex-home "$dir/codex" "${WATCH_FLAGS[@]}" \
+        >"$dir/supervise.out" 2>"$dir/supervise.err" &
+    local sup_pid=$!
+    PIDS+=("$sup_pid")
+    cmd "$SUP_N x KCAP_URL=<sink 2> KCAP_CONFIG_DIR=<tmp 2> $BIN watch $root <child rollout> ${WATCH_FLAGS[*]}   # alongside, as the kcap CLI spawns them"
+    local wpids=()
+    for ((i = 0; i < SUP_N; i++)); do
+        KCAP_URL=$url_w KCAP_CONFIG_DIR=$dir/cfg.watch KCAP_LOG=info \
+            "$BIN" watch "$root" "${kids[$i]}" "${WATCH_FLAGS[@]}" >"$dir/watch-$i.out" 2>"$dir/watch-$i.err" &
+        wpids+=($!)
+        PIDS+=($!)
+    done
+    wait_for_file "$dir/watch.done" 300
+    wait_for_file "$dir/supervise.done" 300
+    sleep 3
+
+    # Active phase.
+    appended=$((SUP_RATE * SUP_ACTIVE))
+    local interval_us=$((1000000 / SUP_RATE))
+    cmd "$GEN append <the $SUP_N child rollouts> --count $appended --interval ${interval_us}us --first-seq 500000 --targets-log targets.txt"
+    local xw0 xs0 xw1 xs1
+    xw0=$(sup_sum sup_ctxt "${wpids[@]}")
+    xs0=$(sup_ctxt "$sup_pid")
+    "$GEN" append "${kids[@]}" --count "$appended" --interval "${interval_us}us" --first-seq 500000 \
+        --targets-log "$dir/targets.txt"
+    local deadline=$(($(now_us) + 30000000))
+    while (($(now_us) < deadline)); do
+        (($(wc -l <"$dir/watch.lat") >= appended && $(wc -l <"$dir/supervise.lat") >= appended)) && break
+        sleep 0.1
+    done
+    sleep 1
+    xw1=$(sup_sum sup_ctxt "${wpids[@]}")
+    xs1=$(sup_ctxt "$sup_pid")
+
+    # Idle phase.
+    sleep 2
+    local tw0 ts0 tw1 ts1
+    tw0=$(sup_sum sup_ticks "${wpids[@]}")
+    ts0=$(sup_ticks "$sup_pid")
+    sleep "$SUP_IDLE"
+    tw1=$(sup_sum sup_ticks "${wpids[@]}")
+    ts1=$(sup_ticks "$sup_pid")
+
+    SUP_W_ALIVE=$(sup_alive "${wpids[@]}")
+    SUP_S_ALIVE=$(sup_alive "$sup_pid")
+    SUP_W_RSS=$(sup_sum rss_kib "${wpids[@]}")
+    SUP_S_RSS=$(rss_kib "$sup_pid")
+    SUP_W_PSS=$(sup_sum pss_kib "${wpids[@]}")
+    SUP_S_PSS=$(pss_kib "$sup_pid")
+    SUP_W_THREADS=$(sup_sum sup_threads "${wpids[@]}")
+    SUP_S_THREADS=$(sup_threads "$sup_pid")
+    SUP_W_INOTIFY=$(sup_sum sup_inotify "${wpids[@]}")
+    SUP_S_INOTIFY=$(sup_inotify "$sup_pid")
+    SUP_W_CPU=$(awk -v a="$tw0" -v b="$tw1" -v hz="$CLK_TCK" -v s="$SUP_IDLE" 'BEGIN {printf "%.3f", (b-a)/hz * 60/s}')
+    SUP_S_CPU=$(awk -v a="$ts0" -v b="$ts1" -v hz="$CLK_TCK" -v s="$SUP_IDLE" 'BEGIN {printf "%.3f", (b-a)/hz * 60/s}')
+    SUP_W_CTX=$(awk -v a="$xw0" -v b="$xw1" -v n="$appended" 'BEGIN {printf "%.2f", (b-a)/n}')
+    SUP_S_CTX=$(awk -v a="$xs0" -v b="$xs1" -v n="$appended" 'BEGIN {printf "%.2f", (b-a)/n}')
+    SUP_W_LINES=$(curl -fsS "$url_w/stats" | jq .lines)
+    SUP_S_LINES=$(curl -fsS "$url_s/stats" | jq .lines)
+    SUP_TOTAL=$((total + appended))
+    SUP_APPENDED=$appended
+    local which
+    for which in watch supervise; do
+        awk '$1 >= 500000 {print $2/1000}' "$dir/$which.lat" >"$dir/$which.lat.ms"
+        printf -v "SUP_${which}_GOT" %s "$(wc -l <"$dir/$which.lat.ms")"
+        printf -v "SUP_${which}_P50" %s "$(percentile 50 <"$dir/$which.lat.ms")"
+        printf -v "SUP_${which}_P99" %s "$(percentile 99 <"$dir/$which.lat.ms")"
+        printf -v "SUP_${which}_MAX" %s "$(percentile 100 <"$dir/$which.lat.ms")"
+        printf -v "SUP_${which}_WORST" %s "$(awk 'NR == FNR {child[$1] = $2; next} $1 in child {print child[$1], $2/1000}' \
+            "$dir/targets.txt" "$dir/$which.lat" | sup_worst_child_p99)"
+    done
+
+    for i in "${wpids[@]}"; do stop_pid "$i"; done
+    stop_pid "$sup_pid"
+    stop_pid "$sink_w"
+    stop_pid "$sink_s"
+    SUP_ERRORS=$(cat "$dir"/watch-*.err "$dir/supervise.err" | grep -c '"level":"ERROR"\| ERROR ' || true)
+    # The generated session tree is only needed with --keep.
+    ((KEEP)) || rm -rf "$dir/codex"
+}
+
+print_supervise_table() {
+    local r=$(awk -v a="$SUP_S_RSS" -v b="$SUP_W_RSS" 'BEGIN {printf "%.3f", a/b}')
+    local p=$(awk -v a="$SUP_S_PSS" -v b="$SUP_W_PSS" 'BEGIN {printf "%.3f", a/b}')
+    echo
+    echo "supervise: one session, $SUP_N live children ($SUP_CHILD_SIZE each, shipped from line 0 first), $SUP_RATE lines/s to random children for $SUP_ACTIVE s ($SUP_APPENDED lines), then $SUP_IDLE s idle; $SUP_N \`watch\` and one \`supervise\` side by side on the same files, each with its own sink and config dir"
+    echo
+    echo "| what | $SUP_N × \`watch\` (summed) | 1 × \`supervise\` | target (supervise) | holds |"
+    echo "|---|---|---|---|---|"
+    echo "| processes alive at the end | $SUP_W_ALIVE | $SUP_S_ALIVE | — | — |"
+    echo "| lines at the sink (of $SUP_TOTAL) | $SUP_W_LINES | $SUP_S_LINES | all | $(holds "$SUP_S_LINES >= $SUP_TOTAL") |"
+    echo "| VmRSS after the idle phase | $(mib_of_kib "$SUP_W_RSS") MiB | $(mib_of_kib "$SUP_S_RSS") MiB ($r×) | ≤ 1/10 and < 24 MiB | $(holds "$r <= 0.1 && $SUP_S_RSS < 24576") |"
+    echo "| PSS (smaps_rollup) | $(mib_of_kib "$SUP_W_PSS") MiB | $(mib_of_kib "$SUP_S_PSS") MiB ($p×) | — | — |"
+    echo "| threads | $SUP_W_THREADS | $SUP_S_THREADS | — | — |"
+    echo "| inotify instances | $SUP_W_INOTIFY | $SUP_S_INOTIFY | 1 | $(holds "$SUP_S_INOTIFY == 1") |"
+    echo "| idle CPU (utime+stime), s per minute | $SUP_W_CPU | $SUP_S_CPU | ≤ 0.05 | $(holds "$SUP_S_CPU <= 0.05") |"
+    echo "| append → sink, all lines ($SUP_watch_GOT / $SUP_supervise_GOT of $SUP_APPENDED arrived) | p50 $(r2 "$SUP_watch_P50") ms, p99 $(r2 "$SUP_watch_P99") ms, max $(r2 "$SUP_watch_MAX") ms | p50 $(r2 "$SUP_supervise_P50") ms, p99 $(r2 "$SUP_supervise_P99") ms, max $(r2 "$SUP_supervise_MAX") ms | — | — |"
+    echo "| append → sink, worst child's p99 | $SUP_watch_WORST ms | $SUP_supervise_WORST ms | < 20 ms | $(holds "$SUP_supervise_WORST < 20 && $SUP_supervise_GOT >= $SUP_APPENDED") |"
+    echo "| context switches per appended line (active phase, every thread) | $SUP_W_CTX | $SUP_S_CTX | ≤ 2 | $(holds "$SUP_S_CTX <= 2") |"
+    echo "| ERROR log lines | — | — | 0 (both sets: $SUP_ERRORS) | $(holds "$SUP_ERRORS == 0") |"
+    echo
+    echo "(CPU from /proc/PID/stat at $CLK_TCK ticks/s, scaled to a minute; context switches from the threads alive at each snapshot.)"
+}
+
+if ((SUPERVISE_ONLY)); then
+    holds() { awk "BEGIN {exit !($1)}" && echo yes || echo "**no**"; }
+    r2() { awk -v x="$1" 'BEGIN {printf "%.2f", x}'; }
+    bench_supervise
+    echo
+    echo "kcap-watch supervise performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
+    echo "machine: $MACHINE"
+    echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine shares its 2 cores)"
+    print_supervise_table
+    echo
+    echo "Commands run (from $ROOT):"
+    for c in "${CMDS[@]}"; do echo "  $c"; done
+    exit 0
+fi
+# === end of the supervise scenario ===========================================================
 
 # --- the corpus -----------------------------------------------------------------------------
 
@@ -492,6 +700,8 @@ THRU_CAT=$(median <"$WORK/thru.cat")
 THRU_BASE=$(median <"$WORK/thru.base")
 THRU_BASE_SHIP=$(median <"$WORK/thru.baseship")
 
+bench_supervise # the supervise scenario (defined above)
+
 # --- the table ------------------------------------------------------------------------------
 
 holds() { awk "BEGIN {exit !($1)}" && echo yes || echo "**no**"; }
@@ -537,6 +747,7 @@ idle_row a "after shipping $IDLE_SIZE each from line 0"
 echo "| throughput: ship all $BIG_LINES lines from line 0 | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s | ≥ 100 MB/s | $(holds "$THRU_OURS >= 100") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
+print_supervise_table
 echo
 echo "Raw samples:"
 echo "  inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.inspect" | tr '\n' ' ')"

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! gen_rollout --size 500MB --seed 7 [--out PATH] [--role child|session] [--end open|complete]
-//! gen_rollout append PATH --count 60 --interval 1s [--line-bytes 1024] [--first-seq 0]
+//! gen_rollout append PATH... --count 60 --interval 1s [--line-bytes 1024] [--first-seq 0]
+//!                   [--targets-log PATH]
 //! tail -F -n0 PATH | gen_rollout stamp [--out latencies.txt]
 //! ```
 //!
@@ -21,6 +22,9 @@
 //! sequence number and the wall-clock time of the write in nanoseconds
 //! (`"bench_seq":N,"bench_append_ns":T`); the loopback sink (`examples/sink_server.rs`) and
 //! `stamp` (reading `tail -F` output) subtract that from their arrival time on the same clock.
+//! Given several paths, each line goes to one of them picked at random (seeded by
+//! `--first-seq`), and `--targets-log` records `seq path_index` per line so latencies can be
+//! told apart per file (the supervise benchmark's 50 children).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufWriter, Write};
@@ -76,7 +80,9 @@ pub enum End {
 enum Tool {
     /// Append marked lines to a rollout at a steady pace (one `write(2)` per line).
     Append {
-        path: PathBuf,
+        /// The rollout(s); with several, each line goes to a random one.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
         /// Lines to append.
         #[arg(long, default_value_t = 60)]
         count: u64,
@@ -89,6 +95,9 @@ enum Tool {
         /// Sequence number of the first line.
         #[arg(long, default_value_t = 0)]
         first_seq: u64,
+        /// Write `seq path_index` (0-based, in the order given) for each line here.
+        #[arg(long)]
+        targets_log: Option<PathBuf>,
     },
     /// Read lines on stdin; for each marked line print `seq latency_us` (arrival - append).
     Stamp {
@@ -137,12 +146,20 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.tool {
         Some(Tool::Append {
-            path,
+            paths,
             count,
             interval,
             line_bytes,
             first_seq,
-        }) => append(&path, count, interval, line_bytes as usize, first_seq),
+            targets_log,
+        }) => append(
+            &paths,
+            count,
+            interval,
+            line_bytes as usize,
+            first_seq,
+            targets_log,
+        ),
         Some(Tool::Stamp { out, count }) => stamp(out, count),
         None => {
             let g = cli.generate;
@@ -1122,16 +1139,30 @@ fn unix_ns() -> u128 {
 }
 
 fn append(
-    path: &PathBuf,
+    paths: &[PathBuf],
     count: u64,
     interval: Duration,
     line_bytes: usize,
     first_seq: u64,
+    targets_log: Option<PathBuf>,
 ) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .append(true)
-        .open(path)
-        .with_context(|| format!("failed to open {} for appending", path.display()))?;
+    let mut files = Vec::with_capacity(paths.len());
+    for path in paths {
+        files.push(
+            OpenOptions::new()
+                .append(true)
+                .open(path)
+                .with_context(|| format!("failed to open {} for appending", path.display()))?,
+        );
+    }
+    let mut targets = match &targets_log {
+        Some(p) => {
+            Some(BufWriter::new(File::create(p).with_context(|| {
+                format!("failed to create {}", p.display())
+            })?))
+        }
+        None => None,
+    };
     let mut rng = Rng(first_seq ^ 0x00A9_9E4D);
     let pad = prose(&mut rng, line_bytes.saturating_sub(200));
     let pad = escaped(&pad);
@@ -1148,9 +1179,21 @@ fn append(
             "{{\"timestamp\":\"{}\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"agent_message\",\"bench_seq\":{seq},\"bench_append_ns\":{t},\"message\":\"{pad}\"}}}}\n",
             rfc3339((t / 1_000_000) as u64)
         );
+        let target = if files.len() > 1 {
+            rng.below(files.len() as u64) as usize
+        } else {
+            0
+        };
         // One write(2) per line, as Codex writes a small line.
-        f.write_all(line.as_bytes())
-            .with_context(|| format!("failed to append to {}", path.display()))?;
+        files[target]
+            .write_all(line.as_bytes())
+            .with_context(|| format!("failed to append to {}", paths[target].display()))?;
+        if let Some(t) = &mut targets {
+            writeln!(t, "{seq} {target}").context("failed to write the targets log")?;
+        }
+    }
+    if let Some(mut t) = targets {
+        t.flush().context("failed to write the targets log")?;
     }
     Ok(())
 }

@@ -220,7 +220,6 @@ pub(crate) struct Pipeline {
     online: bool,
     once: bool,
     started: Ts,
-    redactor: &'static Redactor,
     /// The role before the identity is settled (command line), then the settled one.
     role: Role,
     identity: Option<Identity>,
@@ -294,7 +293,6 @@ impl Pipeline {
             path,
             once,
             started,
-            redactor: crate::ship::redact::global(),
             role,
             identity: None,
             state,
@@ -505,7 +503,7 @@ impl Pipeline {
                 continue;
             }
             let text = match &line.text {
-                Some(t) if !line.oversize => self.redactor.redact_line(t),
+                Some(t) if !line.oversize => redactor().redact_line(t),
                 _ => crate::ship::redact::oversize_placeholder(line.len),
             };
             self.outbox.push(ShipLine::new(line.number, &text));
@@ -883,7 +881,7 @@ impl Pipeline {
     fn stop_hook(&self) -> Hook {
         let id = self.identity.as_ref();
         let message = self.state.stop_message();
-        let redacted = self.redactor.redact_text(&message);
+        let redacted = redactor().redact_text(&message);
         Hook::SubagentStop(subagent_stop_body(
             id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
@@ -1353,6 +1351,12 @@ impl Pipeline {
             (Role::Session, _) => None,
         }
     }
+}
+
+/// The shared redactor, compiled when the first line is shipped rather than when a pipeline is
+/// made: an idle watcher (or a supervisor of idle children) never pays for the compiled rules.
+fn redactor() -> &'static Redactor {
+    crate::ship::redact::global()
 }
 
 #[cfg(test)]

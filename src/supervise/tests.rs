@@ -386,6 +386,63 @@ async fn a_child_in_a_day_directory_created_while_running_is_found() {
     assert_eq!(discovery.path_of(&bare(CHILD)), Some(path.as_path()));
 }
 
+/// Opening and listing watched directories and files is no change: the supervisor's own
+/// scans and reads once woke it again, and again, keeping a core busy while idle.
+#[tokio::test]
+async fn opening_and_listing_watched_paths_wakes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = dir.path().join("quiet");
+    let sentinel = dir.path().join("sentinel");
+    std::fs::create_dir_all(&quiet).unwrap();
+    std::fs::create_dir_all(&sentinel).unwrap();
+    let rollout = quiet.join("rollout-a.jsonl");
+    std::fs::write(&rollout, "{}\n").unwrap();
+    let mut notifier = DirWatcher::start(false);
+    notifier.sync(&[quiet.clone(), sentinel.clone()]);
+
+    for _ in 0..3 {
+        let _ = std::fs::read_dir(&quiet).unwrap().count();
+        let _ = std::fs::read_to_string(&rollout).unwrap();
+    }
+    // One inotify queue delivers in order: once the sentinel's event is in, the opens
+    // above were delivered (or never reported).
+    std::fs::write(sentinel.join("marker"), "x").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut paths = Vec::new();
+    while !paths.contains(&sentinel.join("marker")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            tokio::time::timeout(left, notifier.changed()).await.is_ok(),
+            "no notification for the sentinel"
+        );
+        let changes = notifier.take();
+        assert!(!changes.rescan, "an open asked for a rescan");
+        paths.extend(changes.paths);
+    }
+    assert!(
+        paths.iter().all(|p| p.starts_with(&sentinel)),
+        "opens reported as changes: {paths:?}"
+    );
+
+    // An append still is a change.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&rollout)
+        .unwrap()
+        .write_all(b"{}\n")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut paths = Vec::new();
+    while !paths.contains(&rollout) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            tokio::time::timeout(left, notifier.changed()).await.is_ok(),
+            "no notification for the append"
+        );
+        paths.extend(notifier.take().paths);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The kcap CLI's liveness rule
 

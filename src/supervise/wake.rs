@@ -11,12 +11,19 @@
 //! file is one entry) behind one coalesced wake-up; past [`MAX_EVENT_PATHS`] distinct paths
 //! the set is dropped and a full scan is asked for instead, so memory stays bounded. The
 //! safety-net poll covers anything notification misses.
+//!
+//! Opening a file or directory is no change: `notify` reports every `open(2)` in a watched
+//! directory (inotify `IN_OPEN`), including the supervisor's own directory listings and
+//! rollout reads, and treating those as changes fed a loop (a listing's open woke a
+//! listing) that kept a core busy while every child was idle. Such access events are
+//! dropped; only a close after writing is kept.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 
 use super::discover::MAX_EVENT_PATHS;
@@ -37,6 +44,11 @@ struct Inbox {
     paths: HashSet<PathBuf>,
     rescan: bool,
     failed: bool,
+}
+
+/// An event that changes nothing: a file or directory opened, read or closed unwritten.
+fn is_mere_access(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Access(a) if *a != AccessKind::Close(AccessMode::Write))
 }
 
 /// The supervisor's one notifier.
@@ -66,6 +78,9 @@ impl DirWatcher {
             return this;
         }
         let handler = move |res: notify::Result<notify::Event>| {
+            if res.as_ref().is_ok_and(|e| is_mere_access(&e.kind)) {
+                return;
+            }
             let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
             match res {
                 Ok(event) if event.paths.is_empty() => inbox.rescan = true,

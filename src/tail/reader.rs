@@ -20,6 +20,12 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// Read granularity. Large enough to amortise syscalls, small enough to stay cache-friendly.
 pub const READ_CHUNK: usize = 256 * 1024;
 
+/// The first read's buffer: a live append is a few KB. A read that fills it grows the buffer
+/// to [`READ_CHUNK`] for the rest of a catch-up, and reaching the end drops a grown buffer,
+/// so a reader that is only following keeps 16 KiB, not 256 KiB (a supervisor holds two
+/// readers for each of dozens of children).
+const FIRST_CHUNK: usize = 16 * 1024;
+
 /// A reader that hands out no text keeps just enough to tell a blank line.
 const KEEP_NO_TEXT: usize = 64;
 
@@ -265,7 +271,7 @@ impl LineReader {
         sink: &mut S,
     ) -> io::Result<ReadStatus> {
         if self.buf.is_empty() {
-            self.buf = vec![0; READ_CHUNK];
+            self.buf = vec![0; FIRST_CHUNK];
         }
         let mut emitted = 0;
         let mut buf = std::mem::take(&mut self.buf);
@@ -308,8 +314,13 @@ impl LineReader {
                 }
             }
             self.offset += pos as u64;
+            if n == buf.len() && buf.len() < READ_CHUNK {
+                buf = vec![0; READ_CHUNK];
+            }
         };
-        self.buf = buf;
+        if !(matches!(result, Ok(ReadStatus { at_eof: true, .. })) && buf.len() > FIRST_CHUNK) {
+            self.buf = buf;
+        }
         result
     }
 
@@ -441,6 +452,28 @@ mod tests {
         let mut sink = Record::default();
         reader.read(data, usize::MAX, &mut sink).unwrap();
         sink.lines
+    }
+
+    /// A supervisor holds two readers per child: once caught up, following must not keep
+    /// the catch-up's 256 KiB buffer, while a catch-up still reads in big chunks.
+    #[test]
+    fn a_caught_up_reader_keeps_a_small_buffer() {
+        let line = format!("{{\"a\":\"{}\"}}\n", "z".repeat(1000));
+        let mut file = line.repeat(2000).into_bytes();
+        let mut r = LineReader::without_text(0, 0, LIMIT);
+        assert_eq!(read_all(&file, &mut r).len(), 2000);
+        assert!(r.retained_bytes() < READ_CHUNK, "{}", r.retained_bytes());
+        file.extend_from_slice(line.as_bytes());
+        assert_eq!(read_all(&file, &mut r).len(), 1);
+        assert!(r.retained_bytes() < READ_CHUNK, "{}", r.retained_bytes());
+
+        // Stopped by the line limit mid-file, the grown buffer stays for the next call.
+        let mut r = LineReader::without_text(0, 0, LIMIT);
+        let mut first = Record::default();
+        r.read(&file[..], 100, &mut first).unwrap();
+        assert_eq!(first.lines.len(), 100);
+        assert!(r.retained_bytes() >= READ_CHUNK);
+        assert_eq!(read_all(&file, &mut r).len(), 1901);
     }
 
     #[test]
