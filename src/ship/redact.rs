@@ -583,13 +583,18 @@ impl Redactor {
                 1,
             ),
         ];
-        let any_text_rule = Regex::new(
+        let any_text_rule = regex::RegexBuilder::new(
             &text_rules
                 .iter()
                 .map(|rule| format!("(?:{})", rule.regex.as_str()))
                 .collect::<Vec<_>>()
                 .join("|"),
         )
+        // The union of every text rule is a large automaton: with the default lazy-DFA cache
+        // it is cleared and rebuilt again and again on long tool outputs (measured: most of
+        // the shipping time). A bigger cache is filled once and then reused.
+        .dfa_size_limit(8 << 20)
+        .build()
         .expect("a union of valid regexes is valid");
         let secret_key = Regex::new(&format!(
             r"(?i)(?:{NAME_WORDS})|(?:{HEADER_NAMES}|auth|cookies)$"
