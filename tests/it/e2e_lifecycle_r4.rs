@@ -172,6 +172,10 @@ fn a_usage_limit_at_a_stale_99_percent_posts_the_stop_after_the_grace_with_codex
             serde_json::to_string(&message).unwrap()
         )),
     ];
+    // Append only once the watcher follows the file: lines it seeds at start are observed at
+    // the file's modification time, which the kernel's coarse clock can put a few ms before
+    // `appended`, and the grace check below must measure from a live observation.
+    assert!(server.wait_until(W, |s| s.lines(SESSION, CHILD).len() == 2));
     let appended = Instant::now();
     append(&run.rollout, &limit);
     assert!(server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1));
