@@ -271,3 +271,56 @@ fn a_failing_spool_write_is_retried_and_the_stop_waits_for_its_lines() {
     assert!(wait_until(W, || hook_routes(&sb) == vec!["subagent-stop"]));
     assert_eq!(p.terminate(W), 0);
 }
+
+/// R3, the other side of case 5: Codex's own archive (a rename of the same file from
+/// `<CODEX_HOME>/sessions/...` into `<CODEX_HOME>/archived_sessions/`) is not a rewrite. The
+/// watcher keeps following the open file, ships what is appended afterwards and names the new
+/// path in the stop it sends later.
+#[test]
+fn codexs_archive_rename_is_followed_not_taken_for_a_rewrite() {
+    let mut sb = Sandbox::new();
+    let day = sb.dir.path().join("codex/sessions/2026/07/28");
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::create_dir_all(sb.dir.path().join("codex/archived_sessions")).unwrap();
+    sb.rollout = day.join("rollout-2026-07-28T10-00-00-child.jsonl");
+    sb.append_lines(&[child_meta(), task_started("t1")]);
+    let mut p = sb.spawn(&mut sb.watch(None, &[]));
+    assert!(
+        wait_until(W, || spooled_numbers(&sb).len() == 2),
+        "{}",
+        p.stderr()
+    );
+
+    let archived = sb
+        .dir
+        .path()
+        .join("codex/archived_sessions/rollout-2026-07-28T10-00-00-child.jsonl");
+    std::fs::rename(&sb.rollout, &archived).unwrap();
+    sb.rollout = archived.clone();
+    sb.append_lines(&[
+        harness::message("after the archive"),
+        task_complete("t1", "done"),
+    ]);
+
+    assert!(
+        wait_until(W, || hook_routes(&sb)
+            .contains(&"subagent-stop".to_string())),
+        "no stop after the archive:\n{}",
+        p.stderr()
+    );
+    assert_eq!(spooled_numbers(&sb), vec![0, 1, 2, 3], "{}", p.stderr());
+    assert!(p.alive(), "the archive ended the watcher:\n{}", p.stderr());
+    assert!(p.has_event("rollout_archived"), "{}", p.stderr());
+    assert!(!p.has_event("rollout_rewritten"));
+    let stop = records(&sb.config.join(format!("spool/{SESSION_ND}.jsonl")))
+        .into_iter()
+        .find(|r| r["route"] == "subagent-stop")
+        .unwrap();
+    let body: Value = serde_json::from_str(stop["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body["agent_transcript_path"].as_str(),
+        Some(archived.to_str().unwrap()),
+        "the stop names the new path"
+    );
+    assert_eq!(p.terminate(W), 0);
+}

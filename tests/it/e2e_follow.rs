@@ -6,10 +6,11 @@
 #![cfg(unix)]
 
 use crate::support;
+use support::harness::append_bytes as append;
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -27,15 +28,6 @@ fn meta() -> String {
 
 fn msg(i: usize) -> String {
     rollout::message(&format!("line {i}")).text()
-}
-
-fn append(path: &Path, bytes: &[u8]) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 struct Follow {

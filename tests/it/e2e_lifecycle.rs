@@ -3,9 +3,8 @@
 //! still posting it, session-end on idle, and a pending tool call holding off idle end.
 
 use crate::support;
+use support::harness::append_lines as append;
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -30,18 +29,6 @@ fn started() -> String {
 
 fn complete(msg: &str) -> String {
     rollout::task_complete("t1", msg).text()
-}
-
-fn append(path: &Path, lines: &[String]) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    for l in lines {
-        f.write_all(l.as_bytes()).unwrap();
-        f.write_all(b"\n").unwrap();
-    }
 }
 
 struct Run {

@@ -3,9 +3,9 @@
 //! crashed mid-turn, a resumed session, and a sub-agent header that names no parent.
 
 use crate::support;
+use support::harness::append_lines as append;
 
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -43,18 +43,6 @@ fn started(turn: &str) -> String {
 
 fn complete(turn: &str, msg: &str) -> String {
     rollout::task_complete(turn, msg).text()
-}
-
-fn append(path: &Path, lines: &[String]) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    for l in lines {
-        f.write_all(l.as_bytes()).unwrap();
-        f.write_all(b"\n").unwrap();
-    }
 }
 
 /// A child that crashed mid-turn: a call answered, an agent message, then nothing.

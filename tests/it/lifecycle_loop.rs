@@ -3,10 +3,11 @@
 //! deterministically. Offline, so the spools show what the watcher did.
 
 use crate::support;
+use support::harness::append_lines as append;
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -138,17 +139,6 @@ impl Setup {
         let want = self.spooled_lines() + lines.len();
         append(&self.rollout, lines);
         settle(|| self.spooled_lines() >= want).await;
-    }
-}
-
-fn append(path: &Path, lines: &[String]) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    for l in lines {
-        writeln!(f, "{l}").unwrap();
     }
 }
 

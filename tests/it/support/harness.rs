@@ -126,21 +126,11 @@ impl Sandbox {
 
     /// Appends to the rollout (creating it), as Codex does: one `write` per call, no buffer.
     pub fn append(&self, bytes: &[u8]) {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.rollout)
-            .expect("open the rollout for appending");
-        f.write_all(bytes).expect("append to the rollout");
+        append_bytes(&self.rollout, bytes);
     }
 
     pub fn append_lines<S: AsRef<str>>(&self, lines: &[S]) {
-        let mut text = String::new();
-        for l in lines {
-            text.push_str(l.as_ref());
-            text.push('\n');
-        }
-        self.append(text.as_bytes());
+        append_lines(&self.rollout, lines);
     }
 
     /// The rollout's bytes.
@@ -331,6 +321,27 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Appends `bytes` to the file at `path` (creating it), as Codex does: one `write` per call,
+/// no buffer that could split it.
+pub fn append_bytes(path: &Path, bytes: &[u8]) {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the rollout for appending");
+    f.write_all(bytes).expect("append to the rollout");
+}
+
+/// Appends each of `lines` with its `\n`, in one write.
+pub fn append_lines<S: AsRef<str>>(path: &Path, lines: &[S]) {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(l.as_ref());
+        text.push('\n');
+    }
+    append_bytes(path, text.as_bytes());
 }
 
 /// Polls `done` every 10 ms until it holds or `timeout` passes.
