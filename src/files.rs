@@ -676,11 +676,8 @@ pub(crate) fn with_context(e: io::Error, context: String) -> io::Error {
 
 /// A heartbeat file beaten from someone else's loop: `supervise` beats every owned child's
 /// heartbeat from one thread, with the same inode-saving turns as [`Heartbeat`].
-// Used by `supervise`, which no command calls until its subcommand is wired.
-#[allow(dead_code)]
 pub(crate) struct HeartbeatFile(Beater);
 
-#[allow(dead_code)]
 impl HeartbeatFile {
     pub(crate) fn new(path: &Path) -> HeartbeatFile {
         HeartbeatFile(Beater::new(path))
