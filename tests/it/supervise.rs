@@ -455,3 +455,59 @@ fn spooled_text(config: &Path) -> String {
     }
     out
 }
+
+/// R3's shutdown budget holds for a supervisor too: SIGTERM with the server hanging on every
+/// transcript batch ends every child within 4 s, every line is spooled (none lost, none
+/// posted twice), and the owned keys' files are removed.
+#[test]
+fn sigterm_with_a_hung_server_spools_every_childs_lines_within_the_budget() {
+    let server = FakeKcap::start();
+    server.fail_always(Some("transcript"), Fault::Hang);
+    let home = Home::new();
+    let tree = home.tree();
+    let mut sup = home.supervise(&server, &[]);
+    for r in &tree[..2] {
+        write_in_parts(&r.path, &r.text);
+    }
+    // Both children are owned (their pid files name the supervisor) and their first batch
+    // is hanging at the server.
+    assert!(
+        wait_for(WAIT, || tree[..2].iter().all(|r| home
+            .watchers()
+            .join(format!("{}.pid", key(r.agent)))
+            .exists())),
+        "children never owned: {}",
+        home.logs()
+    );
+    assert!(server.wait_until(WAIT, |s| s.request_count("transcript") >= 2));
+    let signalled = Instant::now();
+    support::bin::signal(&sup, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0), "{}", home.logs());
+    assert!(
+        signalled.elapsed() <= Duration::from_secs(4),
+        "took {:?}",
+        signalled.elapsed()
+    );
+    let spooled = spooled_text(&home.config);
+    for r in &tree[..2] {
+        let records: Vec<serde_json::Value> = spooled
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["agent_id"] == bare(r.agent))
+            .collect();
+        let mut numbers: Vec<u64> = records
+            .iter()
+            .flat_map(|v| v["line_numbers"].as_array().cloned().unwrap_or_default())
+            .filter_map(|n| n.as_u64())
+            .collect();
+        numbers.sort_unstable();
+        let want: Vec<u64> = (0..line_count(&r.text) as u64).collect();
+        assert_eq!(numbers, want, "{} spooled lines:\n{}", r.agent, home.logs());
+        assert!(
+            !home
+                .watchers()
+                .join(format!("{}.pid", key(r.agent)))
+                .exists()
+        );
+    }
+}
