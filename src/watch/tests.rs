@@ -66,3 +66,50 @@ async fn the_shipping_cursor_passes_the_fold_and_a_truncation_goes_unnoticed() {
         "a rewrite: {err:#}"
     );
 }
+
+/// A rollout truncated after the fold read it and before shipping began (found by
+/// `process_behaviour`'s rewrite case under load): the shipping read found no line, fed the
+/// pipeline an empty batch, was asked for the same lines again at once and spun for ever, so
+/// the watcher never got back to the check that ends it with exit 3.
+#[test]
+fn a_file_truncated_before_the_first_shipping_read_spins_the_loop_for_ever() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let rollout = dir.path().join("rollout.jsonl");
+            std::fs::write(
+                &rollout,
+                format!("{META}\n{}\n{}\n", message(1), message(2)),
+            )
+            .unwrap();
+            let settings = Settings::with_defaults(dir.path().join("config"));
+            let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
+            let opts = WatchOptions {
+                rollout: rollout.clone(),
+                session_id: None,
+                agent_id: None,
+                role: None,
+                parent_pid: None,
+                cwd: None,
+                vendor: "codex".into(),
+                once: false,
+            };
+            let mut child = Child::new(0, opts, &hub, Files::Supervised).unwrap();
+            std::fs::write(&rollout, b"").unwrap();
+            child.start(&hub).unwrap();
+            child
+                .on_file_change(&hub)
+                .map_err(|e| e.downcast_ref::<RolloutRewritten>().is_some())
+        });
+        let _ = tx.send(result);
+    });
+    let result = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the watcher's loop never returned");
+    assert_eq!(result.err(), Some(true), "a rewrite (exit 3)");
+}
