@@ -570,8 +570,7 @@ impl Pipeline {
                     // `f` says whether a token was refused or none was sent.
                     error!(
                         event = "ship_failed",
-                        status,
-                        "{f}; keeping every line, re-reading the token every 60 s"
+                        status, "{f}; keeping every line, re-reading the token every 60 s"
                     );
                     self.unauthorized_logged = true;
                 }

@@ -60,7 +60,7 @@ registry! {
     );
     TOKEN_FILE: Path = Setting::flag(
         "KCAP_TOKEN_FILE", "--token-file", "PATH", Path { absent: "none" },
-        "File holding the bearer token.",
+        "File holding the bearer token: UTF-8, or UTF-16 with a byte order mark; one line.",
     );
     PROFILE: OptionalText = Setting::flag(
         "KCAP_PROFILE", "--profile", "NAME",

@@ -589,12 +589,12 @@ fn a_machine_token_refused_with_401_is_minted_again() {
 
 #[test]
 fn half_machine_credential_warns_and_uses_store() {
-    let server = FakeKcap::start();
-    server.require_token(Some("tok-store"));
     for (set, missing) in [
         ("KCAP_CLIENT_ID", "KCAP_CLIENT_SECRET"),
         ("KCAP_CLIENT_SECRET", "KCAP_CLIENT_ID"),
     ] {
+        let server = FakeKcap::start();
+        server.require_token(Some("tok-store"));
         let sandbox = with_rollout();
         write_tokens(
             &sandbox.config,
@@ -618,8 +618,8 @@ fn half_machine_credential_warns_and_uses_store() {
             assert_eq!(p.exit_code(ONCE, args[0]), 0, "{}", p.stderr());
             assert!(p.stderr().contains(&warning), "{args:?}: {}", p.stderr());
         }
+        assert!(all_bearer(&server, "tok-store"), "{:?}", api_auth(&server));
     }
-    assert!(all_bearer(&server, "tok-store"), "{:?}", api_auth(&server));
 }
 
 // ---- the refresh floor (`revision-3.md` S4.2) -----------------------------------------

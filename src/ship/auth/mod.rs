@@ -485,13 +485,17 @@ impl Credentials {
     }
 
     /// When this process holds that `entry`'s token was obtained: when this process refreshed
-    /// it, else when its file was written. A time after `now` (a clock skewed, or an injected
-    /// `now`) says nothing.
+    /// it, else when its file was written, if the token had not expired by then (a file
+    /// written with an already expired token, say copied from elsewhere, tells nothing about
+    /// when it was obtained). A time after `now` (a clock skewed, or an injected `now`) says
+    /// nothing either.
     fn obtained(entry: &Entry, state: &State, now: Ts) -> Option<Ts> {
         let text = entry.access_token_text()?;
         match &state.refreshed {
             Some((refreshed, at)) if refreshed == text => Some(*at),
-            _ => entry.modified.filter(|m| *m <= now),
+            _ => entry
+                .modified
+                .filter(|m| *m <= now && entry.expires_at().is_none_or(|e| e > *m)),
         }
     }
 
@@ -731,7 +735,7 @@ fn read_token_file(path: &std::path::Path) -> Option<Token> {
 /// with a BOM, Notepad may add a UTF-8 BOM).
 fn token_file_text(bytes: &[u8]) -> Result<String, &'static str> {
     let utf16 = |rest: &[u8], word: fn([u8; 2]) -> u16| {
-        if rest.len() % 2 != 0 {
+        if !rest.len().is_multiple_of(2) {
             return Err("it is not valid UTF-16 (an odd number of bytes)");
         }
         let units = rest.chunks_exact(2).map(|c| word([c[0], c[1]]));
