@@ -571,12 +571,12 @@ impl Pipeline {
         req: impl Fn(&mut Pipeline) -> &mut Request,
     ) -> Duration {
         match f {
-            Failure::Unauthorized { status } => {
+            Failure::Unauthorized { status, .. } => {
                 if !self.unauthorized_logged {
+                    // `f` says whether a token was refused or none was sent.
                     error!(
                         event = "ship_failed",
-                        status,
-                        "the kcap server refused the token (HTTP {status}); keeping every line, re-reading the token every 60 s"
+                        status, "{f}; keeping every line, re-reading the token every 60 s"
                     );
                     self.unauthorized_logged = true;
                 }
