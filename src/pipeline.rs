@@ -607,9 +607,11 @@ impl Pipeline {
                 self.ship_req.retry_at = None;
                 self.halvings = 0;
                 if let Some(b) = self.outbox.delivered() {
-                    // A large backlog leaves the allocator holding its peak; hand it back once
-                    // the outbox drains (an idle watcher should stay small).
-                    self.trim_when_idle |= b.bytes() > 1 << 20;
+                    // A backlog leaves the allocator holding its peak; hand it back once the
+                    // outbox drains (an idle watcher should stay small). `memory` trims once
+                    // enough was shipped, counted over every child of the process.
+                    crate::platform::memory::note_shipped(b.bytes());
+                    self.trim_when_idle = true;
                     self.lines_shipped += b.lines.len() as u64;
                     info!(
                         event = "batch_shipped",
