@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod decide;
 pub mod error;
 pub mod files;
@@ -18,6 +19,7 @@ pub(crate) mod pipeline;
 pub mod platform;
 pub mod rollout;
 pub mod settings;
+pub mod status;
 pub mod status_file;
 pub mod ship;
 pub(crate) mod supervise;

@@ -34,5 +34,7 @@ mod reliability_soak;
 mod scenarios;
 mod security;
 mod settings_registry;
+mod daemon;
+mod status;
 mod supervise;
 mod tail_model;
