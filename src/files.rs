@@ -742,7 +742,10 @@ impl ExclusiveLock {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Ok(None),
             Err(fs::TryLockError::Error(e)) => {
-                return Err(with_context(e, format!("failed to lock {}", path.display())));
+                return Err(with_context(
+                    e,
+                    format!("failed to lock {}", path.display()),
+                ));
             }
         }
         // Best effort: the pid is for people and `status`, the lock itself is the truth.

@@ -36,7 +36,8 @@ fn matches(pat: &[u8], text: &[u8]) -> bool {
             let rest = &pat[2..];
             // `**/` also matches no directory at all.
             let rest_no_slash = rest.strip_prefix(b"/").unwrap_or(rest);
-            (0..=text.len()).any(|i| matches(rest, &text[i..]) || matches(rest_no_slash, &text[i..]))
+            (0..=text.len())
+                .any(|i| matches(rest, &text[i..]) || matches(rest_no_slash, &text[i..]))
         }
         Some(b'*') => {
             let rest = &pat[1..];
@@ -66,7 +67,10 @@ mod tests {
 
     #[test]
     fn globs_match_a_cwd_and_everything_below_it() {
-        assert_eq!(ex(&["/home/me/secret"], "/home/me/secret").as_deref(), Some("/home/me/secret"));
+        assert_eq!(
+            ex(&["/home/me/secret"], "/home/me/secret").as_deref(),
+            Some("/home/me/secret")
+        );
         assert!(ex(&["/home/me/secret/"], "/home/me/secret/app/src").is_some());
         assert!(ex(&["/home/me/secret"], "/home/me/secretive").is_none());
         assert!(ex(&["/home/*/clients"], "/home/ann/clients/acme").is_some());

@@ -18,8 +18,8 @@
 pub(crate) mod exclude;
 pub(crate) mod policy;
 pub(crate) mod run;
-pub(crate) mod sessions;
 pub mod service;
+pub(crate) mod sessions;
 
 pub use run::run;
 

@@ -25,7 +25,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub(crate) enum Ended {
     Code(i32),
     /// Killed by a signal (Unix); `sent` when the daemon sent one to it.
-    Signal { sent: bool },
+    Signal {
+        sent: bool,
+    },
 }
 
 /// What to do about it.
@@ -74,7 +76,9 @@ impl Restarts {
             return Next::GiveUp;
         }
         let doublings = u32::try_from(self.recent.len()).unwrap_or(u32::MAX).min(6);
-        let backoff = FIRST_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF);
+        let backoff = FIRST_BACKOFF
+            .saturating_mul(1 << doublings)
+            .min(MAX_BACKOFF);
         Next::RestartAt(now.plus(SETTLE.max(backoff)))
     }
 
@@ -102,7 +106,10 @@ mod tests {
             assert_eq!(r.on_end(Ended::Code(code), false, t(0)), Next::Rest);
         }
         assert_eq!(r.on_end(Ended::Code(75), false, t(0)), Next::Adopt);
-        assert_eq!(r.on_end(Ended::Signal { sent: true }, false, t(0)), Next::Rest);
+        assert_eq!(
+            r.on_end(Ended::Signal { sent: true }, false, t(0)),
+            Next::Rest
+        );
         // Whatever the code, a supervisor the daemon asked to end ended on purpose.
         assert_eq!(r.on_end(Ended::Code(1), true, t(0)), Next::Rest);
     }

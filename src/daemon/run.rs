@@ -102,7 +102,12 @@ pub async fn run(settings: Settings) -> Result<()> {
             key: format!("the daemon of {}", settings.config_dir.display()),
             holder_pid: ExclusiveLock::holder_pid(&lock_path),
         })?;
-    crate::logging::attach_file(&settings.config_dir.join("logs").join("kcap-watch-daemon.log"));
+    crate::logging::attach_file(
+        &settings
+            .config_dir
+            .join("logs")
+            .join("kcap-watch-daemon.log"),
+    );
     let exe = std::env::current_exe().context("failed to find the daemon's own executable")?;
     let (exits_tx, exits) = mpsc::unbounded_channel();
     let own_server = sessions::choose_server(None, settings.server.as_deref(), || {
@@ -136,10 +141,15 @@ pub async fn run(settings: Settings) -> Result<()> {
         daemon.settings.watcher_dir.display()
     );
     let result = daemon.run().await;
-    if let Err(e) =
-        status_file::remove(&daemon.settings.config_dir, status_file::DAEMON_KEY, Writer::Daemon)
-    {
-        warn!(event = "status_file_failed", "failed to remove the status file: {e}");
+    if let Err(e) = status_file::remove(
+        &daemon.settings.config_dir,
+        status_file::DAEMON_KEY,
+        Writer::Daemon,
+    ) {
+        warn!(
+            event = "status_file_failed",
+            "failed to remove the status file: {e}"
+        );
     }
     result
 }
@@ -269,7 +279,11 @@ impl Daemon {
         let watched = match sessions::watched(&self.settings.watcher_dir, now) {
             Ok(w) => w,
             Err(e) => {
-                warn!(event = "watcher_dir_unreadable", "failed to list {}: {e}", self.settings.watcher_dir.display());
+                warn!(
+                    event = "watcher_dir_unreadable",
+                    "failed to list {}: {e}",
+                    self.settings.watcher_dir.display()
+                );
                 return;
             }
         };
@@ -336,7 +350,12 @@ impl Daemon {
         let Some((server, source)) = sessions::choose_server(
             facts.kcap_url.as_deref(),
             self.settings.server.as_deref(),
-            || sessions::store_server_url(&self.settings.config_dir, self.settings.profile.as_deref()),
+            || {
+                sessions::store_server_url(
+                    &self.settings.config_dir,
+                    self.settings.profile.as_deref(),
+                )
+            },
         ) else {
             return skip(
                 self,
@@ -428,7 +447,10 @@ impl Daemon {
                         });
                     });
                 if let Err(e) = spawned {
-                    error!(event = "supervisor_wait_failed", "failed to start waiting for a supervisor: {e}");
+                    error!(
+                        event = "supervisor_wait_failed",
+                        "failed to start waiting for a supervisor: {e}"
+                    );
                 }
             }
             Err(e) => {
@@ -593,9 +615,7 @@ impl Daemon {
     fn write_status_if_due(&mut self) {
         let due = match self.status_written {
             None => true,
-            Some(at) => {
-                (self.dirty && at.elapsed() >= STATUS_MIN) || at.elapsed() >= STATUS_MAX
-            }
+            Some(at) => (self.dirty && at.elapsed() >= STATUS_MIN) || at.elapsed() >= STATUS_MAX,
         };
         if !due {
             return;
@@ -604,7 +624,10 @@ impl Daemon {
         if let Err(e) =
             status_file::write(&self.settings.config_dir, status_file::DAEMON_KEY, &status)
         {
-            warn!(event = "status_file_failed", "failed to write the status file: {e}");
+            warn!(
+                event = "status_file_failed",
+                "failed to write the status file: {e}"
+            );
         }
         self.status_written = Some(Instant::now());
         self.dirty = false;
@@ -632,7 +655,9 @@ impl Daemon {
                             if *adopted { "adopted" } else { "running" }.to_string(),
                         ),
                         Supervisor::Resting(_) => (None, "resting".into()),
-                        Supervisor::RestartAt(at) => (None, format!("restart due {}", at.rfc3339())),
+                        Supervisor::RestartAt(at) => {
+                            (None, format!("restart due {}", at.rfc3339()))
+                        }
                         Supervisor::GaveUp(_) => (None, "crashed too often".into()),
                     };
                     TakenSession {

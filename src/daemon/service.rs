@@ -99,7 +99,11 @@ fn systemd(exe: &Path, vars: &[(String, String)]) -> String {
     s.push_str("After=network-online.target\n\n");
     s.push_str("[Service]\n");
     s.push_str("Type=simple\n");
-    let _ = writeln!(s, "ExecStart={} daemon", systemd_quote(&exe.display().to_string()));
+    let _ = writeln!(
+        s,
+        "ExecStart={} daemon",
+        systemd_quote(&exe.display().to_string())
+    );
     for (k, v) in vars {
         let _ = writeln!(s, "Environment={}", systemd_quote(&format!("{k}={v}")));
     }
@@ -170,7 +174,9 @@ fn launchd(exe: &Path, vars: &[(String, String)]) -> String {
 fn windows(exe: &Path, vars: &[(String, String)]) -> String {
     let mut s = String::new();
     s.push_str("<?xml version=\"1.0\" encoding=\"UTF-16\"?>\n");
-    s.push_str("<Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n");
+    s.push_str(
+        "<Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n",
+    );
     s.push_str("  <RegistrationInfo>\n");
     let _ = writeln!(
         s,
@@ -181,7 +187,12 @@ fn windows(exe: &Path, vars: &[(String, String)]) -> String {
         // Task Scheduler has no per-task environment: set these for the user (`setx`).
         s.push_str("  <!-- Set for your user before the first logon run (setx NAME VALUE):\n");
         for (k, v) in vars {
-            let _ = writeln!(s, "       {}={}", xml_escape(k), xml_escape(v).replace("--", "- -"));
+            let _ = writeln!(
+                s,
+                "       {}={}",
+                xml_escape(k),
+                xml_escape(v).replace("--", "- -")
+            );
         }
         s.push_str("  -->\n");
     }
@@ -218,8 +229,15 @@ mod tests {
             _ => None,
         };
         let vars = variables(&env);
-        assert_eq!(vars, [("KCAP_URL".to_string(), "https://kcap.example".to_string())]);
-        for kind in [ServiceKind::Systemd, ServiceKind::Launchd, ServiceKind::Windows] {
+        assert_eq!(
+            vars,
+            [("KCAP_URL".to_string(), "https://kcap.example".to_string())]
+        );
+        for kind in [
+            ServiceKind::Systemd,
+            ServiceKind::Launchd,
+            ServiceKind::Windows,
+        ] {
             let text = render(kind, Path::new("/opt/kcap watch/kcap-watch"), &vars);
             assert!(!text.contains("sekrit"), "{text}");
             assert!(text.contains("https://kcap.example"), "{text}");
@@ -229,7 +247,11 @@ mod tests {
 
     #[test]
     fn the_systemd_unit_never_restarts_after_exit_2_or_75() {
-        let unit = render(ServiceKind::Systemd, Path::new("/usr/local/bin/kcap-watch"), &[]);
+        let unit = render(
+            ServiceKind::Systemd,
+            Path::new("/usr/local/bin/kcap-watch"),
+            &[],
+        );
         assert!(unit.contains("ExecStart=\"/usr/local/bin/kcap-watch\" daemon\n"));
         assert!(unit.contains("Restart=on-failure\n"));
         assert!(unit.contains("RestartPreventExitStatus=2 75\n"));

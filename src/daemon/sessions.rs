@@ -218,7 +218,9 @@ mod tests {
     #[test]
     fn session_keys_are_32_hex_digits_without_an_agent_part() {
         assert!(is_session_key(KEY));
-        assert!(!is_session_key(&format!("{KEY}-019fa9816ea27b028d115c2e9f7a4b02")));
+        assert!(!is_session_key(&format!(
+            "{KEY}-019fa9816ea27b028d115c2e9f7a4b02"
+        )));
         assert!(!is_session_key("019fa981-2dca-7a31-9c55-3b1f0e6d2a01"));
         assert!(!is_session_key("daemon"));
         assert_eq!(dashed(KEY), "019fa981-2dca-7a31-9c55-3b1f0e6d2a01");
@@ -267,7 +269,10 @@ mod tests {
         // Empty is unset, as for the kcap CLI.
         assert_eq!(f.config_dir, None);
         // Another session's watcher, or no `watch` at all, names no rollout of ours.
-        let other = launch(&["kcap", "watch", "00000000000000000000000000000000", "/x"], &[]);
+        let other = launch(
+            &["kcap", "watch", "00000000000000000000000000000000", "/x"],
+            &[],
+        );
         assert_eq!(LaunchFacts::from_launch(&other, KEY).rollout, None);
         assert_eq!(
             LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,

@@ -196,7 +196,9 @@ pub fn gather(settings: &Settings, clean: bool) -> StatusReport {
         }
     }
     for (session_id, keys) in sessions {
-        report.sessions.push(session_report(&settings.config_dir, session_id, keys));
+        report
+            .sessions
+            .push(session_report(&settings.config_dir, session_id, keys));
     }
     report
 }
@@ -233,7 +235,8 @@ fn key_report(watcher_dir: &Path, key: &str, live: &[StatusFile], now: Ts) -> Ke
     // kcap-watch's own: the pid file names a live status file's writer that lists the key.
     let ours = live.iter().find_map(|f| {
         let k = f.keys.iter().find(|k| k.key == key)?;
-        let same = pid == Some(f.pid) && (token.is_empty() || f.start_token.is_empty() || token == f.start_token);
+        let same = pid == Some(f.pid)
+            && (token.is_empty() || f.start_token.is_empty() || token == f.start_token);
         same.then_some((f, k))
     });
     let verdict_name = match verdict {
@@ -339,7 +342,11 @@ fn clean_stale(
     let mut removed = Vec::new();
     for (key, paths) in stale_keys {
         let lock_path = settings.watcher_dir.join(format!("{key}.lock"));
-        let lock = match fs::OpenOptions::new().read(true).write(true).open(&lock_path) {
+        let lock = match fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+        {
             Ok(f) => match f.try_lock() {
                 Ok(()) => Some(f),
                 Err(_) => continue,
@@ -401,7 +408,9 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
                 "  taken   {}  supervisor {} {}  restarts {}  server {}",
                 t.session_id,
                 t.supervisor.as_deref().unwrap_or("?"),
-                t.supervisor_pid.map(|p| format!("pid {p}")).unwrap_or_default(),
+                t.supervisor_pid
+                    .map(|p| format!("pid {p}"))
+                    .unwrap_or_default(),
                 t.restarts,
                 t.server.as_deref().unwrap_or("?")
             )?;
@@ -420,11 +429,21 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
             "  {:<34} {:<22} {:>8} {:<9} {:<10} {:>7} {:>9} {:>7} {:>7}  next due / last error",
-            "agent", "holder", "pid", "verdict", "turn", "on disk", "confirmed", "spooled", "refused"
+            "agent",
+            "holder",
+            "pid",
+            "verdict",
+            "turn",
+            "on disk",
+            "confirmed",
+            "spooled",
+            "refused"
         )?;
         for k in &s.keys {
             let ks = k.kcap_watch.as_ref();
-            let num = |f: fn(&KeyStatus) -> u64| ks.map(|k| f(k).to_string()).unwrap_or_else(|| "-".into());
+            let num = |f: fn(&KeyStatus) -> u64| {
+                ks.map(|k| f(k).to_string()).unwrap_or_else(|| "-".into())
+            };
             let mut tail = String::new();
             if let Some(n) = ks.and_then(|k| k.next_due.as_ref()) {
                 tail.push_str(&format!("{} at {}", n.decision, n.at));
@@ -464,14 +483,24 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
             )?;
         }
         if s.refused_records > 0 {
-            writeln!(out, "  refused lines: {} ({} bytes)", s.refused_records, s.refused_bytes)?;
+            writeln!(
+                out,
+                "  refused lines: {} ({} bytes)",
+                s.refused_records, s.refused_bytes
+            )?;
         }
         if s.needs_import {
-            writeln!(out, "  needs `kcap import`: lines were lost to the spool cap")?;
+            writeln!(
+                out,
+                "  needs `kcap import`: lines were lost to the spool cap"
+            )?;
         }
     }
     if !r.stale.is_empty() {
-        writeln!(out, "\nstale files (kcap-watch status --clean removes kcap-watch's own):")?;
+        writeln!(
+            out,
+            "\nstale files (kcap-watch status --clean removes kcap-watch's own):"
+        )?;
         for f in &r.stale {
             writeln!(out, "  {}  ({})", f.path, f.why)?;
         }

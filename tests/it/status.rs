@@ -22,8 +22,7 @@ fn status(config: &Path, extra: &[&str]) -> (i32, Value) {
     let mut c = kcap_watch(config);
     c.args(["status", "--json"]).args(extra);
     let out = run(c, Duration::from_secs(20));
-    let v = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
     (out.status.code().unwrap(), v)
 }
 
@@ -46,7 +45,11 @@ fn an_empty_machine_is_an_empty_report() {
 fn kcap_cli_files(watchers: &Path, key: &str, pid: u32) {
     fs::create_dir_all(watchers).unwrap();
     let token = kcap_watch::files::process_start_token(pid).unwrap();
-    fs::write(watchers.join(format!("{key}.pid")), format!("{pid}\n{token}")).unwrap();
+    fs::write(
+        watchers.join(format!("{key}.pid")),
+        format!("{pid}\n{token}"),
+    )
+    .unwrap();
     let now = kcap_watch::time::Ts::now().rfc3339();
     fs::write(watchers.join(format!("{key}.started")), &now).unwrap();
     fs::write(watchers.join(format!("{key}.heartbeat")), &now).unwrap();
@@ -126,9 +129,18 @@ fn stale_files_are_listed_and_clean_removes_only_those_whose_lock_it_can_take() 
         .collect();
     let p = |name: String| watchers.join(name).display().to_string();
     assert!(stale.contains(&p(format!("{dead}.lock"))), "{stale:?}");
-    assert!(stale.contains(&p(format!("{dead}.heartbeat-0"))), "{stale:?}");
-    assert!(stale.contains(&stale_status.display().to_string()), "{stale:?}");
-    assert!(!stale.contains(&p(format!("{busy}.lock"))), "a held lock is not stale");
+    assert!(
+        stale.contains(&p(format!("{dead}.heartbeat-0"))),
+        "{stale:?}"
+    );
+    assert!(
+        stale.contains(&stale_status.display().to_string()),
+        "{stale:?}"
+    );
+    assert!(
+        !stale.contains(&p(format!("{busy}.lock"))),
+        "a held lock is not stale"
+    );
     assert!(!stale.contains(&p(format!("{busy}.heartbeat-0"))));
 
     let (code, v) = status(&config, &["--clean"]);

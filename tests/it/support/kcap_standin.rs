@@ -127,7 +127,10 @@ impl Drop for Standin {
 /// The stand-in's body (runs in the spawned process).
 pub fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let at = args.iter().position(|a| a == "watch").expect("watch <session> <rollout>");
+    let at = args
+        .iter()
+        .position(|a| a == "watch")
+        .expect("watch <session> <rollout>");
     let session = args[at + 1].clone();
     let dir = PathBuf::from(std::env::var(DIR).unwrap());
     let server = std::env::var("KCAP_URL").unwrap();
@@ -206,7 +209,9 @@ fn children(home: &Path, session: &str) -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     let mut stack = vec![home.join("sessions"), home.join("archived_sessions")];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -221,13 +226,17 @@ fn children(home: &Path, session: &str) -> Vec<(PathBuf, String)> {
     }
     let mut out = Vec::new();
     for path in files {
-        let Ok(f) = fs::File::open(&path) else { continue };
+        let Ok(f) = fs::File::open(&path) else {
+            continue;
+        };
         let mut first = String::new();
         if BufReader::new(f).read_line(&mut first).is_err() || !first.ends_with('\n') {
             // A header still being written is retried next scan.
             continue;
         }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&first) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&first) else {
+            continue;
+        };
         let p = &v["payload"];
         let parent = p["parent_thread_id"]
             .as_str()
@@ -244,7 +253,9 @@ fn children(home: &Path, session: &str) -> Vec<(PathBuf, String)> {
 /// `POST /hooks/subagent-start` over a plain HTTP/1.1 connection; true on a 2xx.
 fn post_start(server: &str, session: &str, agent: &str) -> bool {
     let hostport = server.trim_start_matches("http://").trim_end_matches('/');
-    let Ok(mut s) = std::net::TcpStream::connect(hostport) else { return false };
+    let Ok(mut s) = std::net::TcpStream::connect(hostport) else {
+        return false;
+    };
     let body = serde_json::json!({
         "session_id": session,
         "agent_id": agent,
@@ -312,7 +323,10 @@ fn ensure_watcher(watchers: &Path, key: &str, dir: &Path) {
     if watcher_alive(watchers, key) {
         return;
     }
-    append(&dir.join("no-watcher.txt"), &format!("{key} {}", now_text()));
+    append(
+        &dir.join("no-watcher.txt"),
+        &format!("{key} {}", now_text()),
+    );
 }
 
 /// `CodexSubagentTeardown` → `KillWatchers`: every key at once, each as `KillWatcher`.
