@@ -24,7 +24,7 @@ pub(crate) fn excluded_by<'a>(patterns: &'a [String], cwd: &str) -> Option<&'a s
             || cwd
                 .char_indices()
                 .filter(|(_, c)| *c == '/')
-                .any(|(i, _)| i > 0 && matches(p.as_bytes(), cwd[..i].as_bytes()))
+                .any(|(i, _)| i > 0 && matches(p.as_bytes(), &cwd.as_bytes()[..i]))
     })
 }
 

@@ -9,11 +9,11 @@
 //! child's pid file, then a kill of its process tree) ends that session's supervisor and no
 //! other. The daemon itself holds no watcher key.
 //!
-//! - [`sessions`]: which sessions are watched, their rollout, server and Codex home;
-//! - [`policy`]: the restart rule, pure;
-//! - [`exclude`]: `KCAP_WATCH_EXCLUDE`;
-//! - [`service`]: `--print-service`;
-//! - [`run`]: the loop.
+//! - [`sessions`] finds which sessions are watched, their rollout, server and Codex home;
+//! - [`policy`] is the restart rule, pure;
+//! - [`exclude`] reads `KCAP_WATCH_EXCLUDE`;
+//! - [`service`] prints `--print-service`;
+//! - [`run`] is the loop.
 
 pub(crate) mod exclude;
 pub(crate) mod policy;

@@ -392,17 +392,17 @@ impl Daemon {
         let Some(session) = self.sessions.get_mut(key) else {
             return;
         };
-        if ExclusiveLock::is_held(&lock) {
-            if let Some(pid) = ExclusiveLock::holder_pid(&lock) {
-                info!(event = "supervisor_adopted", key = %key, pid, "a supervisor (pid {pid}) already runs for {key}; adopting it");
-                session.supervisor = Supervisor::Running {
-                    pid,
-                    generation,
-                    adopted: true,
-                    sent_signal: false,
-                };
-                return;
-            }
+        if ExclusiveLock::is_held(&lock)
+            && let Some(pid) = ExclusiveLock::holder_pid(&lock)
+        {
+            info!(event = "supervisor_adopted", key = %key, pid, "a supervisor (pid {pid}) already runs for {key}; adopting it");
+            session.supervisor = Supervisor::Running {
+                pid,
+                generation,
+                adopted: true,
+                sent_signal: false,
+            };
+            return;
         }
         let mut cmd = Command::new(&self.exe);
         cmd.arg("supervise")

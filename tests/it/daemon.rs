@@ -715,3 +715,55 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     sigterm(daemon.id());
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
+
+#[test]
+fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_75() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let _stand = w.standin(s1, &r1);
+    let supervise = || {
+        let mut c = kcap_watch(&w.config);
+        c.env("CODEX_HOME", &w.home)
+            .env("KCAP_URL", w.server.url())
+            .arg("supervise")
+            .arg(&r1)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    // A supervisor left running by an earlier daemon.
+    let mut first = supervise();
+    let lock = w
+        .config
+        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
+    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
+        .is_ok_and(|t| t == first.id().to_string())));
+    let mut second = supervise();
+    assert_eq!(
+        wait_exit(&mut second, WAIT).and_then(|s| s.code()),
+        Some(75)
+    );
+
+    let mut daemon = w.daemon("daemon.log");
+    assert!(
+        wait_for(WAIT, || w.daemon_status().is_some_and(
+            |s| s["sessions_taken"][0]["supervisor"] == "adopted"
+        )),
+        "{}",
+        w.logs()
+    );
+    assert_eq!(w.supervisor_pid(s1), Some(first.id()));
+    let mut procs = kcap_watch_processes(&w.config);
+    procs.sort();
+    let mut want = vec![daemon.id(), first.id()];
+    want.sort();
+    assert_eq!(procs, want, "the daemon started a second supervisor");
+    // Ending the daemon ends the adopted supervisor too.
+    sigterm(daemon.id());
+    assert_eq!(
+        wait_exit(&mut daemon, Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(0)
+    );
+    assert_eq!(wait_exit(&mut first, WAIT).and_then(|s| s.code()), Some(0));
+}
