@@ -685,7 +685,7 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let mut c = kcap_watch(&w.config);
     c.env_remove("CODEX_HOME")
         .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
-        .env("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "4s")
+        .env("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")
         .env("KCAP_WATCH_POLL_MS", "100")
         .env("KCAP_LOG_FORMAT", "json")
         .arg("daemon")
@@ -701,8 +701,12 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let key = format!("{}-{}", s1.key(), bare(&a.id));
     write_watched(&a.path, &a.text, &watchers, &key);
     assert!(w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)));
-    // Past the reap (4 s without activity), then Codex re-engages the child.
-    std::thread::sleep(Duration::from_secs(7));
+    // Past the reap (a minute without activity), then Codex re-engages the child.
+    assert!(
+        wait_for(Duration::from_secs(90), || w.logs().contains("idle_reap")),
+        "the child was not reaped: {}",
+        w.logs()
+    );
     append_lines(&a.path, &turn(3));
     assert!(
         w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)),
