@@ -302,7 +302,10 @@ fn session_report(config_dir: &Path, session_id: String, keys: Vec<KeyReport>) -
         count(spool::transcript_spool_path(config_dir, &session_id));
     let (hook_spool_records, hook_spool_bytes) =
         count(spool::hook_spool_path(config_dir, &session_id));
-    let (refused_records, refused_bytes) = count(refused_path(config_dir, &session_id));
+    let (refused_records, refused_bytes) =
+        crate::ship::refused::refused_path(config_dir, &session_id)
+            .map(count)
+            .unwrap_or((0, 0));
     SessionReport {
         needs_import: spool::needs_import_path(config_dir, &session_id).exists(),
         session_id,
@@ -314,14 +317,6 @@ fn session_report(config_dir: &Path, session_id: String, keys: Vec<KeyReport>) -
         refused_records,
         refused_bytes,
     }
-}
-
-/// `<config>/kcap-watch/refused/<session>.jsonl` (`revision-3.md` S4.1).
-pub fn refused_path(config_dir: &Path, session_id: &str) -> PathBuf {
-    config_dir
-        .join("kcap-watch")
-        .join("refused")
-        .join(format!("{session_id}.jsonl"))
 }
 
 /// Removes stale files of keys whose lock can be taken: the key's `<key>.lock` is taken (a
