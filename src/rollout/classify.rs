@@ -40,7 +40,7 @@ pub(crate) const MAX_DEPTH: usize = 512;
 /// Most `rate_limits` windows kept per line (Codex writes two or three).
 const MAX_WINDOWS: usize = 8;
 
-/// Longest object key compared against the known names (the longest is 18 bytes); longer keys
+/// Longest object key compared against the known names (the longest is 30 bytes); longer keys
 /// never match, and only their hash is kept.
 const KEY_CAP: usize = 32;
 
@@ -202,6 +202,10 @@ enum Target {
     ResetsAt(u8),
     WindowMinutes(u8),
     TriggerTurn,
+    /// The envelope's `ordinal`.
+    Ordinal,
+    /// `payload.subagent_history_start_ordinal` (S6).
+    HistoryStart,
 }
 
 /// Which object form of `source.subagent` was seen (its string form is a captured field).
@@ -594,6 +598,10 @@ pub struct Classifier {
     subagent_form: SubagentForm,
     /// `payload.trigger_turn`, when its last occurrence is a boolean.
     trigger_turn: Option<bool>,
+    /// The envelope's `ordinal` and `payload.subagent_history_start_ordinal`, when their last
+    /// occurrence is a number.
+    ordinal: Option<f64>,
+    history_start: Option<f64>,
     windows: [(u64, RateWindow); MAX_WINDOWS],
     window_count: usize,
     /// Leave `timestamp` unparsed (`None`): only `inspect --line-times` needs it, and parsing
@@ -637,6 +645,8 @@ impl Classifier {
             has_subagent: false,
             subagent_form: SubagentForm::None,
             trigger_turn: None,
+            ordinal: None,
+            history_start: None,
             windows: [(0, RateWindow::default()); MAX_WINDOWS],
             window_count: 0,
             skip_timestamps: false,
@@ -722,6 +732,8 @@ impl Classifier {
         self.has_subagent = false;
         self.subagent_form = SubagentForm::None;
         self.trigger_turn = None;
+        self.ordinal = None;
+        self.history_start = None;
         self.window_count = 0;
     }
 
@@ -777,6 +789,7 @@ impl Classifier {
                 cwd: text(Field::Cwd),
                 cli_version: text(Field::CliVersion),
                 originator: text(Field::Originator),
+                history_start_ordinal: self.history_start.and_then(whole_number),
             })
         });
         LineInfo {
@@ -803,6 +816,7 @@ impl Classifier {
             error_message: text(Field::ErrorMessage),
             message: text(Field::Message),
             trigger_turn: self.trigger_turn,
+            ordinal: self.ordinal.and_then(whole_number),
             rate_limits: self.windows[..self.window_count]
                 .iter()
                 .map(|(_, w)| *w)
@@ -1176,6 +1190,7 @@ impl Classifier {
                 b"type" => Target::Field(Field::Type),
                 b"timestamp" => Target::Field(Field::Timestamp),
                 b"payload" => Target::Payload,
+                b"ordinal" => Target::Ordinal,
                 _ => Target::None,
             },
             Ctx::Payload => match key {
@@ -1199,6 +1214,7 @@ impl Classifier {
                 b"source" => Target::Source,
                 b"message" => Target::Field(Field::Message),
                 b"trigger_turn" => Target::TriggerTurn,
+                b"subagent_history_start_ordinal" => Target::HistoryStart,
                 _ => Target::None,
             },
             Ctx::Error => match key {
@@ -1248,6 +1264,7 @@ impl Classifier {
                 self.payload_object = false;
                 self.reset_subagent(false);
                 self.trigger_turn = None;
+                self.history_start = None;
             }
             Target::Error => {
                 self.slots[Field::CodexErrorInfo as usize].reset();
@@ -1271,6 +1288,8 @@ impl Classifier {
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = None,
             Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = None,
             Target::TriggerTurn => self.trigger_turn = None,
+            Target::Ordinal => self.ordinal = None,
+            Target::HistoryStart => self.history_start = None,
             Target::None | Target::Window(_) => {}
         }
         target
@@ -1364,6 +1383,8 @@ impl Classifier {
             Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = Some(v),
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = Some(v),
             Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = Some(v),
+            Target::Ordinal => self.ordinal = Some(v),
+            Target::HistoryStart => self.history_start = Some(v),
             _ => {}
         }
         self.state = State::AfterValue;
@@ -1424,6 +1445,11 @@ static SHORT_ESCAPES: [u8; 256] = {
 
 /// The byte a two-character escape `\<b>` stands for (`None` for `u` and invalid escapes).
 #[inline(always)]
+/// An ordinal as a line position: a whole number from 0 to 2^53 (where `f64` is still exact).
+fn whole_number(v: f64) -> Option<u64> {
+    (v.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&v)).then_some(v as u64)
+}
+
 fn short_escape(b: u8) -> Option<u8> {
     match SHORT_ESCAPES[usize::from(b)] {
         0 => None,
@@ -2184,6 +2210,7 @@ mod tests {
                 cwd: Some("/home/dev/src/acme-api".into()),
                 cli_version: Some("0.145.0".into()),
                 originator: Some("codex_cli_rs".into()),
+                history_start_ordinal: None,
             }
         );
         let m = ok(r#"{"payload":{"source":{"subagent":null},"id":"x"},"type":"session_meta"}"#)
@@ -2282,6 +2309,44 @@ mod tests {
             assert_eq!(info.kind, Kind::Other, "{line}");
             assert_eq!(info.payload_type, PayloadType::Other, "{line}");
         }
+    }
+
+    /// S6: the envelope's `ordinal` and the header's `subagent_history_start_ordinal`, read
+    /// only as whole numbers (last occurrence wins; `null`, text or fractions are absent).
+    #[test]
+    fn ordinals_and_the_history_start() {
+        let info = ok(
+            r#"{"ordinal":0,"type":"session_meta","payload":{"id":"c","history_mode":"paginated","subagent_history_start_ordinal":18}}"#,
+        );
+        assert_eq!(info.ordinal, Some(0));
+        assert_eq!(info.meta.unwrap().history_start_ordinal, Some(18));
+        for (line, want) in [
+            (
+                r#"{"type":"event_msg","ordinal":17,"payload":{"type":"token_count"}}"#,
+                Some(17),
+            ),
+            (r#"{"type":"event_msg","payload":{"ordinal":3}}"#, None),
+            (r#"{"ordinal":"3","type":"x"}"#, None),
+            (r#"{"ordinal":2.5,"type":"x"}"#, None),
+            (r#"{"ordinal":-1,"type":"x"}"#, None),
+            (r#"{"ordinal":4,"ordinal":null,"type":"x"}"#, None),
+            (r#"{"ordinal":4,"ordinal":5,"type":"x"}"#, Some(5)),
+            (r#"{"ordinal":1e2,"type":"x"}"#, Some(100)),
+        ] {
+            assert_eq!(ok(line).ordinal, want, "{line}");
+        }
+        let meta = |payload: &str| {
+            ok(&format!(r#"{{"type":"session_meta","payload":{payload}}}"#))
+                .meta
+                .unwrap()
+                .history_start_ordinal
+        };
+        assert_eq!(meta(r#"{"subagent_history_start_ordinal":null}"#), None);
+        assert_eq!(
+            meta(r#"{"source":{"subagent_history_start_ordinal":4}}"#),
+            None
+        );
+        assert_eq!(meta(r#"{"subagent_history_start_ordinal":7}"#), Some(7));
     }
 
     #[test]
