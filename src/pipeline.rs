@@ -571,12 +571,12 @@ impl Pipeline {
         req: impl Fn(&mut Pipeline) -> &mut Request,
     ) -> Duration {
         match f {
-            Failure::Unauthorized { status } => {
+            Failure::Unauthorized { status, .. } => {
                 if !self.unauthorized_logged {
+                    // `f` says whether a token was refused or none was sent.
                     error!(
                         event = "ship_failed",
-                        status,
-                        "the kcap server refused the token (HTTP {status}); keeping every line, re-reading the token every 60 s"
+                        status, "{f}; keeping every line, re-reading the token every 60 s"
                     );
                     self.unauthorized_logged = true;
                 }
@@ -607,9 +607,11 @@ impl Pipeline {
                 self.ship_req.retry_at = None;
                 self.halvings = 0;
                 if let Some(b) = self.outbox.delivered() {
-                    // A large backlog leaves the allocator holding its peak; hand it back once
-                    // the outbox drains (an idle watcher should stay small).
-                    self.trim_when_idle |= b.bytes() > 1 << 20;
+                    // A backlog leaves the allocator holding its peak; hand it back once the
+                    // outbox drains (an idle watcher should stay small). `memory` trims once
+                    // enough was shipped, counted over every child of the process.
+                    crate::platform::memory::note_shipped(b.bytes());
+                    self.trim_when_idle = true;
                     self.lines_shipped += b.lines.len() as u64;
                     info!(
                         event = "batch_shipped",

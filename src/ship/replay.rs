@@ -347,13 +347,10 @@ where
                         );
                         tokio::time::sleep(delay).await;
                     }
-                    Err(Failure::Unauthorized { .. }) => {
+                    Err(f @ Failure::Unauthorized { .. }) => {
                         client.reload_token(Ts::now());
                         if attempt >= ATTEMPTS {
-                            warn!(
-                                event = "ship_failed",
-                                "replay: the server refuses the token; keeping the rest"
-                            );
+                            warn!(event = "ship_failed", "replay: {f}; keeping the rest");
                             kept += 1;
                             keep.push(raw.clone());
                             giving_up = true;
