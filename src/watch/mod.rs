@@ -407,17 +407,19 @@ impl Child {
         if !self.pipeline.wants_text() || behind == 0 {
             return Ok(None);
         }
+        let from = t.ship.next_number();
         let (lines, _) = t
             .ship
             .read(&t.file, behind.min(256) as usize)
             .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
-        if lines.is_empty() {
-            // The file holds fewer lines than the fold read: it shrank since. The guard says so
-            // at the next check; an empty batch fed here would be asked for again at once, for
-            // ever, and the loop would never get back to that check.
+        let next = t.ship.next_number();
+        if next == from {
+            // Not one line (blank ones count): the file holds fewer lines than the fold read,
+            // it shrank since. The guard says so at the next check; an empty batch fed here
+            // would be asked for again at once, for ever, and the loop would never get back to
+            // that check.
             return Ok(None);
         }
-        let next = t.ship.next_number();
         Ok(Some(Event::Text { lines, next }))
     }
 
