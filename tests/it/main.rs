@@ -27,6 +27,8 @@ mod lifecycle_loop;
 mod man_pages;
 mod process_behaviour;
 mod readme;
+mod redact_forms;
+mod redact_oracle;
 mod redact_props;
 mod redact_table;
 mod reliability_faults;
