@@ -19,7 +19,8 @@ fn placements(text: &str) -> Vec<(&'static str, String)> {
     let mcp = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "event_msg",
         "payload": {"type": "mcp_tool_call_end", "call_id": "call_3", "invocation": {"server": "s", "tool": "t"},
             "result": {"Ok": {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}}});
-    let exec = json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}).to_string();
+    let exec =
+        json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}).to_string();
     let exec_line = json!({"type": "response_item",
         "payload": {"type": "function_call_output", "call_id": "call_4", "output": exec}});
     vec![
@@ -28,14 +29,19 @@ fn placements(text: &str) -> Vec<(&'static str, String)> {
         ("function_call arguments", call.to_string()),
         ("mcp_tool_call_end", mcp.to_string()),
         ("exec output", exec_line.to_string()),
-        ("function_call_output, JSON-escaped", escaped_output_line(text)),
+        (
+            "function_call_output, JSON-escaped",
+            escaped_output_line(text),
+        ),
     ]
 }
 
 /// A `function_call_output` line whose output string writes every third character of `text`
 /// as a `\u` escape (and every control character and quote as JSON must).
 fn escaped_output_line(text: &str) -> String {
-    let mut s = String::from(r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call_5","output":""#);
+    let mut s = String::from(
+        r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call_5","output":""#,
+    );
     for (i, c) in text.chars().enumerate() {
         match c {
             '"' => s.push_str("\\\""),
@@ -99,7 +105,9 @@ fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
             Ok(seen) => {
                 for s in secrets {
                     if seen.contains(s) {
-                        failures.push(format!("{placement}: {s:?} shipped:\n  {line}\n  => {shipped}"));
+                        failures.push(format!(
+                            "{placement}: {s:?} shipped:\n  {line}\n  => {shipped}"
+                        ));
                     }
                 }
             }
@@ -107,7 +115,9 @@ fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
         // Redacting twice gives what redacting once gives.
         let again = global().redact_line(shipped.as_bytes());
         if again != shipped {
-            failures.push(format!("{placement}: not idempotent:\n  {shipped}\n  => {again}"));
+            failures.push(format!(
+                "{placement}: not idempotent:\n  {shipped}\n  => {again}"
+            ));
         }
     }
     failures
@@ -127,8 +137,16 @@ fn changes(text: &str) -> Vec<String> {
 #[test]
 fn every_rule_has_a_positive_and_a_negative_example() {
     for rule in rule_examples() {
-        assert!(!rule.positive.is_empty(), "{} has no positive example", rule.id);
-        assert!(!rule.negative.is_empty(), "{} has no negative example", rule.id);
+        assert!(
+            !rule.positive.is_empty(),
+            "{} has no positive example",
+            rule.id
+        );
+        assert!(
+            !rule.negative.is_empty(),
+            "{} has no negative example",
+            rule.id
+        );
         assert!(!rule.keywords.is_empty(), "{} has no keyword", rule.id);
         assert!(!rule.family.is_empty(), "{} has no family", rule.id);
     }
@@ -141,7 +159,10 @@ fn every_rules_positive_is_redacted_in_every_placement() {
         for example in rule.positive {
             let plain = global().redact_text(example).into_owned();
             if plain == *example {
-                failures.push(format!("{}: positive not redacted as text: {example:?}", rule.id));
+                failures.push(format!(
+                    "{}: positive not redacted as text: {example:?}",
+                    rule.id
+                ));
                 continue;
             }
             for (placement, line) in placements(example) {
@@ -168,7 +189,11 @@ fn every_rules_negative_ships_byte_for_byte_in_every_placement() {
     let mut failures = Vec::new();
     for rule in rule_examples() {
         for example in rule.negative {
-            failures.extend(changes(example).into_iter().map(|f| format!("{}: {f}", rule.id)));
+            failures.extend(
+                changes(example)
+                    .into_iter()
+                    .map(|f| format!("{}: {f}", rule.id)),
+            );
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -53,24 +53,58 @@ impl Oracle {
         } else {
             "SECRET|TOKEN|PASSWORD|PASSWD|PWD|API_KEY|APIKEY|PRIVATE_KEY|CREDENTIALS|CLIENT_SECRET|ACCESS_KEY|AUTH_TOKEN"
         };
-        let json_end = if v2 { r#"((?:\\"|")|$)"# } else { r#"((?:\\"|"))"# };
+        let json_end = if v2 {
+            r#"((?:\\"|")|$)"#
+        } else {
+            r#"((?:\\"|"))"#
+        };
         let rules = vec![
-            r(r"(?s)-----BEGIN[A-Z\s]*PRIVATE KEY-----.*?-----END[A-Z\s]*PRIVATE KEY-----", 0),
-            r("(?:AKIA|ASIA|AROA|AIDA|AIPA|AGPA|ANPA|ANVA|ASCA|APKA|ABIA|ACCA)[0-9A-Z]{16,128}", 0),
+            r(
+                r"(?s)-----BEGIN[A-Z\s]*PRIVATE KEY-----.*?-----END[A-Z\s]*PRIVATE KEY-----",
+                0,
+            ),
+            r(
+                "(?:AKIA|ASIA|AROA|AIDA|AIPA|AGPA|ANPA|ANVA|ASCA|APKA|ABIA|ACCA)[0-9A-Z]{16,128}",
+                0,
+            ),
             OracleRule {
                 sk_lookbehind: true,
-                ..r(r"(?:ghp_|gho_|ghs_|github_pat_|cfat_|sk-(?:proj-|live_|test_)?|sk_live_|sk_test_|xoxb-|xoxp-|xoxa-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)[A-Za-z0-9\-_]{10,}", 0)
+                ..r(
+                    r"(?:ghp_|gho_|ghs_|github_pat_|cfat_|sk-(?:proj-|live_|test_)?|sk_live_|sk_test_|xoxb-|xoxp-|xoxa-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)[A-Za-z0-9\-_]{10,}",
+                    0,
+                )
             },
-            r(&format!(r#"(?i)((?:{HEADERS})(?:\\?")?\s*:\s*(?:\\?")?\s*)([^\r\n"\\]+)"#), 2),
-            r(r#"(?i)([?&](?:access_token|refresh_token|id_token|client_secret|signature|sig|x-amz-signature|awsaccesskeyid|api_key|apikey|api-key|token|password|secret|auth_token|sas)=)([^&\s"\\#]+)"#, 2),
+            r(
+                &format!(r#"(?i)((?:{HEADERS})(?:\\?")?\s*:\s*(?:\\?")?\s*)([^\r\n"\\]+)"#),
+                2,
+            ),
+            r(
+                r#"(?i)([?&](?:access_token|refresh_token|id_token|client_secret|signature|sig|x-amz-signature|awsaccesskeyid|api_key|apikey|api-key|token|password|secret|auth_token|sas)=)([^&\s"\\#]+)"#,
+                2,
+            ),
             r(r#"(?i)(https?://[^:/\s"\\@]+:)([^@\s"\\/]+)(@)"#, 2),
-            r(&format!(r#"(?i)((?:\\"|")(?:[^"\\]*(?:{words})[^"\\]*)(?:\\"|")[ \t]*:[ \t]*(?:\\"|"))([^"\\]+){json_end}"#), 2),
-            r(&format!(r#"(?i)([A-Z_]*(?:{env_words})[A-Z_]*=)([^\s"\\]+)"#), 2),
-            r(&format!(r#"(?i)((?:{words})[\w.\-]*:[ \t]+)([^\s"\\]{{8,}})"#), 2),
-            r(&format!(r#"(?i)\b((?:{words})\b[ \t]+)([^\s"\\]{{16,}})"#), 2),
+            r(
+                &format!(
+                    r#"(?i)((?:\\"|")(?:[^"\\]*(?:{words})[^"\\]*)(?:\\"|")[ \t]*:[ \t]*(?:\\"|"))([^"\\]+){json_end}"#
+                ),
+                2,
+            ),
+            r(
+                &format!(r#"(?i)([A-Z_]*(?:{env_words})[A-Z_]*=)([^\s"\\]+)"#),
+                2,
+            ),
+            r(
+                &format!(r#"(?i)((?:{words})[\w.\-]*:[ \t]+)([^\s"\\]{{8,}})"#),
+                2,
+            ),
+            r(
+                &format!(r#"(?i)\b((?:{words})\b[ \t]+)([^\s"\\]{{16,}})"#),
+                2,
+            ),
             r(r#"(?i)((?:Password|Pwd)\s*=\s*)([^;"\\]+)(;|$)"#, 2),
         ];
-        let secret_key = v2.then(|| Regex::new(&format!("(?i)(?:{HEADERS}|auth)$|(?:{WORDS_V2})")).unwrap());
+        let secret_key =
+            v2.then(|| Regex::new(&format!("(?i)(?:{HEADERS}|auth)$|(?:{WORDS_V2})")).unwrap());
         Oracle { rules, secret_key }
     }
 
@@ -84,7 +118,10 @@ impl Oracle {
                 let m = caps.get(0).unwrap();
                 if rule.sk_lookbehind
                     && m.as_str().starts_with("sk-")
-                    && text[..m.start()].chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+                    && text[..m.start()]
+                        .chars()
+                        .last()
+                        .is_some_and(|c| c.is_ascii_alphanumeric())
                 {
                     continue;
                 }
@@ -118,7 +155,9 @@ impl Oracle {
             Value::String(s) => {
                 self.pipeline(s, removed);
             }
-            Value::Array(items) => items.iter().for_each(|i| self.walk(key, i, secret, removed)),
+            Value::Array(items) => items
+                .iter()
+                .for_each(|i| self.walk(key, i, secret, removed)),
             Value::Object(map) => {
                 for (k, v) in map {
                     self.walk(key, v, secret || key.is_match(k), removed);
@@ -167,33 +206,113 @@ fn corpus() -> Vec<String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut out = Vec::new();
     let headers = [
-        "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "X-Auth-Token",
-        "X-Access-Token", "X-Amz-Security-Token", "X-Amz-Signature", "X-Goog-Api-Key", "Api-Key",
-        "Private-Token", "Job-Token", "Deploy-Token", "X-Vault-Token", "X-Consul-Token", "X-Csrf-Token",
-        "X-Xsrf-Token", "X-Hub-Signature", "X-Hub-Signature-256", "X-Slack-Signature",
-        "Stripe-Signature", "X-Registry-Auth",
+        "Authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "Set-Cookie",
+        "X-Api-Key",
+        "X-Auth-Token",
+        "X-Access-Token",
+        "X-Amz-Security-Token",
+        "X-Amz-Signature",
+        "X-Goog-Api-Key",
+        "Api-Key",
+        "Private-Token",
+        "Job-Token",
+        "Deploy-Token",
+        "X-Vault-Token",
+        "X-Consul-Token",
+        "X-Csrf-Token",
+        "X-Xsrf-Token",
+        "X-Hub-Signature",
+        "X-Hub-Signature-256",
+        "X-Slack-Signature",
+        "Stripe-Signature",
+        "X-Registry-Auth",
     ];
     let query_keys = [
-        "access_token", "refresh_token", "id_token", "client_secret", "signature", "sig",
-        "x-amz-signature", "AWSAccessKeyId", "api_key", "apikey", "api-key", "token", "password",
-        "secret", "auth_token", "sas",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "client_secret",
+        "signature",
+        "sig",
+        "x-amz-signature",
+        "AWSAccessKeyId",
+        "api_key",
+        "apikey",
+        "api-key",
+        "token",
+        "password",
+        "secret",
+        "auth_token",
+        "sas",
     ];
     let names = [
-        "secret", "token", "password", "passwd", "pwd", "api_key", "apikey", "private_key",
-        "credentials", "client_secret", "access_key", "auth_token", "db_password", "aws.secret.key",
-        "client-secret", "apiKeys", "private-key", "access.key", "auth-token", "secrets",
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "pwd",
+        "api_key",
+        "apikey",
+        "private_key",
+        "credentials",
+        "client_secret",
+        "access_key",
+        "auth_token",
+        "db_password",
+        "aws.secret.key",
+        "client-secret",
+        "apiKeys",
+        "private-key",
+        "access.key",
+        "auth-token",
+        "secrets",
     ];
     let env_names = [
-        "SECRET", "GITHUB_TOKEN", "DB_PASSWORD", "PASSWD", "PGPWD", "API_KEY", "OPENAI_APIKEY",
-        "PRIVATE_KEY", "GOOGLE_CREDENTIALS", "CLIENT_SECRET", "AWS_ACCESS_KEY", "AUTH_TOKEN",
-        "API_KEYS", "AUTH_TOKENS", "APIKEYS", "MY_SECRETS",
+        "SECRET",
+        "GITHUB_TOKEN",
+        "DB_PASSWORD",
+        "PASSWD",
+        "PGPWD",
+        "API_KEY",
+        "OPENAI_APIKEY",
+        "PRIVATE_KEY",
+        "GOOGLE_CREDENTIALS",
+        "CLIENT_SECRET",
+        "AWS_ACCESS_KEY",
+        "AUTH_TOKEN",
+        "API_KEYS",
+        "AUTH_TOKENS",
+        "APIKEYS",
+        "MY_SECRETS",
     ];
     let prefixes = [
-        "ghp_", "gho_", "ghs_", "github_pat_", "cfat_", "sk-", "sk-proj-", "sk-live_", "sk-test_",
-        "sk_live_", "sk_test_", "xoxb-", "xoxp-", "xoxa-", "pypi-", "npm_", "glpat-", "dckr_pat_",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "cfat_",
+        "sk-",
+        "sk-proj-",
+        "sk-live_",
+        "sk-test_",
+        "sk_live_",
+        "sk_test_",
+        "xoxb-",
+        "xoxp-",
+        "xoxa-",
+        "pypi-",
+        "npm_",
+        "glpat-",
+        "dckr_pat_",
         "dckr_oat_",
     ];
-    let aws = ["AKIA", "ASIA", "AROA", "AIDA", "AIPA", "AGPA", "ANPA", "ANVA", "ASCA", "APKA", "ABIA", "ACCA"];
+    let aws = [
+        "AKIA", "ASIA", "AROA", "AIDA", "AIPA", "AGPA", "ANPA", "ANVA", "ASCA", "APKA", "ABIA",
+        "ACCA",
+    ];
     for round in 0..6 {
         out.push(format!(
             "key:\n-----BEGIN {}PRIVATE KEY-----\n{}\n{}\n-----END {}PRIVATE KEY-----\nok",
@@ -212,7 +331,10 @@ fn corpus() -> Vec<String> {
         for h in headers {
             let v = rng.value(20, " ;=,/+'()");
             out.push(format!("> {h}: {v}\r\n> Accept: */*"));
-            out.push(format!(r#"headers: {{"{h}": "{}"}}"#, rng.value(18, " ;=,/")));
+            out.push(format!(
+                r#"headers: {{"{h}": "{}"}}"#,
+                rng.value(18, " ;=,/")
+            ));
         }
         for k in query_keys {
             out.push(format!(
@@ -226,19 +348,45 @@ fn corpus() -> Vec<String> {
             rng.value(16, "!$%^*()#?'&;=+,:~")
         ));
         for n in names {
-            out.push(format!(r#"config {{"{n}": "{}"}} saved"#, rng.value(14, " ;|&()<>#?'/")));
+            out.push(format!(
+                r#"config {{"{n}": "{}"}} saved"#,
+                rng.value(14, " ;|&()<>#?'/")
+            ));
             out.push(format!("{n}: {}\nnext: 1", rng.value(14, ";|&()<>#?/=,.")));
         }
         for n in env_names {
-            out.push(format!("export {n}={} && ./run", rng.value(14, ";|()<>#?/=,.&!@%")));
+            out.push(format!(
+                "export {n}={} && ./run",
+                rng.value(14, ";|()<>#?/=,.&!@%")
+            ));
         }
         let label_words = [
-            "secret", "token", "password", "passwd", "pwd", "api_key", "apikey", "private_key",
-            "credentials", "client_secret", "access_key", "auth_token", "secrets", "tokens",
-            "api-key", "private.keys", "credential", "client-secrets", "access.keys", "auth-tokens",
+            "secret",
+            "token",
+            "password",
+            "passwd",
+            "pwd",
+            "api_key",
+            "apikey",
+            "private_key",
+            "credentials",
+            "client_secret",
+            "access_key",
+            "auth_token",
+            "secrets",
+            "tokens",
+            "api-key",
+            "private.keys",
+            "credential",
+            "client-secrets",
+            "access.keys",
+            "auth-tokens",
         ];
         let w = rng.pick(&label_words);
-        out.push(format!("hcloud:{w}  {} rest", rng.value(20, "!@#$%^&*()-_=+[]{};:',.<>/?|")));
+        out.push(format!(
+            "hcloud:{w}  {} rest",
+            rng.value(20, "!@#$%^&*()-_=+[]{};:',.<>/?|")
+        ));
         out.push(format!(
             "Server=db.internal;User Id=app;{}={};Database=x",
             rng.pick(&["Password", "Pwd", "password", "PWD"]),
@@ -280,7 +428,8 @@ fn decoded_text(v: &Value, out: &mut String) {
 }
 
 fn alnum_runs(s: &str) -> impl Iterator<Item = &str> {
-    s.split(|c: char| !c.is_ascii_alphanumeric()).filter(|run| run.len() >= 4)
+    s.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|run| run.len() >= 4)
 }
 
 fn check(oracle: &Oracle, name: &str) {
@@ -302,17 +451,27 @@ fn check(oracle: &Oracle, name: &str) {
                 let leaked = seen.contains(value.as_str())
                     || alnum_runs(value).any(|run| seen.contains(run) && !outside.contains(run));
                 if leaked {
-                    failures.push(format!("{name}: {value:?} survives:\n  {line}\n  => {shipped}"));
+                    failures.push(format!(
+                        "{name}: {value:?} survives:\n  {line}\n  => {shipped}"
+                    ));
                 }
             }
         }
     }
-    assert!(removed_total > 500, "the corpus exercises the oracle ({removed_total})");
+    assert!(
+        removed_total > 500,
+        "the corpus exercises the oracle ({removed_total})"
+    );
     assert!(
         failures.is_empty(),
         "{} of {removed_total}:\n{}",
         failures.len(),
-        failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 

@@ -54,7 +54,10 @@ impl<'a> Decoded<'a> {
     fn map(&self, at: usize, end: bool) -> usize {
         let at = at as u32;
         // The last unit starting at or before `at`. The first unit starts at 0.
-        let i = self.units.partition_point(|u| u.dec <= at).saturating_sub(1);
+        let i = self
+            .units
+            .partition_point(|u| u.dec <= at)
+            .saturating_sub(1);
         let unit = self.units[i];
         if unit.escape_len == 0 {
             (unit.raw + (at - unit.dec) + u32::from(end)) as usize

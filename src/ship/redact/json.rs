@@ -10,7 +10,10 @@ use serde::de::IgnoredAny;
 #[derive(Clone, Debug)]
 pub(crate) enum Tok {
     /// `{` or `[`; `close` is the index of its [`Tok::Close`].
-    Open { obj: bool, close: usize },
+    Open {
+        obj: bool,
+        close: usize,
+    },
     Close,
     /// An object key's raw content.
     Key(Range<usize>),

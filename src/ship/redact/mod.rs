@@ -107,8 +107,22 @@ const MAX_DEPTH: usize = 12;
 
 /// Command words whose argv arrays are joined into one command line.
 const COMMANDS: &[&str] = &[
-    "curl", "mysql", "mariadb", "sshpass", "docker", "podman", "az", "redis-cli", "openssl",
-    "ssh-keygen", "htpasswd", "sqlplus", "wget", "mysqldump", "mysqladmin", "psql",
+    "curl",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "docker",
+    "podman",
+    "az",
+    "redis-cli",
+    "openssl",
+    "ssh-keygen",
+    "htpasswd",
+    "sqlplus",
+    "wget",
+    "mysqldump",
+    "mysqladmin",
+    "psql",
 ];
 
 /// A rule of either table: core rules first, then providers.
@@ -213,7 +227,9 @@ impl Redactor {
             return Cow::Borrowed(text);
         }
         let mut spans = Vec::new();
-        if json::looks_like_container(text) && json::is_json(text) {
+        // A line that is one JSON string is JSON too: its quotes must survive.
+        let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
+        if maybe_json && json::is_json(text) {
             self.json_spans(text, &hits, hidden, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
@@ -341,7 +357,13 @@ impl Redactor {
 
     /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
     /// else given the text rules. Spans are in `text`.
-    fn string_spans(&self, text: &str, content: Range<usize>, out: &mut Vec<Range<usize>>, depth: usize) {
+    fn string_spans(
+        &self,
+        text: &str,
+        content: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+        depth: usize,
+    ) {
         let decoded = decode::decode(&text[content.clone()]);
         let hits = self.scan(&decoded.text);
         let hidden = decode::hides_ascii(decoded.text.as_bytes());
@@ -610,7 +632,7 @@ impl Walk<'_> {
                 if has(b"-----END") {
                     inside = false;
                 }
-            } else if has(b"-----BEGIN") && has(b"PRIVATE KEY") && !has(b"-----END") {
+            } else if ends_with_begin_marker(raw) {
                 forced[i] = true;
                 inside = true;
             }
@@ -676,8 +698,30 @@ impl Walk<'_> {
     }
 }
 
-/// Spans from `first` on that cut into an earlier `[REDACTED]` grow to cover it whole, and
-/// spans inside one are dropped: redacting twice gives what redacting once gives.
+/// Whether a string's raw content ends with a private key's BEGIN marker (its body follows in
+/// the next strings).
+fn ends_with_begin_marker(raw: &[u8]) -> bool {
+    let Some(begin) = memmem::rfind(raw, b"-----BEGIN") else {
+        return false;
+    };
+    let rest = &raw[begin + b"-----BEGIN".len()..];
+    let Some(key) = memmem::find(rest, b"PRIVATE KEY") else {
+        return false;
+    };
+    let rest = &rest[key + b"PRIVATE KEY".len()..];
+    let rest = rest.strip_prefix(b" BLOCK").unwrap_or(rest);
+    let Some(rest) = rest.strip_prefix(b"-----") else {
+        return false;
+    };
+    // Nothing after it but blanks, written plain or escaped.
+    rest.iter()
+        .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
+}
+
+/// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
+/// marker was judged when the marker was made, and reading it again differs (the marker is
+/// longer than what it replaced, and a separator may have gone with the value). So redacting
+/// twice gives what redacting once gives, and no marker is ever cut.
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
         return;
@@ -687,21 +731,11 @@ fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
         .collect();
     let mut i = first;
     while i < spans.len() {
-        let mut s = spans[i].clone();
-        let mut drop = false;
-        for m in &markers {
-            if m.start < s.end && s.start < m.end {
-                if m.start <= s.start && s.end <= m.end {
-                    drop = true;
-                    break;
-                }
-                s = s.start.min(m.start)..s.end.max(m.end);
-            }
-        }
-        if drop {
+        let s = &spans[i];
+        let k = markers.partition_point(|m| m.end <= s.start);
+        if markers.get(k).is_some_and(|m| m.start < s.end) {
             spans.swap_remove(i);
         } else {
-            spans[i] = s;
             i += 1;
         }
     }

@@ -191,7 +191,9 @@ pub(crate) static RULES: &[Rule] = &[
         &["private-lines", "private-mac"],
         r"(?i)Private-(?:Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<s>(?:[A-Za-z0-9+/=]+(?:\r?\n|$))+)|MAC:[ \t]*(?P<m>[0-9a-f]+))",
         Refine::Group,
-        &["Private-Lines: 2\nAAAAgQDG1x2y3z4w5v6u7t8s9r0q\nAAAAQQDxyzw8v7u6t5s4r3q2p1o0\nPrivate-MAC: 0a1b2c3d4e5f"],
+        &[
+            "Private-Lines: 2\nAAAAgQDG1x2y3z4w5v6u7t8s9r0q\nAAAAQQDxyzw8v7u6t5s4r3q2p1o0\nPrivate-MAC: 0a1b2c3d4e5f",
+        ],
         &["Public-Lines: 2\nAAAAB3NzaC1yc2EAAAADAQABAAAAgQ"],
     )),
     rule(
@@ -219,12 +221,28 @@ pub(crate) static RULES: &[Rule] = &[
         "kcap-vendor-token",
         "github-pat,gitlab-pat,slack,pypi,npm,docker,cloudflare,stripe,gcp-api-key",
         &[
-            "ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "cfat_", "k_live_", "k_test_", "xox",
-            "pypi-", "npm_", "glpat-", "dckr_", "aiza",
+            "ghp_",
+            "gho_",
+            "ghs_",
+            "ghu_",
+            "ghr_",
+            "github_pat_",
+            "cfat_",
+            "k_live_",
+            "k_test_",
+            "xox",
+            "pypi-",
+            "npm_",
+            "glpat-",
+            "dckr_",
+            "aiza",
         ],
         r"(?:gh[pousr]_|github_pat_|cfat_|[sr]k_live_|[sr]k_test_|xox[abposr]-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)(?P<b>[A-Za-z0-9_-]{10,})|AIza[A-Za-z0-9_-]{30,}",
         Refine::Token,
-        &["push with ghp_aBcDeFgHiJkLmNoP1234", "glpat-aBcDeFgHiJkLmNoP78"],
+        &[
+            "push with ghp_aBcDeFgHiJkLmNoP1234",
+            "glpat-aBcDeFgHiJkLmNoP78",
+        ],
         &["ghp_short", "npm_config_cache"],
     )),
     bare(rule(
@@ -233,7 +251,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["sk-"],
         r"(?:^|[^A-Za-z0-9])(?P<s>sk-[A-Za-z0-9_-]{10,})",
         Refine::Group,
-        &["openai sk-aBcDeFgHiJkLmNoP9876", "key_sk-aBcDeFgHiJkLmNoP9876"],
+        &[
+            "openai sk-aBcDeFgHiJkLmNoP9876",
+            "key_sk-aBcDeFgHiJkLmNoP9876",
+        ],
         &["task-abcdefghijklmnop", "disk-usage-report-2026"],
     )),
     bare(rule(
@@ -343,7 +364,16 @@ pub(crate) static RULES: &[Rule] = &[
         "url-query",
         "url-query-secret",
         &[
-            "token", "secret", "passw", "pass", "pwd", "key=", "sig", "auth", "credential", "sas=",
+            "token",
+            "secret",
+            "passw",
+            "pass",
+            "pwd",
+            "key=",
+            "sig",
+            "auth",
+            "credential",
+            "sas=",
             "keyid=",
         ],
         r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
@@ -380,10 +410,14 @@ pub(crate) static RULES: &[Rule] = &[
         "connection-string",
         "connection-string",
         &[
-            "password", "pwd", "accountkey", "sharedaccesskey", "sharedaccesssignature",
+            "password",
+            "pwd",
+            "accountkey",
+            "sharedaccesskey",
+            "sharedaccesssignature",
             "sharedsecret",
         ],
-        r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]+)"#,
+        r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
         Refine::Group,
         &[
             "Server=db;User Id=app;Password=my secret pass;Database=x",
@@ -429,7 +463,7 @@ pub(crate) static RULES: &[Rule] = &[
         concat!(
             r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
             name_words!(),
-            r#")[A-Za-z0-9_.\-]*)(?P<cq>["'])?[ \t]*:(?P<sp>[ \t]*)(?P<s>\S)"#
+            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
         ),
         Refine::Colon,
         &[
@@ -450,12 +484,25 @@ pub(crate) static RULES: &[Rule] = &[
         "labelled",
         "generic-label",
         &[
-            "secret", "token", "passw", "pwd", "api_key", "api-key", "api.key", "apikey",
-            "private", "credential", "access", "auth",
+            "secret",
+            "token",
+            "passw",
+            "pwd",
+            "api_key",
+            "api-key",
+            "api.key",
+            "apikey",
+            "private",
+            "credential",
+            "access",
+            "auth",
         ],
         r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
         Refine::Label,
-        &["password p@ss!w0rd-Very-Long-1 for the db", "hcloud:token  9xKMAbcdefghij1234"],
+        &[
+            "password p@ss!w0rd-Very-Long-1 for the db",
+            "hcloud:token  9xKMAbcdefghij1234",
+        ],
         &["token validation failed: expired"],
     ),
     rule(
@@ -491,7 +538,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["5432:", "6432:", "5433:", "*:"],
         r#"(?m)(?:^|[\s"'=])[A-Za-z0-9_.\-*\[\]]+:(?:[0-9]{1,5}|\*):[^:\s"']+:[^:\s"']+:(?P<s>[^\s"']+)"#,
         Refine::Group,
-        &["db.internal:5432:appdb:app_user:PgPassSecret77", "*:*:*:postgres:PgStarSecret88"],
+        &[
+            "db.internal:5432:appdb:app_user:PgPassSecret77",
+            "*:*:*:postgres:PgStarSecret88",
+        ],
         &["12:30:45 INFO starting worker"],
     ),
     rule(
@@ -500,7 +550,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["curl"],
         r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
         Refine::Flag,
-        &["curl -u admin:CurlUserPass1 https://api.example.com/v1", "curl -s --user \"bob:Curl Pass2\" https://x.io"],
+        &[
+            "curl -u admin:CurlUserPass1 https://api.example.com/v1",
+            "curl -s --user \"bob:Curl Pass2\" https://x.io",
+        ],
         &["curl -sS https://api.github.com/repos/rust-lang/rust"],
     ),
     rule(
@@ -527,7 +580,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["login"],
         r#"(?i)\b(?:docker|podman|nerdctl|az|helm[ \t]+registry)[ \t]+login\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
-        &["docker login -u bob -p DockerPw1 ghcr.io", "az login -u a@b.c -p AzPw2"],
+        &[
+            "docker login -u bob -p DockerPw1 ghcr.io",
+            "az login -u a@b.c -p AzPw2",
+        ],
         &["docker login ghcr.io --username bob --password-stdin < token.txt"],
     ),
     rule(
@@ -545,7 +601,11 @@ pub(crate) static RULES: &[Rule] = &[
         &["--", "-pass", "-pwd", "-token", "-secret", "-key"],
         r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
-        &["mysqladmin --password=abc status", "wget --http-password=WgPw1 https://x", "--password hi"],
+        &[
+            "mysqladmin --password=abc status",
+            "wget --http-password=WgPw1 https://x",
+            "--password hi",
+        ],
         &["docker login --password-stdin", "--token-file path"],
     ),
     rule(
@@ -572,7 +632,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["htpasswd"],
         r"\bhtpasswd\b[^\n|;&]*",
         Refine::Htpasswd,
-        &["htpasswd -bc .htpasswd admin HtPw123", "htpasswd -nb admin HtPw456"],
+        &[
+            "htpasswd -bc .htpasswd admin HtPw123",
+            "htpasswd -nb admin HtPw456",
+        ],
         &["htpasswd -c .htpasswd admin"],
     ),
     rule(
@@ -590,7 +653,10 @@ pub(crate) static RULES: &[Rule] = &[
         &["auth"],
         r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
         Refine::Flag,
-        &["requests.get(url, auth=('u', 'PyPw1'))", "HTTPBasicAuth('u', \"PyPw2\")"],
+        &[
+            "requests.get(url, auth=('u', 'PyPw1'))",
+            "HTTPBasicAuth('u', \"PyPw2\")",
+        ],
         &["requests.get(url, auth=auth)"],
     ),
 ];
@@ -625,7 +691,10 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
                 }
             }
             "secret" => {
-                if !["ar", "ion", "ly", "ive"].iter().any(|s| rest.starts_with(s)) {
+                if !["ar", "ion", "ly", "ive"]
+                    .iter()
+                    .any(|s| rest.starts_with(s))
+                {
                     return true;
                 }
             }
@@ -715,7 +784,8 @@ fn closing_quote(bytes: &[u8], from: usize, quote: u8) -> usize {
 /// `$VAR`, `${VAR}`, `$(cmd)`, `${{ secrets.X }}`: a reference to a secret, not one.
 fn is_shell_reference(value: &str) -> bool {
     let Some(rest) = value.strip_prefix('$') else {
-        return value.starts_with("{{") || value.starts_with('%') && value.ends_with('%');
+        return (value.len() > 4 && value.starts_with("{{") && value.ends_with("}}"))
+            || (value.len() > 2 && value.starts_with('%') && value.ends_with('%'));
     };
     rest.starts_with('(')
         || rest.starts_with('{')
@@ -737,7 +807,9 @@ fn is_code(rest: &str) -> bool {
         .expect("code pattern is a valid regex")
     });
     CODE.captures(rest).is_some_and(|c| {
-        c.name("c").is_some() || c.name("p").is_some_and(|p| p.as_str().contains(['.', ':', '>']))
+        c.name("c").is_some()
+            || c.name("p")
+                .is_some_and(|p| p.as_str().contains(['.', ':', '>']))
     })
 }
 
@@ -746,21 +818,64 @@ fn is_type_or_literal(value: &str) -> bool {
     let v = value.trim_end_matches([';', ',', '?', ')']);
     let v = v.strip_suffix("[]").unwrap_or(v);
     const WORDS: &[&str] = &[
-        "boolean", "bool", "string", "str", "&str", "number", "bigint", "symbol", "object", "any",
-        "unknown", "void", "never", "null", "undefined", "none", "nil", "true", "false", "int",
-        "float", "bytes", "dict", "list", "String", "usize", "u8", "u16", "u32", "u64", "i32",
-        "i64", "f64", "Option", "Date", "Buffer", "None", "True", "False", "Null",
+        "boolean",
+        "bool",
+        "string",
+        "str",
+        "&str",
+        "number",
+        "bigint",
+        "symbol",
+        "object",
+        "any",
+        "unknown",
+        "void",
+        "never",
+        "null",
+        "undefined",
+        "none",
+        "nil",
+        "true",
+        "false",
+        "int",
+        "float",
+        "bytes",
+        "dict",
+        "list",
+        "String",
+        "usize",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "i32",
+        "i64",
+        "f64",
+        "Option",
+        "Date",
+        "Buffer",
+        "None",
+        "True",
+        "False",
+        "Null",
     ];
-    if WORDS.contains(&v) || WORDS.iter().any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3) {
+    if WORDS.contains(&v)
+        || WORDS
+            .iter()
+            .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3)
+    {
         return true;
     }
     // Generic types: `Option<String>`, `Promise<string>`, `Vec<u8>`.
     if let Some(open) = v.find('<')
         && v.ends_with('>')
         && open >= 3
-        && v[..open].bytes().all(|b| b.is_ascii_alphabetic() || b == b':')
+        && v[..open]
+            .bytes()
+            .all(|b| b.is_ascii_alphabetic() || b == b':')
         && v[..open].starts_with(|c: char| c.is_ascii_uppercase())
-        && v[open + 1..].starts_with(|c: char| c.is_ascii_uppercase() || c == '&' || c == 'u' || c == 's')
+        && v[open + 1..]
+            .starts_with(|c: char| c.is_ascii_uppercase() || c == '&' || c == 'u' || c == 's')
     {
         return true;
     }
@@ -770,7 +885,12 @@ fn is_type_or_literal(value: &str) -> bool {
 /// S1.5: token counts, UUID or git-hash ids named as such, package versions.
 fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
     let lower = name.to_ascii_lowercase();
-    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit() || b == b',');
+    // `4096` or `1,843,021`.
+    let mut groups = value.split(',');
+    let digits = groups
+        .next()
+        .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+        && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
     if lower.ends_with("tokens") || lower.ends_with("count") || lower.ends_with("_limit") {
         // A count, or an expression over a constant or a variable (`remainingTokens = MAX -
         // used`): names, not the mixed letters and digits of a credential.
@@ -853,7 +973,11 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 
 /// The spans one match of `rule` redacts in `text`.
 pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
-    let group = || caps.name("s").or_else(|| caps.name("m")).or_else(|| caps.get(0));
+    let group = || {
+        caps.name("s")
+            .or_else(|| caps.name("m"))
+            .or_else(|| caps.get(0))
+    };
     let name = caps.name("n").map_or("", |n| n.as_str());
     match rule.refine {
         Refine::Group => {
@@ -876,13 +1000,16 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             push_value(name, text, s.start(), 1, out);
         }
         Refine::Colon => {
-            let Some(s) = caps.name("s") else { return };
+            // The regex stops at a value's first character (or the quote right after the
+            // colon), so a rejected match hides no pair after it.
+            let Some(first) = caps.name("s").or_else(|| caps.name("q")) else {
+                return;
+            };
             if !name_is_secret(name) {
                 return;
             }
-            let quoted = matches!(s.as_str(), "\"" | "'" | "`");
-            let spaced = caps.name("sp").is_some_and(|sp| !sp.is_empty());
-            if !quoted && (!spaced || matches!(s.as_str(), ":" | "=")) {
+            let quoted = matches!(first.as_str(), "\"" | "'" | "`");
+            if !quoted && matches!(first.as_str(), ":" | "=") {
                 return;
             }
             let lower = name.to_ascii_lowercase();
@@ -894,7 +1021,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 (false, true) => 4,
                 (false, false) => 8,
             };
-            push_value(name, text, s.start(), min, out);
+            push_value(name, text, first.start(), min, out);
         }
         Refine::Flag => {
             let Some(s) = caps.name("s") else { return };
@@ -933,8 +1060,21 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             let Some(s) = caps.name("s") else { return };
             let lower = name.to_ascii_lowercase();
             let secret = [
-                "token", "secret", "password", "passwd", "pass", "pwd", "key", "sig", "signature",
-                "auth", "credential", "credentials", "sas", "awsaccesskeyid", "tokens",
+                "token",
+                "secret",
+                "password",
+                "passwd",
+                "pass",
+                "pwd",
+                "key",
+                "sig",
+                "signature",
+                "auth",
+                "credential",
+                "credentials",
+                "sas",
+                "awsaccesskeyid",
+                "tokens",
             ]
             .iter()
             .any(|w| lower.ends_with(w))
@@ -1122,7 +1262,9 @@ fn base64_private_key(b64: &str) -> bool {
         .decode(&b64.as_bytes()[..take])
         .is_ok_and(|bytes| {
             let head = String::from_utf8_lossy(&bytes);
-            head.lines().next().is_some_and(|l| l.contains("PRIVATE KEY"))
+            head.lines()
+                .next()
+                .is_some_and(|l| l.contains("PRIVATE KEY"))
         })
 }
 
@@ -1133,15 +1275,36 @@ mod tests {
     #[test]
     fn names() {
         for yes in [
-            "DB_PASSWORD", "pass", "DB_PASS", "dbPass", "passwd", "pwd", "APP_KEY",
-            "ENCRYPTION_KEY", "_auth", "_authToken", "auth", "X-Auth-Key", "client-key-data",
-            "tls.key", "setFirstTokenReceived", "AccountKey", "Authorization",
+            "DB_PASSWORD",
+            "pass",
+            "DB_PASS",
+            "dbPass",
+            "passwd",
+            "pwd",
+            "APP_KEY",
+            "ENCRYPTION_KEY",
+            "_auth",
+            "_authToken",
+            "auth",
+            "X-Auth-Key",
+            "client-key-data",
+            "tls.key",
+            "setFirstTokenReceived",
+            "AccountKey",
+            "Authorization",
         ] {
             assert!(name_is_secret(yes), "{yes}");
         }
         for no in [
-            "passenger", "bypass", "author", "gpt-tokenizer", "secretary", "compass", "passed",
-            "oauth_callback", "name",
+            "passenger",
+            "bypass",
+            "author",
+            "gpt-tokenizer",
+            "secretary",
+            "compass",
+            "passed",
+            "oauth_callback",
+            "name",
         ] {
             assert!(!name_is_secret(no), "{no}");
         }

@@ -280,7 +280,6 @@ fn truncation_respects_char_boundaries() {
     assert_eq!(truncate_utf8("hi", 4096), "hi");
 }
 
-
 #[test]
 fn every_rule_pattern_compiles_and_every_keyword_is_lowercase() {
     let r = Redactor::new();
@@ -303,6 +302,9 @@ fn every_rule_pattern_compiles_and_every_keyword_is_lowercase() {
 fn an_idle_redactor_has_compiled_nothing() {
     let r = Redactor::new();
     assert!(r.compiled.iter().all(|c| c.get().is_none()));
-    assert_eq!(r.redact_text("   Compiling serde v1.0.219"), "   Compiling serde v1.0.219");
+    assert_eq!(
+        r.redact_text("   Compiling serde v1.0.219"),
+        "   Compiling serde v1.0.219"
+    );
     assert!(r.compiled.iter().all(|c| c.get().is_none()));
 }
