@@ -57,8 +57,8 @@ pub(crate) enum Refine {
     Sqlplus,
     /// A token used as a URL's user name: group `s` if it looks like one.
     UrlToken,
-    /// A prefixed token: the whole match, if its body (group `b`) is random-looking (a digit,
-    /// or both cases), not a name such as `npm_config_cache`.
+    /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
+    /// joined by `_`, a name such as `npm_config_cache`.
     Token,
 }
 
@@ -1103,11 +1103,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::Token => {
             let Some(m) = caps.get(0) else { return };
+            // `npm_config_cache`, `npm_package_version`: lowercase words joined by `_` are a
+            // name, not a token.
             let random = caps.name("b").is_none_or(|b| {
                 let b = b.as_str();
-                b.bytes().any(|c| c.is_ascii_digit())
-                    || (b.bytes().any(|c| c.is_ascii_uppercase())
-                        && b.bytes().any(|c| c.is_ascii_lowercase()))
+                !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
             });
             if random {
                 out.push(m.range());
