@@ -19,6 +19,7 @@ pub mod platform;
 pub mod rollout;
 pub mod settings;
 pub mod ship;
+pub mod status_file;
 pub(crate) mod supervise;
 pub mod tail;
 pub mod time;
