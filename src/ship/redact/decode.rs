@@ -223,7 +223,7 @@ mod tests {
     fn a_stray_backslash_is_text() {
         let d = decode(r"C:\Users\x\n");
         assert_eq!(d.text, "C:\\Users\\x\n");
-        assert_eq!(decode("plain").is_identity(), true);
+        assert!(decode("plain").is_identity());
     }
 
     #[test]

@@ -405,10 +405,8 @@ impl Redactor {
         };
         match toks.first() {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
-            Some(Tok::Str(r)) => {
-                if walk.may_hold(r) {
-                    self.string_spans(text, r.clone(), out, depth);
-                }
+            Some(Tok::Str(r)) if walk.may_hold(r) => {
+                self.string_spans(text, r.clone(), out, depth);
             }
             _ => {}
         }
