@@ -1,5 +1,8 @@
 //! Redaction throughput on rollout-like lines: `cargo bench --bench redact`.
 //!
+//! Targets (issue 17): at least 400 MB/s on secret-free tool output (`quiet_*`, `noisy_*`) and
+//! at least 100 MB/s on output dense with secrets (`dense_*`).
+//!
 //! Every shipped line goes through the redactor, and almost none holds a secret, so the
 //! secret-free lines are the ones that must be fast. "Quiet" output has no trigger word at all;
 //! "noisy" output mentions tokens, keys and URLs the way source code and logs do, which sends
@@ -68,6 +71,18 @@ fn tool_output_line_ending(lines: &[&str], target: usize, last: &str) -> String 
         .to_string()
 }
 
+/// Output dense with secrets: every line holds one, in the forms tool output shows them.
+const DENSE_OUTPUT: &[&str] = &[
+    "export GITHUB_TOKEN=ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "DB_PASSWORD=p@ss;w0rd|x ./run.sh",
+    "> Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4",
+    "curl -u admin:CurlUserPass1 https://api.example.com/v1",
+    "Server=db;User Id=app;Password=my secret pass;Database=x",
+    "aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
+    "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
+    "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
+];
+
 fn token_count_line() -> String {
     r#"{"timestamp":"2026-07-28T16:14:06.001Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":1843021,"cached_input_tokens":1650432,"output_tokens":21877,"reasoning_output_tokens":9984,"total_tokens":1864898},"last_token_usage":{"input_tokens":61234,"cached_input_tokens":60928,"output_tokens":412,"reasoning_output_tokens":128,"total_tokens":61646},"model_context_window":258400},"rate_limits":{"limit_id":"codex","primary":{"used_percent":41.0,"window_minutes":300,"resets_at":1785265331},"secondary":{"used_percent":18.0,"window_minutes":10080,"resets_at":1785555600},"rate_limit_reached_type":null}}}"#.to_owned()
 }
@@ -90,6 +105,12 @@ fn bench(c: &mut Criterion) {
         "export GITHUB_TOKEN=ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789\n",
     );
     cases.push(("secret_10k".to_owned(), with_secret));
+    for kb in [1, 10, 40] {
+        cases.push((
+            format!("dense_{kb}k"),
+            tool_output_line(DENSE_OUTPUT, kb * 1024),
+        ));
+    }
     cases.push(("token_count".to_owned(), token_count_line()));
 
     let redactor = global();

@@ -1,0 +1,235 @@
+//! JSON string decoding with a map back to the raw bytes (`spec/revision-3.md` S1.1).
+//!
+//! The rules run on decoded text, but what ships is the raw text with spans replaced. So a
+//! decoded string keeps, for every piece of it, where in the raw content it came from: runs of
+//! literal bytes map one to one, and each escape (`\n`, `\"`, `\u00e9`, a surrogate pair) is one
+//! unit that a span either covers whole or not at all. Mapping a decoded span back therefore
+//! widens it to whole escapes, which is what keeps a redacted JSON string valid.
+//!
+//! The decoder is lenient: it also serves as the "escapes resolved" view of text that is not
+//! JSON (a truncated line), where a backslash may start nothing valid. Such a backslash is kept
+//! as a literal byte.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// One piece of decoded text and where it came from.
+#[derive(Clone, Copy, Debug)]
+struct Unit {
+    /// Start in the decoded text.
+    dec: u32,
+    /// Start in the raw text.
+    raw: u32,
+    /// Length in the raw text of an escape, or 0 for a run of literal bytes (which maps one
+    /// byte to one byte up to the next unit).
+    escape_len: u32,
+}
+
+/// A decoded string and its map to the raw text it came from.
+pub(crate) struct Decoded<'a> {
+    pub text: Cow<'a, str>,
+    /// Empty when nothing was escaped: the text is the raw text.
+    units: Vec<Unit>,
+    raw_len: usize,
+}
+
+impl<'a> Decoded<'a> {
+    /// Whether decoding changed anything.
+    pub fn is_identity(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    /// The raw range that the decoded range `span` came from, widened to whole escapes.
+    pub fn to_raw(&self, span: Range<usize>) -> Range<usize> {
+        if self.units.is_empty() || span.is_empty() {
+            return span;
+        }
+        let start = self.map(span.start, false);
+        let end = self.map(span.end - 1, true);
+        start..end.max(start)
+    }
+
+    /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset
+    /// just after the unit holding it.
+    fn map(&self, at: usize, end: bool) -> usize {
+        let at = at as u32;
+        // The last unit starting at or before `at`. The first unit starts at 0.
+        let i = self
+            .units
+            .partition_point(|u| u.dec <= at)
+            .saturating_sub(1);
+        let unit = self.units[i];
+        if unit.escape_len == 0 {
+            (unit.raw + (at - unit.dec) + u32::from(end)) as usize
+        } else if end {
+            (unit.raw + unit.escape_len) as usize
+        } else {
+            unit.raw as usize
+        }
+        .min(self.raw_len)
+    }
+}
+
+/// Decodes the content of a JSON string (without its quotes), or any text leniently.
+pub(crate) fn decode(raw: &str) -> Decoded<'_> {
+    let bytes = raw.as_bytes();
+    let Some(first) = memchr::memchr(b'\\', bytes) else {
+        return Decoded {
+            text: Cow::Borrowed(raw),
+            units: Vec::new(),
+            raw_len: raw.len(),
+        };
+    };
+    let mut out = String::with_capacity(raw.len());
+    let mut units = Vec::new();
+    let mut i = 0;
+    let mut next = Some(first);
+    while let Some(at) = next {
+        if at > i {
+            units.push(Unit {
+                dec: out.len() as u32,
+                raw: i as u32,
+                escape_len: 0,
+            });
+            out.push_str(&raw[i..at]);
+        }
+        let (ch, len) = escape_at(bytes, at);
+        match ch {
+            Some(ch) => {
+                units.push(Unit {
+                    dec: out.len() as u32,
+                    raw: at as u32,
+                    escape_len: len as u32,
+                });
+                out.push(ch);
+                i = at + len;
+            }
+            None => {
+                // Not an escape: the backslash is text (lenient view only), and so is what
+                // follows it, searched again from the next byte.
+                units.push(Unit {
+                    dec: out.len() as u32,
+                    raw: at as u32,
+                    escape_len: 0,
+                });
+                out.push('\\');
+                i = at + 1;
+            }
+        }
+        next = memchr::memchr(b'\\', &bytes[i..]).map(|o| i + o);
+    }
+    if i < raw.len() {
+        units.push(Unit {
+            dec: out.len() as u32,
+            raw: i as u32,
+            escape_len: 0,
+        });
+        out.push_str(&raw[i..]);
+    }
+    Decoded {
+        text: Cow::Owned(out),
+        units,
+        raw_len: raw.len(),
+    }
+}
+
+/// The character an escape at `at` (a backslash) stands for and the escape's length, or
+/// `None` if it is not a JSON escape. A lone surrogate stands for U+FFFD.
+fn escape_at(bytes: &[u8], at: usize) -> (Option<char>, usize) {
+    let ch = match bytes.get(at + 1) {
+        Some(b'"') => '"',
+        Some(b'\\') => '\\',
+        Some(b'/') => '/',
+        Some(b'b') => '\u{8}',
+        Some(b'f') => '\u{c}',
+        Some(b'n') => '\n',
+        Some(b'r') => '\r',
+        Some(b't') => '\t',
+        Some(b'u') => {
+            let Some(high) = hex4(bytes, at + 2) else {
+                return (None, 1);
+            };
+            if (0xD800..0xDC00).contains(&high) {
+                if bytes.get(at + 6) == Some(&b'\\')
+                    && bytes.get(at + 7) == Some(&b'u')
+                    && let Some(low) = hex4(bytes, at + 8)
+                    && (0xDC00..0xE000).contains(&low)
+                {
+                    let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                    return (Some(char::from_u32(code).unwrap_or('\u{FFFD}')), 12);
+                }
+                return (Some('\u{FFFD}'), 6);
+            }
+            return (Some(char::from_u32(high).unwrap_or('\u{FFFD}')), 6);
+        }
+        _ => return (None, 1),
+    };
+    (Some(ch), 2)
+}
+
+fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
+    let digits = bytes.get(at..at + 4)?;
+    digits.iter().try_fold(0u32, |acc, &b| {
+        let d = (b as char).to_digit(16)?;
+        Some(acc * 16 + d)
+    })
+}
+
+/// Whether text may hold a keyword that only decoding reveals: a `\u` escape of a printable
+/// ASCII character (`\u0074oken`) or an escaped slash (`https:\/\/`).
+pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(o) = memchr::memchr(b'\\', &raw[from..]) {
+        let at = from + o;
+        match raw.get(at + 1) {
+            Some(b'/') => return true,
+            Some(b'u') => {
+                if let Some(code) = hex4(raw, at + 2)
+                    && (0x21..0x7f).contains(&code)
+                {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        from = at + 1;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_every_escape_and_maps_spans_to_whole_escapes() {
+        let raw = r#"a\tb\"c\u00e9\ud83d\ude00\/z"#;
+        let d = decode(raw);
+        assert_eq!(d.text, "a\tb\"cé😀/z");
+        // `\t` alone.
+        assert_eq!(d.to_raw(1..2), 1..3);
+        // Half of `é` widens to its whole `\u00e9`.
+        let e = d.text.find('é').unwrap();
+        assert_eq!(&raw[d.to_raw(e + 1..e + 2)], r"\u00e9");
+        // The emoji is the whole surrogate pair.
+        let s = d.text.find('😀').unwrap();
+        assert_eq!(&raw[d.to_raw(s..s + 4)], r"\ud83d\ude00");
+        // Literal runs map one to one.
+        let z = d.text.find('z').unwrap();
+        assert_eq!(&raw[d.to_raw(z..z + 1)], "z");
+    }
+
+    #[test]
+    fn a_stray_backslash_is_text() {
+        let d = decode(r"C:\Users\x\n");
+        assert_eq!(d.text, "C:\\Users\\x\n");
+        assert!(decode("plain").is_identity());
+    }
+
+    #[test]
+    fn hidden_ascii_is_found() {
+        assert!(hides_ascii(br"\u0074oken"));
+        assert!(hides_ascii(br"https:\/\/x"));
+        assert!(!hides_ascii(br"\u001b[32m ok\n"));
+    }
+}

@@ -1,0 +1,783 @@
+//! Redaction of shipped lines: raw rollout text never leaves the process
+//! (`spec/revision-3.md` S1, `spec/revision-2.md` R2, `spec/server-api.md` section 2).
+//!
+//! - **Decoded text.** In a JSON line every string value and key is decoded (all escapes
+//!   resolved) and the rules run on the decoded text; a decoded string that is itself JSON is
+//!   walked again, to any depth. A span found in decoded text maps back to the raw bytes it
+//!   came from, widened to whole escapes ([`decode`]), and only those bytes change: every other
+//!   byte ships as written and valid JSON stays valid JSON. A line that is not JSON is scanned
+//!   as text and through views with its escapes resolved.
+//! - **Structure** ([`json`]): every string under a secret-named key, header lists as pairs,
+//!   private keys split over the strings of an array, argv arrays.
+//! - **One table** ([`rules`], [`providers`]): every rule has an id, a family, keywords and
+//!   examples. One Aho-Corasick pass over the line, ASCII case-insensitive, finds which
+//!   keywords occur; only their rules run, each on the lines around its keywords (a rule that
+//!   may span lines on the whole string). A rule's regex is compiled the first time one of its
+//!   keywords is seen, so an idle watcher holds none.
+//!
+//! Most lines hold no keyword: they cost one lowercase copy and one keyword scan, and are
+//! returned untouched.
+
+mod decode;
+mod json;
+pub(crate) mod providers;
+pub(crate) mod rules;
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::{LazyLock, OnceLock};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use memchr::{memchr, memmem, memrchr};
+use regex::Regex;
+
+use json::Tok;
+use rules::Rule;
+
+/// Lines longer than this many UTF-16 code units ship as the oversize placeholder: the kcap
+/// CLI measures a line as a .NET string (`spec/revision-2.md` R2.3).
+pub const MAX_LINE_UTF16_UNITS: usize = 65_536;
+
+/// No line within [`MAX_LINE_UTF16_UNITS`] is longer than this in UTF-8 (three bytes is the
+/// most one UTF-16 unit takes), so a reader need keep no more of a line.
+pub const MAX_LINE_BYTES: usize = 3 * MAX_LINE_UTF16_UNITS;
+
+/// The length of `raw` in UTF-16 code units once decoded as the shipping path decodes it (each
+/// invalid sequence becomes one U+FFFD). Allocates nothing.
+pub fn utf16_len(raw: &[u8]) -> usize {
+    raw.utf8_chunks()
+        .map(|chunk| {
+            let valid = chunk.valid().as_bytes();
+            // Every character has one leading byte, and those above U+FFFF (4-byte, lead
+            // 0xF0..) take a second unit. Counting bytes vectorises; decoding does not.
+            let leads = valid.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            let astral = valid.iter().filter(|&&b| b >= 0xF0).count();
+            leads + astral + usize::from(!chunk.invalid().is_empty())
+        })
+        .sum()
+}
+
+/// Whether a raw line ships as the oversize placeholder.
+pub fn is_oversize(raw: &[u8]) -> bool {
+    // A unit takes at least one byte and at most three.
+    raw.len() > MAX_LINE_UTF16_UNITS
+        && (raw.len() > MAX_LINE_BYTES || utf16_len(raw) > MAX_LINE_UTF16_UNITS)
+}
+
+/// What a secret is replaced with.
+pub(crate) const REDACTED: &str = "[REDACTED]";
+
+/// The kcap CLI's placeholder for an oversize line ([`is_oversize`]: over
+/// [`MAX_LINE_UTF16_UNITS`]), plus `original_bytes`: the original size, which
+/// `spec/server-api.md` section 2 names in bytes, so it is the line's length in UTF-8 as
+/// written (without terminator or BOM), not the UTF-16 count the limit is measured in. The
+/// server treats the unknown `type` as a no-op, so line numbering stays intact.
+pub fn oversize_placeholder(original_bytes: u64) -> String {
+    format!(
+        r#"{{"type":"redacted_oversize_line","reason":"line exceeded SecretRedactor size limit","original_bytes":{original_bytes}}}"#
+    )
+}
+
+/// The longest prefix of `s` that fits in `max_bytes` and ends on a character boundary.
+///
+/// Truncate *after* redacting: a secret cut in half before redaction may no longer look like
+/// one.
+pub fn truncate_utf8(s: &str, max_bytes: usize) -> &str {
+    if s.len() <= max_bytes {
+        return s;
+    }
+    let mut end = max_bytes;
+    // Terminates: offset 0 is always a character boundary.
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The shared redactor, built on first use (its regexes later still, per rule).
+pub fn global() -> &'static Redactor {
+    static REDACTOR: LazyLock<Redactor> = LazyLock::new(Redactor::new);
+    &REDACTOR
+}
+
+/// How deep strings inside strings (and views of views) are followed. Each level is shorter
+/// than the one holding it, so this only bounds pathological input.
+const MAX_DEPTH: usize = 12;
+
+/// Command words whose argv arrays are joined into one command line.
+const COMMANDS: &[&str] = &[
+    "curl",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "docker",
+    "podman",
+    "az",
+    "redis-cli",
+    "openssl",
+    "ssh-keygen",
+    "htpasswd",
+    "sqlplus",
+    "wget",
+    "mysqldump",
+    "mysqladmin",
+    "psql",
+];
+
+/// A rule of either table: core rules first, then providers.
+#[derive(Clone, Copy)]
+enum RuleRef<'t> {
+    Core(&'t Rule),
+    Provider(&'t providers::ProviderRule),
+}
+
+/// A keyword occurrence.
+#[derive(Clone, Copy, Debug)]
+struct Hit {
+    at: usize,
+    keyword: u32,
+}
+
+/// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
+pub struct Redactor {
+    /// Every keyword of both tables, lowercase, searched in a lowercased copy.
+    keywords: AhoCorasick,
+    /// For each keyword, the rules (indexes into the combined table) it starts.
+    keyword_rules: Vec<Vec<u16>>,
+    /// One slot per rule, filled the first time the rule runs.
+    compiled: Vec<OnceLock<Regex>>,
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Redactor {
+    pub fn new() -> Self {
+        let mut words: Vec<&'static str> = Vec::new();
+        let mut keyword_rules: Vec<Vec<u16>> = Vec::new();
+        let mut add = |word: &'static str, rule: Option<u16>| {
+            let i = match words.iter().position(|w| *w == word) {
+                Some(i) => i,
+                None => {
+                    words.push(word);
+                    keyword_rules.push(Vec::new());
+                    words.len() - 1
+                }
+            };
+            if let Some(rule) = rule
+                && !keyword_rules[i].contains(&rule)
+            {
+                keyword_rules[i].push(rule);
+            }
+        };
+        for (i, rule) in all_rules().enumerate() {
+            let keywords = match rule {
+                RuleRef::Core(r) => r.keywords,
+                RuleRef::Provider(p) => p.keywords,
+            };
+            for k in keywords {
+                add(k, Some(i as u16));
+            }
+        }
+        // Words that only the structure needs (a secret-named key, a header name).
+        for w in STRUCTURE_KEYWORDS {
+            add(w, None);
+        }
+        let keywords = AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .build(&words)
+            // A few hundred short constant words: far below any automaton size limit.
+            .expect("keyword automaton builds");
+        let compiled = all_rules().map(|_| OnceLock::new()).collect();
+        Redactor {
+            keywords,
+            keyword_rules,
+            compiled,
+        }
+    }
+
+    /// The shipping path: one line's bytes (no terminator, no BOM) to the text sent in
+    /// `lines`. Oversize lines become the placeholder; invalid UTF-8 becomes U+FFFD.
+    pub fn redact_line(&self, raw: &[u8]) -> String {
+        if is_oversize(raw) {
+            return oversize_placeholder(raw.len() as u64);
+        }
+        // Checking first is much faster than the lossy conversion, and almost always succeeds.
+        let text = match std::str::from_utf8(raw) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
+        let redacted = self.redact_text(&text);
+        if let Cow::Owned(redacted) = redacted {
+            return redacted;
+        }
+        text.into_owned()
+    }
+
+    /// The same rules for text that is not a raw line, such as the child's decoded last
+    /// message. JSON text gets the JSON treatment; anything else the text rules.
+    pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let hits = self.scan(text);
+        let hidden = decode::hides_ascii(text.as_bytes());
+        if hits.is_empty() && !hidden {
+            return Cow::Borrowed(text);
+        }
+        let mut spans = Vec::new();
+        // A line that is one JSON string is JSON too: its quotes must survive.
+        let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
+        if maybe_json && json::is_json(text) {
+            self.json_spans(text, &hits, hidden, &mut spans, 0);
+        } else {
+            self.text_spans(text, &hits, &mut spans, 0, false);
+        }
+        apply(text, spans)
+    }
+
+    /// Every keyword occurrence in `text`, in order of position.
+    fn scan(&self, text: &str) -> Vec<Hit> {
+        thread_local! {
+            static LOWER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        LOWER.with_borrow_mut(|lower| {
+            lower.clear();
+            lower.extend(text.bytes().map(|b| b.to_ascii_lowercase()));
+            let hits: Vec<Hit> = self
+                .keywords
+                .find_overlapping_iter(&lower[..])
+                .map(|m| Hit {
+                    at: m.start(),
+                    keyword: m.pattern().as_u32(),
+                })
+                .collect();
+            if lower.capacity() > 1 << 20 {
+                // Do not keep a huge line's buffer around for the rest of the process.
+                *lower = Vec::new();
+            }
+            hits
+        })
+    }
+
+    fn rule(&self, i: u16) -> RuleRef<'static> {
+        let i = i as usize;
+        match rules::RULES.get(i) {
+            Some(r) => RuleRef::Core(r),
+            None => RuleRef::Provider(&providers::RULES[i - rules::RULES.len()]),
+        }
+    }
+
+    fn regex(&self, i: u16) -> &Regex {
+        self.compiled[i as usize].get_or_init(|| match self.rule(i) {
+            // The table's patterns are constants that a test compiles one by one.
+            RuleRef::Core(r) => Regex::new(r.pattern).expect("core rule pattern is a valid regex"),
+            RuleRef::Provider(p) => p.compile(),
+        })
+    }
+
+    /// The text rules whose keywords are in `hits`, each on the lines around its keywords (or
+    /// the whole text). Spans are in `text`. With `keys_only`, only the rules that recognise a
+    /// credential by its shape (for object keys). Also through a view of `text` with its
+    /// escapes resolved, when it has any.
+    fn text_spans(
+        &self,
+        text: &str,
+        hits: &[Hit],
+        out: &mut Vec<Range<usize>>,
+        depth: usize,
+        keys_only: bool,
+    ) {
+        let first = out.len();
+        let mut runs: Vec<(u16, usize, usize)> = Vec::new();
+        for hit in hits {
+            for &r in &self.keyword_rules[hit.keyword as usize] {
+                let (multi, bare) = match self.rule(r) {
+                    RuleRef::Core(rule) => (rule.multiline, rule.bare),
+                    RuleRef::Provider(_) => (false, true),
+                };
+                if keys_only && !bare {
+                    continue;
+                }
+                if multi {
+                    runs.push((r, 0, text.len()));
+                } else {
+                    let bytes = text.as_bytes();
+                    let start = memrchr(b'\n', &bytes[..hit.at]).map_or(0, |o| o + 1);
+                    let end = memchr(b'\n', &bytes[hit.at..]).map_or(bytes.len(), |o| hit.at + o);
+                    runs.push((r, start, end));
+                }
+            }
+        }
+        runs.sort_unstable();
+        let mut i = 0;
+        while i < runs.len() {
+            let (r, start, mut end) = runs[i];
+            i += 1;
+            while i < runs.len() && runs[i].0 == r && runs[i].1 <= end {
+                end = end.max(runs[i].2);
+                i += 1;
+            }
+            self.run_rule(r, text, start..end, out);
+        }
+        fix_markers(text, out, first);
+        if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
+            let view = decode::decode(text);
+            if !view.is_identity() {
+                let view_hits = self.scan(&view.text);
+                if !view_hits.is_empty() || decode::hides_ascii(view.text.as_bytes()) {
+                    let mut inner = Vec::new();
+                    self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
+                    out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+                }
+            }
+        }
+    }
+
+    fn run_rule(&self, r: u16, text: &str, window: Range<usize>, out: &mut Vec<Range<usize>>) {
+        let re = self.regex(r);
+        let slice = &text[window.clone()];
+        let mut found = Vec::new();
+        match self.rule(r) {
+            RuleRef::Core(rule) => {
+                for caps in re.captures_iter(slice) {
+                    rules::refine(rule, &caps, slice, &mut found);
+                }
+            }
+            RuleRef::Provider(p) => p.find(re, slice, &mut found),
+        }
+        out.extend(
+            found
+                .into_iter()
+                .filter(|s| !s.is_empty() && s.end <= slice.len())
+                .map(|s| window.start + s.start..window.start + s.end),
+        );
+    }
+
+    /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
+    /// else given the text rules. Spans are in `text`.
+    fn string_spans(
+        &self,
+        text: &str,
+        content: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+        depth: usize,
+    ) {
+        let decoded = decode::decode(&text[content.clone()]);
+        let hits = self.scan(&decoded.text);
+        let hidden = decode::hides_ascii(decoded.text.as_bytes());
+        if hits.is_empty() && !hidden {
+            return;
+        }
+        let mut inner = Vec::new();
+        if depth < MAX_DEPTH
+            && json::looks_like_container(&decoded.text)
+            && json::is_json(&decoded.text)
+        {
+            self.json_spans(&decoded.text, &hits, hidden, &mut inner, depth + 1);
+        } else {
+            self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
+        }
+        out.extend(inner.into_iter().map(|s| {
+            let r = decoded.to_raw(s);
+            content.start + r.start..content.start + r.end
+        }));
+    }
+
+    /// Valid JSON `text`: the structure and every string that may hold a secret.
+    fn json_spans(
+        &self,
+        text: &str,
+        hits: &[Hit],
+        hidden: bool,
+        out: &mut Vec<Range<usize>>,
+        depth: usize,
+    ) {
+        let toks = json::tokenize(text);
+        let walk = Walk {
+            redactor: self,
+            text,
+            toks: &toks,
+            hits,
+            hidden,
+            depth,
+        };
+        match toks.first() {
+            Some(Tok::Open { .. }) => walk.container(0, None, out),
+            Some(Tok::Str(r)) if walk.may_hold(r) => {
+                self.string_spans(text, r.clone(), out, depth);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One rule's id, family, keywords and examples, for the tests that check every rule in every
+/// placement a rollout has. Not part of the watcher's interface.
+#[doc(hidden)]
+pub struct RuleExamples {
+    pub id: &'static str,
+    pub family: &'static str,
+    pub keywords: &'static [&'static str],
+    pub positive: &'static [&'static str],
+    pub negative: &'static [&'static str],
+}
+
+/// Every rule of both tables with its examples.
+#[doc(hidden)]
+pub fn rule_examples() -> Vec<RuleExamples> {
+    all_rules()
+        .map(|r| match r {
+            RuleRef::Core(r) => RuleExamples {
+                id: r.id,
+                family: r.family,
+                keywords: r.keywords,
+                positive: r.positive,
+                negative: r.negative,
+            },
+            RuleRef::Provider(p) => RuleExamples {
+                id: p.id,
+                family: p.family,
+                keywords: p.keywords,
+                positive: p.positive,
+                negative: p.negative,
+            },
+        })
+        .collect()
+}
+
+/// Words only the structural rules need: header and key names not already rule keywords.
+const STRUCTURE_KEYWORDS: &[&str] = &["cookie", "authorization", "private key", "-----end"];
+
+fn all_rules() -> impl Iterator<Item = RuleRef<'static>> {
+    rules::RULES
+        .iter()
+        .map(RuleRef::Core)
+        .chain(providers::RULES.iter().map(RuleRef::Provider))
+}
+
+/// One JSON text being walked.
+struct Walk<'a> {
+    redactor: &'a Redactor,
+    text: &'a str,
+    toks: &'a [Tok],
+    hits: &'a [Hit],
+    /// Decoding may reveal keywords the raw text hides: look at every escaped string.
+    hidden: bool,
+    depth: usize,
+}
+
+impl Walk<'_> {
+    /// Whether a raw string may hold a keyword.
+    fn may_hold(&self, r: &Range<usize>) -> bool {
+        let i = self.hits.partition_point(|h| h.at < r.start);
+        self.hits.get(i).is_some_and(|h| h.at < r.end)
+            || (self.hidden && memchr(b'\\', &self.text.as_bytes()[r.clone()]).is_some())
+    }
+
+    fn decoded(&self, r: &Range<usize>) -> Cow<'_, str> {
+        decode::decode(&self.text[r.clone()]).text
+    }
+
+    fn whole(&self, r: &Range<usize>, out: &mut Vec<Range<usize>>) {
+        let raw = &self.text[r.clone()];
+        if !raw.is_empty() && raw != REDACTED {
+            out.push(r.clone());
+        }
+    }
+
+    /// Whether the object at `open` is a JSON schema (S1.5): a `type` naming a schema type,
+    /// beside `properties`, `items`, `enum` or `description` (or alone).
+    fn is_schema(&self, open: usize) -> bool {
+        let Tok::Open { obj: true, .. } = self.toks[open] else {
+            return false;
+        };
+        let kids = json::children(self.toks, open);
+        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) => &self.text[r.clone()],
+            _ => "",
+        };
+        let typed = kids.iter().any(|&(k, v)| {
+            key(k) == "type"
+                && matches!(&self.toks[v], Tok::Str(r) if matches!(
+                    &self.text[r.clone()],
+                    "string" | "number" | "integer" | "boolean" | "object" | "array" | "null"
+                ))
+        });
+        typed
+            && (kids.len() == 1
+                || kids.iter().any(|&(k, _)| {
+                    matches!(key(k), "properties" | "items" | "enum" | "description")
+                }))
+    }
+
+    /// The container at `open`, under a secret-named key (`secret`: its name) or not.
+    fn container(&self, open: usize, secret: Option<&str>, out: &mut Vec<Range<usize>>) {
+        let Tok::Open { obj, .. } = self.toks[open] else {
+            return;
+        };
+        let kids = json::children(self.toks, open);
+        let mut forced = vec![false; kids.len()];
+        let str_at = |v: usize| match &self.toks[v] {
+            Tok::Str(r) => Some(r.clone()),
+            _ => None,
+        };
+        if obj {
+            self.header_pair(&kids, &mut forced);
+        } else {
+            // Node's rawHeaders and `[N, V]` pairs: a credential header's next string.
+            for i in 0..kids.len().saturating_sub(1) {
+                if let Some(r) = str_at(kids[i].1)
+                    && r.len() <= 64
+                    && self.may_hold(&r)
+                    && rules::is_header(&self.decoded(&r))
+                    && str_at(kids[i + 1].1).is_some()
+                {
+                    forced[i + 1] = true;
+                }
+            }
+            self.argv(&kids, out);
+        }
+        self.pem_split(&kids, &mut forced);
+
+        for (i, &(key, value)) in kids.iter().enumerate() {
+            let mut name: Option<Cow<'_, str>> = secret.map(Cow::Borrowed);
+            if let Some(k) = key
+                && let Tok::Key(kr) = &self.toks[k]
+                && self.may_hold(kr)
+            {
+                let decoded = self.decoded(kr);
+                if name.is_none() && rules::name_is_secret(&decoded) {
+                    name = Some(Cow::Owned(decoded.into_owned()));
+                }
+                // A key that is itself a credential (`{"ghp_...": true}`).
+                self.key_spans(kr.clone(), out);
+            }
+            match &self.toks[value] {
+                Tok::Str(r) => {
+                    if forced[i] {
+                        self.whole(r, out);
+                    } else if let Some(n) = &name {
+                        let v = self.decoded(r);
+                        if !rules::value_exempt_in(n, &v, &v, false) {
+                            self.whole(r, out);
+                        }
+                    } else if self.may_hold(r) {
+                        self.redactor
+                            .string_spans(self.text, r.clone(), out, self.depth);
+                    }
+                }
+                Tok::Open { .. } => {
+                    let inherited = if forced[i] {
+                        Some(Cow::Borrowed("value"))
+                    } else {
+                        name
+                    };
+                    match inherited {
+                        Some(n) if !self.is_schema(value) => self.container(value, Some(&n), out),
+                        _ => self.container(value, None, out),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn key_spans(&self, kr: Range<usize>, out: &mut Vec<Range<usize>>) {
+        let decoded = decode::decode(&self.text[kr.clone()]);
+        let hits = self.redactor.scan(&decoded.text);
+        let mut inner = Vec::new();
+        self.redactor
+            .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true);
+        out.extend(inner.into_iter().map(|s| {
+            let r = decoded.to_raw(s);
+            kr.start + r.start..kr.start + r.end
+        }));
+    }
+
+    /// `{"name": "Authorization", "value": "..."}` (HAR, fetch logs): the value goes.
+    fn header_pair(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
+        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) => self.text[r.clone()].to_ascii_lowercase(),
+            _ => String::new(),
+        };
+        let named = kids.iter().any(|&(k, v)| {
+            matches!(key(k).as_str(), "name" | "key" | "header" | "field")
+                && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && rules::is_header(&self.decoded(r)))
+        });
+        if named {
+            for (i, &(k, _)) in kids.iter().enumerate() {
+                if matches!(key(k).as_str(), "value" | "values") {
+                    forced[i] = true;
+                }
+            }
+        }
+    }
+
+    /// A private key whose lines are separate strings (S1.3): every string from the BEGIN
+    /// marker to the END marker.
+    fn pem_split(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
+        let mut inside = false;
+        for (i, &(_, v)) in kids.iter().enumerate() {
+            let Tok::Str(r) = &self.toks[v] else {
+                continue;
+            };
+            let raw = &self.text.as_bytes()[r.clone()];
+            let has = |needle: &[u8]| memmem::find(raw, needle).is_some();
+            if inside {
+                forced[i] = true;
+                if has(b"-----END") {
+                    inside = false;
+                }
+            } else if ends_with_begin_marker(raw) {
+                forced[i] = true;
+                inside = true;
+            }
+        }
+    }
+
+    /// An argv array (`["curl", "-u", "u:PW", url]`): the strings joined by blanks go through
+    /// the command rules, and each span comes back to the string it lies in.
+    fn argv(&self, kids: &[(Option<usize>, usize)], out: &mut Vec<Range<usize>>) {
+        if kids.len() < 2 || kids.len() > 256 {
+            return;
+        }
+        let mut parts: Vec<(Range<usize>, decode::Decoded<'_>)> = Vec::new();
+        for &(_, v) in kids {
+            let Tok::Str(r) = &self.toks[v] else {
+                return;
+            };
+            if r.len() > 4096 {
+                return;
+            }
+            parts.push((r.clone(), decode::decode(&self.text[r.clone()])));
+        }
+        let is_command = parts.iter().take(3).any(|(_, d)| {
+            let word = d.text.rsplit('/').next().unwrap_or("");
+            COMMANDS.contains(&word)
+        });
+        if !is_command {
+            return;
+        }
+        let mut joined = String::new();
+        let mut starts = Vec::new();
+        for (_, d) in &parts {
+            if !joined.is_empty() {
+                joined.push(' ');
+            }
+            starts.push(joined.len());
+            let quoted = d.text.contains(char::is_whitespace) || d.text.is_empty();
+            // An argument with blanks is one argument: quote it so the rules see that.
+            if quoted {
+                joined.push('\'');
+            }
+            joined.push_str(&d.text);
+            if quoted {
+                joined.push('\'');
+            }
+        }
+        let hits = self.redactor.scan(&joined);
+        let mut spans = Vec::new();
+        self.redactor
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false);
+        for span in spans {
+            for (i, (r, d)) in parts.iter().enumerate() {
+                let quoted = usize::from(d.text.contains(char::is_whitespace) || d.text.is_empty());
+                let s = starts[i] + quoted;
+                let e = s + d.text.len();
+                let (a, b) = (span.start.max(s), span.end.min(e));
+                if a < b {
+                    let raw = d.to_raw(a - s..b - s);
+                    out.push(r.start + raw.start..r.start + raw.end);
+                }
+            }
+        }
+    }
+}
+
+/// Whether a string's raw content ends with a private key's BEGIN marker (its body follows in
+/// the next strings).
+fn ends_with_begin_marker(raw: &[u8]) -> bool {
+    let Some(begin) = memmem::rfind(raw, b"-----BEGIN") else {
+        return false;
+    };
+    let rest = &raw[begin + b"-----BEGIN".len()..];
+    let Some(key) = memmem::find(rest, b"PRIVATE KEY") else {
+        return false;
+    };
+    let rest = &rest[key + b"PRIVATE KEY".len()..];
+    let rest = rest.strip_prefix(b" BLOCK").unwrap_or(rest);
+    let Some(rest) = rest.strip_prefix(b"-----") else {
+        return false;
+    };
+    // Nothing after it but blanks, written plain or escaped.
+    rest.iter()
+        .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
+}
+
+/// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
+/// marker was judged when the marker was made, and reading it again differs (the marker is
+/// longer than what it replaced, and a separator may have gone with the value). So redacting
+/// twice gives what redacting once gives, and no marker is ever cut.
+fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
+    if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
+        return;
+    }
+    let markers: Vec<Range<usize>> = memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
+        .map(|at| at..at + REDACTED.len())
+        .collect();
+    let mut i = first;
+    while i < spans.len() {
+        let s = &spans[i];
+        let k = markers.partition_point(|m| m.end <= s.start);
+        if markers.get(k).is_some_and(|m| m.start < s.end) {
+            spans.swap_remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// `text` with every span replaced by the marker (overlapping and touching spans merged).
+fn apply(text: &str, mut spans: Vec<Range<usize>>) -> Cow<'_, str> {
+    spans.retain(|s| s.start < s.end && s.end <= text.len());
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    spans.sort_unstable_by_key(|s| (s.start, s.end));
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
+    for s in spans {
+        match merged.last_mut() {
+            Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
+            _ => merged.push(s),
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for s in merged {
+        // Spans come from decoded character boundaries mapped to whole raw units; guard
+        // against a cut inside a character all the same.
+        let (mut a, mut b) = (s.start, s.end);
+        while !text.is_char_boundary(a) {
+            a -= 1;
+        }
+        while !text.is_char_boundary(b) {
+            b += 1;
+        }
+        if a < copied {
+            a = copied;
+        }
+        out.push_str(&text[copied..a]);
+        out.push_str(REDACTED);
+        copied = b.max(a);
+    }
+    out.push_str(&text[copied..]);
+    if out == text {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1336 @@
+//! The core rule table (`spec/revision-3.md` S1.6): everything that is not a provider's token
+//! format. Each rule has an id, the family it covers, its keywords (lowercase; the rule runs on
+//! a decoded string only when one occurs in it), a pattern, and examples a test checks.
+//!
+//! Patterns run on decoded text, so they know nothing of JSON escapes. A rule that recognises
+//! a secret by its name (assignment, header, flag, label) matches only the name and the first
+//! character of the value: where the value ends and whether it is code are decided here, in
+//! one place, as S1.2 says (up to whitespace, any quote, or the end; a quoted value up to its
+//! closing quote).
+
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::{Captures, Regex};
+
+/// One core rule.
+pub(crate) struct Rule {
+    pub id: &'static str,
+    pub family: &'static str,
+    pub keywords: &'static [&'static str],
+    pub pattern: &'static str,
+    /// Matches may cross line breaks: run on the whole string, not only the lines holding a
+    /// keyword.
+    pub multiline: bool,
+    /// The match is a credential by its shape alone (also checked on JSON object keys).
+    pub bare: bool,
+    /// Turns one match into the spans to redact.
+    pub refine: Refine,
+    pub positive: &'static [&'static str],
+    pub negative: &'static [&'static str],
+}
+
+/// How a match becomes spans.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Refine {
+    /// Group `s`, or the whole match.
+    Group,
+    /// `name = value`: the value from group `s`, any length.
+    Assign,
+    /// `name: value`: quoted any length, unquoted 4+ (password words) or 8+ characters.
+    Colon,
+    /// A command-line secret: the value from group `s` (opened by group `q` if quoted).
+    Flag,
+    /// A labelled secret (group `s`), unless code.
+    Label,
+    /// "the password is X", unless X is a word.
+    Prose,
+    /// A credential header's value from group `s`.
+    Header,
+    /// A URL query parameter whose name (group `n`) is a secret's.
+    Query,
+    /// Group `s` is base64 text: redacted if it decodes to a private key.
+    PemBase64,
+    /// `htpasswd -b [file] user password`.
+    Htpasswd,
+    /// `sqlplus user/password@db`: group `s` starts the password.
+    Sqlplus,
+    /// A token used as a URL's user name: group `s` if it looks like one.
+    UrlToken,
+    /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
+    /// joined by `_`, a name such as `npm_config_cache`.
+    Token,
+}
+
+/// kcap's credential header names and the others S1.4 lists, as a regex alternation.
+macro_rules! header_names {
+    () => {
+        r"proxy-authorization|authorization|set-cookie|cookies?|x-api-key|x-auth-token|x-access-token|x-amz-security-token|x-amz-signature|x-goog-api-key|api-key|private-token|job-token|deploy-token|x-vault-token|x-consul-token|x-csrf-token|x-xsrf-token|x-hub-signature(?:-256)?|x-slack-signature|stripe-signature|x-registry-auth|x-auth-key|x-functions-key|dd-api-key|dd-application-key|x-[a-z0-9-]*(?:api-key|token|secret|password|signature|auth-key)|[a-z0-9-]*subscription-key"
+    };
+}
+
+/// The words a secret's name is built on (checked further by [`name_is_secret`]).
+macro_rules! name_words {
+    () => {
+        r"secret|token|passw(?:or)?d|passphrase|pwd|pass|api[_.-]?key|private[_.-]?key|credentials?|access[_.-]?key|app[_.-]?key|encryption[_.-]?key|master[_.-]?key|signing[_.-]?key|account[_.-]?key|auth"
+    };
+}
+
+/// Keywords shared by the rules keyed on a secret's name.
+const NAME_KEYWORDS: &[&str] = &[
+    "secret",
+    "token",
+    "passw",
+    "passphrase",
+    "pwd",
+    "pass",
+    "api_key",
+    "api-key",
+    "api.key",
+    "apikey",
+    "private_key",
+    "private-key",
+    "private.key",
+    "privatekey",
+    "credential",
+    "access_key",
+    "access-key",
+    "access.key",
+    "accesskey",
+    "app_key",
+    "app-key",
+    "app.key",
+    "appkey",
+    "encryption_key",
+    "encryption-key",
+    "encryptionkey",
+    "master_key",
+    "masterkey",
+    "signing_key",
+    "signingkey",
+    "account_key",
+    "accountkey",
+    "auth",
+];
+
+const HEADER_KEYWORDS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "x-api-key",
+    "-token",
+    "x-amz-",
+    "api-key",
+    "signature",
+    "x-registry-auth",
+    "x-auth-key",
+    "x-functions-key",
+    "dd-api-key",
+    "dd-application-key",
+    "-secret",
+    "-password",
+    "subscription-key",
+];
+
+const fn rule(
+    id: &'static str,
+    family: &'static str,
+    keywords: &'static [&'static str],
+    pattern: &'static str,
+    refine: Refine,
+    positive: &'static [&'static str],
+    negative: &'static [&'static str],
+) -> Rule {
+    Rule {
+        id,
+        family,
+        keywords,
+        pattern,
+        multiline: false,
+        bare: false,
+        refine,
+        positive,
+        negative,
+    }
+}
+
+const fn multiline(r: Rule) -> Rule {
+    Rule {
+        multiline: true,
+        ..r
+    }
+}
+
+const fn bare(r: Rule) -> Rule {
+    Rule { bare: true, ..r }
+}
+
+/// The core table. Order does not matter: every rule runs on the same text and the spans are
+/// united.
+pub(crate) static RULES: &[Rule] = &[
+    multiline(rule(
+        "pem-private-key",
+        "private-key",
+        &["private key"],
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+        Refine::Group,
+        &["-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3\n-----END RSA PRIVATE KEY-----"],
+        &["-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIE\n-----END CERTIFICATE-----"],
+    )),
+    rule(
+        "pem-private-key-base64",
+        "private-key",
+        &["ls0tls1crudjti"],
+        r"LS0tLS1CRUdJTi(?P<s>[A-Za-z0-9+/]*={0,2})",
+        Refine::PemBase64,
+        &["tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2UUlCQURBTkJn"],
+        &["tls.crt: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUREekNDQWZl"],
+    ),
+    multiline(rule(
+        "putty-private-key",
+        "private-key",
+        &["private-lines", "private-mac"],
+        r"(?i)Private-(?:Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<s>(?:[A-Za-z0-9+/=]+(?:\r?\n|$))+)|MAC:[ \t]*(?P<m>[0-9a-f]+))",
+        Refine::Group,
+        &[
+            "Private-Lines: 2\nAAAAgQDG1x2y3z4w5v6u7t8s9r0q\nAAAAQQDxyzw8v7u6t5s4r3q2p1o0\nPrivate-MAC: 0a1b2c3d4e5f",
+        ],
+        &["Public-Lines: 2\nAAAAB3NzaC1yc2EAAAADAQABAAAAgQ"],
+    )),
+    rule(
+        "kubeconfig-client-key-data",
+        "private-key",
+        &["client-key-data", "tls.key"],
+        r#"(?i)(?:client-key-data|tls\.key)["']?[ \t]*[:=][ \t]*["']?(?P<s>[A-Za-z0-9+/=]{8,})"#,
+        Refine::Group,
+        &["    client-key-data: QmFzZTY0S2V5RGF0YUhlcmU="],
+        &["    client-certificate-data: QmFzZTY0Q2VydERhdGE="],
+    ),
+    bare(rule(
+        "aws-key-id",
+        "aws-access-token",
+        &[
+            "akia", "asia", "aroa", "aida", "aipa", "agpa", "anpa", "anva", "asca", "apka", "abia",
+            "acca", "a3t",
+        ],
+        r"(?:AKIA|ASIA|AROA|AIDA|AIPA|AGPA|ANPA|ANVA|ASCA|APKA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16,128}",
+        Refine::Group,
+        &["aws_access_key_id AKIAIOSFODNN7EXAMPLE"],
+        &["AKIA is a prefix", "ASIAN markets"],
+    )),
+    bare(rule(
+        "kcap-vendor-token",
+        "github-pat,gitlab-pat,slack,pypi,npm,docker,cloudflare,stripe,gcp-api-key",
+        &[
+            "ghp_",
+            "gho_",
+            "ghs_",
+            "ghu_",
+            "ghr_",
+            "github_pat_",
+            "cfat_",
+            "k_live_",
+            "k_test_",
+            "xox",
+            "pypi-",
+            "npm_",
+            "glpat-",
+            "dckr_",
+            "aiza",
+        ],
+        r"(?:gh[pousr]_|github_pat_|cfat_|[sr]k_live_|[sr]k_test_|xox[abposr]-|pypi-|npm_|glpat-|dckr_pat_|dckr_oat_)(?P<b>[A-Za-z0-9_-]{10,})|AIza[A-Za-z0-9_-]{30,}",
+        Refine::Token,
+        &[
+            "push with ghp_aBcDeFgHiJkLmNoP1234",
+            "glpat-aBcDeFgHiJkLmNoP78",
+        ],
+        &["ghp_short", "npm_config_cache"],
+    )),
+    bare(rule(
+        "kcap-sk",
+        "openai-api-key",
+        &["sk-"],
+        r"(?:^|[^A-Za-z0-9])(?P<s>sk-[A-Za-z0-9_-]{10,})",
+        Refine::Group,
+        &[
+            "openai sk-aBcDeFgHiJkLmNoP9876",
+            "key_sk-aBcDeFgHiJkLmNoP9876",
+        ],
+        &["task-abcdefghijklmnop", "disk-usage-report-2026"],
+    )),
+    bare(rule(
+        "jwt",
+        "jwt",
+        &["eyj"],
+        r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        Refine::Group,
+        &["id eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV"],
+        &["eyJhbGciOiJIUzI1NiJ9 alone"],
+    )),
+    rule(
+        "slack-webhook",
+        "slack-webhook-url",
+        &["hooks.slack.com"],
+        r"(?i)hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/-]+)",
+        Refine::Group,
+        &["https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/WhSlackSecret0123456789"],
+        &["see hooks.slack.com docs"],
+    ),
+    rule(
+        "discord-webhook",
+        "discord-webhook",
+        &["discord"],
+        r"(?i)discord(?:app)?\.com/api/(?:v[0-9]+/)?webhooks/(?P<s>[A-Za-z0-9_/-]+)",
+        Refine::Group,
+        &["https://discord.com/api/webhooks/123456789012345678/WhDiscord-Secret_0123"],
+        &["Discord and Slack notifications"],
+    ),
+    rule(
+        "telegram-bot-url",
+        "telegram-bot-api-token",
+        &["telegram"],
+        r"(?i)api\.telegram\.org/(?:file/)?bot(?P<s>[0-9]{5,}:[A-Za-z0-9_-]{20,})",
+        Refine::Group,
+        &["curl https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"],
+        &["https://api.telegram.org/bots/api"],
+    ),
+    rule(
+        "header",
+        "http-header",
+        HEADER_KEYWORDS,
+        concat!(
+            r#"(?i)(?P<lq>["'])?(?:^|\b)(?P<n>"#,
+            header_names!(),
+            r#")(?P<cq>["'])?[ \t]*:[ \t]*(?P<s>\S)"#
+        ),
+        Refine::Header,
+        &[
+            "Authorization: Bearer abc.def-123",
+            "X-Auth-Key: 0123456789abcdef",
+            "DD-APPLICATION-KEY: aBcDeFgHiJ0123",
+            "map[Cookie:[sid=GoCookie1] X-Api-Key:[GoKey2]]",
+            "x-functions-key: FnKey123",
+        ],
+        &[
+            "Authorization header missing: 401 Unauthorized",
+            "authorization: string;",
+            "fn parse_cookie_header(raw: &str) -> Vec<Cookie> {",
+        ],
+    ),
+    multiline(rule(
+        "header-pair-text",
+        "http-header",
+        HEADER_KEYWORDS,
+        concat!(
+            r#"(?i)"name"\s*:\s*"(?:"#,
+            header_names!(),
+            r#")"\s*,\s*"value"\s*:\s*"(?P<s>[^"]*)""#
+        ),
+        Refine::Group,
+        &["[{\n  \"name\": \"Authorization\",\n  \"value\": \"Bearer HarTok1\"\n}"],
+        &["[{\"name\": \"Accept\", \"value\": \"*/*\"}]"],
+    )),
+    multiline(rule(
+        "header-pair-text-reversed",
+        "http-header",
+        HEADER_KEYWORDS,
+        concat!(
+            r#"(?i)"value"\s*:\s*"(?P<s>[^"]*)"\s*,\s*"name"\s*:\s*"(?:"#,
+            header_names!(),
+            r#")""#
+        ),
+        Refine::Group,
+        &["{\"value\": \"sid=HarCookie4\", \"name\": \"Cookie\"}"],
+        &["{\"value\": \"*/*\", \"name\": \"Accept\"}"],
+    )),
+    rule(
+        "python-bytes-bearer",
+        "http-header",
+        &["bearer"],
+        r#"(?i)b?["']bearer[ \t]+(?P<s>[^\s"']+)["']"#,
+        Refine::Group,
+        &["sent b'Bearer PyBytesTok2' upstream"],
+        &["the 'bearer' scheme"],
+    ),
+    rule(
+        "bearer",
+        "http-header",
+        &["bearer"],
+        r"(?i)\bbearer[ \t]+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
+        Refine::Label,
+        &["Bearer eyJhbGciOiJIUzI1NiJ9.e30"],
+        &["a bearer token is sent"],
+    ),
+    rule(
+        "url-query",
+        "url-query-secret",
+        &[
+            "token",
+            "secret",
+            "passw",
+            "pass",
+            "pwd",
+            "key=",
+            "sig",
+            "auth",
+            "credential",
+            "sas=",
+            "keyid=",
+        ],
+        r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
+        Refine::Query,
+        &[
+            "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
+            "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
+            "https://x.io/?key=it'sMine",
+        ],
+        &["https://example.com/search?q=token+rotation&lang=en"],
+    ),
+    rule(
+        "url-userinfo",
+        "url-password",
+        &["://"],
+        r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/?#@"':]*:(?P<s>[^\s/"@]+)@"#,
+        Refine::Group,
+        &[
+            "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
+            "postgres://app:p#ss?w'rd@db:5432/app",
+        ],
+        &["http://localhost:8080/path"],
+    ),
+    rule(
+        "url-token-user",
+        "git-remote-token",
+        &["://"],
+        r"(?i)\b(?:https?|git|ssh)://(?P<s>[A-Za-z0-9_\-]{16,})@",
+        Refine::UrlToken,
+        &["git remote add o https://ghx0123456789abcdefXYZ7@github.com/o/r.git"],
+        &["https://gitlab-ci-token-user@gitlab.com/o/r.git"],
+    ),
+    rule(
+        "connection-string",
+        "connection-string",
+        &[
+            "password",
+            "pwd",
+            "accountkey",
+            "sharedaccesskey",
+            "sharedaccesssignature",
+            "sharedsecret",
+        ],
+        r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
+        Refine::Group,
+        &[
+            "Server=db;User Id=app;Password=my secret pass;Database=x",
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
+        ],
+        &["Server=db;User Id=app;Database=x"],
+    ),
+    rule(
+        "assignment",
+        "generic-assignment",
+        NAME_KEYWORDS,
+        concat!(
+            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+            name_words!(),
+            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+        ),
+        Refine::Assign,
+        &[
+            "export DB_PASSWORD=p@ss;w0rd|x",
+            "APP_SECRET=x(S)",
+            "DB_PASS=hunter22",
+            "APP_KEY=base64:Zm9vYmFy",
+            "ENCRYPTION_KEY=0123abcd",
+            "_auth=dXNlcjpwYXNz",
+            "SMTP_PASS='a b c'",
+            "API_KEY=Xk9v(Q2mLp7)",
+        ],
+        &[
+            "MY_TOKEN=$OTHER",
+            "TOKEN=${VAR}",
+            "TOKEN=$(cat /run/secrets/t)",
+            "remainingTokens = MAX - used",
+            "api_key = load_key(path)",
+            "token = os.getenv(\"X\")",
+            "input_tokens=1234",
+            "passenger=bob",
+        ],
+    ),
+    rule(
+        "colon-pair",
+        "generic-assignment",
+        NAME_KEYWORDS,
+        concat!(
+            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+            name_words!(),
+            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
+        ),
+        Refine::Colon,
+        &[
+            "db_password: hunter2hunter2",
+            "config: {\"api_key\": \"abc\"}",
+            "pass: \"p w\"",
+            "the password: pa55",
+        ],
+        &[
+            "setFirstTokenReceived: boolean",
+            "apiKey: profile.openai_api_key || \"\"",
+            "test auth::tokens::refresh ... ok",
+            "secret_scanning: on",
+            "\"gpt-tokenizer\": \"^2.1.0\"",
+        ],
+    ),
+    rule(
+        "labelled",
+        "generic-label",
+        &[
+            "secret",
+            "token",
+            "passw",
+            "pwd",
+            "api_key",
+            "api-key",
+            "api.key",
+            "apikey",
+            "private",
+            "credential",
+            "access",
+            "auth",
+        ],
+        r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
+        Refine::Label,
+        &[
+            "password p@ss!w0rd-Very-Long-1 for the db",
+            "hcloud:token  9xKMAbcdefghij1234",
+        ],
+        &["token validation failed: expired"],
+    ),
+    rule(
+        "labelled-is",
+        "generic-label",
+        &["token", "api key", "access key", "secret", "bearer"],
+        r#"(?i)(?:bearer|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key|client[ _-]?secret)(?:[ \t]*[:=][ \t]*|[ \t]+(?:(?:is|was)[ \t]+)?)["']?(?P<s>[A-Za-z0-9_\-./+=~]{16,})"#,
+        Refine::Label,
+        &["the API key is abcdefghijklmnop1234"],
+        &["The API key is read from the environment"],
+    ),
+    rule(
+        "password-is",
+        "generic-label",
+        &["passw", "passphrase", "secret"],
+        r#"(?i)(?:password|passwd|passphrase|secret)[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
+        Refine::Prose,
+        &["the secret is hunter2x"],
+        &["the password is incorrect."],
+    ),
+    rule(
+        "netrc",
+        "netrc",
+        &["password"],
+        r"(?m)(?:^[ \t]*|\blogin[ \t]+\S+[ \t]+)password[ \t]+(?P<s>\S+)[ \t]*\r?$",
+        Refine::Group,
+        &["machine github.com login bob password NetrcOne9"],
+        &["Password must be at least 12 characters long."],
+    ),
+    rule(
+        "pgpass",
+        "pgpass",
+        &["5432:", "6432:", "5433:", "*:"],
+        r#"(?m)(?:^|[\s"'=])[A-Za-z0-9_.\-*\[\]]+:(?:[0-9]{1,5}|\*):[^:\s"']+:[^:\s"']+:(?P<s>[^\s"']+)"#,
+        Refine::Group,
+        &[
+            "db.internal:5432:appdb:app_user:PgPassSecret77",
+            "*:*:*:postgres:PgStarSecret88",
+        ],
+        &["12:30:45 INFO starting worker"],
+    ),
+    rule(
+        "curl-user",
+        "command-line",
+        &["curl"],
+        r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &[
+            "curl -u admin:CurlUserPass1 https://api.example.com/v1",
+            "curl -s --user \"bob:Curl Pass2\" https://x.io",
+        ],
+        &["curl -sS https://api.github.com/repos/rust-lang/rust"],
+    ),
+    rule(
+        "mysql-p",
+        "command-line",
+        &["mysql", "mariadb"],
+        r#"(?i)\b(?:mysql[a-z]*|mariadb[a-z-]*)\b[^\n|;&]*?[ \t]-p(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["mysql -h db -u root -pMysqlSecret42 appdb"],
+        &["mysql -u root -p appdb"],
+    ),
+    rule(
+        "sshpass-p",
+        "command-line",
+        &["sshpass"],
+        r#"\bsshpass\b[^\n|;&]*?[ \t]-p[ \t]*(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["sshpass -p 'Sp4ss w0rd' ssh root@host"],
+        &["sshpass -e ssh root@host"],
+    ),
+    rule(
+        "login-p",
+        "command-line",
+        &["login"],
+        r#"(?i)\b(?:docker|podman|nerdctl|az|helm[ \t]+registry)[ \t]+login\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "docker login -u bob -p DockerPw1 ghcr.io",
+            "az login -u a@b.c -p AzPw2",
+        ],
+        &["docker login ghcr.io --username bob --password-stdin < token.txt"],
+    ),
+    rule(
+        "redis-cli-a",
+        "command-line",
+        &["redis-cli"],
+        r#"\bredis-cli\b[^\n|;&]*?[ \t](?:-a|--pass)[ \t]+(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["redis-cli -h cache -a RedisPw9 ping"],
+        &["redis-cli -h cache ping"],
+    ),
+    rule(
+        "password-flag",
+        "command-line",
+        &["--", "-pass", "-pwd", "-token", "-secret", "-key"],
+        r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "mysqladmin --password=abc status",
+            "wget --http-password=WgPw1 https://x",
+            "--password hi",
+        ],
+        &["docker login --password-stdin", "--token-file path"],
+    ),
+    rule(
+        "openssl-pass",
+        "command-line",
+        &["pass:"],
+        r#"(?i)-pass(?:out|in|word)?[ \t]+pass:(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["openssl pkcs12 -export -passout pass:P12Secret -out a.p12"],
+        &["openssl pkcs12 -passout env:P12PASS"],
+    ),
+    rule(
+        "ssh-keygen-n",
+        "command-line",
+        &["ssh-keygen"],
+        r#"\bssh-keygen\b[^\n|;&]*?[ \t]-N[ \t]*(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["ssh-keygen -t ed25519 -N 'Kg pass' -f id"],
+        &["ssh-keygen -t ed25519 -N '' -f id"],
+    ),
+    rule(
+        "htpasswd-b",
+        "command-line",
+        &["htpasswd"],
+        r"\bhtpasswd\b[^\n|;&]*",
+        Refine::Htpasswd,
+        &[
+            "htpasswd -bc .htpasswd admin HtPw123",
+            "htpasswd -nb admin HtPw456",
+        ],
+        &["htpasswd -c .htpasswd admin"],
+    ),
+    rule(
+        "sqlplus",
+        "command-line",
+        &["sqlplus"],
+        r#"(?i)\bsqlplus\b[ \t]+(?:-\S+[ \t]+)*["']?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
+        Refine::Sqlplus,
+        &["sqlplus scott/Tiger123@orcl"],
+        &["sqlplus / as sysdba"],
+    ),
+    rule(
+        "python-auth-tuple",
+        "command-line",
+        &["auth"],
+        r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+        Refine::Flag,
+        &[
+            "requests.get(url, auth=('u', 'PyPw1'))",
+            "HTTPBasicAuth('u', \"PyPw2\")",
+        ],
+        &["requests.get(url, auth=auth)"],
+    ),
+];
+
+/// A name (assignment, JSON key, header) that holds a secret.
+pub(crate) fn name_is_secret(name: &str) -> bool {
+    if name.is_empty() || name.len() > 128 {
+        return false;
+    }
+    let lower = name.to_ascii_lowercase();
+    if header_name(&lower) {
+        return true;
+    }
+    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(concat!("(?:", name_words!(), ")")).expect("name pattern is a valid regex")
+    });
+    let bytes = lower.as_bytes();
+    let orig = name.as_bytes();
+    for m in WORDS.find_iter(&lower) {
+        let word = m.as_str();
+        let after = bytes.get(m.end()).copied();
+        let before = m.start().checked_sub(1).map(|i| bytes[i]);
+        // Camel case: a capital after the word starts a new one.
+        let next_is_lower = after.is_some_and(|b| b.is_ascii_lowercase())
+            && !orig.get(m.end()).is_some_and(u8::is_ascii_uppercase);
+        let rest = &lower[m.end()..];
+        match word {
+            "token" => {
+                if !(rest.starts_with("iz") || rest.starts_with("is") || rest.starts_with("en")) {
+                    return true;
+                }
+            }
+            "secret" => {
+                if !["ar", "ion", "ly", "ive"]
+                    .iter()
+                    .any(|s| rest.starts_with(s))
+                {
+                    return true;
+                }
+            }
+            "pass" => {
+                // `pass`, `db_pass`, `dbPass`, `pass_file`: not `passenger`, `bypass`,
+                // `compass`, `passed`.
+                let starts = before.is_none_or(|b| !b.is_ascii_alphabetic())
+                    || orig[m.start()].is_ascii_uppercase();
+                if starts && !next_is_lower {
+                    return true;
+                }
+            }
+            "auth" => {
+                // Ends the name (`auth`, `_auth`, `basic_auth`) or is `_auth...` (npm's
+                // `_authToken`); not `author`, `oauth_callback`.
+                if rest.is_empty() || (before == Some(b'_') && m.start() == 1) {
+                    return true;
+                }
+            }
+            "pwd" => {
+                if !next_is_lower {
+                    return true;
+                }
+            }
+            _ => return true,
+        }
+    }
+    lower.ends_with("client-key-data") || lower.ends_with("tls.key")
+}
+
+/// Whether a lowercase name is a credential header.
+pub(crate) fn header_name(lower: &str) -> bool {
+    static HEADER: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(concat!("(?:", header_names!(), ")$")).expect("header pattern is a valid regex")
+    });
+    lower.len() <= 64 && HEADER.is_match(lower)
+}
+
+/// Whether a lowercase name is exactly a credential header (a header list's name).
+pub(crate) fn is_header(name: &str) -> bool {
+    static EXACT: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(concat!("(?i)^(?:", header_names!(), ")$"))
+            .expect("header pattern is a valid regex")
+    });
+    name.len() <= 64 && EXACT.is_match(name.trim())
+}
+
+const MARKER: &str = super::REDACTED;
+
+/// Where an unquoted or quoted value starting at `start` ends (S1.2).
+fn value_extent(text: &str, start: usize) -> Option<Range<usize>> {
+    let bytes = text.as_bytes();
+    let first = *bytes.get(start)?;
+    if matches!(first, b'"' | b'\'' | b'`') {
+        let from = start + 1;
+        let end = closing_quote(bytes, from, first);
+        return (end > from).then_some(from..end);
+    }
+    // A `'` inside an unquoted value is part of it, as the kcap CLI takes it; one closing the
+    // value (`echo 'TOKEN=abc'`) is not.
+    let mut end = bytes[start..]
+        .iter()
+        .position(|&b| b.is_ascii_whitespace() || matches!(b, b'"' | b'`'))
+        .map_or(bytes.len(), |o| start + o);
+    if bytes[start..end].iter().filter(|&&b| b == b'\'').count() == 1 && bytes[end - 1] == b'\'' {
+        end -= 1;
+    }
+    (end > start).then_some(start..end)
+}
+
+/// The closing `quote` after `from` (skipping backslash-escaped ones), or the end of the line.
+fn closing_quote(bytes: &[u8], from: usize, quote: u8) -> usize {
+    let mut i = from;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'\n' | b'\r' => return i,
+            b if b == quote => return i,
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// `$VAR`, `${VAR}`, `$(cmd)`, `${{ secrets.X }}`: a reference to a secret, not one.
+fn is_shell_reference(value: &str) -> bool {
+    let Some(rest) = value.strip_prefix('$') else {
+        return (value.len() > 4 && value.starts_with("{{") && value.ends_with("}}"))
+            || (value.len() > 2 && value.starts_with('%') && value.ends_with('%'));
+    };
+    rest.starts_with('(')
+        || rest.starts_with('{')
+        || (!rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+}
+
+/// Code, as S1.2 defines it: a call or member path of lowercase words whose arguments are such
+/// names or quoted literals, running from `rest`'s start to a blank, a quote or the end.
+fn is_code(rest: &str) -> bool {
+    static CODE: LazyLock<Regex> = LazyLock::new(|| {
+        let name = r"[a-z_][a-z0-9_]*";
+        let path = format!(r"&?{name}(?:(?:\.|::|->){name})*");
+        let arg = format!(r#"(?:{path}|"[^"\n]*"|'[^'\n]*'|[0-9]+)"#);
+        let call = format!(r"\((?:[ \t]*{arg}[ \t]*(?:,[ \t]*{arg}[ \t]*)*)?\)");
+        // A constant pattern; the unit tests run it.
+        Regex::new(&format!(
+            r"^(?P<p>{path})(?P<c>{call})?(?:(?:\.|::){name}(?:{call})?)*[?;,)!]*(?:$|[\s])"
+        ))
+        .expect("code pattern is a valid regex")
+    });
+    CODE.captures(rest).is_some_and(|c| {
+        c.name("c").is_some()
+            || c.name("p")
+                .is_some_and(|p| p.as_str().contains(['.', ':', '>']))
+    })
+}
+
+/// Type annotations and literals that are never secrets (`setFirstTokenReceived: boolean`).
+fn is_type_or_literal(value: &str) -> bool {
+    let v = value.trim_end_matches([';', ',', '?', ')']);
+    let v = v.strip_suffix("[]").unwrap_or(v);
+    const WORDS: &[&str] = &[
+        "boolean",
+        "bool",
+        "string",
+        "str",
+        "&str",
+        "number",
+        "bigint",
+        "symbol",
+        "object",
+        "any",
+        "unknown",
+        "void",
+        "never",
+        "null",
+        "undefined",
+        "none",
+        "nil",
+        "true",
+        "false",
+        "int",
+        "float",
+        "bytes",
+        "dict",
+        "list",
+        "String",
+        "usize",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "i32",
+        "i64",
+        "f64",
+        "Option",
+        "Date",
+        "Buffer",
+        "None",
+        "True",
+        "False",
+        "Null",
+    ];
+    if WORDS.contains(&v)
+        || WORDS
+            .iter()
+            .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3)
+    {
+        return true;
+    }
+    // Generic types: `Option<String>`, `Promise<string>`, `Vec<u8>`.
+    if let Some(open) = v.find('<')
+        && v.ends_with('>')
+        && open >= 3
+        && v[..open]
+            .bytes()
+            .all(|b| b.is_ascii_alphabetic() || b == b':')
+        && v[..open].starts_with(|c: char| c.is_ascii_uppercase())
+        && v[open + 1..]
+            .starts_with(|c: char| c.is_ascii_uppercase() || c == '&' || c == 'u' || c == 's')
+    {
+        return true;
+    }
+    false
+}
+
+/// S1.5: token counts, UUID or git-hash ids named as such, package versions.
+fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
+    let lower = name.to_ascii_lowercase();
+    // `4096` or `1,843,021`.
+    let mut groups = value.split(',');
+    let digits = groups
+        .next()
+        .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+        && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
+    if lower.ends_with("tokens") || lower.ends_with("count") || lower.ends_with("_limit") {
+        // A count, or an expression over a constant or a variable (`remainingTokens = MAX -
+        // used`): names, not the mixed letters and digits of a credential.
+        let constant = value.starts_with(|c: char| c.is_ascii_uppercase())
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        let variable = value.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        if digits || (code && (constant || variable)) {
+            return true;
+        }
+    }
+    let named_id = lower.ends_with("id")
+        || lower.ends_with("ids")
+        || lower.ends_with("uuid")
+        || lower.ends_with("hash")
+        || lower.ends_with("sha")
+        || lower.ends_with("commit");
+    if named_id && (is_uuid(value) || is_hex(value, 7, 64)) {
+        return true;
+    }
+    is_version(value)
+}
+
+fn is_uuid(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, &c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == b'-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
+fn is_hex(v: &str, min: usize, max: usize) -> bool {
+    (min..=max).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `^2.1.0`, `~1.2`, `>=3.0.0-beta.1`, `v1.2.3`: a package version or range.
+fn is_version(v: &str) -> bool {
+    static VERSION: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(r"^(?:[\^~<>=v]{0,2}[0-9]+(?:\.[0-9x*]+){1,3}(?:[-+][0-9A-Za-z.\-]+)?|\*|latest|workspace:[\^~*]?)$")
+            .expect("version pattern is a valid regex")
+    });
+    v.len() <= 40 && VERSION.is_match(v)
+}
+
+/// Whether a value a secret's name labels is not a secret after all (S1.2, S1.5). `rest` is
+/// the text from the value's start to the end of the string (a call's arguments may hold
+/// quotes the value stops at).
+pub(crate) fn value_exempt(name: &str, value: &str, rest: &str) -> bool {
+    value_exempt_in(name, value, rest, true)
+}
+
+/// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
+/// bare name there is not a variable.
+pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
+    if value.is_empty() || value == MARKER || value.starts_with(MARKER) {
+        return true;
+    }
+    if is_shell_reference(value) || is_code(rest) || is_type_or_literal(value) {
+        return true;
+    }
+    if is_count_id_or_version(name, value, code) {
+        return true;
+    }
+    // `api_key=api_key`, `token: token`: a variable of the same name.
+    let last = name
+        .rsplit(['.', '-', ':'])
+        .next()
+        .unwrap_or(name)
+        .trim_matches(['"', '\'']);
+    value
+        .trim_end_matches([')', ',', ';'])
+        .eq_ignore_ascii_case(last)
+}
+
+/// The spans one match of `rule` redacts in `text`.
+pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let group = || {
+        caps.name("s")
+            .or_else(|| caps.name("m"))
+            .or_else(|| caps.get(0))
+    };
+    let name = caps.name("n").map_or("", |n| n.as_str());
+    match rule.refine {
+        Refine::Group => {
+            if let Some(m) = group()
+                && !m.is_empty()
+            {
+                out.push(m.range());
+            }
+        }
+        Refine::Assign => {
+            let Some(s) = caps.name("s") else { return };
+            // A URL query parameter: the query rule ends its value at the next `&`.
+            let in_query = caps
+                .name("n")
+                .and_then(|n| text[..n.start()].chars().next_back())
+                .is_some_and(|c| c == '?' || c == '&');
+            if in_query || !name_is_secret(name) {
+                return;
+            }
+            push_value(name, text, s.start(), 1, out);
+        }
+        Refine::Colon => {
+            // The regex stops at a value's first character (or the quote right after the
+            // colon), so a rejected match hides no pair after it.
+            let Some(first) = caps.name("s").or_else(|| caps.name("q")) else {
+                return;
+            };
+            if !name_is_secret(name) {
+                return;
+            }
+            let quoted = matches!(first.as_str(), "\"" | "'" | "`");
+            if !quoted && matches!(first.as_str(), ":" | "=") {
+                return;
+            }
+            let lower = name.to_ascii_lowercase();
+            let strong = ["passw", "pwd", "secret", "passphrase", "pass"]
+                .iter()
+                .any(|w| lower.contains(w));
+            let min = match (quoted, strong) {
+                (true, _) => 1,
+                (false, true) => 4,
+                (false, false) => 8,
+            };
+            push_value(name, text, first.start(), min, out);
+        }
+        Refine::Flag => {
+            let Some(s) = caps.name("s") else { return };
+            let quote = caps.name("q").map(|q| q.as_str()).unwrap_or("");
+            let range = if quote.is_empty() {
+                value_extent(text, s.start())
+            } else {
+                let end = closing_quote(text.as_bytes(), s.start(), quote.as_bytes()[0]);
+                (end > s.start()).then_some(s.start()..end)
+            };
+            if let Some(r) = range
+                && !is_shell_reference(&text[r.clone()])
+                && &text[r.clone()] != MARKER
+            {
+                out.push(r);
+            }
+        }
+        Refine::Label => {
+            if let Some(s) = group()
+                && !is_shell_reference(s.as_str())
+                && !is_code(&text[s.start()..])
+            {
+                out.push(s.range());
+            }
+        }
+        Refine::Prose => {
+            if let Some(s) = group() {
+                let word = s.as_str().trim_end_matches(['.', '!', '?', ':', ')']);
+                if !(word.len() < 16 && word.chars().all(char::is_alphabetic)) {
+                    out.push(s.range());
+                }
+            }
+        }
+        Refine::Header => header_value(caps, text, out),
+        Refine::Query => {
+            let Some(s) = caps.name("s") else { return };
+            let lower = name.to_ascii_lowercase();
+            let secret = [
+                "token",
+                "secret",
+                "password",
+                "passwd",
+                "pass",
+                "pwd",
+                "key",
+                "sig",
+                "signature",
+                "auth",
+                "credential",
+                "credentials",
+                "sas",
+                "awsaccesskeyid",
+                "tokens",
+            ]
+            .iter()
+            .any(|w| lower.ends_with(w))
+                || lower.contains("token")
+                || lower.contains("secret")
+                || lower.contains("passw");
+            if secret && !is_shell_reference(s.as_str()) {
+                out.push(s.range());
+            }
+        }
+        Refine::PemBase64 => {
+            let Some(m) = caps.get(0) else { return };
+            if base64_private_key(m.as_str()) {
+                out.push(m.range());
+            }
+        }
+        Refine::Htpasswd => htpasswd(caps, text, out),
+        Refine::Sqlplus => {
+            let Some(s) = caps.name("s") else { return };
+            let end = text[s.start()..]
+                .find(|c: char| c.is_whitespace() || matches!(c, '@' | '"' | '\''))
+                .map_or(text.len(), |o| s.start() + o);
+            if end > s.start() {
+                out.push(s.start()..end);
+            }
+        }
+        Refine::Token => {
+            let Some(m) = caps.get(0) else { return };
+            // `npm_config_cache`, `npm_package_version`: lowercase words joined by `_` are a
+            // name, not a token.
+            let random = caps.name("b").is_none_or(|b| {
+                let b = b.as_str();
+                !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
+            });
+            if random {
+                out.push(m.range());
+            }
+        }
+        Refine::UrlToken => {
+            let Some(s) = caps.name("s") else { return };
+            let v = s.as_str();
+            let digits = v.bytes().filter(u8::is_ascii_digit).count();
+            let letters = v.bytes().filter(u8::is_ascii_alphabetic).count();
+            if digits >= 2 && letters >= 4 {
+                out.push(s.range());
+            }
+        }
+    }
+}
+
+/// The value of an assignment or pair from `start`, if it is a secret.
+fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Range<usize>>) {
+    let Some(range) = value_extent(text, start) else {
+        return;
+    };
+    let value = &text[range.clone()];
+    if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
+        return;
+    }
+    // A quoted value: also exempt when the quotes hold code.
+    out.push(range);
+}
+
+/// A credential header's value: quoted, a list (`["a", "b"]`, Go's `[a b]`), or the rest of
+/// the line (stopping at the quote that opened the header, as in `-H 'Cookie: a=b'`).
+fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let Some(s) = caps.name("s") else { return };
+    let bytes = text.as_bytes();
+    let start = s.start();
+    let first = bytes[start];
+    if first == b'[' {
+        let close = bytes[start..]
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(bytes.len(), |o| start + o);
+        let inner = start + 1..close;
+        let body = &text[inner.clone()];
+        if body.contains(['"', '\'']) {
+            let mut i = inner.start;
+            while i < inner.end {
+                let b = bytes[i];
+                if b == b'"' || b == b'\'' {
+                    let end = closing_quote(bytes, i + 1, b).min(inner.end);
+                    if end > i + 1 && &text[i + 1..end] != MARKER {
+                        out.push(i + 1..end);
+                    }
+                    i = end + 1;
+                } else {
+                    i += 1;
+                }
+            }
+        } else {
+            let trimmed = body.trim();
+            if !trimmed.is_empty() && trimmed != MARKER && !trimmed.starts_with('[') {
+                let lead = body.len() - body.trim_start().len();
+                out.push(inner.start + lead..inner.start + lead + trimmed.len());
+            }
+        }
+        return;
+    }
+    let (quote, from) = match first {
+        b'"' | b'\'' => (Some(first), start + 1),
+        b'b' if matches!(bytes.get(start + 1), Some(b'"' | b'\'')) => {
+            (Some(bytes[start + 1]), start + 2)
+        }
+        _ => (None, start),
+    };
+    let end = match quote {
+        Some(q) => closing_quote(bytes, from, q),
+        None => {
+            let line_end = bytes[from..]
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+                .map_or(bytes.len(), |o| from + o);
+            match caps.name("lq") {
+                Some(lq) if caps.name("cq").is_none() => {
+                    let q = lq.as_str().as_bytes()[0];
+                    closing_quote(bytes, from, q).min(line_end)
+                }
+                _ => line_end,
+            }
+        }
+    };
+    let value = text[from..end].trim_end();
+    if value.is_empty() || value == MARKER {
+        return;
+    }
+    if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
+        return;
+    }
+    out.push(from..from + value.len());
+}
+
+/// `htpasswd` with `-b`: the password is the last of the file, user and password arguments
+/// (no file with `-n`).
+fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let Some(m) = caps.get(0) else { return };
+    let mut flags = String::new();
+    let mut positional: Vec<Range<usize>> = Vec::new();
+    let mut i = 0;
+    let s = m.as_str();
+    let bytes = s.as_bytes();
+    // Skip the command word itself.
+    i += "htpasswd".len();
+    while i < bytes.len() {
+        if bytes[i].is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let (a, b) = if matches!(bytes[i], b'"' | b'\'') {
+            let end = closing_quote(bytes, i + 1, bytes[i]);
+            i = end + 1;
+            (start + 1, end)
+        } else {
+            while i < bytes.len() && !bytes[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            (start, i)
+        };
+        let word = &s[a.min(b)..b];
+        if word.starts_with('-') && positional.is_empty() {
+            flags.push_str(word);
+        } else {
+            positional.push(m.start() + a.min(b)..m.start() + b);
+        }
+    }
+    if !flags.contains('b') {
+        return;
+    }
+    let want = if flags.contains('n') { 2 } else { 3 };
+    if positional.len() >= want {
+        let r = positional[want - 1].clone();
+        if !r.is_empty() && &text[r.clone()] != MARKER {
+            out.push(r);
+        }
+    }
+}
+
+/// Whether base64 text starting `LS0tLS1CRUdJTi` decodes to a private key's BEGIN line.
+fn base64_private_key(b64: &str) -> bool {
+    use base64::Engine;
+    let take = b64.len().min(96) / 4 * 4;
+    base64::engine::general_purpose::STANDARD
+        .decode(&b64.as_bytes()[..take])
+        .is_ok_and(|bytes| {
+            let head = String::from_utf8_lossy(&bytes);
+            head.lines()
+                .next()
+                .is_some_and(|l| l.contains("PRIVATE KEY"))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for yes in [
+            "DB_PASSWORD",
+            "pass",
+            "DB_PASS",
+            "dbPass",
+            "passwd",
+            "pwd",
+            "APP_KEY",
+            "ENCRYPTION_KEY",
+            "_auth",
+            "_authToken",
+            "auth",
+            "X-Auth-Key",
+            "client-key-data",
+            "tls.key",
+            "setFirstTokenReceived",
+            "AccountKey",
+            "Authorization",
+        ] {
+            assert!(name_is_secret(yes), "{yes}");
+        }
+        for no in [
+            "passenger",
+            "bypass",
+            "author",
+            "gpt-tokenizer",
+            "secretary",
+            "compass",
+            "passed",
+            "oauth_callback",
+            "name",
+        ] {
+            assert!(!name_is_secret(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn code_values() {
+        for yes in [
+            "load_key(path)",
+            "os.getenv(\"X\")",
+            "profile.api_key",
+            "std::env::var(name)?;",
+            "load_secret(&path)?;",
+            "profile.openai_api_key || \"\"",
+        ] {
+            assert!(is_code(yes), "{yes}");
+        }
+        for no in ["Xk9v(Q2mLp7)", "hunter2", "abc.Def", "x(S)"] {
+            assert!(!is_code(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn value_extents() {
+        assert_eq!(value_extent("p@ss;w0rd|x y", 0), Some(0..11));
+        assert_eq!(value_extent("'a b' c", 0), Some(1..4));
+        assert_eq!(value_extent("\"a'b\"", 0), Some(1..4));
+    }
+}

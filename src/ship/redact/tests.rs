@@ -1,0 +1,310 @@
+//! Unit tests of the redactor as a whole (behaviour kept from round 2, and revision 3).
+
+use super::*;
+
+fn redact(text: &str) -> String {
+    global().redact_text(text).into_owned()
+}
+
+#[test]
+fn moved_triggers_still_find_their_secrets() {
+    for text in [
+        "X-Api-Key: abcdefgh",
+        "api.key=abcdefghij",
+        "the API key is abcdefghijklmnop1234",
+        r#"{"o":"https:\/\/u:pw@h\/"}"#,
+        r#"x "AUTH\": \"abc\" y"#,
+        "*:*:db:user:StarPass1",
+    ] {
+        assert_ne!(global().redact_text(text), text, "{text}");
+    }
+}
+
+#[test]
+fn a_decoded_message_is_redacted_then_truncated() {
+    let message = "Done. I used the deploy key:\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB\n-----END EC PRIVATE KEY-----\nand GITHUB_TOKEN=ghp_aBcDeFgHiJ0123456789 to push.";
+    let redacted = global().redact_text(message);
+    assert_eq!(
+        redacted,
+        "Done. I used the deploy key:\n[REDACTED]\nand GITHUB_TOKEN=[REDACTED] to push."
+    );
+    assert_eq!(truncate_utf8(&redacted, 12), "Done. I used");
+}
+
+#[test]
+fn placeholder_is_the_cli_text_plus_size() {
+    assert_eq!(
+        oversize_placeholder(70_000),
+        r#"{"type":"redacted_oversize_line","reason":"line exceeded SecretRedactor size limit","original_bytes":70000}"#
+    );
+}
+
+#[test]
+fn pem_block_inside_a_json_string() {
+    let line = r#"{"output":"key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7v\nq3Zx\n-----END RSA PRIVATE KEY-----\ndone"}"#;
+    assert_eq!(redact(line), r#"{"output":"key:\n[REDACTED]\ndone"}"#);
+}
+
+#[test]
+fn pem_block_without_end_is_redacted_to_the_end_of_its_string() {
+    let line = r#"{"output":"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk","n":1}"#;
+    assert_eq!(redact(line), r#"{"output":"[REDACTED]","n":1}"#);
+}
+
+#[test]
+fn pem_block_in_plain_text() {
+    let text = "a\n-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\nb";
+    assert_eq!(redact(text), "a\n[REDACTED]\nb");
+}
+
+#[test]
+fn aws_key_ids() {
+    assert_eq!(
+        redact(r#"{"o":"id=AKIAIOSFODNN7EXAMPLE and ASIAY34FZKBOKMUTVV7A"}"#),
+        r#"{"o":"id=[REDACTED] and [REDACTED]"}"#
+    );
+}
+
+#[test]
+fn vendor_tokens() {
+    assert_eq!(
+        redact(
+            r#"{"o":"ghp_aBcDeFgHiJ0123456789 github_pat_11ABCDEFG0_abcdefghij glpat-xxxxxxxxxxyyyy npm_abcdefghij12 xoxb-1234567890-abc"}"#
+        ),
+        r#"{"o":"[REDACTED] [REDACTED] [REDACTED] [REDACTED] [REDACTED]"}"#
+    );
+    assert_eq!(
+        redact("key sk-proj-abcdefghij12345 and sk_live_abcdefghij123"),
+        "key [REDACTED] and [REDACTED]"
+    );
+    // Too short to be a token.
+    assert_eq!(redact("ghp_short"), "ghp_short");
+}
+
+#[test]
+fn sk_needs_a_word_boundary_which_a_json_escape_provides() {
+    assert_eq!(redact("task-abcdefghijklmnop"), "task-abcdefghijklmnop");
+    assert_eq!(
+        redact(r#"{"o":"line\nsk-abcdefghijklmnop"}"#),
+        r#"{"o":"line\n[REDACTED]"}"#
+    );
+}
+
+#[test]
+fn credential_header_values() {
+    assert_eq!(
+        redact(r#"{"o":"> Authorization: Bearer abc.def-123\r\n> Host: x\r\n"}"#),
+        r#"{"o":"> Authorization: [REDACTED]\r\n> Host: x\r\n"}"#
+    );
+    assert_eq!(
+        redact(r#"{"cmd":"curl -H 'X-Api-Key: abc123' -H \"Cookie: a=b; c=d\" u"}"#),
+        r#"{"cmd":"curl -H 'X-Api-Key: [REDACTED]' -H \"Cookie: [REDACTED]\" u"}"#
+    );
+    assert_eq!(
+        redact("Proxy-Authorization: Basic dXNlcjpwYXNz"),
+        "Proxy-Authorization: [REDACTED]"
+    );
+}
+
+#[test]
+fn header_objects_in_json() {
+    assert_eq!(
+        redact(r#"{"headers":{"Authorization":"Bearer abc","Accept":"*/*"}}"#),
+        r#"{"headers":{"Authorization":"[REDACTED]","Accept":"*/*"}}"#
+    );
+}
+
+#[test]
+fn url_query_secrets_and_userinfo_passwords() {
+    assert_eq!(
+        redact(r#"{"o":"GET https://api.x.io/v1?token=abc123&page=2&api_key=zzz"}"#),
+        r#"{"o":"GET https://api.x.io/v1?token=[REDACTED]&page=2&api_key=[REDACTED]"}"#
+    );
+    assert_eq!(
+        redact("https://s3.aws/b?X-Amz-Signature=deadbeef&sig=cafe"),
+        "https://s3.aws/b?X-Amz-Signature=[REDACTED]&sig=[REDACTED]"
+    );
+    assert_eq!(
+        redact(r#"{"o":"git clone https://alice:s3cr3tpw@git.example.com/r.git"}"#),
+        r#"{"o":"git clone https://alice:[REDACTED]@git.example.com/r.git"}"#
+    );
+    assert_eq!(redact("http://host:8080/path"), "http://host:8080/path");
+}
+
+#[test]
+fn json_key_rule_redacts_strings_only() {
+    let line = r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":123,"output_tokens":45},"max_tokens":4096},"turn_id":"t1","api_key":"abc","db_password":"p","auth_token":null,"Secret":""}}"#;
+    assert_eq!(
+        redact(line),
+        r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":123,"output_tokens":45},"max_tokens":4096},"turn_id":"t1","api_key":"[REDACTED]","db_password":"[REDACTED]","auth_token":null,"Secret":""}}"#
+    );
+}
+
+#[test]
+fn json_key_rule_replaces_escapes_whole() {
+    assert_eq!(
+        redact(r#"{"client_secret" : "a\"b\\c\u00e9"}"#),
+        r#"{"client_secret" : "[REDACTED]"}"#
+    );
+}
+
+#[test]
+fn assignments_and_yaml_pairs() {
+    assert_eq!(
+        redact("export GITHUB_TOKEN=abcdefgh12 DB_PASSWORD='hunter2hunter2'"),
+        "export GITHUB_TOKEN=[REDACTED] DB_PASSWORD='[REDACTED]'"
+    );
+    assert_eq!(
+        redact(r#"{"o":"db:\n  db_password: hunter2hunter2\n  user: bob"}"#),
+        r#"{"o":"db:\n  db_password: [REDACTED]\n  user: bob"}"#
+    );
+    // JSON written inside a string (tool arguments) is text.
+    assert_eq!(
+        redact(r#"{"arguments":"{\"aws_secret_access_key\":\"wJalrXUtnFEMI/K7MDENG\"}"}"#),
+        r#"{"arguments":"{\"aws_secret_access_key\":\"[REDACTED]\"}"}"#
+    );
+    // The kcap CLI redacts `NAME=value` whatever the value's length; token counts and
+    // code are not secrets.
+    assert_eq!(redact("MY_TOKEN=abc"), "MY_TOKEN=[REDACTED]");
+    assert_eq!(redact("MY_TOKEN=$OTHER"), "MY_TOKEN=$OTHER");
+    assert_eq!(redact("input_tokens=1234 ok"), "input_tokens=1234 ok");
+    assert_eq!(
+        redact("let api_key = std::env::var(name)?;"),
+        "let api_key = std::env::var(name)?;"
+    );
+    assert_eq!(
+        redact(r#"{"o":"{\"input_tokens\": 123456789}"}"#),
+        r#"{"o":"{\"input_tokens\": 123456789}"}"#
+    );
+}
+
+#[test]
+fn labelled_secrets() {
+    assert_eq!(
+        redact("use token abcdefghijklmnop1234 now"),
+        "use token [REDACTED] now"
+    );
+    assert_eq!(
+        redact("the secret is hunter2x and the password: pa55"),
+        "the secret is [REDACTED] and the password: [REDACTED]"
+    );
+    assert_eq!(
+        redact("Bearer eyJhbGciOiJIUzI1NiJ9.e30"),
+        "Bearer [REDACTED]"
+    );
+    assert_eq!(redact("token validation"), "token validation");
+    assert_eq!(
+        redact("the password is incorrect."),
+        "the password is incorrect."
+    );
+}
+
+#[test]
+fn connection_string_passwords() {
+    // Revision 3 (S1.2): once `Password=` names a secret, `;` is part of the value as the
+    // kcap CLI's `NAME=value` rule takes it, so the rest of the string goes with it.
+    assert_eq!(
+        redact(r#"{"o":"Server=x;User Id=u;Password=p4s;Pwd=q;"}"#),
+        r#"{"o":"Server=x;User Id=u;Password=[REDACTED]"}"#
+    );
+    assert_eq!(
+        redact(r#"{"o":"Server=x;Password=my secret pass;Database=y"}"#),
+        r#"{"o":"Server=x;Password=[REDACTED];Database=y"}"#
+    );
+}
+
+#[test]
+fn the_key_rule_applies_only_to_json() {
+    // No text rule matches a secret key's object, so only the structure can redact it,
+    // and a cut-off line has none: shipping it unchanged is what the text rules say. A
+    // quoted pair is text the kcap CLI's JSON key rule redacts anywhere. Short and long
+    // lines take different paths.
+    for filler in ["", &"x ".repeat(1024)] {
+        assert_eq!(
+            redact(&format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"}}"#)),
+            format!(r#"{{"api_key":{{"v":"[REDACTED]"}},"o":"{filler}"}}"#)
+        );
+        let cut_off = format!(r#"{{"api_key":{{"v":"abc"}},"o":"{filler}"#);
+        assert_eq!(redact(&cut_off), cut_off);
+        let not_json = format!(r#"x "api_key":"abc" {filler}"#);
+        assert_eq!(
+            redact(&not_json),
+            format!(r#"x "api_key":"[REDACTED]" {filler}"#)
+        );
+        // Outside JSON the text rules still see everything.
+        assert_eq!(
+            redact(&format!(
+                r#"{filler} "token": "abcdefghijklmnop1234" {filler}"#
+            )),
+            format!(r#"{filler} "token": "[REDACTED]" {filler}"#)
+        );
+    }
+}
+
+#[test]
+fn text_without_triggers_is_borrowed_untouched() {
+    let line = r#"{"timestamp":"2026-07-28T16:14:05.115Z","type":"response_item","payload":{"type":"message","content":"hello"}}"#;
+    assert!(matches!(global().redact_text(line), Cow::Borrowed(_)));
+}
+
+#[test]
+fn lines_over_the_limit_become_the_placeholder() {
+    let mut line = br#"{"o":""#.to_vec();
+    line.resize(MAX_LINE_UTF16_UNITS - 2, b'a');
+    line.extend_from_slice(br#""}"#);
+    assert_eq!(line.len(), MAX_LINE_UTF16_UNITS);
+    let mut with_secret = line.clone();
+    with_secret[6..26].copy_from_slice(b"AKIAIOSFODNN7EXAMPLE");
+    let shipped = global().redact_line(&with_secret);
+    assert!(shipped.starts_with(r#"{"o":"[REDACTED]aaa"#));
+
+    line.insert(6, b'a');
+    assert_eq!(
+        global().redact_line(&line),
+        oversize_placeholder(MAX_LINE_UTF16_UNITS as u64 + 1)
+    );
+}
+
+#[test]
+fn invalid_utf8_becomes_replacement_characters() {
+    assert_eq!(
+        global().redact_line(b"{\"o\":\"\xff token abcdefghijklmnop1234"),
+        "{\"o\":\"\u{FFFD} token [REDACTED]"
+    );
+}
+
+#[test]
+fn truncation_respects_char_boundaries() {
+    assert_eq!(truncate_utf8("héllo", 2), "h");
+    assert_eq!(truncate_utf8("héllo", 3), "hé");
+    assert_eq!(truncate_utf8("hi", 4096), "hi");
+}
+
+#[test]
+fn every_rule_pattern_compiles_and_every_keyword_is_lowercase() {
+    let r = Redactor::new();
+    for i in 0..r.compiled.len() {
+        let _ = r.regex(i as u16);
+    }
+    for rule in rules::RULES {
+        for k in rule.keywords {
+            assert_eq!(*k, k.to_ascii_lowercase(), "{}", rule.id);
+        }
+    }
+    for rule in providers::RULES {
+        for k in rule.keywords {
+            assert_eq!(*k, k.to_ascii_lowercase(), "{}", rule.id);
+        }
+    }
+}
+
+#[test]
+fn an_idle_redactor_has_compiled_nothing() {
+    let r = Redactor::new();
+    assert!(r.compiled.iter().all(|c| c.get().is_none()));
+    assert_eq!(
+        r.redact_text("   Compiling serde v1.0.219"),
+        "   Compiling serde v1.0.219"
+    );
+    assert!(r.compiled.iter().all(|c| c.get().is_none()));
+}

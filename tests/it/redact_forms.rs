@@ -1,0 +1,290 @@
+//! Redaction v2 (`spec/revision-3.md` S1, issue 17): every rule's examples in every placement a
+//! rollout has, each form the issue lists as leaking, and each false-positive class it lists as
+//! left alone, one named test each.
+//!
+//! What a user of the kcap server would notice: a secret on the server, a line the server
+//! cannot parse, or a line without secrets that changed.
+
+use kcap_watch::ship::redact::{global, rule_examples};
+use serde_json::{Value, json};
+
+/// The placements of a piece of tool text in real rollouts: `(name, line, path to the string
+/// that holds the text once every nested JSON string is decoded)`.
+fn placements(text: &str) -> Vec<(&'static str, String)> {
+    let output = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
+        "payload": {"type": "function_call_output", "call_id": "call_1", "output": text}});
+    let arguments = json!({"command": ["bash", "-lc", text], "workdir": "/w"}).to_string();
+    let call = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
+        "payload": {"type": "function_call", "name": "shell", "call_id": "call_2", "arguments": arguments}});
+    let mcp = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "event_msg",
+        "payload": {"type": "mcp_tool_call_end", "call_id": "call_3", "invocation": {"server": "s", "tool": "t"},
+            "result": {"Ok": {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}}});
+    let exec =
+        json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}).to_string();
+    let exec_line = json!({"type": "response_item",
+        "payload": {"type": "function_call_output", "call_id": "call_4", "output": exec}});
+    vec![
+        ("plain line", text.to_owned()),
+        ("function_call_output", output.to_string()),
+        ("function_call arguments", call.to_string()),
+        ("mcp_tool_call_end", mcp.to_string()),
+        ("exec output", exec_line.to_string()),
+        (
+            "function_call_output, JSON-escaped",
+            escaped_output_line(text),
+        ),
+    ]
+}
+
+/// A `function_call_output` line whose output string writes every third character of `text`
+/// as a `\u` escape (and every control character and quote as JSON must).
+fn escaped_output_line(text: &str) -> String {
+    let mut s = String::from(
+        r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call_5","output":""#,
+    );
+    for (i, c) in text.chars().enumerate() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if (c as u32) < 0x20 || i % 3 == 1 => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    s.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => s.push(c),
+        }
+    }
+    s.push_str("\"}}");
+    s
+}
+
+/// Every string in `value` (keys too), and every string inside strings that are JSON.
+fn all_text(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+            if let Ok(inner) = serde_json::from_str::<Value>(s)
+                && (inner.is_object() || inner.is_array())
+            {
+                all_text(&inner, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| all_text(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push_str(k);
+                out.push('\n');
+                all_text(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What the server would hold of a shipped line: its decoded text, checked to be JSON when the
+/// input was.
+fn shipped_text(input: &str, shipped: &str) -> Result<String, String> {
+    let mut seen = format!("{shipped}\n");
+    if serde_json::from_str::<Value>(input).is_ok() {
+        let v = serde_json::from_str::<Value>(shipped)
+            .map_err(|e| format!("invalid JSON shipped ({e}): {shipped}"))?;
+        all_text(&v, &mut seen);
+    }
+    Ok(seen)
+}
+
+/// Checks that none of `secrets` ships in any placement of `text`; returns the failures.
+fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (placement, line) in placements(text) {
+        let shipped = global().redact_line(line.as_bytes());
+        match shipped_text(&line, &shipped) {
+            Err(e) => failures.push(format!("{placement}: {e}")),
+            Ok(seen) => {
+                for s in secrets {
+                    if seen.contains(s) {
+                        failures.push(format!(
+                            "{placement}: {s:?} shipped:\n  {line}\n  => {shipped}"
+                        ));
+                    }
+                }
+            }
+        }
+        // Redacting twice gives what redacting once gives.
+        let again = global().redact_line(shipped.as_bytes());
+        if again != shipped {
+            failures.push(format!(
+                "{placement}: not idempotent:\n  {shipped}\n  => {again}"
+            ));
+        }
+    }
+    failures
+}
+
+/// Checks that every placement of `text` ships byte for byte.
+fn changes(text: &str) -> Vec<String> {
+    placements(text)
+        .into_iter()
+        .filter_map(|(placement, line)| {
+            let shipped = global().redact_line(line.as_bytes());
+            (shipped != line).then(|| format!("{placement} changed:\n  {line}\n  => {shipped}"))
+        })
+        .collect()
+}
+
+#[test]
+fn every_rule_has_a_positive_and_a_negative_example() {
+    for rule in rule_examples() {
+        assert!(
+            !rule.positive.is_empty(),
+            "{} has no positive example",
+            rule.id
+        );
+        assert!(
+            !rule.negative.is_empty(),
+            "{} has no negative example",
+            rule.id
+        );
+        assert!(!rule.keywords.is_empty(), "{} has no keyword", rule.id);
+        assert!(!rule.family.is_empty(), "{} has no family", rule.id);
+    }
+}
+
+#[test]
+fn every_rules_positive_is_redacted_in_every_placement() {
+    let mut failures = Vec::new();
+    for rule in rule_examples() {
+        for example in rule.positive {
+            let plain = global().redact_text(example).into_owned();
+            if plain == *example {
+                failures.push(format!(
+                    "{}: positive not redacted as text: {example:?}",
+                    rule.id
+                ));
+                continue;
+            }
+            for (placement, line) in placements(example) {
+                let shipped = global().redact_line(line.as_bytes());
+                match shipped_text(&line, &shipped) {
+                    Err(e) => failures.push(format!("{} {placement}: {e}", rule.id)),
+                    // The example as a whole string is redacted as it is alone.
+                    Ok(seen) if !seen.lines().any(|l| plain.lines().next() == Some(l)) => {
+                        failures.push(format!(
+                            "{} {placement}: expected {plain:?} in\n  {shipped}",
+                            rule.id
+                        ));
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_rules_negative_ships_byte_for_byte_in_every_placement() {
+    let mut failures = Vec::new();
+    for rule in rule_examples() {
+        for example in rule.negative {
+            failures.extend(
+                changes(example)
+                    .into_iter()
+                    .map(|f| format!("{}: {f}", rule.id)),
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+macro_rules! leak_tests {
+    ($($name:ident: $text:expr => [$($secret:expr),+ $(,)?];)+) => {$(
+        #[test]
+        fn $name() {
+            let failures = leaks($text, &[$($secret),+]);
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
+    )+};
+}
+
+macro_rules! left_alone_tests {
+    ($($name:ident: $text:expr;)+) => {$(
+        #[test]
+        fn $name() {
+            let failures = changes($text);
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
+    )+};
+}
+
+// "Below the kcap CLI's own floor".
+leak_tests! {
+    floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
+    floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
+    floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];
+    floor_url_password_with_hash: "postgres://app:pa#ss99@db/app" => ["pa#ss99", "ss99"];
+    floor_url_password_with_question_mark: "redis://u:pa?ss99@cache:6379" => ["pa?ss99", "ss99"];
+    floor_url_password_with_quote: "amqp://u:pa'ss99@mq/vh" => ["pa'ss99", "ss99"];
+    floor_quote_inside_cookie: "Cookie: sid=ab'cd99Zx; theme=dark" => ["cd99Zx", "ab'cd99"];
+    floor_quote_inside_query: "GET /cb?token=ab'cd99Zx&page=2" => ["cd99Zx"];
+    floor_quote_inside_connection_string: "Server=db;Password=ab'cd99Zx;Database=x" => ["cd99Zx"];
+    floor_tab_after_credentials: "credentials\tAbCdEfGhIjKlMnOp12" => ["AbCdEfGhIjKlMnOp12"];
+    floor_go_header_map: "map[Accept:[*/*] Cookie:[sid=GoCookie77] X-Api-Key:[GoApiKey88]]" => ["GoCookie77", "GoApiKey88"];
+    floor_key_prefixed_sk: "key_sk-Q2mLp7Xk9vRt4Wz8Bn3H" => ["Q2mLp7Xk9vRt4Wz8Bn3H"];
+    floor_pretty_printed_har_headers: "[\n  {\n    \"name\": \"Authorization\",\n    \"value\": \"Bearer HarPretty1x\"\n  }\n]" => ["HarPretty1x"];
+}
+
+// "Common real forms".
+leak_tests! {
+    form_azure_account_key: "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4MTIz==;EndpointSuffix=core.windows.net" => ["Zm9vYmFyYmF6cXV4MTIz"];
+    form_kubeconfig_client_key_data: "users:\n- name: admin\n  user:\n    client-key-data: S3ViZUtleURhdGFTZWNyZXQ=" => ["S3ViZUtleURhdGFTZWNyZXQ"];
+    form_kubernetes_tls_key: "data:\n  tls.crt: Y2VydA==\n  tls.key: VGxzS2V5U2VjcmV0RGF0YQ==" => ["VGxzS2V5U2VjcmV0RGF0YQ"];
+    form_db_pass: "DB_PASS=Hunt3rPa55 npm start" => ["Hunt3rPa55"];
+    form_json_pass_key: r#"{"user": "bob", "pass": "JsonPass77"}"# => ["JsonPass77"];
+    form_app_key: "APP_KEY=base64:QXBwS2V5U2VjcmV0MTIzNDU2Nzg=" => ["QXBwS2V5U2VjcmV0MTIzNDU2Nzg"];
+    form_x_auth_key: "X-Auth-Key: 1e2f3a4b5c6d7e8f9a0bXAK" => ["1e2f3a4b5c6d7e8f9a0bXAK"];
+    form_dd_application_key: "DD-APPLICATION-KEY: ddAppKey0123456789" => ["ddAppKey0123456789"];
+    form_redis_cli_a: "redis-cli -h cache -a RedisPw9Z ping" => ["RedisPw9Z"];
+    form_sshpass_p: "sshpass -p SshPw9Z ssh root@host" => ["SshPw9Z"];
+    form_docker_login_p: "docker login -u bob -p DockerPw9Z registry.example.com" => ["DockerPw9Z"];
+    form_short_password_flag: "mysqladmin --password=Sh0rt status" => ["Sh0rt"];
+    form_passout_pass: "openssl pkcs12 -export -in c.pem -passout pass:P12Pw9Z -out a.p12" => ["P12Pw9Z"];
+    form_sqlplus: "sqlplus scott/Tiger9Z@orcl @script.sql" => ["Tiger9Z"];
+    form_telegram_bot_url: "curl https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe" => ["AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"];
+    form_token_as_git_remote_user: "git remote set-url origin https://ghx0Tok3nAsUser9Zq7@github.com/o/r.git" => ["ghx0Tok3nAsUser9Zq7"];
+    form_node_raw_headers: r#"{"rawHeaders": ["Host", "x.io", "Authorization", "Bearer RawHdr9Zq", "Cookie", "sid=RawCookie9Z"]}"# => ["RawHdr9Zq", "RawCookie9Z"];
+    form_python_auth_tuple: "requests.get(url, auth=('alice', 'PyAuthPw9Z'))" => ["PyAuthPw9Z"];
+    form_curl_u_text: "curl -u admin:CurlPw9Z https://api.example.com" => ["CurlPw9Z"];
+    form_curl_u_argv: r#"["curl", "-u", "admin:CurlArgvPw9Z", "https://api.example.com"]"# => ["CurlArgvPw9Z"];
+    form_ssh_keygen_n: "ssh-keygen -t ed25519 -N KeygenPw9Z -f id" => ["KeygenPw9Z"];
+    form_htpasswd_b: "htpasswd -b .htpasswd admin HtPw9Z" => ["HtPw9Z"];
+    form_http_password: "wget --http-user=bob --http-password=WgetPw9Z https://x.io/f" => ["WgetPw9Z"];
+    form_base64_pem: "key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2UUlCQURBTkJna3Foa2lHOXcwQkFRRUZBQVNDQktjd2dnU2pBZ0VBQW9JQkFRQzd" => ["LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2UUlCQURBTkJna3Foa2lH"];
+    form_ppk_body: "PuTTY-User-Key-File-3: ssh-rsa\nEncryption: none\nPublic-Lines: 1\nAAAAB3NzaC1yc2E\nPrivate-Lines: 2\nAAAAgQDG1x2y3z4PpkPriv1\nAAAAQQDxyzw8PpkPriv2\nPrivate-MAC: 0a1b2c3d4e5f6a7b" => ["PpkPriv1", "PpkPriv2", "0a1b2c3d4e5f6a7b"];
+    form_star_pass_name: "SMTP_PASS=SmtpPw9Z" => ["SmtpPw9Z"];
+    form_passwd_name: "passwd: PasswdVal9Z" => ["PasswdVal9Z"];
+    form_pwd_name: r#"{"pwd": "PwdVal9Z"}"# => ["PwdVal9Z"];
+    form_encryption_key: "ENCRYPTION_KEY=EncKey9Zq7" => ["EncKey9Zq7"];
+    form_npm_auth: "_auth=bnBtQXV0aDlacTc=" => ["bnBtQXV0aDlacTc"];
+    form_x_functions_key: "x-functions-key: FnKey9Zq7Abc" => ["FnKey9Zq7Abc"];
+    form_pem_split_over_array: r#"{"key": ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowSplitBody1", "SplitBody2xyz", "-----END RSA PRIVATE KEY-----"], "n": 1}"# => ["MIIEowSplitBody1", "SplitBody2xyz"];
+    form_header_pair_array: r#"{"headers": [["Accept", "*/*"], ["X-Api-Key", "PairKey9Zq"]]}"# => ["PairKey9Zq"];
+    form_escaped_secret_in_decoded_string: r#"{"o": "DB_PASSWORD=p\u0040ss\u002fWord9Z"}"# => ["ss/Word9Z", "Word9Z"];
+    form_secret_under_secret_key_any_depth: r#"{"credentials": {"aws": [{"k": "DeepSecret9Z"}], "n": 5}}"# => ["DeepSecret9Z"];
+}
+
+// The false-positive classes the issue found on real rollouts, and S1.5's others.
+left_alone_tests! {
+    precision_typescript_annotation: "const [firstTokenReceived, setFirstTokenReceived] = useState(false);\n  setFirstTokenReceived: boolean;";
+    precision_package_version: r#"{"dependencies": {"gpt-tokenizer": "^2.1.0", "react": "18.2.0"}}"#;
+    precision_token_arithmetic: "const remainingTokens = MAX - used;";
+    precision_member_path_default: "apiKey: profile.openai_api_key || \"\",";
+    precision_json_schema_type: r#"{"type": "object", "properties": {"token": {"type": "string", "description": "The API token"}, "password": {"type": "string"}}}"#;
+    precision_token_counts: r#"{"type":"token_count","info":{"total_token_usage":{"input_tokens":1843021,"output_tokens":21877},"max_tokens":"4096"}}"#;
+    precision_uuid_id_named_as_such: r#"{"token_id": "0199a2b4-c0de-7000-a000-000000000001", "secret_sha": "3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345"}"#;
+    precision_prose: "The password is incorrect. Rotate the API key monthly; the token expires.";
+    precision_shell_references: "export GITHUB_TOKEN=$GH_TOKEN API_KEY=${API_KEY} SECRET=\"$(cat /run/secrets/s)\"";
+    precision_code_calls: "let api_key = std::env::var(name)?;\ntoken = os.getenv(\"TOKEN\")\nsecret = load_secret(path)";
+}
