@@ -37,6 +37,8 @@ use memchr::{memchr, memchr2, memchr3, memmem};
 use regex::{Captures, Regex};
 use serde::de::IgnoredAny;
 
+mod providers;
+
 /// Lines longer than this many UTF-16 code units ship as the oversize placeholder: the kcap
 /// CLI measures a line as a .NET string (`spec/revision-2.md` R2.3).
 pub const MAX_LINE_UTF16_UNITS: usize = 65_536;
