@@ -639,6 +639,14 @@ impl Redactor {
     /// The same rules for text that is not a raw line, such as the child's decoded last
     /// message. JSON text gets the JSON treatment; anything else the text rules.
     pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        // Provider rules first: the rules below would cut a provider token at `|` or `:`.
+        match provider_glue::redact(Cow::Borrowed(text)) {
+            Cow::Borrowed(text) => self.redact_text_rules(text),
+            Cow::Owned(redacted) => Cow::Owned(self.redact_text_rules(&redacted).into_owned()),
+        }
+    }
+
+    fn redact_text_rules<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let hits = self.trigger_hits(text);
         if hits.is_empty() {
             return Cow::Borrowed(text);
@@ -1587,5 +1595,153 @@ mod tests {
         assert_eq!(truncate_utf8("héllo", 2), "h");
         assert_eq!(truncate_utf8("héllo", 3), "hé");
         assert_eq!(truncate_utf8("hi", 4096), "hi");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GLUE (to be replaced by the engine helper's prefilter): runs the provider rules of
+// `providers.rs` on a decoded view of the text, before the rules above, and maps their spans
+// back to whole escapes of the raw text. Nothing else lives here.
+// ---------------------------------------------------------------------------------------------
+
+mod provider_glue {
+    use std::borrow::Cow;
+    use std::ops::Range;
+    use std::sync::{LazyLock, OnceLock};
+
+    use aho_corasick::AhoCorasick;
+    use regex::Regex;
+
+    use super::REDACTED;
+    use super::providers::RULES;
+
+    /// Every keyword, and the rule each belongs to.
+    static KEYWORDS: LazyLock<(AhoCorasick, Vec<usize>)> = LazyLock::new(|| {
+        let mut words = Vec::new();
+        let mut owners = Vec::new();
+        for (index, rule) in RULES.iter().enumerate() {
+            for word in rule.keywords {
+                words.push(*word);
+                owners.push(index);
+            }
+        }
+        let automaton = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(words)
+            // A few hundred short constant words: far below any automaton size limit.
+            .expect("provider keyword automaton builds");
+        (automaton, owners)
+    });
+
+    /// Each rule's regex, compiled the first time a keyword of it occurs.
+    static COMPILED: LazyLock<Vec<OnceLock<Regex>>> =
+        LazyLock::new(|| RULES.iter().map(|_| OnceLock::new()).collect());
+
+    pub(super) fn redact(text: Cow<'_, str>) -> Cow<'_, str> {
+        let (automaton, owners) = &*KEYWORDS;
+        let mut wanted = vec![false; RULES.len()];
+        for m in automaton.find_overlapping_iter(text.as_ref()) {
+            wanted[owners[m.pattern().as_usize()]] = true;
+        }
+        if !wanted.contains(&true) {
+            return text;
+        }
+        // JSON escapes resolved twice: tool output inside a JSON string inside a line.
+        let (once, first) = decode(&text);
+        let (twice, second) = decode(&once);
+        let mut found = Vec::new();
+        for (index, rule) in RULES.iter().enumerate().filter(|(i, _)| wanted[*i]) {
+            let regex = COMPILED[index].get_or_init(|| rule.compile());
+            rule.find(regex, &twice, &mut found);
+        }
+        if found.is_empty() {
+            return text;
+        }
+        let mut raw: Vec<Range<usize>> = found
+            .into_iter()
+            .map(|r| first[second[r.start]]..first[second[r.end]])
+            .filter(|r| !r.is_empty())
+            .collect();
+        raw.sort_by_key(|r| r.start);
+        let mut out = String::with_capacity(text.len());
+        let mut copied = 0;
+        for range in raw {
+            if range.end <= copied {
+                continue;
+            }
+            if range.start >= copied {
+                out.push_str(&text[copied..range.start]);
+                out.push_str(REDACTED);
+            }
+            copied = range.end;
+        }
+        out.push_str(&text[copied..]);
+        Cow::Owned(out)
+    }
+
+    /// `text` with JSON escapes resolved, and for each byte of it (plus the end) the offset in
+    /// `text` of the character or escape it came from.
+    fn decode(text: &str) -> (String, Vec<usize>) {
+        let bytes = text.as_bytes();
+        let mut out = String::with_capacity(text.len());
+        let mut map = Vec::with_capacity(text.len() + 1);
+        let mut i = 0;
+        while i < bytes.len() {
+            let (ch, len) = match escape(bytes, i) {
+                Some(decoded) => decoded,
+                // `i` is always on a character boundary: escapes are ASCII.
+                None => match text[i..].chars().next() {
+                    Some(ch) => (ch, ch.len_utf8()),
+                    None => break,
+                },
+            };
+            out.push(ch);
+            map.extend(std::iter::repeat_n(i, ch.len_utf8()));
+            i += len;
+        }
+        map.push(bytes.len());
+        (out, map)
+    }
+
+    /// The character a JSON escape at `i` stands for, and the escape's length.
+    fn escape(bytes: &[u8], i: usize) -> Option<(char, usize)> {
+        if bytes[i] != b'\\' {
+            return None;
+        }
+        let simple = match *bytes.get(i + 1)? {
+            b'n' => '\n',
+            b't' => '\t',
+            b'r' => '\r',
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'u' => {
+                let unit = hex4(bytes, i + 2)?;
+                if (0xD800..0xDC00).contains(&unit)
+                    && bytes.get(i + 6) == Some(&b'\\')
+                    && bytes.get(i + 7) == Some(&b'u')
+                {
+                    let low = hex4(bytes, i + 8)?;
+                    if (0xDC00..0xE000).contains(&low) {
+                        let code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                        return char::from_u32(code).map(|c| (c, 12));
+                    }
+                    return None;
+                }
+                return char::from_u32(unit).map(|c| (c, 6));
+            }
+            _ => return None,
+        };
+        Some((simple, 2))
+    }
+
+    fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
+        let digits = bytes.get(at..at + 4)?;
+        if !digits.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
     }
 }
