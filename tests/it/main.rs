@@ -27,6 +27,7 @@ mod lifecycle_loop;
 mod man_pages;
 mod process_behaviour;
 mod readme;
+mod redact_families;
 mod redact_props;
 mod redact_table;
 mod reliability_faults;
