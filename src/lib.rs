@@ -18,6 +18,7 @@ pub(crate) mod pipeline;
 pub mod platform;
 pub mod rollout;
 pub mod settings;
+pub mod status_file;
 pub mod ship;
 pub(crate) mod supervise;
 pub mod tail;
