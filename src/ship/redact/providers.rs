@@ -978,7 +978,7 @@ pub(crate) static RULES: &[ProviderRule] = &[
         id: "private-key",
         family: "private-key",
         keywords: &["private key-----", "private key block-----"],
-        pattern: "-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?P<s>[A-Za-z0-9+/=\\s:,.-]{40,}?)-----END",
+        pattern: "-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?P<s>[A-Za-z0-9+/= \\t\\r\\n:,.-]{40,}?)-----END",
         min_entropy: None,
         positive: &[
             "-----BEGIN RSA PRIVATE KEY-----\nh+RfO25NSMXdbxJPSJ7J9loQBnNmpHCN46W0MT7HvQiemp4mXpKyYZOll6DsgDAG\nSd7pmJ9exXrzlKhh+9Fy6+LZNM7TssCCzonCjZMMhxOv+BuGSppHGl36Q1W+d49L\nwwk0CHbG5NqxKZqYwT0V==\n-----END RSA PRIVATE KEY-----",
