@@ -29,6 +29,7 @@ mod lifecycle_loop;
 mod man_pages;
 mod process_behaviour;
 mod readme;
+mod redact_families;
 mod redact_forms;
 mod redact_oracle;
 mod redact_props;
