@@ -144,11 +144,12 @@ pub(crate) enum Action {
     },
     /// Post this lifecycle request; answer with [`Event::Posted`].
     Post(Hook),
-    /// Append this record to the transcript spool; answer with [`Event::LinesSpooled`] with
-    /// the same `refused`.
+    /// Append this record to the transcript spool (`refused`: to the refused-lines file);
+    /// answer with [`Event::LinesSpooled`] with the same `refused`.
     SpoolLines {
         batch: TranscriptBatch,
-        /// The record holds a line the server refused (not the outbox's next batch).
+        /// The record holds a line the server refused (not the outbox's next batch): it goes
+        /// to `refused/`, never to the transcript spool a replay would post it from again.
         refused: bool,
     },
     /// Append this request to the hook spool; answer with [`Event::HookSpooled`].
@@ -263,6 +264,9 @@ pub(crate) struct Pipeline {
     stop_spooled: bool,
     pub(crate) lines_shipped: u64,
     pub(crate) lines_spooled: u64,
+    /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
+    pub(crate) lines_refused: u64,
+    refused_full_logged: bool,
 }
 
 impl Pipeline {
@@ -330,6 +334,8 @@ impl Pipeline {
             stop_spooled: false,
             lines_shipped: 0,
             lines_spooled: 0,
+            lines_refused: 0,
+            refused_full_logged: false,
         }
     }
 
@@ -601,9 +607,11 @@ impl Pipeline {
                 self.ship_req.retry_at = None;
                 self.halvings = 0;
                 if let Some(b) = self.outbox.delivered() {
-                    // A large backlog leaves the allocator holding its peak; hand it back once
-                    // the outbox drains (an idle watcher should stay small).
-                    self.trim_when_idle |= b.bytes() > 1 << 20;
+                    // A backlog leaves the allocator holding its peak; hand it back once the
+                    // outbox drains (an idle watcher should stay small). `memory` trims once
+                    // enough was shipped, counted over every child of the process.
+                    crate::platform::memory::note_shipped(b.bytes());
+                    self.trim_when_idle = true;
                     self.lines_shipped += b.lines.len() as u64;
                     info!(
                         event = "batch_shipped",
@@ -685,13 +693,13 @@ impl Pipeline {
                 status,
                 first,
                 last,
-                "the server refuses {which} (HTTP {status}); spooled and going on"
+                "the server refuses {which} (HTTP {status}); set aside in refused/ and going on"
             );
         }
     }
 
-    /// A refused line goes to the spool (it counts as handed over: the server will not take
-    /// it, an import may).
+    /// A refused line is set aside in `refused/` (it counts as handed over: the server will not
+    /// take it, a person or an import may).
     fn spool_refused(&mut self, line: ShipLine, out: &mut Vec<Action>) {
         if let Some(batch) = self.batch_of(std::slice::from_ref(&line)) {
             out.push(Action::SpoolLines {
@@ -714,9 +722,25 @@ impl Pipeline {
 
     fn on_lines_spooled(&mut self, refused: bool, result: SpoolResult, now: Ts) {
         if refused {
-            // A refused line's record: the line is skipped either way (already logged).
-            if let SpoolResult::Failed(e) = result {
-                error!(event = "spooled", "failed to spool a refused line: {e}");
+            // A refused line's record (set aside in `refused/`, S4.1): the line is skipped
+            // either way, already logged with its number; past the file's cap it is only
+            // counted.
+            self.lines_refused += 1;
+            match result {
+                SpoolResult::Written => {}
+                SpoolResult::OverCap => {
+                    if !self.refused_full_logged {
+                        error!(
+                            event = "refused_full",
+                            "the refused-lines file of session {} is full (8 MiB); further refused lines are only counted",
+                            self.session_id()
+                        );
+                        self.refused_full_logged = true;
+                    }
+                }
+                SpoolResult::Failed(e) => {
+                    error!(event = "spooled", "failed to set a refused line aside: {e}");
+                }
             }
             return;
         }

@@ -6,6 +6,7 @@ pub mod client;
 pub(crate) mod handed_over;
 pub mod outbox;
 pub mod redact;
+pub mod refused;
 pub(crate) mod replay;
 pub mod spool;
 

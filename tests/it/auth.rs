@@ -51,6 +51,7 @@ fn write_tokens(config: &Path, profile: &str, doc: &Value) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{profile}.json"));
     std::fs::write(&path, doc.to_string()).unwrap();
+    // File modes exist only on unix (on Windows the profile directory's ACL keeps it private).
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -357,6 +358,7 @@ fn assert_store_kept_and_private(path: &Path, token: &str) -> Value {
     assert_eq!(doc["access_token"], json!(token), "{doc}");
     assert_eq!(doc["github_username"], json!("alice"), "{doc}");
     assert_eq!(doc["x_newer_field"], json!({"kept": true}), "{doc}");
+    // File modes exist only on unix (on Windows the profile directory's ACL keeps it private).
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -1053,6 +1055,7 @@ fn kcap_url_with_user_info_a_query_or_a_fragment_exits_2() {
 
 /// A TLS front for the fake kcap on loopback, with a certificate for `127.0.0.1` and
 /// `localhost` issued by a CA made here. Returns the port and the CA's PEM.
+// Used only by the https test below, which is unix only.
 #[cfg(unix)]
 fn tls_front(upstream: SocketAddr) -> (u16, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -1112,6 +1115,7 @@ fn tls_front(upstream: SocketAddr) -> (u16, String) {
     (port, ca_cert.pem())
 }
 
+// Unix only: the first watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn https_to_a_server_whose_ca_is_trusted_only_through_ssl_cert_file() {
