@@ -714,8 +714,22 @@ impl Credentials {
     }
 }
 
+/// A token file larger than this is no token file (a path pointing at a log, say): it is not
+/// read whole into memory.
+const TOKEN_FILE_MAX_BYTES: u64 = 64 * 1024;
+
 fn read_token_file(path: &std::path::Path) -> Option<Token> {
-    match std::fs::read(path) {
+    let read = std::fs::File::open(path).and_then(|f| {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        f.take(TOKEN_FILE_MAX_BYTES + 1).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    });
+    match read {
+        Ok(bytes) if bytes.len() as u64 > TOKEN_FILE_MAX_BYTES => {
+            tracing::warn!(event = "token_file_unusable", path = %path.display(), "ignoring KCAP_TOKEN_FILE {}: it is larger than {TOKEN_FILE_MAX_BYTES} bytes", path.display());
+            None
+        }
         Ok(bytes) => match token_file_text(&bytes).and_then(|text| Token::parse(&text)) {
             Ok(token) => Some(token),
             Err(why) => {
@@ -879,6 +893,16 @@ mod tests {
                 .unwrap_err()
                 .contains("UTF-16")
         );
+    }
+
+    #[test]
+    fn a_token_file_too_large_to_be_one_is_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, vec![b'a'; TOKEN_FILE_MAX_BYTES as usize + 1]).unwrap();
+        assert_eq!(read_token_file(&path), None);
+        std::fs::write(&path, vec![b'a'; TOKEN_FILE_MAX_BYTES as usize]).unwrap();
+        assert!(read_token_file(&path).is_some());
     }
 
     // ---- the refresh floor, with injected time ----------------------------------------
