@@ -187,7 +187,14 @@ fn every_rules_positive_is_redacted_in_every_placement() {
 #[test]
 fn every_rules_negative_ships_byte_for_byte_in_every_placement() {
     let mut failures = Vec::new();
-    for rule in rule_examples() {
+    // The provider table's negatives are near-misses of their own rule (a placeholder-shaped
+    // `AKIAXXXXXXXXXXXXXXXX`, a token one character short), which a broader rule may still
+    // take, on the safe side; each is checked against its own rule in providers.rs
+    // (`every_negative_yields_nothing`). The core rules' negatives are what must ship as is.
+    for rule in rule_examples()
+        .into_iter()
+        .filter(|r| !r.id.starts_with("near-") && core_rule(r.id))
+    {
         for example in rule.negative {
             failures.extend(
                 changes(example)
@@ -287,4 +294,10 @@ left_alone_tests! {
     precision_prose: "The password is incorrect. Rotate the API key monthly; the token expires.";
     precision_shell_references: "export GITHUB_TOKEN=$GH_TOKEN API_KEY=${API_KEY} SECRET=\"$(cat /run/secrets/s)\"";
     precision_code_calls: "let api_key = std::env::var(name)?;\ntoken = os.getenv(\"TOKEN\")\nsecret = load_secret(path)";
+}
+
+/// Whether `id` is a rule of the core table (src/ship/redact/rules.rs), not of the provider
+/// table.
+fn core_rule(id: &str) -> bool {
+    kcap_watch::ship::redact::core_rule_ids().contains(&id)
 }

@@ -424,6 +424,12 @@ pub struct RuleExamples {
     pub negative: &'static [&'static str],
 }
 
+/// The ids of the core table's rules (the provider table's are the rest).
+#[doc(hidden)]
+pub fn core_rule_ids() -> Vec<&'static str> {
+    rules::RULES.iter().map(|r| r.id).collect()
+}
+
 /// Every rule of both tables with its examples.
 #[doc(hidden)]
 pub fn rule_examples() -> Vec<RuleExamples> {
@@ -563,9 +569,17 @@ impl Walk<'_> {
                         if !rules::value_exempt_in(n, &v, &v, false) {
                             self.whole(r, out);
                         }
-                    } else if self.may_hold(r) {
-                        self.redactor
-                            .string_spans(self.text, r.clone(), out, self.depth);
+                    } else {
+                        if self.may_hold(r) {
+                            self.redactor
+                                .string_spans(self.text, r.clone(), out, self.depth);
+                        }
+                        if let Some(k) = key
+                            && let Tok::Key(kr) = &self.toks[k]
+                            && self.may_hold(kr)
+                        {
+                            self.member_spans(kr, r, out);
+                        }
                     }
                 }
                 Tok::Open { .. } => {
@@ -580,6 +594,35 @@ impl Walk<'_> {
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// A member whose key names a vendor but not a secret word (`"adafruit_key": "..."`,
+    /// `"plaid_client_id": "..."`): the vendor-near-value rules need the name and the value
+    /// together, which a scan of each string alone never sees. The member is scanned as
+    /// `"key": "value"` (decoded), and only spans inside the value are kept.
+    fn member_spans(&self, kr: &Range<usize>, vr: &Range<usize>, out: &mut Vec<Range<usize>>) {
+        if kr.len() > 128 || vr.len() > 4096 {
+            return;
+        }
+        let key = self.decoded(kr);
+        let value = decode::decode(&self.text[vr.clone()]);
+        let joined = format!("\"{key}\": \"{}\"", value.text);
+        let start = key.len() + 5;
+        let end = start + value.text.len();
+        let hits = self.redactor.scan(&joined);
+        if hits.is_empty() {
+            return;
+        }
+        let mut spans = Vec::new();
+        self.redactor
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false);
+        for span in spans {
+            let (a, b) = (span.start.max(start), span.end.min(end));
+            if a < b && joined.is_char_boundary(a) && joined.is_char_boundary(b) {
+                let raw = value.to_raw(a - start..b - start);
+                out.push(vr.start + raw.start..vr.start + raw.end);
             }
         }
     }

@@ -896,7 +896,7 @@ pub(crate) static RULES: &[ProviderRule] = &[
     },
     ProviderRule {
         id: "sk-dash-key",
-        family: "",
+        family: "(beyond gitleaks)",
         keywords: &["sk-"],
         pattern: r"sk-(?:[a-z]{2,8}-)?[A-Za-z0-9_-]{32,200}",
         min_entropy: Some(3.5),
@@ -1280,7 +1280,7 @@ pub(crate) static RULES: &[ProviderRule] = &[
     },
     ProviderRule {
         id: "google-oauth-access-token",
-        family: "",
+        family: "(beyond gitleaks)",
         keywords: &["ya29."],
         pattern: "ya29\\.[A-Za-z0-9_-]{30,}",
         min_entropy: Some(3.5),
@@ -1291,7 +1291,7 @@ pub(crate) static RULES: &[ProviderRule] = &[
     },
     ProviderRule {
         id: "netlify-pat",
-        family: "",
+        family: "(beyond gitleaks)",
         keywords: &["nfp_"],
         pattern: r"nfp_[A-Za-z0-9]{36,40}",
         min_entropy: Some(3.0),
