@@ -34,5 +34,6 @@ mod reliability_soak;
 mod scenarios;
 mod security;
 mod settings_registry;
+mod status_files;
 mod supervise;
 mod tail_model;
