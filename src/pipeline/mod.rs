@@ -1430,6 +1430,22 @@ impl Pipeline {
         .min_by_key(|(_, t)| *t)
     }
 
+    /// The stop this pipeline would owe if it ended now as `end` (what `inspect` shows).
+    pub(crate) fn owed_at_exit(
+        &self,
+        end: decide::WatcherEnd,
+        now: Ts,
+    ) -> Option<decide::OwedStop> {
+        decide::stop_owed_at_exit(
+            &self.state,
+            self.role,
+            self.windows().stop_grace,
+            self.stop,
+            end,
+            now,
+        )
+    }
+
     /// Complete lines folded from the file.
     pub(crate) fn lines_on_disk(&self) -> u64 {
         self.folded_to
