@@ -485,10 +485,17 @@ impl Child {
         if !self.pipeline.wants_text() || t.ship.line_start() >= t.fold.line_start() {
             return Ok(None);
         }
+        let (start, offset) = (t.ship.line_start(), t.ship.offset());
         let (lines, _) = t
             .ship
             .read(&t.file, 256)
             .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
+        if lines.is_empty() && t.ship.line_start() == start && t.ship.offset() == offset {
+            // Nothing more where the fold read lines: the file shrank under us (truncated or
+            // rewritten). Feeding on would spin here forever; the next check of the file
+            // reports the rewrite.
+            return Ok(None);
+        }
         let next = t.ship.next_number();
         Ok(Some(Event::Text { lines, next }))
     }
