@@ -10,7 +10,9 @@
 //! (`GET /api/sessions/{sid}/last-line`: `--watermark N` for every stream, else the highest line
 //! this sink received on the stream, else `204`, or `404` with `--not-found` so a child watcher
 //! posts `subagent-start` first), `POST /hooks/transcript` (counted, `200`) and any other
-//! `POST /hooks/...` (`200`). `GET /stats` returns the counters as JSON.
+//! `POST /hooks/...` (`200`). `GET /stats` returns the counters as JSON. For the Fluent Bit
+//! comparison, `POST /records` takes its `http` output in `json_lines` format (one record a
+//! line, the tailed line in its `log` field) and counts each record as a line.
 //!
 //! A line marked by `gen_rollout append` (`"bench_append_ns":T`) gets `seq latency_us` written
 //! to `--latency-log`, where the latency is this process's arrival time minus `T` (same
@@ -182,6 +184,41 @@ async fn transcript(State(s): State<Shared>, body: axum::body::Bytes) -> Respons
         }
         let _ = log.flush();
     }
+    finish_post(sink);
+    (StatusCode::OK, "{}").into_response()
+}
+
+/// Fluent Bit's `http` output, `format json_lines`: one JSON record a line, the tailed line
+/// in `log`. Records are counted by their newlines; only with a latency log is each parsed.
+async fn records(State(s): State<Shared>, body: axum::body::Bytes) -> Response {
+    let arrived = unix_ns();
+    let count = memchr::memchr_iter(b'\n', &body).count()
+        + usize::from(body.last().is_some_and(|&b| b != b'\n'));
+    let mut guard = lock(&s);
+    let sink = &mut *guard;
+    let st = &mut sink.stats;
+    st.transcript_posts += 1;
+    st.lines += count as u64;
+    st.bytes += body.len() as u64;
+    st.first_ns.get_or_insert(arrived);
+    st.last_ns = Some(arrived);
+    if let Some(log) = &mut sink.latency {
+        for record in body.split(|&b| b == b'\n') {
+            let line = serde_json::from_slice::<serde_json::Value>(record)
+                .ok()
+                .and_then(|v| v.get("log")?.as_str().map(str::to_string));
+            if let Some((seq, t)) = line.as_deref().and_then(marker) {
+                let _ = writeln!(log, "{seq} {}", arrived.saturating_sub(t) / 1000);
+            }
+        }
+        let _ = log.flush();
+    }
+    finish_post(sink);
+    (StatusCode::OK, "{}").into_response()
+}
+
+/// Writes the done file once enough lines arrived.
+fn finish_post(sink: &mut Sink) {
     if !sink.done
         && let (Some(n), Some(path)) = (sink.args.done_after_lines, &sink.args.done_file)
         && sink.stats.lines >= n
@@ -193,7 +230,6 @@ async fn transcript(State(s): State<Shared>, body: axum::body::Bytes) -> Respons
             let _ = std::fs::rename(&tmp, path);
         }
     }
-    (StatusCode::OK, "{}").into_response()
 }
 
 async fn other_hook(State(s): State<Shared>) -> Response {
@@ -235,6 +271,7 @@ fn main() -> Result<()> {
             .route("/api/sessions/{sid}/last-line", get(watermark))
             .route("/hooks/transcript", post(transcript))
             .route("/hooks/{*rest}", post(other_hook))
+            .route("/records", post(records))
             .route("/stats", get(stats))
             // Batches reach about 4 MiB; axum's default limit is 2 MB.
             .layer(DefaultBodyLimit::disable())

@@ -157,6 +157,14 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
         "replayed {} transcript records and {} lifecycle requests; kept {} for later; left {} records of other tools to the kcap CLI",
         report.transcript_delivered, report.hooks_delivered, report.kept, report.left
     )?;
+    if report.refused_lines > 0 {
+        writeln!(
+            out,
+            "set aside {} line(s) the server refuses in {}",
+            report.refused_lines,
+            s.config_dir.join("kcap-watch").join("refused").display()
+        )?;
+    }
     if report.needs_import_reported > 0 {
         writeln!(
             out,

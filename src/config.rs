@@ -165,10 +165,9 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
     let profile = r
         .get(&registry::PROFILE)?
         .map(|g| g.value.trim().to_string());
-    let machine = machine_credential(
-        r.get(&registry::CLIENT_ID)?,
-        r.get(&registry::CLIENT_SECRET)?,
-    )?;
+    let client_id = r.get(&registry::CLIENT_ID)?;
+    let client_secret = r.get(&registry::CLIENT_SECRET)?;
+    let machine = machine_credential(client_id, client_secret, &mut r.warnings);
     let config_dir = match r.get(&registry::CONFIG_DIR)? {
         Some(d) => d,
         None => config_dir::default_root(&home(r)?),
@@ -247,37 +246,36 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
     Ok(Some(url.as_str().trim_end_matches('/').to_string()))
 }
 
-/// Both halves of a machine credential, or neither; one alone exits 2 naming the other
-/// (the kcap CLI's rule: a half-configured runner is told, not silently unauthenticated).
+/// Both halves of a machine credential, or neither. One alone is a warning naming the missing
+/// one, and the other sources are used (`revision-3.md` S4.5, as the kcap CLI's watcher
+/// does): exiting would make a spawner that re-ensures its watchers restart one in a loop.
 fn machine_credential(
     id: Option<Given>,
     secret: Option<Given>,
-) -> Result<Option<MachineCredential>, ConfigError> {
+    warnings: &mut Vec<String>,
+) -> Option<MachineCredential> {
     let id = id
         .map(|g| g.value.trim().to_string())
         .filter(|v| !v.is_empty());
     let secret = secret
         .map(|g| g.value.trim().to_string())
         .filter(|v| !v.is_empty());
-    let missing = |name: &'static str, present: &str| ConfigError {
-        name,
-        message: format!("{present} is set but {name} is not: a machine credential needs both"),
+    let (present, missing) = match (id, secret) {
+        (Some(client_id), Some(client_secret)) => {
+            return Some(MachineCredential {
+                client_id,
+                client_secret,
+            });
+        }
+        (None, None) => return None,
+        (Some(_), None) => (registry::CLIENT_ID.var, registry::CLIENT_SECRET.var),
+        (None, Some(_)) => (registry::CLIENT_SECRET.var, registry::CLIENT_ID.var),
     };
-    match (id, secret) {
-        (Some(client_id), Some(client_secret)) => Ok(Some(MachineCredential {
-            client_id,
-            client_secret,
-        })),
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(missing(
-            registry::CLIENT_SECRET.var,
-            registry::CLIENT_ID.var,
-        )),
-        (None, Some(_)) => Err(missing(
-            registry::CLIENT_ID.var,
-            registry::CLIENT_SECRET.var,
-        )),
-    }
+    warnings.push(format!(
+        "{present} is set but {missing} is not: a machine credential needs both; ignoring \
+         {present} and using the other token sources"
+    ));
+    None
 }
 
 /// The home directory for the default config root, found as the kcap CLI finds it (`HOME`

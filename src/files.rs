@@ -330,6 +330,11 @@ impl WatcherFiles {
             }
         };
 
+        // Only a holder of the lock writes the heartbeat's private files, and its clean exit
+        // removes them: any found now were left by a holder that was killed (S4.6). Removed
+        // before our own heartbeat creates them again, so a SIGKILL leaves nothing for ever.
+        remove_stale_slots(key, &slots);
+
         let files = WatcherFiles {
             pid,
             lock_path,
@@ -411,6 +416,32 @@ impl WatcherFiles {
             }
         }
         // Dropping `self` closes the lock file, which releases the lock.
+    }
+}
+
+/// Removes the heartbeat slots a killed holder of `key`'s lock left (the caller holds it now).
+fn remove_stale_slots(key: &str, slots: &[PathBuf]) {
+    let mut removed = 0;
+    for slot in slots {
+        match fs::remove_file(slot) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                event = "watcher_file_remove_failed",
+                path = %slot.display(),
+                error = %e,
+                "failed to remove the stale heartbeat slot {}: {e}",
+                slot.display()
+            ),
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            event = "stale_heartbeat_removed",
+            key,
+            count = removed,
+            "removed {removed} heartbeat slot(s) left by a killed watcher of {key}"
+        );
     }
 }
 

@@ -93,6 +93,9 @@ pub struct LinesReport {
     pub oversize: u64,
     /// Queued inter-agent mail lines: shipped, never activity.
     pub queued_mail: u64,
+    /// Lines of the parent's history copied into a sub-agent's rollout (S6): shipped, never
+    /// folded.
+    pub inherited: u64,
     pub bytes: u64,
     pub partial_tail_bytes: u64,
 }
@@ -224,6 +227,7 @@ fn build_report(
             malformed: c.malformed,
             oversize: c.oversize,
             queued_mail: c.queued_mail,
+            inherited: c.inherited,
             bytes: c.bytes,
             partial_tail_bytes: partial,
         },
@@ -303,6 +307,13 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "queued mail    {} lines (shipped; not activity, open no turn)",
             l.queued_mail
+        )?;
+    }
+    if l.inherited > 0 {
+        writeln!(
+            out,
+            "inherited      {} lines of the parent's history before the child's own (shipped; never folded)",
+            l.inherited
         )?;
     }
     writeln!(

@@ -41,6 +41,7 @@ pub(crate) enum Notice {
     /// `401`/`403` (logged once per streak): every line is kept and the token re-read.
     TokenRefused {
         status: u16,
+        failure: Failure,
     },
     /// `404`/`405` from the transcript route (logged once per streak).
     WrongServerPath {
@@ -77,6 +78,10 @@ pub(crate) enum Notice {
     },
     RefusedLineNotSpooled {
         error: String,
+    },
+    /// The refused-lines file of the session is at its cap: further refused lines are counted.
+    RefusedFull {
+        session: String,
     },
     LinesSpooled {
         first: u64,
@@ -172,6 +177,7 @@ impl Notice {
             | Notice::HookSpoolFailed { .. }
             | Notice::StopNotSpooled { .. } => "spooled",
             Notice::SpoolFailed { .. } => "spool_failed",
+            Notice::RefusedFull { .. } => "refused_full",
             Notice::SubagentStartPosted => "subagent_start_posted",
             Notice::SubagentStartFailed { .. } => "subagent_start_failed",
             Notice::SubagentStopPosted => "subagent_stop_posted",
@@ -193,9 +199,7 @@ impl Notice {
             Notice::WatermarkFailed { failure, .. } => {
                 format!("failed to read the watermark: {failure}")
             }
-            Notice::TokenRefused { status } => {
-                format!("the kcap server refused the token (HTTP {status})")
-            }
+            Notice::TokenRefused { failure, .. } => failure.to_string(),
             Notice::WrongServerPath { status, url } => {
                 format!("no kcap server answers at {url} (HTTP {status})")
             }
@@ -204,7 +208,11 @@ impl Notice {
             }
             Notice::ShipFailed { failure, .. } => format!("failed to ship lines: {failure}"),
             Notice::RefusedLineNotSpooled { error } => {
-                format!("failed to spool a refused line: {error}")
+                format!("failed to set a refused line aside: {error}")
+            }
+            Notice::RefusedFull { .. } => {
+                "the refused-lines file is full (8 MiB); further refused lines are only counted"
+                    .into()
             }
             Notice::TranscriptSpoolFull { first_line, .. } => format!(
                 "transcript spool is full (8 MiB); line {first_line} and later were not kept"
@@ -320,10 +328,9 @@ pub(crate) fn log(notice: &Notice) {
         } => {
             warn!(event, what = "watermark", status = f.status(), error = %f, retry_in_ms = retry_in.as_millis() as u64, "failed to read the watermark: {f}; retrying in {retry_in:?}");
         }
-        Notice::TokenRefused { status } => error!(
+        Notice::TokenRefused { status, failure } => error!(
             event,
-            status,
-            "the kcap server refused the token (HTTP {status}); keeping every line, re-reading the token every 60 s"
+            status, "{failure}; keeping every line, re-reading the token every 60 s"
         ),
         Notice::WrongServerPath { status, url } => {
             error!(event, status, url = %url, "no kcap server answers at {url} (HTTP {status}): check the path in KCAP_URL; keeping every line and retrying");
@@ -364,7 +371,7 @@ pub(crate) fn log(notice: &Notice) {
                 status,
                 first,
                 last,
-                "the server refuses {which} (HTTP {status}); spooled and going on"
+                "the server refuses {which} (HTTP {status}); set aside in refused/ and going on"
             );
         }
         Notice::ShipFailed {
@@ -374,8 +381,12 @@ pub(crate) fn log(notice: &Notice) {
             warn!(event, status = f.status(), error = %f, retry_in_ms = retry_in.as_millis() as u64, "failed to ship lines: {f}; retrying in {retry_in:?}");
         }
         Notice::RefusedLineNotSpooled { error } => {
-            error!(event, "failed to spool a refused line: {error}");
+            error!(event, "failed to set a refused line aside: {error}");
         }
+        Notice::RefusedFull { session } => error!(
+            event,
+            "the refused-lines file of session {session} is full (8 MiB); further refused lines are only counted"
+        ),
         Notice::LinesSpooled { first, last, count } => {
             info!(event, first, last, count, "spooled lines {first}..={last}");
         }
@@ -499,7 +510,10 @@ mod tests {
         let later = t.plus(Duration::from_secs(1));
         c.apply(
             &Notice::ShipFailed {
-                failure: Failure::Unauthorized { status: 401 },
+                failure: Failure::Unauthorized {
+                    status: 401,
+                    token_sent: true,
+                },
                 retry_in: Duration::from_secs(60),
             },
             later,

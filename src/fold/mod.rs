@@ -183,6 +183,9 @@ pub struct Counters {
     /// Lines of queued inter-agent mail (the `trigger_turn: false` announcement and its
     /// `agent_message`): shipped, but not activity (`revision-2.md` R4.3).
     pub queued_mail: u64,
+    /// Lines of the parent's history that Codex copied into a sub-agent's rollout before the
+    /// child's own (S6): shipped, never folded.
+    pub inherited: u64,
     /// Bytes of the complete lines, terminators (and a leading BOM) included.
     pub bytes: u64,
 }
@@ -209,6 +212,9 @@ pub struct State {
     pub identity: Option<Identity>,
     /// The first line has been folded (so a later `session_meta` is never the header).
     pub first_line_seen: bool,
+    /// The header's `subagent_history_start_ordinal`: lines whose `ordinal` is below it are
+    /// the parent's history, copied (S6).
+    pub history_start: Option<u64>,
     pub turn: Turn,
     pub turn_id: Option<String>,
     /// The line number of the last turn end (`task_complete` or `turn_aborted`).
@@ -256,6 +262,18 @@ impl State {
             return;
         }
         let info = line.info;
+        if first {
+            self.history_start = info.meta.as_ref().and_then(|m| m.history_start_ordinal);
+        } else if let (Some(start), Some(ordinal)) = (self.history_start, info.ordinal)
+            && ordinal < start
+        {
+            // The parent's turn, its spawning call still in flight, its token counts: none of
+            // it is this child's. Folding it would show the parent's open turn in a child that
+            // has not begun, hold its reap for the orphan rule and warn of a stall that is not
+            // its own.
+            self.counters.inherited += 1;
+            return;
+        }
         if !info.malformed && self.is_queued_mail(info) {
             // Queued mail opens no turn, closes no pause and is not activity for any decision:
             // a finished child that receives mail is still finished.

@@ -91,7 +91,10 @@ fn failure(words: &[&str]) -> Failure {
         [code] => {
             let status: u16 = code.parse().expect("a status");
             match status {
-                401 | 403 => Failure::Unauthorized { status },
+                401 | 403 => Failure::Unauthorized {
+                    status,
+                    token_sent: true,
+                },
                 404 | 405 => Failure::WrongPath {
                     status,
                     url: "http://127.0.0.1:9/hooks/transcript".into(),

@@ -144,11 +144,12 @@ pub(crate) enum Action {
     },
     /// Post this lifecycle request; answer with [`Event::Posted`].
     Post(Hook),
-    /// Append this record to the transcript spool; answer with [`Event::LinesSpooled`] with
-    /// the same `refused`.
+    /// Append this record to the transcript spool (`refused`: to the refused-lines file);
+    /// answer with [`Event::LinesSpooled`] with the same `refused`.
     SpoolLines {
         batch: TranscriptBatch,
-        /// The record holds a line the server refused (not the outbox's next batch).
+        /// The record holds a line the server refused (not the outbox's next batch): it goes
+        /// to `refused/`, never to the transcript spool a replay would post it from again.
         refused: bool,
     },
     /// Append this request to the hook spool; answer with [`Event::HookSpooled`].
@@ -305,6 +306,9 @@ pub(crate) struct Pipeline {
     stop_spooled: bool,
     pub(crate) lines_shipped: u64,
     pub(crate) lines_spooled: u64,
+    /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
+    pub(crate) lines_refused: u64,
+    refused_full_logged: bool,
     /// Where notices go: the log lines and the status file's counters.
     pub(crate) telemetry: Telemetry,
     /// The `now` of the event being handled (notices are stamped with it).
@@ -376,6 +380,8 @@ impl Pipeline {
             stop_spooled: false,
             lines_shipped: 0,
             lines_spooled: 0,
+            lines_refused: 0,
+            refused_full_logged: false,
             telemetry: Telemetry::default(),
             now: started,
         }
@@ -624,9 +630,13 @@ impl Pipeline {
         req: impl Fn(&mut Pipeline) -> &mut Request,
     ) -> Duration {
         match f {
-            Failure::Unauthorized { status } => {
+            Failure::Unauthorized { status, .. } => {
                 if !self.unauthorized_logged {
-                    self.notify(Notice::TokenRefused { status: *status });
+                    // `f` says whether a token was refused or none was sent.
+                    self.notify(Notice::TokenRefused {
+                        status: *status,
+                        failure: f.clone(),
+                    });
                     self.unauthorized_logged = true;
                 }
                 self.token_refused = true;
@@ -659,9 +669,11 @@ impl Pipeline {
                 self.ship_req.retry_at = None;
                 self.halvings = 0;
                 if let Some(b) = self.outbox.delivered() {
-                    // A large backlog leaves the allocator holding its peak; hand it back once
-                    // the outbox drains (an idle watcher should stay small).
-                    self.trim_when_idle |= b.bytes() > 1 << 20;
+                    // A backlog leaves the allocator holding its peak; hand it back once the
+                    // outbox drains (an idle watcher should stay small). `memory` trims once
+                    // enough was shipped, counted over every child of the process.
+                    crate::platform::memory::note_shipped(b.bytes());
+                    self.trim_when_idle = true;
                     self.lines_shipped += b.lines.len() as u64;
                     let shipped = Notice::BatchShipped {
                         first: b.first(),
@@ -740,8 +752,8 @@ impl Pipeline {
         }
     }
 
-    /// A refused line goes to the spool (it counts as handed over: the server will not take
-    /// it, an import may).
+    /// A refused line is set aside in `refused/` (it counts as handed over: the server will not
+    /// take it, a person or an import may).
     fn spool_refused(&mut self, line: ShipLine, out: &mut Vec<Action>) {
         if let Some(batch) = self.batch_of(std::slice::from_ref(&line)) {
             out.push(Action::SpoolLines {
@@ -764,9 +776,22 @@ impl Pipeline {
 
     fn on_lines_spooled(&mut self, refused: bool, result: SpoolResult, now: Ts) {
         if refused {
-            // A refused line's record: the line is skipped either way (already logged).
-            if let SpoolResult::Failed(error) = result {
-                self.notify(Notice::RefusedLineNotSpooled { error });
+            // A refused line's record (set aside in `refused/`, S4.1): the line is skipped
+            // either way, already logged with its number; past the file's cap it is only
+            // counted.
+            self.lines_refused += 1;
+            match result {
+                SpoolResult::Written => {}
+                SpoolResult::OverCap => {
+                    if !self.refused_full_logged {
+                        let session = self.session_id().to_owned();
+                        self.notify(Notice::RefusedFull { session });
+                        self.refused_full_logged = true;
+                    }
+                }
+                SpoolResult::Failed(error) => {
+                    self.notify(Notice::RefusedLineNotSpooled { error });
+                }
             }
             return;
         }

@@ -18,10 +18,13 @@
 //! malformed), so that a legitimately deep tool argument never hides a `call_id`.
 //!
 //! The hot path is the inside of long strings (tool output, arguments, base64): there the
-//! scanner jumps to the next `"`, `\` or control byte a block at a time, and UTF-8 is checked
-//! separately for each whole chunk by `std::str::from_utf8`. Checking the whole line instead of
-//! each string is equivalent: outside strings only ASCII is valid JSON, and an ASCII byte can
-//! never sit inside a multi-byte sequence.
+//! scanner jumps to the next `"`, `\` or control byte a block at a time, and the same vector
+//! compares tell whether the block holds any byte above ASCII. UTF-8 is validated only from
+//! such a byte on (`std::str::from_utf8`), so the common all-ASCII block costs no second pass.
+//! Checking the line's non-ASCII runs instead of each string is equivalent: outside strings
+//! only ASCII is valid JSON, an ASCII byte can never sit inside a multi-byte sequence, so the
+//! line is valid UTF-8 exactly when every maximal run of non-ASCII bytes is, and a run cut by
+//! an ASCII byte (a sequence still open when unchecked bytes follow) is not.
 
 use std::sync::LazyLock;
 
@@ -37,7 +40,7 @@ pub(crate) const MAX_DEPTH: usize = 512;
 /// Most `rate_limits` windows kept per line (Codex writes two or three).
 const MAX_WINDOWS: usize = 8;
 
-/// Longest object key compared against the known names (the longest is 18 bytes); longer keys
+/// Longest object key compared against the known names (the longest is 30 bytes); longer keys
 /// never match, and only their hash is kept.
 const KEY_CAP: usize = 32;
 
@@ -199,6 +202,10 @@ enum Target {
     ResetsAt(u8),
     WindowMinutes(u8),
     TriggerTurn,
+    /// The envelope's `ordinal`.
+    Ordinal,
+    /// `payload.subagent_history_start_ordinal` (S6).
+    HistoryStart,
 }
 
 /// Which object form of `source.subagent` was seen (its string form is a captured field).
@@ -566,6 +573,9 @@ pub struct Classifier {
     past_start: bool,
     bom_len: usize,
     utf8: Utf8Check,
+    /// Bytes of the current chunk before this index are UTF-8 checked or ASCII; a sequence
+    /// still open in `utf8` must continue exactly here.
+    utf8_done: usize,
     state: State,
     stack: Vec<Frame>,
     in_key: bool,
@@ -588,6 +598,10 @@ pub struct Classifier {
     subagent_form: SubagentForm,
     /// `payload.trigger_turn`, when its last occurrence is a boolean.
     trigger_turn: Option<bool>,
+    /// The envelope's `ordinal` and `payload.subagent_history_start_ordinal`, when their last
+    /// occurrence is a number.
+    ordinal: Option<f64>,
+    history_start: Option<f64>,
     windows: [(u64, RateWindow); MAX_WINDOWS],
     window_count: usize,
     /// Leave `timestamp` unparsed (`None`): only `inspect --line-times` needs it, and parsing
@@ -608,6 +622,7 @@ impl Classifier {
             past_start: false,
             bom_len: 0,
             utf8: Utf8Check::default(),
+            utf8_done: 0,
             state: State::Start,
             stack: Vec::new(),
             in_key: false,
@@ -630,6 +645,8 @@ impl Classifier {
             has_subagent: false,
             subagent_form: SubagentForm::None,
             trigger_turn: None,
+            ordinal: None,
+            history_start: None,
             windows: [(0, RateWindow::default()); MAX_WINDOWS],
             window_count: 0,
             skip_timestamps: false,
@@ -678,7 +695,9 @@ impl Classifier {
         if chunk.is_empty() {
             return;
         }
-        if !self.utf8.feed(chunk) || self.scan(chunk).is_err() {
+        self.utf8_done = 0;
+        // A sequence open at the last checked byte is cut when unchecked (ASCII) bytes follow.
+        if self.scan(chunk).is_err() || (self.utf8.len > 0 && self.utf8_done < chunk.len()) {
             self.failed = true;
         }
     }
@@ -713,6 +732,8 @@ impl Classifier {
         self.has_subagent = false;
         self.subagent_form = SubagentForm::None;
         self.trigger_turn = None;
+        self.ordinal = None;
+        self.history_start = None;
         self.window_count = 0;
     }
 
@@ -768,6 +789,7 @@ impl Classifier {
                 cwd: text(Field::Cwd),
                 cli_version: text(Field::CliVersion),
                 originator: text(Field::Originator),
+                history_start_ordinal: self.history_start.and_then(whole_number),
             })
         });
         LineInfo {
@@ -794,12 +816,30 @@ impl Classifier {
             error_message: text(Field::ErrorMessage),
             message: text(Field::Message),
             trigger_turn: self.trigger_turn,
+            ordinal: self.ordinal.and_then(whole_number),
             rate_limits: self.windows[..self.window_count]
                 .iter()
                 .map(|(_, w)| *w)
                 .collect(),
             meta,
         }
+    }
+
+    /// Checks `s[from..to]` as the next UTF-8 of the line. Bytes between the last checked one
+    /// and `from` were skipped as ASCII, so they end any sequence still open.
+    fn check_utf8(&mut self, s: &[u8], from: usize, to: usize) -> Result<(), Malformed> {
+        let from = from.max(self.utf8_done);
+        if from >= to {
+            return Ok(());
+        }
+        if self.utf8.len > 0 && from != self.utf8_done {
+            return Err(Malformed);
+        }
+        if !self.utf8.feed(&s[from..to]) {
+            return Err(Malformed);
+        }
+        self.utf8_done = to;
+        Ok(())
     }
 
     fn scan(&mut self, s: &[u8]) -> Result<(), Malformed> {
@@ -821,7 +861,33 @@ impl Classifier {
     /// escapes cut by the chunk end go through `step`.
     fn scan_string(&mut self, s: &[u8], mut i: usize) -> Result<usize, Malformed> {
         while let Some(block) = s[i..].first_chunk::<BLOCK>() {
-            let mut mask = special_mask(block);
+            let m = block_masks(block);
+            if m.high != 0 {
+                // Bytes after the string's end in this block are checked too: harmless, as
+                // the whole line must be UTF-8, and `utf8_done` keeps them from a second check.
+                let first = m.high.trailing_zeros() as usize;
+                self.check_utf8(s, i + first, i + BLOCK)?;
+            }
+            if self.capture == Capture::None {
+                match skip_block(block, &m) {
+                    Skip::End(p) => {
+                        self.end_string();
+                        return Ok(i + p + 1);
+                    }
+                    Skip::Past => {
+                        i += BLOCK;
+                        continue;
+                    }
+                    Skip::EscapeAtEnd => {
+                        self.state = State::Escape;
+                        return Ok(i + BLOCK);
+                    }
+                    Skip::Invalid => return Err(Malformed),
+                    // A `\u` escape: decoded (and its surrogate rules checked) below.
+                    Skip::Unicode => {}
+                }
+            }
+            let mut mask = m.quote | m.backslash | m.control;
             // Block bytes before `start` are consumed; it passes `BLOCK` when the block's last
             // byte starts an escape.
             let mut start = 0;
@@ -858,6 +924,8 @@ impl Classifier {
             }
             i += start.max(BLOCK);
         }
+        // Fewer than a block left in this chunk: check all of it (at most 63 bytes).
+        self.check_utf8(s, i, s.len())?;
         loop {
             let n = first_special(&s[i..]);
             if self.capture != Capture::None {
@@ -947,11 +1015,12 @@ impl Classifier {
                     _ => return Err(Malformed),
                 }
             }
-            // `scan` skips plain string bytes itself; this is the same rule one byte at a time.
+            // `scan` takes every string byte through `scan_string` (which checks UTF-8); this
+            // is its rule for ASCII, one byte at a time.
             State::Str => match b {
                 b'"' => self.end_string(),
                 b'\\' => self.state = State::Escape,
-                0x00..=0x1F => return Err(Malformed),
+                0x00..=0x1F | 0x80.. => return Err(Malformed),
                 _ => self.emit(&[b]),
             },
             State::Escape => {
@@ -1121,6 +1190,7 @@ impl Classifier {
                 b"type" => Target::Field(Field::Type),
                 b"timestamp" => Target::Field(Field::Timestamp),
                 b"payload" => Target::Payload,
+                b"ordinal" => Target::Ordinal,
                 _ => Target::None,
             },
             Ctx::Payload => match key {
@@ -1144,6 +1214,7 @@ impl Classifier {
                 b"source" => Target::Source,
                 b"message" => Target::Field(Field::Message),
                 b"trigger_turn" => Target::TriggerTurn,
+                b"subagent_history_start_ordinal" => Target::HistoryStart,
                 _ => Target::None,
             },
             Ctx::Error => match key {
@@ -1193,6 +1264,7 @@ impl Classifier {
                 self.payload_object = false;
                 self.reset_subagent(false);
                 self.trigger_turn = None;
+                self.history_start = None;
             }
             Target::Error => {
                 self.slots[Field::CodexErrorInfo as usize].reset();
@@ -1216,6 +1288,8 @@ impl Classifier {
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = None,
             Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = None,
             Target::TriggerTurn => self.trigger_turn = None,
+            Target::Ordinal => self.ordinal = None,
+            Target::HistoryStart => self.history_start = None,
             Target::None | Target::Window(_) => {}
         }
         target
@@ -1309,6 +1383,8 @@ impl Classifier {
             Target::UsedPercent(i) => self.windows[usize::from(i)].1.used_percent = Some(v),
             Target::ResetsAt(i) => self.windows[usize::from(i)].1.resets_at = Some(v),
             Target::WindowMinutes(i) => self.windows[usize::from(i)].1.window_minutes = Some(v),
+            Target::Ordinal => self.ordinal = Some(v),
+            Target::HistoryStart => self.history_start = Some(v),
             _ => {}
         }
         self.state = State::AfterValue;
@@ -1369,6 +1445,11 @@ static SHORT_ESCAPES: [u8; 256] = {
 
 /// The byte a two-character escape `\<b>` stands for (`None` for `u` and invalid escapes).
 #[inline(always)]
+/// An ordinal as a line position: a whole number from 0 to 2^53 (where `f64` is still exact).
+fn whole_number(v: f64) -> Option<u64> {
+    (v.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&v)).then_some(v as u64)
+}
+
 fn short_escape(b: u8) -> Option<u8> {
     match SHORT_ESCAPES[usize::from(b)] {
         0 => None,
@@ -1413,25 +1494,121 @@ fn first_special(s: &[u8]) -> usize {
 /// Bytes per block of [`Classifier::scan_string`]: one bit of a `u64` mask each.
 const BLOCK: usize = 64;
 
-/// One bit per byte of `block` that is `"`, `\` or a control byte. LLVM does not vectorise
+/// One bit per byte of a block, for each kind of byte a string body cares about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Masks {
+    quote: u64,
+    backslash: u64,
+    /// Bytes below 0x20.
+    control: u64,
+    /// Its lowest set bit is at or before the first byte above ASCII; zero when there is none
+    /// (exact on x86_64; elsewhere bit 0 stands for "somewhere").
+    high: u64,
+}
+
+/// Bits at even and at odd positions.
+const EVEN_BITS: u64 = 0x5555_5555_5555_5555;
+const ODD_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+/// What [`skip_block`] found in a string body that no field captures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Skip {
+    /// The string ends at this index of the block (its closing quote).
+    End(usize),
+    /// The whole block is string body.
+    Past,
+    /// As `Past`, but the block's last byte starts an escape.
+    EscapeAtEnd,
+    /// A control byte or an invalid escape: the line is malformed.
+    Invalid,
+    /// A `\u` escape comes before the end: the byte-wise path must decode it.
+    Unicode,
+}
+
+/// Skips a block of a string body that is not captured, without a branch per escape: which
+/// bytes are escaped follows from the backslash mask alone (the byte after a run of
+/// backslashes is escaped when the run's length is odd), so the closing quote is the first
+/// quote not escaped. Escaped bytes are then only checked (one table lookup each), never
+/// decoded. Tool output has an escape every few dozen bytes, and a branch on each (quote or
+/// backslash?) mispredicts often enough to have been most of seeding.
+///
+/// The block must start inside a string body, not right after a backslash.
+#[inline(always)]
+fn skip_block(block: &[u8; BLOCK], m: &Masks) -> Skip {
+    let b = m.backslash;
+    let starts = b & !(b << 1);
+    // Adding a run's start bit carries through the run to the bit just after it: that is the
+    // escaped byte when the run's length is odd, i.e. when start and end+1 differ in parity.
+    let after_even = b.wrapping_add(starts & EVEN_BITS) & !b;
+    let (sum_odd, odd_run_at_end) = b.overflowing_add(starts & ODD_BITS);
+    let after_odd = sum_odd & !b;
+    let escaped = (after_even & ODD_BITS) | (after_odd & EVEN_BITS);
+    let quotes = m.quote & !escaped;
+    let end = quotes.trailing_zeros() as usize;
+    let body = u64::MAX
+        .checked_shl(end as u32)
+        .map_or(u64::MAX, |high| !high);
+    if m.control & body != 0 {
+        return Skip::Invalid;
+    }
+    let mut e = escaped & body;
+    let mut invalid = false;
+    let mut unicode = false;
+    while e != 0 {
+        let c = block[e.trailing_zeros() as usize];
+        invalid |= SHORT_ESCAPES[usize::from(c)] == 0;
+        unicode |= c == b'u';
+        e &= e - 1;
+    }
+    if unicode {
+        Skip::Unicode
+    } else if invalid {
+        Skip::Invalid
+    } else if end < BLOCK {
+        Skip::End(end)
+    } else if odd_run_at_end {
+        // A run of odd length reaching the last byte: the next block's first byte is escaped.
+        Skip::EscapeAtEnd
+    } else {
+        Skip::Past
+    }
+}
+
+/// Two masks of `block`: one bit per byte that is `"`, `\` or a control byte, and one whose
+/// lowest set bit is at or before the first byte above ASCII (zero when there is none; exact
+/// on x86_64, bit 0 for "somewhere" elsewhere). LLVM does not vectorise
 /// the portable form (it builds the mask bit by bit, slower than the old word-at-a-time
 /// scan), so each 64-bit architecture uses the vector unit every CPU of it has: SSE2 on
 /// x86_64, NEON on aarch64 (Apple Silicon, Windows and Linux on Arm). Other targets take
 /// [`special_mask_portable`], which the tests check the fast forms against on every target.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-fn special_mask(block: &[u8; BLOCK]) -> u64 {
+fn block_masks(block: &[u8; BLOCK]) -> Masks {
     // SAFETY: compiled only when SSE2 is enabled for the whole build (the x86_64 baseline),
     // so the CPU running it has SSE2.
-    unsafe { special_mask_sse2(block) }
+    unsafe { block_masks_sse2(block) }
 }
 
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 #[inline(always)]
-fn special_mask(block: &[u8; BLOCK]) -> u64 {
+fn block_masks(block: &[u8; BLOCK]) -> Masks {
     // SAFETY: compiled only when NEON is enabled for the whole build (the aarch64 baseline),
     // so the CPU running it has NEON.
-    unsafe { special_mask_neon(block) }
+    let special = unsafe { special_mask_neon(block) };
+    // The three kinds apart, only where the vector mask found any (rare in a block).
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        control: 0,
+        high: non_ascii_hint(block),
+    };
+    let mut bits = special;
+    while bits != 0 {
+        let p = bits.trailing_zeros() as usize;
+        sort_special(&mut m, block[p], p);
+        bits &= bits - 1;
+    }
+    m
 }
 
 #[cfg(not(any(
@@ -1439,33 +1616,82 @@ fn special_mask(block: &[u8; BLOCK]) -> u64 {
     all(target_arch = "aarch64", target_feature = "neon")
 )))]
 #[inline(always)]
+fn block_masks(block: &[u8; BLOCK]) -> Masks {
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        control: 0,
+        high: non_ascii_hint(block),
+    };
+    for (p, &b) in block.iter().enumerate() {
+        sort_special(&mut m, b, p);
+    }
+    m
+}
+
+/// Sets byte `b`'s bit at `p` in the mask of its kind, if it is special.
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+#[inline(always)]
+fn sort_special(m: &mut Masks, b: u8, p: usize) {
+    let bit = 1u64 << p;
+    match b {
+        b'"' => m.quote |= bit,
+        b'\\' => m.backslash |= bit,
+        0x00..=0x1F => m.control |= bit,
+        _ => {}
+    }
+}
+
+/// The special bytes of a block (see [`block_masks`]), for the tests.
+#[cfg(test)]
 fn special_mask(block: &[u8; BLOCK]) -> u64 {
-    special_mask_portable(block)
+    let m = block_masks(block);
+    m.quote | m.backslash | m.control
+}
+
+/// Where [`block_masks`] has no exact non-ASCII mask: bit 0 when the block holds any byte
+/// above ASCII (checking from the block's start is then correct, only a little longer).
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+#[inline(always)]
+fn non_ascii_hint(block: &[u8; BLOCK]) -> u64 {
+    let any = block
+        .as_chunks::<8>()
+        .0
+        .iter()
+        .fold(0, |acc, w| acc | u64::from_le_bytes(*w));
+    u64::from(any & HIGHS != 0)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline]
 #[target_feature(enable = "sse2")]
-fn special_mask_sse2(block: &[u8; BLOCK]) -> u64 {
+fn block_masks_sse2(block: &[u8; BLOCK]) -> Masks {
     use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_set1_epi8,
     };
     let quote = _mm_set1_epi8(b'"' as i8);
     let backslash = _mm_set1_epi8(b'\\' as i8);
     let space = _mm_set1_epi8(0x20);
-    let mut mask = 0;
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        control: 0,
+        high: 0,
+    };
     for (k, lane) in block.as_chunks::<16>().0.iter().enumerate() {
         // SAFETY: `lane` is 16 readable bytes, and `loadu` allows any alignment.
         let v = unsafe { _mm_loadu_si128(lane.as_ptr().cast::<__m128i>()) };
         // `max(v, 0x20) == v` exactly when `v >= 0x20` (unsigned): not a control byte.
         let not_control = _mm_cmpeq_epi8(_mm_max_epu8(v, space), v);
-        let special = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
-        let plain_bits = _mm_movemask_epi8(not_control) as u16;
-        let special_bits = _mm_movemask_epi8(special) as u16;
-        mask |= u64::from(special_bits | !plain_bits) << (16 * k);
+        let shift = 16 * k;
+        let bits = |x: __m128i| u64::from(_mm_movemask_epi8(x) as u16) << shift;
+        m.quote |= bits(_mm_cmpeq_epi8(v, quote));
+        m.backslash |= bits(_mm_cmpeq_epi8(v, backslash));
+        m.control |= u64::from(!(_mm_movemask_epi8(not_control) as u16)) << shift;
+        // The sign bit of each byte: set exactly for the bytes above ASCII.
+        m.high |= bits(v);
     }
-    mask
+    m
 }
 
 /// NEON has no `movemask`: each lane's comparison result (0xFF or 0) keeps only the bit of
@@ -1502,7 +1728,7 @@ fn special_mask_neon(block: &[u8; BLOCK]) -> u64 {
     vgetq_lane_u64::<0>(vreinterpretq_u64_u8(bytes))
 }
 
-/// The plain form of [`special_mask`]: what the vector forms must agree with.
+/// The plain form of the special-byte mask: what the vector forms must agree with.
 #[cfg_attr(
     any(
         all(target_arch = "x86_64", target_feature = "sse2"),
@@ -1570,6 +1796,62 @@ mod tests {
         }
     }
 
+    #[test]
+    fn non_ascii_mask_points_at_or_before_the_first_high_byte() {
+        assert_eq!(block_masks(&[b'a'; BLOCK]).high, 0);
+        for b in 0x80..=u8::MAX {
+            for pos in [0, 15, 16, 31, 47, 63] {
+                let mut block = [b'a'; BLOCK];
+                block[pos] = b;
+                let high = block_masks(&block).high;
+                assert!(
+                    high != 0 && high.trailing_zeros() as usize <= pos,
+                    "byte {b:#04x} at {pos}: {high:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_is_checked_at_every_block_and_chunk_edge() {
+        // Whole, cut, overlong, surrogate and interrupted sequences in a string body, at every
+        // offset from the blocks' edges, fed whole and in two pieces split at every byte.
+        let seqs: [&[u8]; 8] = [
+            "é".as_bytes(),
+            "\u{1F680}".as_bytes(),
+            b"\xC3",
+            b"\xE2\x82",
+            b"\xC3x\xA9",
+            b"\xC0\xAF",
+            b"\xED\xA0\x80",
+            b"\xF4\x90\x80\x80",
+        ];
+        for pad in 0..(2 * BLOCK + 2) {
+            for seq in seqs {
+                let mut line = br#"{"payload":{"name":""#.to_vec();
+                line.extend(std::iter::repeat_n(b'a', pad));
+                line.extend_from_slice(seq);
+                line.extend_from_slice(br#"z","call_id":"c"}}"#);
+                let want_ok = serde_json::from_slice::<serde_json::Value>(&line).is_ok();
+                assert_eq!(
+                    !classify(&line).malformed,
+                    want_ok,
+                    "pad {pad} seq {seq:x?}"
+                );
+                for split in 0..line.len() {
+                    let mut c = Classifier::new();
+                    c.feed(&line[..split]);
+                    c.feed(&line[split..]);
+                    assert_eq!(
+                        !c.finish().malformed,
+                        want_ok,
+                        "pad {pad} seq {seq:x?} split {split}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Bytes where the fast scans could go wrong: the three special kinds, both sides of
     /// the control boundary, bytes with the sign bit set (signed compares), and any byte.
     fn scan_byte() -> impl proptest::strategy::Strategy<Value = u8> {
@@ -1600,6 +1882,23 @@ mod tests {
             proptest::prop_assert_eq!(special_mask(block), special_mask_portable(block));
         }
 
+        /// The branch-free skip of an uncaptured string block against a byte-at-a-time walk.
+        #[test]
+        fn skip_block_agrees_with_a_byte_walk(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => scan_byte(),
+                    3 => proptest::strategy::Just(b'\\'),
+                    1 => proptest::strategy::Just(b'u'),
+                    1 => proptest::strategy::Just(b'n'),
+                ],
+                BLOCK,
+            )
+        ) {
+            let block: &[u8; BLOCK] = bytes.as_slice().try_into().unwrap();
+            proptest::prop_assert_eq!(skip_block(block, &block_masks(block)), skip_by_walking(block));
+        }
+
         /// The word-at-a-time scan against a byte-at-a-time search.
         #[test]
         fn first_special_agrees_with_a_byte_search(
@@ -1607,6 +1906,60 @@ mod tests {
         ) {
             let want = bytes.iter().position(|&b| is_special(b)).unwrap_or(bytes.len());
             proptest::prop_assert_eq!(first_special(&bytes), want);
+        }
+    }
+
+    /// What [`skip_block`] must answer, one byte at a time.
+    fn skip_by_walking(block: &[u8; BLOCK]) -> Skip {
+        let (mut unicode, mut invalid) = (false, false);
+        let mut p = 0;
+        let found = loop {
+            if p >= BLOCK {
+                break Skip::Past;
+            }
+            match block[p] {
+                b'"' => break Skip::End(p),
+                b'\\' if p + 1 == BLOCK => break Skip::EscapeAtEnd,
+                b'\\' => {
+                    let c = block[p + 1];
+                    unicode |= c == b'u';
+                    invalid |= short_escape(c).is_none();
+                    p += 2;
+                }
+                0x00..=0x1F => {
+                    invalid = true;
+                    p += 1;
+                }
+                _ => p += 1,
+            }
+        };
+        if unicode {
+            Skip::Unicode
+        } else if invalid {
+            Skip::Invalid
+        } else {
+            found
+        }
+    }
+
+    #[test]
+    fn skip_block_finds_the_unescaped_quote_after_backslash_runs() {
+        for run in 0..8 {
+            for at in 0..(BLOCK - run - 1) {
+                let mut block = [b'a'; BLOCK];
+                block[at..at + run].fill(b'\\');
+                block[at + run] = b'"';
+                let want = if run % 2 == 0 {
+                    Skip::End(at + run)
+                } else {
+                    Skip::Past
+                };
+                assert_eq!(
+                    skip_block(&block, &block_masks(&block)),
+                    want,
+                    "run {run} at {at}"
+                );
+            }
         }
     }
 
@@ -1860,6 +2213,7 @@ mod tests {
                 cwd: Some("/home/dev/src/acme-api".into()),
                 cli_version: Some("0.145.0".into()),
                 originator: Some("codex_cli_rs".into()),
+                history_start_ordinal: None,
             }
         );
         let m = ok(r#"{"payload":{"source":{"subagent":null},"id":"x"},"type":"session_meta"}"#)
@@ -1958,6 +2312,44 @@ mod tests {
             assert_eq!(info.kind, Kind::Other, "{line}");
             assert_eq!(info.payload_type, PayloadType::Other, "{line}");
         }
+    }
+
+    /// S6: the envelope's `ordinal` and the header's `subagent_history_start_ordinal`, read
+    /// only as whole numbers (last occurrence wins; `null`, text or fractions are absent).
+    #[test]
+    fn ordinals_and_the_history_start() {
+        let info = ok(
+            r#"{"ordinal":0,"type":"session_meta","payload":{"id":"c","history_mode":"paginated","subagent_history_start_ordinal":18}}"#,
+        );
+        assert_eq!(info.ordinal, Some(0));
+        assert_eq!(info.meta.unwrap().history_start_ordinal, Some(18));
+        for (line, want) in [
+            (
+                r#"{"type":"event_msg","ordinal":17,"payload":{"type":"token_count"}}"#,
+                Some(17),
+            ),
+            (r#"{"type":"event_msg","payload":{"ordinal":3}}"#, None),
+            (r#"{"ordinal":"3","type":"x"}"#, None),
+            (r#"{"ordinal":2.5,"type":"x"}"#, None),
+            (r#"{"ordinal":-1,"type":"x"}"#, None),
+            (r#"{"ordinal":4,"ordinal":null,"type":"x"}"#, None),
+            (r#"{"ordinal":4,"ordinal":5,"type":"x"}"#, Some(5)),
+            (r#"{"ordinal":1e2,"type":"x"}"#, Some(100)),
+        ] {
+            assert_eq!(ok(line).ordinal, want, "{line}");
+        }
+        let meta = |payload: &str| {
+            ok(&format!(r#"{{"type":"session_meta","payload":{payload}}}"#))
+                .meta
+                .unwrap()
+                .history_start_ordinal
+        };
+        assert_eq!(meta(r#"{"subagent_history_start_ordinal":null}"#), None);
+        assert_eq!(
+            meta(r#"{"source":{"subagent_history_start_ordinal":4}}"#),
+            None
+        );
+        assert_eq!(meta(r#"{"subagent_history_start_ordinal":7}"#), Some(7));
     }
 
     #[test]

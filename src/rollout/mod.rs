@@ -127,6 +127,9 @@ pub struct SessionMetaInfo {
     pub cwd: Option<String>,
     pub cli_version: Option<String>,
     pub originator: Option<String>,
+    /// `subagent_history_start_ordinal` (newer Codex, `history_mode: "paginated"`): lines of
+    /// this file whose `ordinal` is below it are a copy of the parent's history (S6).
+    pub history_start_ordinal: Option<u64>,
 }
 
 /// What the fold and the identity need from one raw line.
@@ -159,6 +162,8 @@ pub struct LineInfo {
     pub message: Option<String>,
     /// `payload.trigger_turn` when a boolean (`inter_agent_communication_metadata`).
     pub trigger_turn: Option<bool>,
+    /// The envelope's `ordinal` (newer Codex numbers every line), when a whole number.
+    pub ordinal: Option<u64>,
     /// `payload.error.codex_error_info`: the string, or the single key of the object form
     /// (`{"response_too_many_failed_attempts": {...}}` gives that key).
     pub codex_error_info: Option<String>,

@@ -60,7 +60,7 @@ registry! {
     );
     TOKEN_FILE: Path = Setting::flag(
         "KCAP_TOKEN_FILE", "--token-file", "PATH", Path { absent: "none" },
-        "File holding the bearer token.",
+        "File holding the bearer token: UTF-8, or UTF-16 with a byte order mark; one line.",
     );
     PROFILE: OptionalText = Setting::flag(
         "KCAP_PROFILE", "--profile", "NAME",
@@ -71,7 +71,8 @@ registry! {
     CLIENT_ID: OptionalText = Setting::env_only(
         "KCAP_CLIENT_ID", OptionalText { absent: "none", what: "a client id" },
         "Machine credential client id: with KCAP_CLIENT_SECRET, a bearer token is minted \
-         (client_credentials) and kept in memory only. Setting only one of the two is an error.",
+         (client_credentials) and kept in memory only. Only one of the two set: a warning naming \
+         the missing one, and the other token sources are used.",
     );
     CLIENT_SECRET: OptionalText = Setting::env_only(
         "KCAP_CLIENT_SECRET", OptionalText { absent: "none", what: "a client secret" },

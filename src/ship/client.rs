@@ -369,9 +369,10 @@ fn classify(answer: Answer, what: &str) -> Result<(), Failure> {
                 error,
             }),
         },
-        Ok(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
-            Err(Failure::Unauthorized { status })
-        }
+        Ok(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Err(Failure::Unauthorized {
+            status,
+            token_sent: token.is_some(),
+        }),
         Ok(s) if s.is_redirection() => Err(Failure::Transient {
             status: Some(status),
             retry_after,

@@ -7,6 +7,7 @@ pub(crate) mod handed_over;
 pub mod outbox;
 pub mod protocol;
 pub mod redact;
+pub mod refused;
 pub(crate) mod replay;
 pub mod spool;
 

@@ -53,8 +53,9 @@ pub enum Failure {
         retry_after: Option<Duration>,
         error: String,
     },
-    /// `401`/`403`: keep everything, re-read the token, try again in a minute.
-    Unauthorized { status: u16 },
+    /// `401`/`403`: keep everything, re-read the token, try again in a minute. `token_sent`:
+    /// whether the request carried a token (a refusal of none is no verdict on a token).
+    Unauthorized { status: u16, token_sent: bool },
     /// `404`/`405` from `/hooks/transcript`: no kcap server answers at this path, so
     /// `KCAP_URL` names the wrong place. Retried with backoff like a transient failure (the
     /// operator can fix the setting), never treated as a refusal of the lines.
@@ -78,7 +79,7 @@ impl Failure {
     pub(crate) fn status(&self) -> i64 {
         match self {
             Failure::Transient { status, .. } => status.map(i64::from).unwrap_or(-1),
-            Failure::Unauthorized { status }
+            Failure::Unauthorized { status, .. }
             | Failure::WrongPath { status, .. }
             | Failure::Rejected { status, .. } => i64::from(*status),
         }
@@ -89,9 +90,18 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Transient { error, .. } => f.write_str(error),
-            Failure::Unauthorized { status } => {
-                write!(f, "the server refused the token (HTTP {status})")
-            }
+            Failure::Unauthorized {
+                status,
+                token_sent: true,
+            } => write!(f, "the kcap server refused the token (HTTP {status})"),
+            Failure::Unauthorized {
+                status,
+                token_sent: false,
+            } => write!(
+                f,
+                "the kcap server answered HTTP {status} to a request sent without a token (no \
+                 usable KCAP_TOKEN, KCAP_TOKEN_FILE, machine credential or kcap login for it)"
+            ),
             Failure::WrongPath { status, url } => write!(
                 f,
                 "no kcap server answers at {url} (HTTP {status}): KCAP_URL names the wrong path"

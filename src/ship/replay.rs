@@ -29,6 +29,7 @@ use crate::ship::TranscriptBatch;
 use crate::ship::auth::Credentials;
 use crate::ship::backoff::Backoff;
 use crate::ship::client::{Deadlines, Failure, KcapClient};
+use crate::ship::refused;
 use crate::ship::spool::{self, Draining, HookRecord};
 use crate::time::Ts;
 
@@ -53,6 +54,9 @@ pub(crate) struct ReplayReport {
     pub left: u64,
     /// Sessions whose needs-import marker the server acknowledged.
     pub needs_import_reported: u64,
+    /// Lines the server refused, isolated by splitting their records and set aside in
+    /// `refused/` (S4.1): neither kept nor posted again.
+    pub refused_lines: u64,
     /// Spool paths refused as symbolic links, with the reason; nothing was read through them.
     pub refused: Vec<(PathBuf, String)>,
 }
@@ -96,7 +100,7 @@ pub(crate) async fn replay(
     let config = &settings.config_dir;
     for session in sessions {
         let path = spool::transcript_spool_path(config, &session);
-        let lines_kept = drain(&client, &path, pid, Spool::Transcript, &mut report).await?;
+        let lines_kept = drain(&client, config, &path, pid, Spool::Transcript, &mut report).await?;
         if lines_kept > 0 {
             // Lines first: a stop must not reach the server ahead of the lines it follows.
             info!(
@@ -108,7 +112,7 @@ pub(crate) async fn replay(
         }
         report_needs_import(&client, config, &session, &mut report).await?;
         let path = spool::hook_spool_path(config, &session);
-        drain(&client, &path, pid, Spool::Hook, &mut report).await?;
+        drain(&client, config, &path, pid, Spool::Hook, &mut report).await?;
     }
     Ok(report)
 }
@@ -164,6 +168,7 @@ fn is_symlink(path: &Path) -> bool {
 /// records were kept for later.
 async fn drain(
     client: &KcapClient,
+    config_dir: &Path,
     live: &Path,
     pid: u32,
     spool_kind: Spool,
@@ -207,13 +212,8 @@ async fn drain(
         };
         let tally = match spool_kind {
             Spool::Transcript => {
-                // `<config>/transcript-spool/<file>`: the config root holds the offline marks.
-                let config_dir = path
-                    .parent()
-                    .and_then(Path::parent)
-                    .map(Path::to_path_buf)
-                    .unwrap_or_default();
-                deliver(client, draining, spool_kind, |c, raw| {
+                let config_dir = config_dir.to_path_buf();
+                deliver(client, &config_dir, draining, spool_kind, |c, raw| {
                     let c = c.clone();
                     let config_dir = config_dir.clone();
                     async move {
@@ -241,7 +241,7 @@ async fn drain(
                 .await?
             }
             Spool::Hook => {
-                deliver(client, draining, spool_kind, |c, raw| {
+                deliver(client, config_dir, draining, spool_kind, |c, raw| {
                     let c = c.clone();
                     async move {
                         match serde_json::from_str::<HookRecord>(&raw) {
@@ -263,6 +263,7 @@ async fn drain(
         }
         report.kept += tally.kept;
         report.left += tally.left;
+        report.refused_lines += tally.refused;
         kept_ours += tally.kept;
     }
     Ok(kept_ours)
@@ -273,13 +274,25 @@ struct Tally {
     delivered: u64,
     kept: u64,
     left: u64,
+    /// Refused lines set aside (transcript spool only).
+    refused: u64,
 }
 
-/// Posts each record of ours in order; keeps the refused ones and, after a failure that does
-/// not heal within [`ATTEMPTS`], every record of ours from there on. Records of other tools are
-/// put back unposted. Everything put back keeps its order.
+/// After this many refused lines in a row with nothing delivered between them, the server is
+/// taken to refuse everything (a misconfiguration, not bad lines): the rest is kept for a later
+/// replay instead of being sent one line per request.
+const REFUSED_IN_A_ROW: u64 = 32;
+
+/// Posts each record of ours in order. A transcript record the server refuses is split in two
+/// and each half posted again, down to the single line it refuses, which is set aside in
+/// `refused/` (S4.1): one bad line no longer holds a session's other lines, and with them its
+/// lifecycle requests, for ever. A refused hook record is kept. After a failure that does not
+/// heal within [`ATTEMPTS`], every record of ours from there on is kept (the pieces of a record
+/// being split as pieces, each a whole record). Records of other tools are put back unposted.
+/// Everything put back keeps its order.
 async fn deliver<F, Fut>(
     client: &KcapClient,
+    config_dir: &Path,
     draining: Draining,
     spool_kind: Spool,
     post: F,
@@ -295,6 +308,8 @@ where
     let mut delivered = 0;
     let mut kept = 0;
     let mut left = 0;
+    let mut refused = 0;
+    let mut refused_in_a_row = 0;
     let mut giving_up = false;
     // The watcher's own pacing: full jitter over the same exponential envelope.
     let mut backoff = Backoff::new();
@@ -304,64 +319,107 @@ where
             keep.push(rec.raw);
             continue;
         }
-        if giving_up {
-            kept += 1;
-            keep.push(rec.raw);
-            continue;
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match post(client, rec.raw.clone()).await {
-                Ok(()) => {
-                    delivered += 1;
-                    backoff.reset();
-                    break;
-                }
-                Err(Failure::Transient {
-                    error, retry_after, ..
-                }) if attempt < ATTEMPTS => {
-                    let delay = backoff.next_delay(retry_after).min(MAX_REPLAY_WAIT);
-                    warn!(
-                        event = "ship_failed",
-                        "replay: {error}; retrying in {delay:?}"
-                    );
-                    tokio::time::sleep(delay).await;
-                }
-                Err(Failure::Unauthorized { .. }) => {
-                    client.reload_token(Ts::now());
-                    if attempt >= ATTEMPTS {
+        // The record, or the pieces it was split into, next piece last.
+        let mut pieces = vec![rec.raw];
+        while let Some(raw) = pieces.pop() {
+            if giving_up {
+                kept += 1;
+                keep.push(raw);
+                continue;
+            }
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match post(client, raw.clone()).await {
+                    Ok(()) => {
+                        delivered += 1;
+                        refused_in_a_row = 0;
+                        backoff.reset();
+                        break;
+                    }
+                    Err(Failure::Transient {
+                        error, retry_after, ..
+                    }) if attempt < ATTEMPTS => {
+                        let delay = backoff.next_delay(retry_after).min(MAX_REPLAY_WAIT);
                         warn!(
                             event = "ship_failed",
-                            "replay: the server refuses the token; keeping the rest"
+                            "replay: {error}; retrying in {delay:?}"
+                        );
+                        tokio::time::sleep(delay).await;
+                    }
+                    Err(f @ Failure::Unauthorized { .. }) => {
+                        client.reload_token(Ts::now());
+                        if attempt >= ATTEMPTS {
+                            warn!(event = "ship_failed", "replay: {f}; keeping the rest");
+                            kept += 1;
+                            keep.push(raw.clone());
+                            giving_up = true;
+                            break;
+                        }
+                    }
+                    Err(Failure::Rejected {
+                        status,
+                        body_snippet,
+                    }) if spool_kind == Spool::Transcript
+                        && refused_in_a_row < REFUSED_IN_A_ROW =>
+                    {
+                        match serde_json::from_str::<TranscriptBatch>(&raw) {
+                            Ok(batch) if batch.lines.len() > 1 => {
+                                let (first, second) = split(batch);
+                                // Serialising a batch that was just parsed cannot fail.
+                                pieces.push(serde_json::to_string(&second)?);
+                                pieces.push(serde_json::to_string(&first)?);
+                            }
+                            Ok(batch) => {
+                                refused += batch.lines.len() as u64;
+                                refused_in_a_row += 1;
+                                set_aside(config_dir, &batch, status, &body_snippet);
+                            }
+                            // `is_ours` parsed it as a batch already.
+                            Err(_) => {
+                                kept += 1;
+                                keep.push(raw.clone());
+                            }
+                        }
+                        break;
+                    }
+                    Err(Failure::Rejected {
+                        status,
+                        body_snippet,
+                    }) if spool_kind == Spool::Transcript => {
+                        warn!(
+                            event = "ship_failed",
+                            status,
+                            "replay: the server refused {REFUSED_IN_A_ROW} lines in a row ({body_snippet}); keeping the rest for later"
                         );
                         kept += 1;
-                        keep.push(rec.raw.clone());
+                        keep.push(raw.clone());
                         giving_up = true;
                         break;
                     }
-                }
-                Err(Failure::Rejected {
-                    status,
-                    body_snippet,
-                }) => {
-                    warn!(
-                        event = "ship_failed",
-                        status, "replay: the server refused a record ({body_snippet}); keeping it"
-                    );
-                    kept += 1;
-                    keep.push(rec.raw.clone());
-                    break;
-                }
-                Err(other) => {
-                    warn!(
-                        event = "ship_failed",
-                        "replay: {other}; keeping the rest for later"
-                    );
-                    kept += 1;
-                    keep.push(rec.raw.clone());
-                    giving_up = true;
-                    break;
+                    Err(Failure::Rejected {
+                        status,
+                        body_snippet,
+                    }) => {
+                        warn!(
+                            event = "ship_failed",
+                            status,
+                            "replay: the server refused a record ({body_snippet}); keeping it"
+                        );
+                        kept += 1;
+                        keep.push(raw.clone());
+                        break;
+                    }
+                    Err(other) => {
+                        warn!(
+                            event = "ship_failed",
+                            "replay: {other}; keeping the rest for later"
+                        );
+                        kept += 1;
+                        keep.push(raw.clone());
+                        giving_up = true;
+                        break;
+                    }
                 }
             }
         }
@@ -373,10 +431,47 @@ where
             path.display()
         )
     })?;
-    info!(event = "replayed", delivered, kept, left, path = %path.display(), "replayed {}", path.display());
+    info!(event = "replayed", delivered, kept, left, refused, path = %path.display(), "replayed {}", path.display());
     Ok(Tally {
         delivered,
         kept,
         left,
+        refused,
     })
+}
+
+/// A batch of two or more lines as its two halves, in order.
+fn split(mut batch: TranscriptBatch) -> (TranscriptBatch, TranscriptBatch) {
+    let half = batch.lines.len() / 2;
+    let second = TranscriptBatch {
+        session_id: batch.session_id.clone(),
+        agent_id: batch.agent_id.clone(),
+        vendor: batch.vendor.clone(),
+        lines: batch.lines.split_off(half),
+        line_numbers: batch.line_numbers.split_off(half),
+    };
+    (batch, second)
+}
+
+/// Sets a refused line aside (S4.1) and logs it with its number; past the file's cap it is
+/// only counted.
+fn set_aside(config_dir: &Path, batch: &TranscriptBatch, status: u16, body_snippet: &str) {
+    let line = batch.line_numbers.first().copied().unwrap_or_default();
+    let session = &batch.session_id;
+    let agent = batch.agent_id.as_deref().unwrap_or("");
+    let kept = match refused::set_aside(config_dir, batch) {
+        Ok(refused::SetAside::Written) => "set aside in refused/".to_string(),
+        Ok(refused::SetAside::OverCap) => {
+            "not kept (the refused-lines file is at its 8 MiB cap), counted".to_string()
+        }
+        Err(e) => format!("not kept ({e})"),
+    };
+    error!(
+        event = "line_refused",
+        session_id = %session,
+        agent_id = agent,
+        line,
+        status,
+        "replay: the server refuses line {line} of session {session} (HTTP {status}: {body_snippet}); {kept}"
+    );
 }

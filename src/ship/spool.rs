@@ -689,7 +689,7 @@ fn append_lines(file: &mut fs::File, bytes: &[u8]) -> io::Result<()> {
 
 /// Appends `record` (complete lines) with one `write` on a freshly opened `O_APPEND` file.
 /// `Ok(false)` when the file would grow past `cap` (nothing written).
-fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
+pub(crate) fn append_record(path: &Path, record: &[u8], cap: u64) -> io::Result<bool> {
     // Reopen when a claim renamed the file between our open and our lock. Bounded, since each
     // round means a replay claimed the file again in that very instant; the last round writes
     // to whatever it opened, which a replay still reads unless it already has.
@@ -830,7 +830,7 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 
 /// The session id as a spool file key, refusing ids the kcap CLI would not spool (and anything
 /// that could leave the directory).
-fn checked_key(session_id: &str) -> io::Result<String> {
+pub(crate) fn checked_key(session_id: &str) -> io::Result<String> {
     let safe = (1..=64).contains(&session_id.len())
         && session_id
             .bytes()

@@ -102,9 +102,14 @@ impl SizeLimit {
             // The fold cursor measures every byte of the file, so the count runs in blocks
             // small enough for byte-wide counters (at most 2 per byte, 127 bytes < 256): the
             // compiler then adds 16 or 32 bytes at a time instead of widening each to 64 bits.
+            // An all-ASCII block (most of a rollout) is one unit a byte, told by a cheaper
+            // test than the count.
             Unit::Utf16 => piece
                 .chunks(127)
                 .map(|block| {
+                    if block.is_ascii() {
+                        return block.len() as u64;
+                    }
                     let units = block.iter().fold(0u8, |n, &b| {
                         n + u8::from((b as i8) >= -0x40) + u8::from(b >= 0xF0)
                     });
@@ -298,7 +303,7 @@ impl LineReader {
             while pos < n {
                 match memchr::memchr(b'\n', &data[pos..]) {
                     Some(i) => {
-                        self.absorb(&data[pos..pos + i], sink);
+                        self.absorb(&data[pos..pos + i], true, sink);
                         pos += i + 1;
                         let end = self.offset + pos as u64;
                         self.complete(end, sink);
@@ -308,7 +313,7 @@ impl LineReader {
                         }
                     }
                     None => {
-                        self.absorb(&data[pos..], sink);
+                        self.absorb(&data[pos..], false, sink);
                         pos = n;
                     }
                 }
@@ -318,13 +323,20 @@ impl LineReader {
                 buf = vec![0; READ_CHUNK];
             }
         };
-        if !(matches!(result, Ok(ReadStatus { at_eof: true, .. })) && buf.len() > FIRST_CHUNK) {
+        let caught_up = matches!(result, Ok(ReadStatus { at_eof: true, .. }));
+        if !(caught_up && buf.len() > FIRST_CHUNK) {
             self.buf = buf;
+        }
+        // Likewise the text of the longest line of a catch-up (up to three times the limit)
+        // is not kept while following; a held partial line keeps what it needs.
+        if caught_up && self.text.capacity() > FIRST_CHUNK {
+            self.text.shrink_to(FIRST_CHUNK);
         }
         result
     }
 
-    fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], sink: &mut S) {
+    /// Takes the next piece of the line in progress; `last` when the line ends after it.
+    fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], last: bool, sink: &mut S) {
         if seg.is_empty() {
             return;
         }
@@ -338,7 +350,13 @@ impl LineReader {
             self.all_ws = seg.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         }
         self.partial_len += seg.len() as u64;
-        self.measured += self.limit.measure(seg);
+        // Only a reader that keeps no text uses the streamed count (the other measures the
+        // text it keeps), and only for a line that can be oversize: no byte counts more than
+        // two units, so the last piece of a line of at most half the limit in bytes is not
+        // counted (an earlier piece is, as its bytes are gone once the buffer is reused).
+        if !self.gives_text && (!last || self.partial_len.saturating_mul(2) > self.limit.max) {
+            self.measured += self.limit.measure(seg);
+        }
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
             if self.text.len() + seg.len() <= self.keep {

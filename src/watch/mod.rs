@@ -482,18 +482,23 @@ impl Child {
         let Some(t) = &mut self.tail else {
             return Ok(None);
         };
-        if !self.pipeline.wants_text() || t.ship.line_start() >= t.fold.line_start() {
+        // Never past the fold: a line is shipped only once the fold has read it, so the
+        // rewrite guard (which checks the file up to the fold's position) covers every shipped
+        // line. Reading to the end of the file instead shipped lines appended since the fold's
+        // last read, and a truncation back to the fold's position then went unnoticed, with
+        // lines on the server that the file no longer holds (issue 20, item 8).
+        let behind = t.fold.next_number().saturating_sub(t.ship.next_number());
+        if !self.pipeline.wants_text() || behind == 0 {
             return Ok(None);
         }
-        let (start, offset) = (t.ship.line_start(), t.ship.offset());
         let (lines, _) = t
             .ship
-            .read(&t.file, 256)
+            .read(&t.file, behind.min(256) as usize)
             .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
-        if lines.is_empty() && t.ship.line_start() == start && t.ship.offset() == offset {
-            // Nothing more where the fold read lines: the file shrank under us (truncated or
-            // rewritten). Feeding on would spin here forever; the next check of the file
-            // reports the rewrite.
+        if lines.is_empty() {
+            // The file holds fewer lines than the fold read: it shrank since. The guard says so
+            // at the next check; an empty batch fed here would be asked for again at once, for
+            // ever, and the loop would never get back to that check.
             return Ok(None);
         }
         let next = t.ship.next_number();
@@ -529,6 +534,21 @@ impl Child {
                         Done::Posted(hook, res)
                     });
                 }
+            }
+            Action::SpoolLines {
+                batch,
+                refused: true,
+            } => {
+                let result = match crate::ship::refused::set_aside(&hub.settings.config_dir, &batch)
+                {
+                    Ok(crate::ship::refused::SetAside::Written) => SpoolResult::Written,
+                    Ok(crate::ship::refused::SetAside::OverCap) => SpoolResult::OverCap,
+                    Err(e) => SpoolResult::Failed(e.to_string()),
+                };
+                return Ok(Some(Event::LinesSpooled {
+                    refused: true,
+                    result,
+                }));
             }
             Action::SpoolLines { batch, refused } => {
                 let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now) {
@@ -897,3 +917,6 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
         folded,
     )))
 }
+
+#[cfg(test)]
+mod tests;

@@ -51,6 +51,7 @@ fn write_tokens(config: &Path, profile: &str, doc: &Value) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{profile}.json"));
     std::fs::write(&path, doc.to_string()).unwrap();
+    // File modes exist only on unix (on Windows the profile directory's ACL keeps it private).
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -135,6 +136,7 @@ fn all_bearer(server: &FakeKcap, token: &str) -> bool {
 struct TokenEndpoint {
     addr: SocketAddr,
     forms: Arc<Mutex<Vec<BTreeMap<String, String>>>>,
+    agents: Arc<Mutex<Vec<Option<String>>>>,
     _thread: std::thread::JoinHandle<()>,
 }
 
@@ -144,8 +146,10 @@ impl TokenEndpoint {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let forms = Arc::new(Mutex::new(Vec::new()));
+        let agents = Arc::new(Mutex::new(Vec::new()));
         let answers = Arc::new(Mutex::new(answers));
         let seen = forms.clone();
+        let seen_agents = agents.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -153,34 +157,43 @@ impl TokenEndpoint {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-                    let seen = seen.clone();
-                    let answers = answers.clone();
-                    async move {
-                        let form: BTreeMap<String, String> =
-                            url_pairs(&String::from_utf8_lossy(&body));
-                        seen.lock().unwrap().push(form);
-                        tokio::time::sleep(delay).await;
-                        let answer = {
-                            let mut a = answers.lock().unwrap();
-                            if a.len() > 1 {
-                                a.remove(0)
-                            } else {
-                                a[0].clone()
-                            }
-                        };
-                        (
-                            [(axum::http::header::CONTENT_TYPE, "application/json")],
-                            answer.to_string(),
-                        )
-                    }
-                });
+                let app = axum::Router::new().fallback(
+                    move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                        let seen = seen.clone();
+                        let seen_agents = seen_agents.clone();
+                        let answers = answers.clone();
+                        async move {
+                            let form: BTreeMap<String, String> =
+                                url_pairs(&String::from_utf8_lossy(&body));
+                            seen.lock().unwrap().push(form);
+                            seen_agents.lock().unwrap().push(
+                                headers
+                                    .get(axum::http::header::USER_AGENT)
+                                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+                            );
+                            tokio::time::sleep(delay).await;
+                            let answer = {
+                                let mut a = answers.lock().unwrap();
+                                if a.len() > 1 {
+                                    a.remove(0)
+                                } else {
+                                    a[0].clone()
+                                }
+                            };
+                            (
+                                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                answer.to_string(),
+                            )
+                        }
+                    },
+                );
                 let _ = axum::serve(listener, app).await;
             });
         });
         TokenEndpoint {
             addr,
             forms,
+            agents,
             _thread: thread,
         }
     }
@@ -191,6 +204,11 @@ impl TokenEndpoint {
 
     fn forms(&self) -> Vec<BTreeMap<String, String>> {
         self.forms.lock().unwrap().clone()
+    }
+
+    /// The `User-Agent` of every request, in arrival order.
+    fn agents(&self) -> Vec<Option<String>> {
+        self.agents.lock().unwrap().clone()
     }
 }
 
@@ -340,6 +358,7 @@ fn assert_store_kept_and_private(path: &Path, token: &str) -> Value {
     assert_eq!(doc["access_token"], json!(token), "{doc}");
     assert_eq!(doc["github_username"], json!("alice"), "{doc}");
     assert_eq!(doc["x_newer_field"], json!({"kept": true}), "{doc}");
+    // File modes exist only on unix (on Windows the profile directory's ACL keeps it private).
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -571,20 +590,449 @@ fn a_machine_token_refused_with_401_is_minted_again() {
 }
 
 #[test]
-fn half_a_machine_credential_exits_2_naming_the_missing_variable() {
-    let sandbox = with_rollout();
+fn half_machine_credential_warns_and_uses_store() {
     for (set, missing) in [
         ("KCAP_CLIENT_ID", "KCAP_CLIENT_SECRET"),
         ("KCAP_CLIENT_SECRET", "KCAP_CLIENT_ID"),
     ] {
-        let (p, code) = run_once(&sandbox, "http://127.0.0.1:9", &[(set, "value")]);
-        assert_eq!(code, 2, "{}", p.stderr());
+        let server = FakeKcap::start();
+        server.require_token(Some("tok-store"));
+        let sandbox = with_rollout();
+        write_tokens(
+            &sandbox.config,
+            "default",
+            &kcap_tokens("tok-store", "GitHubApp", None, hour_from_now()),
+        );
+        let (p, code) = run_once(&sandbox, &server.url(), &[(set, "half-value")]);
+        assert_eq!(code, 0, "{}", p.stderr());
+        assert_all_lines_delivered(&server, &sandbox, &p);
+        let warning = format!("{set} is set but {missing} is not");
+        assert!(p.stderr().contains(&warning), "{}", p.stderr());
+        assert!(!p.stderr().contains("half-value"), "{}", p.stderr());
+        // Every command says so, and none exits for it.
+        for args in [
+            &["replay"][..],
+            &["inspect", sandbox.rollout.to_str().unwrap()],
+        ] {
+            let mut cmd = sandbox.cmd(Some(&server.url()));
+            cmd.args(args).env(set, "half-value");
+            let mut p = sandbox.spawn(&mut cmd);
+            assert_eq!(p.exit_code(ONCE, args[0]), 0, "{}", p.stderr());
+            assert!(p.stderr().contains(&warning), "{args:?}: {}", p.stderr());
+        }
+        assert!(all_bearer(&server, "tok-store"), "{:?}", api_auth(&server));
+    }
+}
+
+// ---- the refresh floor (`revision-3.md` S4.2) -----------------------------------------
+
+/// A session rollout long enough for several transcript batches (1000 lines each).
+fn long_rollout() -> Sandbox {
+    let sandbox = Sandbox::new();
+    let mut lines = vec![harness::session_meta()];
+    for n in 0..600 {
+        lines.extend(harness::turn(n));
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(&sandbox.rollout, text).unwrap();
+    sandbox
+}
+
+/// How many transcript batches the server was sent.
+fn batches(server: &FakeKcap) -> usize {
+    server.request_count("transcript")
+}
+
+#[test]
+fn refresh_answer_without_expires_in_does_not_refresh_before_every_batch() {
+    // Missing, zero and ten seconds: each used to make the token expired at once, so it was
+    // refreshed (and the store rewritten under the kcap CLI's lock) before every request.
+    for (case, answer) in [
+        ("missing", json!({"access_token": "tok-new"})),
+        ("zero", json!({"access_token": "tok-new", "expires_in": 0})),
+        ("ten", json!({"access_token": "tok-new", "expires_in": 10})),
+    ] {
+        let sandbox = long_rollout();
+        let server = FakeKcap::start();
+        server.answer_auth_refresh_body(answer);
+        let stamped = format!("http://127.0.0.1:{}", server.addr().port());
+        let store = write_tokens(
+            &sandbox.config,
+            "default",
+            &kcap_tokens("tok-old", "GitHubApp", Some(&stamped), an_hour_ago()),
+        );
+        let (p, code) = run_once(&sandbox, &server.url(), &[]);
+        assert_eq!(code, 0, "{case}: {}", p.stderr());
+        assert_all_lines_delivered(&server, &sandbox, &p);
+        assert!(batches(&server) >= 3, "{case}: {}", batches(&server));
+        assert_eq!(
+            server.request_count("/auth/refresh"),
+            1,
+            "{case}: one refresh for {} requests; log:\n{}",
+            api_auth(&server).len(),
+            p.stderr()
+        );
         assert!(
-            p.stderr().contains(&format!("{missing} is not")),
-            "{}",
+            all_bearer(&server, "tok-new"),
+            "{case}: {:?}",
+            api_auth(&server)
+        );
+        let doc = read_json(&store);
+        let expires = Ts::parse_rfc3339(doc["expires_at"].as_str().unwrap()).unwrap();
+        let stated = if case == "ten" { 10 } else { 60 };
+        let off = expires.since(Ts::now().plus(Duration::from_secs(stated)));
+        assert!(
+            off.abs() < 30_000,
+            "{case}: a missing or zero expires_in counts as 60 s: {doc}"
+        );
+    }
+}
+
+#[test]
+fn workos_refresh_with_a_short_lived_jwt_does_not_refresh_before_every_batch() {
+    for (case, life) in [("ten seconds", 10), ("expired at once", 0)] {
+        let sandbox = long_rollout();
+        let fresh = jwt(Ts::now().plus(Duration::from_secs(life)), "user_01");
+        let workos = TokenEndpoint::start(
+            vec![json!({"access_token": fresh, "refresh_token": "rt-next"})],
+            Duration::ZERO,
+        );
+        let server = FakeKcap::start();
+        let mut doc = kcap_tokens(
+            &jwt(an_hour_ago(), "user_01"),
+            "workos",
+            None,
+            an_hour_ago(),
+        );
+        doc["refresh_token"] = json!("rt-1");
+        doc["client_id"] = json!("client_kcap");
+        write_tokens(&sandbox.config, "default", &doc);
+        let (p, code) = run_once(
+            &sandbox,
+            &server.url(),
+            &[("KCAP_WORKOS_AUTHENTICATE_URL", &workos.url())],
+        );
+        assert_eq!(code, 0, "{case}: {}", p.stderr());
+        assert_all_lines_delivered(&server, &sandbox, &p);
+        assert!(batches(&server) >= 3, "{case}");
+        assert_eq!(
+            workos.forms().len(),
+            1,
+            "{case}: every refresh spends a single-use refresh token; log:\n{}",
+            p.stderr()
+        );
+        assert!(
+            all_bearer(&server, &fresh),
+            "{case}: {:?}",
+            api_auth(&server)
+        );
+    }
+}
+
+#[test]
+fn machine_token_with_a_short_life_is_not_minted_before_every_batch() {
+    for (case, answer) in [
+        ("missing", json!({"access_token": "m-1"})),
+        ("zero", json!({"access_token": "m-1", "expires_in": 0})),
+        ("ten", json!({"access_token": "m-1", "expires_in": 10})),
+    ] {
+        let sandbox = long_rollout();
+        let mint = TokenEndpoint::start(vec![answer], Duration::ZERO);
+        let server = FakeKcap::start();
+        server.require_token(Some("m-1"));
+        let mint_url = mint.url();
+        let env = [
+            ("KCAP_CLIENT_ID", "client_machine"),
+            ("KCAP_CLIENT_SECRET", "machine-secret-value"),
+            ("KCAP_WORKOS_TOKEN_URL", mint_url.as_str()),
+        ];
+        let (p, code) = run_once(&sandbox, &server.url(), &env);
+        assert_eq!(code, 0, "{case}: {}", p.stderr());
+        assert_all_lines_delivered(&server, &sandbox, &p);
+        assert!(batches(&server) >= 3, "{case}");
+        assert_eq!(mint.forms().len(), 1, "{case}: {}", p.stderr());
+    }
+}
+
+#[test]
+fn expired_token_whose_refresh_failed_is_not_sent() {
+    // GitHubApp: the kcap server's /auth/refresh answers 404 (the fake's default).
+    let sandbox = with_rollout();
+    let server = FakeKcap::start();
+    write_tokens(
+        &sandbox.config,
+        "default",
+        &kcap_tokens("tok-expired", "GitHubApp", None, an_hour_ago()),
+    );
+    let (p, code) = run_once(&sandbox, &server.url(), &[]);
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_all_lines_delivered(&server, &sandbox, &p);
+    assert!(server.request_count("/auth/refresh") >= 1);
+    let auth = api_auth(&server);
+    assert!(
+        !auth.is_empty() && auth.iter().all(Option::is_none),
+        "{auth:?}"
+    );
+    assert!(
+        p.stderr().contains("not sending the expired token"),
+        "{}",
+        p.stderr()
+    );
+
+    // WorkOS: the endpoint answers without an access token.
+    let sandbox = with_rollout();
+    let server = FakeKcap::start();
+    let workos = TokenEndpoint::start(vec![json!({"error": "invalid_grant"})], Duration::ZERO);
+    let expired = jwt(an_hour_ago(), "user_01");
+    let mut doc = kcap_tokens(&expired, "workos", None, an_hour_ago());
+    doc["refresh_token"] = json!("rt-1");
+    doc["client_id"] = json!("client_kcap");
+    write_tokens(&sandbox.config, "default", &doc);
+    let (p, code) = run_once(
+        &sandbox,
+        &server.url(),
+        &[("KCAP_WORKOS_AUTHENTICATE_URL", &workos.url())],
+    );
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_all_lines_delivered(&server, &sandbox, &p);
+    assert_eq!(workos.forms().len(), 1, "{}", p.stderr());
+    let auth = api_auth(&server);
+    assert!(
+        !auth.is_empty() && auth.iter().all(Option::is_none),
+        "{auth:?}"
+    );
+    assert!(!p.stderr().contains(&expired));
+}
+
+#[test]
+fn every_request_carries_user_agent() {
+    let agent = format!("kcap-watch/{}", env!("CARGO_PKG_VERSION"));
+    // The kcap API and the GitHubApp refresh at the kcap server.
+    let sandbox = with_rollout();
+    let server = FakeKcap::start();
+    server.answer_auth_refresh("tok-new", 3600);
+    write_tokens(
+        &sandbox.config,
+        "default",
+        &kcap_tokens("tok-old", "GitHubApp", None, an_hour_ago()),
+    );
+    let (p, code) = run_once(&sandbox, &server.url(), &[]);
+    assert_eq!(code, 0, "{}", p.stderr());
+    let requests = server.requests();
+    assert!(requests.iter().any(|r| r.path == "/auth/refresh"));
+    assert!(requests.len() >= 3);
+    for r in &requests {
+        assert_eq!(
+            r.header("user-agent"),
+            Some(agent.as_str()),
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+    // The WorkOS and machine token endpoints.
+    let sandbox = with_rollout();
+    let server = FakeKcap::start();
+    let workos = TokenEndpoint::start(
+        vec![json!({"access_token": jwt(hour_from_now(), "u"), "refresh_token": "rt-2"})],
+        Duration::ZERO,
+    );
+    let mut doc = kcap_tokens(&jwt(an_hour_ago(), "u"), "workos", None, an_hour_ago());
+    doc["refresh_token"] = json!("rt-1");
+    doc["client_id"] = json!("client_kcap");
+    write_tokens(&sandbox.config, "default", &doc);
+    let (p, code) = run_once(
+        &sandbox,
+        &server.url(),
+        &[("KCAP_WORKOS_AUTHENTICATE_URL", &workos.url())],
+    );
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_eq!(workos.agents(), vec![Some(agent.clone())]);
+    let mint = TokenEndpoint::start(
+        vec![json!({"access_token": "m-1", "expires_in": 3600})],
+        Duration::ZERO,
+    );
+    let mint_url = mint.url();
+    let (p, code) = run_once(
+        &with_rollout(),
+        &server.url(),
+        &[
+            ("KCAP_CLIENT_ID", "client_machine"),
+            ("KCAP_CLIENT_SECRET", "machine-secret-value"),
+            ("KCAP_WORKOS_TOKEN_URL", mint_url.as_str()),
+        ],
+    );
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_eq!(mint.agents(), vec![Some(agent.clone())]);
+    for r in server.requests() {
+        assert_eq!(
+            r.header("user-agent"),
+            Some(agent.as_str()),
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+}
+
+// ---- token files (`revision-3.md` S4.3) -----------------------------------------------
+
+fn utf16(text: &str, big_endian: bool) -> Vec<u8> {
+    let mut bytes = if big_endian {
+        vec![0xFE, 0xFF]
+    } else {
+        vec![0xFF, 0xFE]
+    };
+    for unit in text.encode_utf16() {
+        bytes.extend(if big_endian {
+            unit.to_be_bytes()
+        } else {
+            unit.to_le_bytes()
+        });
+    }
+    bytes
+}
+
+#[test]
+fn token_file_utf16_with_bom_is_sent() {
+    let token = "tok-from-windows";
+    for (case, bytes) in [
+        (
+            "UTF-8 with a BOM",
+            [&b"\xEF\xBB\xBF"[..], token.as_bytes(), b"\r\n"].concat(),
+        ),
+        // PowerShell 5.1's `echo $t > file`.
+        (
+            "UTF-16 LE with a BOM",
+            utf16(&format!("{token}\r\n"), false),
+        ),
+        ("UTF-16 BE with a BOM", utf16(&format!("{token}\n"), true)),
+        ("UTF-8", format!("{token}\n").into_bytes()),
+    ] {
+        let sandbox = with_rollout();
+        let server = FakeKcap::start();
+        server.require_token(Some(token));
+        let file = sandbox.dir.path().join("token.txt");
+        std::fs::write(&file, bytes).unwrap();
+        let (p, code) = run_once(
+            &sandbox,
+            &server.url(),
+            &[("KCAP_TOKEN_FILE", file.to_str().unwrap())],
+        );
+        assert_eq!(code, 0, "{case}: {}", p.stderr());
+        assert_all_lines_delivered(&server, &sandbox, &p);
+        assert!(
+            all_bearer(&server, token),
+            "{case}: {:?}",
+            api_auth(&server)
+        );
+        assert!(
+            !p.stderr().contains("ignoring KCAP_TOKEN_FILE"),
+            "{case}: {}",
             p.stderr()
         );
     }
+}
+
+#[test]
+fn unusable_token_file_is_named_with_the_true_reason_and_the_401_says_none_was_sent() {
+    for (case, bytes, reason) in [
+        ("empty", b"\n".to_vec(), "it is empty"),
+        (
+            "two lines",
+            b"tok-a\ntok-b\n".to_vec(),
+            "it holds more than one line",
+        ),
+        (
+            "not ASCII",
+            "tök-ä\n".as_bytes().to_vec(),
+            "it is not ASCII",
+        ),
+        (
+            "UTF-16 BOM, two lines",
+            utf16("a\r\nb\r\n", false),
+            "it holds more than one line",
+        ),
+    ] {
+        let sandbox = with_rollout();
+        let server = FakeKcap::start();
+        server.require_token(Some("tok-right"));
+        let file = sandbox.dir.path().join("token.txt");
+        std::fs::write(&file, &bytes).unwrap();
+        let mut cmd = sandbox.watch(Some(&server.url()), &[]);
+        cmd.env("KCAP_TOKEN_FILE", &file);
+        let mut p = sandbox.spawn(&mut cmd);
+        assert!(
+            harness::wait_until(ONCE, || p.has_event("ship_failed")),
+            "{case}: {}",
+            p.stderr()
+        );
+        assert_eq!(p.terminate(ONCE), 0, "{case}: {}", p.stderr());
+        let log = p.stderr();
+        assert!(
+            log.contains(&format!(
+                "ignoring KCAP_TOKEN_FILE {}: {reason}",
+                file.display()
+            )),
+            "{case}: {log}"
+        );
+        assert!(log.contains("without a token"), "{case}: {log}");
+        assert!(!log.contains("refused the token"), "{case}: {log}");
+        assert!(api_auth(&server).iter().all(Option::is_none));
+    }
+}
+
+// ---- the legacy token file (`revision-3.md` S4.4) -------------------------------------
+
+#[test]
+fn legacy_tokens_json_kept_when_other_profile_refreshes() {
+    let sandbox = with_rollout();
+    let server = FakeKcap::start();
+    server.require_token(Some("tok-home-new"));
+    server.answer_auth_refresh("tok-home-new", 3600);
+    std::fs::create_dir_all(&sandbox.config).unwrap();
+    // `work` is active and its only login is the legacy file.
+    std::fs::write(
+        sandbox.config.join("config.json"),
+        r#"{"version":2,"active_profile":"work","profiles":{"work":{},"home":{}}}"#,
+    )
+    .unwrap();
+    let legacy = sandbox.config.join("tokens.json");
+    let legacy_doc = kcap_tokens("tok-work", "GitHubApp", None, hour_from_now());
+    std::fs::write(&legacy, legacy_doc.to_string()).unwrap();
+    let home = write_tokens(
+        &sandbox.config,
+        "home",
+        &kcap_tokens("tok-home-old", "GitHubApp", None, an_hour_ago()),
+    );
+    let (p, code) = run_once(&sandbox, &server.url(), &[("KCAP_PROFILE", "home")]);
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_all_lines_delivered(&server, &sandbox, &p);
+    assert_eq!(server.request_count("/auth/refresh"), 1, "{}", p.stderr());
+    assert_eq!(read_json(&home)["access_token"], json!("tok-home-new"));
+    assert_eq!(
+        read_json(&legacy),
+        legacy_doc,
+        "the active profile's login survives"
+    );
+
+    // The active profile's own refresh retires it, as the kcap CLI's migration does.
+    let server = FakeKcap::start();
+    server.answer_auth_refresh("tok-work-new", 3600);
+    std::fs::write(
+        &legacy,
+        kcap_tokens("tok-work", "GitHubApp", None, an_hour_ago()).to_string(),
+    )
+    .unwrap();
+    let (p, code) = run_once(&sandbox, &server.url(), &[]);
+    assert_eq!(code, 0, "{}", p.stderr());
+    assert_eq!(server.request_count("/auth/refresh"), 1, "{}", p.stderr());
+    assert_eq!(
+        read_json(&sandbox.config.join("tokens/work.json"))["access_token"],
+        json!("tok-work-new")
+    );
+    assert!(!legacy.exists());
 }
 
 // ---- KCAP_URL, TLS and proxies --------------------------------------------------------
@@ -607,6 +1055,7 @@ fn kcap_url_with_user_info_a_query_or_a_fragment_exits_2() {
 
 /// A TLS front for the fake kcap on loopback, with a certificate for `127.0.0.1` and
 /// `localhost` issued by a CA made here. Returns the port and the CA's PEM.
+// Used only by the https test below, which is unix only.
 #[cfg(unix)]
 fn tls_front(upstream: SocketAddr) -> (u16, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -666,6 +1115,7 @@ fn tls_front(upstream: SocketAddr) -> (u16, String) {
     (port, ca_cert.pem())
 }
 
+// Unix only: the first watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn https_to_a_server_whose_ca_is_trusted_only_through_ssl_cert_file() {

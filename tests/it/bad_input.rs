@@ -172,6 +172,7 @@ fn crlf_line_ends_are_stripped_and_the_lines_understood() {
     assert_eq!(inspect(&sandbox)["lines"]["malformed"], 0);
 }
 
+// Unix only: the waiting watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn an_empty_file_is_an_error_for_once_and_watched_until_lines_come() {
@@ -210,6 +211,7 @@ fn an_empty_file_is_an_error_for_once_and_watched_until_lines_come() {
     ok_after_term(&mut w);
 }
 
+// SIGTERM: unix only.
 #[cfg(unix)]
 fn ok_after_term(p: &mut Proc) {
     assert_eq!(p.terminate(Duration::from_secs(15)), 0, "{}", p.stderr());
@@ -217,6 +219,7 @@ fn ok_after_term(p: &mut Proc) {
 }
 
 /// CPU time (user + system) the process has used so far.
+// Linux only: reads /proc/<pid>/stat.
 #[cfg(target_os = "linux")]
 fn cpu_time(p: &Proc) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid())).unwrap_or_default();
@@ -231,6 +234,7 @@ fn cpu_time(p: &Proc) -> Duration {
     Duration::from_millis(ticks * 1000 / 100)
 }
 
+// Linux only: the idle CPU cost is read from /proc/<pid>/stat.
 #[test]
 #[cfg(target_os = "linux")]
 fn a_file_that_never_appears_is_waited_for_quietly_and_ends_on_sigterm() {
@@ -255,6 +259,7 @@ fn a_file_that_never_appears_is_waited_for_quietly_and_ends_on_sigterm() {
     assert_eq!(server.requests().len(), 0, "nothing to ask without a key");
 }
 
+// Unix only: the watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn a_file_that_appears_late_is_read_from_its_first_line() {
@@ -274,6 +279,7 @@ fn a_file_that_appears_late_is_read_from_its_first_line() {
     ok_after_term(&mut w);
 }
 
+// Unix only: deleting an open file (Windows refuses while it is open), then SIGTERM.
 #[test]
 #[cfg(unix)]
 fn a_file_deleted_mid_run_is_read_to_its_end_through_the_open_handle() {
@@ -359,6 +365,7 @@ fn a_directory_as_the_rollout_exits_2_with_the_reason() {
     }
 }
 
+// Unix only: named pipes (mkfifo) are a unix file type.
 #[test]
 #[cfg(unix)]
 fn a_named_pipe_as_the_rollout_exits_2_instead_of_blocking() {
@@ -380,6 +387,7 @@ fn a_named_pipe_as_the_rollout_exits_2_instead_of_blocking() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+// Unix only: file modes, and running the watcher as another user when the test is root.
 #[test]
 #[cfg(unix)]
 fn an_unreadable_file_exits_2_with_the_reason() {
@@ -412,6 +420,7 @@ fn an_unreadable_file_exits_2_with_the_reason() {
     }
 }
 
+// Linux only: peak memory is read from /proc/<pid>/status (VmHWM).
 #[test]
 #[cfg(target_os = "linux")]
 fn a_single_200_mib_line_streams_through_in_bounded_memory() {
@@ -546,6 +555,7 @@ fn a_session_meta_that_is_not_the_first_line_is_not_the_header() {
     assert_eq!(stops_for_child(&server.hooks("subagent-stop")), 1);
 }
 
+// Unix only: the watchers are ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn ids_with_and_without_dashes_name_the_same_watcher_and_ship_without_dashes() {
@@ -599,6 +609,7 @@ fn ids_with_and_without_dashes_name_the_same_watcher_and_ship_without_dashes() {
     );
 }
 
+// Unix only: the watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn absurd_kcap_values_warn_by_name_and_the_watcher_still_works() {

@@ -54,6 +54,10 @@ fn reference_classify(line: &[u8]) -> LineInfo {
             .and_then(|t| t.as_str())
             .filter(|t| t.len() <= MAX_SHORT_FIELD)
             .and_then(Ts::parse_rfc3339),
+        ordinal: obj
+            .get("ordinal")
+            .and_then(Value::as_f64)
+            .and_then(whole_number),
         ..LineInfo::default()
     };
     let Some(p) = obj.get("payload").and_then(|p| p.as_object()) else {
@@ -139,9 +143,18 @@ fn reference_classify(line: &[u8]) -> LineInfo {
             cwd: s(p.get("cwd")),
             cli_version: s(p.get("cli_version")),
             originator: s(p.get("originator")),
+            history_start_ordinal: p
+                .get("subagent_history_start_ordinal")
+                .and_then(Value::as_f64)
+                .and_then(whole_number),
         }));
     }
     info
+}
+
+/// An ordinal as the scanner keeps it: a whole number from 0 to 2^53.
+fn whole_number(v: f64) -> Option<u64> {
+    (v.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&v)).then_some(v as u64)
 }
 
 /// `rate_limits` in a canonical order, for comparing document order with sorted-key order.
@@ -544,6 +557,7 @@ fn payload() -> impl Strategy<Value = J> {
         2 => member("source", source()),
         1 => member("message", str_or_junk()),
         1 => member("trigger_turn", prop_oneof![3 => any::<bool>().prop_map(J::Bool), 1 => junk()]),
+        1 => member("subagent_history_start_ordinal", prop_oneof![3 => numbers().prop_map(J::Num), 1 => Just(J::Null), 1 => junk()]),
         2 => (key_text(), junk()),
     ];
     prop_oneof![6 => prop::collection::vec(m, 0..10).prop_map(J::Obj), 1 => junk()]

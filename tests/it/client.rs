@@ -134,7 +134,10 @@ async fn watermark_failures_leave_it_unknown() {
     fake.require_token(Some("right"));
     assert_eq!(
         c.watermark(SESSION, None).await,
-        Err(Failure::Unauthorized { status: 401 })
+        Err(Failure::Unauthorized {
+            status: 401,
+            token_sent: false
+        })
     );
     fake.require_token(None);
 
@@ -357,13 +360,19 @@ async fn refused_and_unauthorized_posts() {
     fake.require_token(Some(SECRET));
     assert_eq!(
         c.post_transcript(batch(None, &[(8, "c")])).await,
-        Err(Failure::Unauthorized { status: 401 })
+        Err(Failure::Unauthorized {
+            status: 401,
+            token_sent: false
+        })
     );
     fake.require_token(None);
     fake.fail_next(1, Fault::Status(403));
     assert_eq!(
         c.post_hook(ROUTE_SUBAGENT_STOP, "{}".into()).await,
-        Err(Failure::Unauthorized { status: 403 })
+        Err(Failure::Unauthorized {
+            status: 403,
+            token_sent: false
+        })
     );
 }
 
@@ -423,7 +432,10 @@ async fn a_refused_token_file_is_read_again_and_the_request_resent_once() {
     let body = batch(None, &[(0, "a")]);
     assert_eq!(
         c.post_transcript(body.clone()).await,
-        Err(Failure::Unauthorized { status: 401 })
+        Err(Failure::Unauthorized {
+            status: 401,
+            token_sent: true
+        })
     );
     assert_eq!(
         fake.request_count("transcript"),

@@ -274,6 +274,7 @@ fn a_spawned_watcher_survives_sighup_and_ends_when_its_parent_exits() {
     assert_eq!(ends[0]["reason"], "parent_exited");
 }
 
+// Unix only: the watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn sigterm_never_posts_session_end() {
@@ -288,6 +289,7 @@ fn sigterm_never_posts_session_end() {
 }
 
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+// Linux only: reads /proc/<pid>/stat.
 #[cfg(target_os = "linux")]
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -300,6 +302,7 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 1000 / hz)
 }
 
+// Linux only: the CPU spent while waiting is read from /proc/<pid>/stat.
 #[test]
 #[cfg(target_os = "linux")]
 fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
@@ -342,6 +345,7 @@ fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw
     assert!(placeholder["original_bytes"].as_u64().unwrap() > 80 * 1024);
 }
 
+// Unix only: the watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn a_silent_open_turn_gets_one_stall_warning_per_silence_and_the_watcher_keeps_running() {

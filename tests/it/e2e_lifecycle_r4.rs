@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde_json::Value;
 use support::FakeKcap;
 use support::bin::run as run_to_end;
+// SIGTERM: unix only.
 #[cfg(unix)]
 use support::bin::signal;
 use support::bin::{kcap_watch, wait_exit, wait_output};
@@ -134,6 +135,7 @@ impl Run {
     }
 }
 
+// Unix only: the watcher is ended with SIGTERM, which Windows does not have.
 #[test]
 #[cfg(unix)]
 fn a_usage_limit_at_a_stale_99_percent_posts_the_stop_after_the_grace_with_codexs_message() {

@@ -164,7 +164,7 @@ fn transient_failures_are_retried_until_every_line_is_delivered() {
 }
 
 #[test]
-fn a_line_the_server_refuses_is_isolated_spooled_and_the_rest_delivered() {
+fn a_line_the_server_refuses_is_isolated_set_aside_and_the_rest_delivered() {
     let server = FakeKcap::start();
     server.refuse_line(7, 422);
     let dir = tempfile::tempdir().unwrap();
@@ -181,12 +181,17 @@ fn a_line_the_server_refuses_is_isolated_spooled_and_the_rest_delivered() {
     assert!(!stored.contains_key(&7));
     assert_eq!(stored.len(), physical_lines(&rollout).len() - 1);
     assert!(stderr(&out).contains("line 7"), "the error names the line");
-    let spool = std::fs::read_to_string(
-        config.join(format!("transcript-spool/{session}.transcript.jsonl")),
-    )
-    .unwrap();
-    let rec: Value = serde_json::from_str(spool.lines().next().unwrap()).unwrap();
+    // Set aside in refused/ (S4.1), not in the transcript spool a replay would post it from.
+    let refused =
+        std::fs::read_to_string(config.join(format!("kcap-watch/refused/{session}.jsonl")))
+            .unwrap();
+    let rec: Value = serde_json::from_str(refused.lines().next().unwrap()).unwrap();
     assert_eq!(rec["line_numbers"], serde_json::json!([7]));
+    assert!(
+        !config
+            .join(format!("transcript-spool/{session}.transcript.jsonl"))
+            .exists()
+    );
 }
 
 #[test]

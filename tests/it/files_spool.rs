@@ -1,4 +1,7 @@
 //! Local state files and the two spools, against real files in a temporary directory.
+// Unix only: file modes (0600/0700), symbolic links, flock between processes and process
+// liveness by pid are what these tests check; Windows is linted, not run here (README,
+// "Platforms").
 #![cfg(unix)]
 
 use std::collections::HashSet;

@@ -467,3 +467,85 @@ fn the_current_shapes_fixture_inspects_without_malformed_lines_or_anything_in_fl
     assert_eq!(r["due"]["subagent_stop"], "2026-07-28T18:07:47.402Z");
     assert_eq!(r["pause"], Value::Null);
 }
+
+/// Issue 20, item 10 (`revision-3.md` S6): newer Codex starts a sub-agent's rollout with a
+/// copy of its parent's history (the parent's header, a usage-limited turn, the open turn and
+/// its `spawn_agent` call). Before the fix the child showed the parent's open turn with that
+/// call in flight (so its reap waited for the 12 h orphan rule and a stall warning was
+/// scheduled) and the parent's usage-limit pause.
+#[test]
+fn a_child_shows_its_parents_open_turn_and_spawning_call_in_flight() {
+    let fixture = "fixtures/codex/child-inherited-history.jsonl";
+    let r = inspect(Path::new(fixture), "2026-07-29T09:20:00Z");
+    assert_eq!(r["role"], "child");
+    assert_eq!(r["agent_id"], "019fb2c43e107a4b8c216d0f9e5b7003");
+    assert_eq!(r["session_id"], "019fb1a00c417e529d3a51f0c2a7e001");
+    assert_eq!(r["lines"]["complete"], 20);
+    assert_eq!(
+        r["lines"]["inherited"], 17,
+        "ordinals 1 to 17 are the parent's"
+    );
+    assert_eq!(r["turn"]["state"], "none");
+    assert_eq!(r["turn"]["turn_id"], Value::Null);
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    assert_eq!(r["pause"], Value::Null);
+    assert_eq!(r["last_activity"], "2026-07-29T09:12:04.497Z");
+    assert_eq!(r["due"]["stall_warning"], Value::Null);
+    assert_eq!(r["due"]["subagent_stop"], Value::Null);
+    // The reap is due 6 h (the default window) after the modelled watcher's start, not held
+    // until the parent's spawning call is 12 h old (21:12).
+    assert_eq!(r["due"]["idle_end"], "2026-07-29T15:20:00.001Z");
+    let owed = &r["stop_owed_at_exit"];
+    assert_eq!(owed["turn"], "none");
+    assert_eq!(
+        owed["last_assistant_message"], "",
+        "not the parent's usage-limit message"
+    );
+    let text = text_of(fixture, "2026-07-29T09:20:00Z");
+    assert!(text.contains("inherited      17 lines"), "{text}");
+}
+
+/// S6, the other side: lines without an `ordinal`, and headers without
+/// `subagent_history_start_ordinal`, fold as before, and the child's own lines (ordinal at or
+/// above the start) fold as usual.
+#[test]
+fn only_lines_below_the_history_start_are_left_unfolded() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = r#"{"timestamp":"2026-07-28T09:59:00.000Z","type":"session_meta","ordinal":0,"payload":{"id":"019fa981-6ea2-7000-a000-000000000002","session_id":"019fa981-2dca-7000-a000-000000000001","thread_source":"subagent","agent_path":"/root/spec_quality","history_mode":"paginated","subagent_history_start_ordinal":3}}"#;
+    let with = |o: Option<u64>, l: String| match o {
+        Some(o) => l.replacen("{", &format!("{{\"ordinal\":{o},"), 1),
+        None => l,
+    };
+    let write = |header: &str, lines: &[String]| {
+        let path = dir.path().join("r.jsonl");
+        std::fs::write(&path, format!("{header}\n{}\n", lines.join("\n"))).unwrap();
+        inspect(&path, "2026-07-28T10:05:00Z")
+    };
+    // Ordinals 1 and 2 are inherited; 3 is the child's own turn start; a line with no
+    // ordinal folds whatever its place.
+    let lines = [
+        with(Some(1), started("09:59:01.000")),
+        with(Some(2), call("09:59:02.000", "parent-call")),
+        with(Some(3), started("09:59:03.000")),
+        with(None, call("09:59:04.000", "own-call")),
+    ];
+    let r = write(header, &lines);
+    assert_eq!(r["lines"]["inherited"], 2);
+    assert_eq!(r["turn"]["state"], "open");
+    let pending: Vec<&str> = r["pending_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, vec!["own-call"]);
+    // The first two lines alone: unfolded under the header with the field, folded under one
+    // without it (the turn is open with the call in flight).
+    let r = write(header, &lines[..2]);
+    assert_eq!(r["turn"]["state"], "none");
+    assert_eq!(r["pending_tools"], serde_json::json!([]));
+    let r = write(META, &lines[..2]);
+    assert_eq!(r["lines"]["inherited"], 0);
+    assert_eq!(r["turn"]["state"], "open");
+    assert_eq!(r["pending_tools"][0]["call_id"], "parent-call");
+}

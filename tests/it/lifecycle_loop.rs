@@ -729,3 +729,103 @@ async fn the_injected_shutdown_ends_the_watcher_as_sigterm_does() {
     assert_eq!(files_in(&config.join("watchers"), ".pid"), 0);
     assert_eq!(files_in(&status_dir, ".json"), 0);
 }
+
+// ---- revision-3 S6: a sub-agent's copy of its parent's history --------------------------------
+
+/// The session of `fixtures/codex/child-inherited-history.jsonl` (its parent's).
+const INHERITING_SESSION: &str = "019fb1a00c417e529d3a51f0c2a7e001";
+
+/// The fixture's lines: the child's header, 17 lines of its parent's history (an open turn
+/// whose `spawn_agent` call has no output yet, an earlier usage-limited turn), two of its own.
+fn inheriting_child() -> Vec<String> {
+    std::fs::read_to_string("fixtures/codex/child-inherited-history.jsonl")
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Lines spooled and the spooled stop bodies of the fixture's session.
+fn inheriting_spools(s: &Setup) -> (usize, Vec<serde_json::Value>) {
+    let read = |p: String| {
+        std::fs::read_to_string(s.dir.path().join(p))
+            .map(|t| {
+                t.lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let lines = read(format!(
+        "config/transcript-spool/{INHERITING_SESSION}.transcript.jsonl"
+    ))
+    .iter()
+    .map(|r| r["lines"].as_array().unwrap().len())
+    .sum();
+    let stops = read(format!("config/spool/{INHERITING_SESSION}.jsonl"))
+        .into_iter()
+        .filter(|r| r["route"] == "subagent-stop")
+        .map(|r| match &r["body"] {
+            serde_json::Value::String(text) => serde_json::from_str(text).unwrap(),
+            body => body.clone(),
+        })
+        .collect();
+    (lines, stops)
+}
+
+/// Issue 20, item 10: before the fix the parent's open turn and its spawning call were the
+/// child's, so its reap waited 12 h (the orphan rule) and a stall warning came with it; now the
+/// child is reaped when its own window ends, warns of no stall, and its stop carries none of
+/// the parent's text. Every inherited line is still shipped.
+#[tokio::test(start_paused = true)]
+async fn loop_a_child_is_held_by_its_parents_spawning_call_and_warned_of_its_parents_stall() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let s = Setup::new(&inheriting_child());
+    let mut settings = s.settings();
+    settings.reap_after = 30 * MIN;
+    settings.stall_after = Some(5 * MIN);
+    let (reason, _) = watch::run(s.opts(), settings, s.clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(reason, ExitReason::IdleReap);
+    assert_eq!(s.clock.now(), s.at(30 * MIN + Duration::from_millis(1)));
+    assert!(!logs.text().contains("stall_detected"), "{}", logs.text());
+    let (lines, stops) = inheriting_spools(&s);
+    assert_eq!(lines, 20, "inherited lines are shipped like any line");
+    assert_eq!(stops.len(), 1, "the stop owed at reap");
+    assert_eq!(stops[0]["last_assistant_message"], "");
+}
+
+/// S6: the child's own turn decides its stop: due its grace after its own turn's end, with its
+/// own message (before the fix the parent's spawning call held it for 12 h).
+#[tokio::test(start_paused = true)]
+async fn loop_a_child_with_its_parents_history_stops_after_its_own_turn() {
+    let s = Setup::new(&inheriting_child());
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let test = async {
+        settle(|| inheriting_spools(&s).0 == 20).await;
+        s.until(MIN).await;
+        let own = [
+            r#"{"timestamp":"2026-07-29T09:13:04.000Z","type":"event_msg","ordinal":20,"payload":{"type":"task_started","turn_id":"019fb2c4-3e55-7c01-a1b2-0c3d4e5f6a70"}}"#,
+            r#"{"timestamp":"2026-07-29T09:13:30.000Z","type":"event_msg","ordinal":21,"payload":{"type":"agent_message","message":"No mismatches in 0043 or 0044."}}"#,
+            r#"{"timestamp":"2026-07-29T09:13:31.000Z","type":"event_msg","ordinal":22,"payload":{"type":"task_complete","turn_id":"019fb2c4-3e55-7c01-a1b2-0c3d4e5f6a70","last_agent_message":"No mismatches in 0043 or 0044."}}"#,
+        ];
+        append(&s.rollout, &own);
+        settle(|| inheriting_spools(&s).0 == 23).await;
+        s.until(6 * MIN - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(inheriting_spools(&s).1.is_empty(), "not before the grace");
+        s.until(6 * MIN).await;
+        settle(|| inheriting_spools(&s).1.len() == 1).await;
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+    let (_, stops) = inheriting_spools(&s);
+    assert_eq!(
+        stops[0]["last_assistant_message"],
+        "No mismatches in 0043 or 0044."
+    );
+}

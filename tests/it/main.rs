@@ -13,6 +13,7 @@ mod bad_input;
 mod classify_props;
 mod cli_config;
 mod client;
+mod defects_r3;
 mod e2e_delivery;
 mod e2e_follow;
 mod e2e_lifecycle;

@@ -12,6 +12,9 @@
 //! - `replay` leaves other vendors' records exactly where they are and reports a
 //!   needs-import marker as the kcap CLI's drain does.
 
+// Unix only: descriptors really closed (libc), symbolic links planted in `<config>`, file
+// modes and SIGTERM are what these tests exercise; Windows is linted, not run here (README,
+// "Platforms").
 #![cfg(unix)]
 
 use crate::support;

@@ -11,6 +11,14 @@
 //! one exists). Both take `now`; both are single-flight within the process, so a burst of
 //! requests never refreshes twice, and the file lock makes that hold across processes.
 //!
+//! When a token is renewed (`revision-3.md` S4.2): at max(obtained + 60 s, expiry - 30 s)
+//! for a stored token and max(obtained + 60 s, expiry - 60 s) for a machine token, so a token
+//! endpoint that answers a short or no lifetime costs one refresh a minute, not one per
+//! request. A stored token was obtained when this process refreshed it, else when its file was
+//! last written (whoever wrote it: another watcher, the kcap CLI). A `401` to the newest token
+//! forces one refresh, at most one a minute per source. An expired token whose refresh failed
+//! is not sent, as the kcap CLI sends none.
+//!
 //! Token values never reach a log or an error message: [`Token`] prints as `[REDACTED]`.
 
 pub(crate) mod refresh;
@@ -31,8 +39,29 @@ use store::{Entry, Store};
 /// After a failed refresh or mint, the next attempt waits this long (the pace of retries
 /// after a `401`), so a failing endpoint is not asked once per request.
 pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
-/// A machine token is minted again this long before it expires.
-pub(crate) const MACHINE_RENEW_MARGIN: Duration = Duration::from_secs(30);
+/// A machine token is minted again this long before it expires (the kcap CLI's
+/// `MachineTokenProvider.RenewMargin`).
+pub(crate) const MACHINE_RENEW_MARGIN: Duration = Duration::from_secs(60);
+/// No token is renewed sooner than this after it was obtained, whatever lifetime its endpoint
+/// stated: the floor that keeps a short-lived answer from costing a refresh per request.
+pub(crate) const MIN_TOKEN_USE: Duration = Duration::from_secs(60);
+/// `401`-driven refreshes (or mints) of one source happen at most this often.
+pub(crate) const FORCED_REFRESH_PACE: Duration = Duration::from_secs(60);
+
+/// When a token obtained at `obtained` (if known) and expiring at `expires_at` (if known) is
+/// due for renewal: `margin` before its expiry, but never sooner than [`MIN_TOKEN_USE`] after
+/// it was obtained. `None`: never by the clock (the server judges it).
+pub(crate) fn renew_at(
+    obtained: Option<Ts>,
+    expires_at: Option<Ts>,
+    margin: Duration,
+) -> Option<Ts> {
+    let by_expiry = expires_at?.minus(margin);
+    Some(match obtained {
+        Some(obtained) => by_expiry.max(obtained.plus(MIN_TOKEN_USE)),
+        None => by_expiry,
+    })
+}
 
 /// A bearer token. `Debug` and `Display` print `[REDACTED]`; only [`Token::expose`] gives the
 /// value, for the `Authorization` header.
@@ -44,11 +73,26 @@ impl Token {
     /// header cannot carry (a token file with two lines, say), which the server would never
     /// accept anyway.
     pub(crate) fn new(text: &str) -> Option<Token> {
+        Token::parse(text).ok()
+    }
+
+    /// [`Token::new`], saying why not: "it is empty", "it holds more than one line", "it is
+    /// not ASCII", "it holds a control character".
+    pub(crate) fn parse(text: &str) -> Result<Token, &'static str> {
         let text = text.trim();
-        if text.is_empty() || text.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
-            return None;
+        if text.is_empty() {
+            Err("it is empty")
+        } else if text.contains(['\n', '\r']) {
+            Err("it holds more than one line")
+        } else if !text.is_ascii() {
+            Err("it is not ASCII")
+        } else if text.contains('\0') {
+            Err("it holds NUL bytes (UTF-16 without a byte order mark?)")
+        } else if text.bytes().any(|b| b.is_ascii_control()) {
+            Err("it holds a control character")
+        } else {
+            Ok(Token(text.to_owned()))
         }
-        Some(Token(text.to_owned()))
     }
 
     /// The secret itself. Only for the `Authorization` header, and for scrubbing it out of
@@ -172,14 +216,37 @@ enum Source {
     Store(Store),
 }
 
+/// A minted machine token.
+struct MachineToken {
+    token: Token,
+    obtained: Ts,
+    expires_at: Ts,
+}
+
+impl MachineToken {
+    fn renew_at(&self) -> Ts {
+        // Both times are known, so `renew_at` always answers.
+        renew_at(
+            Some(self.obtained),
+            Some(self.expires_at),
+            MACHINE_RENEW_MARGIN,
+        )
+        .unwrap_or(self.expires_at)
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The token file's token, re-read after a refusal.
     file_token: Option<Token>,
-    /// The machine token and its expiry.
-    machine: Option<(Token, Ts)>,
+    /// The machine token.
+    machine: Option<MachineToken>,
+    /// The store token this process last obtained by refreshing, and when.
+    refreshed: Option<(String, Ts)>,
     /// No refresh or mint before this, after one failed.
     hold_until: Option<Ts>,
+    /// When a `401` last forced a refresh or mint.
+    forced_at: Option<Ts>,
     failure_logged: bool,
     wrong_server_logged: bool,
     origin: Option<TokenOrigin>,
@@ -330,8 +397,9 @@ impl Credentials {
         fresh.filter(|t| Some(t) != sent)
     }
 
-    /// The machine token, minted when there is none, it is within
-    /// [`MACHINE_RENEW_MARGIN`] of expiry, or it is the one the server just refused.
+    /// The machine token, minted when there is none, it is due ([`MachineToken::renew_at`]),
+    /// or it is the one the server just refused (at most once per [`FORCED_REFRESH_PACE`]).
+    /// After a failed mint the old token is sent only while it has not expired.
     async fn machine_token(
         &self,
         state: &mut State,
@@ -345,18 +413,38 @@ impl Credentials {
         else {
             return None;
         };
-        if let Some((token, _)) = &state.machine
-            && refused.is_some_and(|r| r == token)
-        {
-            state.machine = None;
-        }
-        if let Some((token, expires_at)) = &state.machine
-            && now < expires_at.minus(MACHINE_RENEW_MARGIN)
+        let current = state
+            .machine
+            .as_ref()
+            .map(|m| (m.token.clone(), m.renew_at(), m.expires_at));
+        let still_valid = |current: &Option<(Token, Ts, Ts)>| {
+            current
+                .as_ref()
+                .filter(|(_, _, expires_at)| now < *expires_at)
+                .map(|(t, _, _)| t.clone())
+        };
+        let forced = match (&current, refused) {
+            (Some((token, _, _)), Some(refused)) if token == refused => {
+                if state
+                    .forced_at
+                    .is_some_and(|t| now < t.plus(FORCED_REFRESH_PACE))
+                {
+                    // Refused again within the minute: the caller retries later.
+                    return Some(token.clone());
+                }
+                state.forced_at = Some(now);
+                true
+            }
+            _ => false,
+        };
+        if !forced
+            && let Some((token, renew_at, _)) = &current
+            && now < *renew_at
         {
             return Some(token.clone());
         }
         if state.hold_until.is_some_and(|t| now < t) {
-            return state.machine.as_ref().map(|(t, _)| t.clone());
+            return still_valid(&current);
         }
         let result = match token_url {
             Ok(url) => {
@@ -367,12 +455,16 @@ impl Credentials {
         };
         match result.and_then(|m| {
             Token::new(&m.access_token)
-                .map(|t| (t, m.expires_at))
+                .map(|t| (t, m.expires_at(now)))
                 .ok_or_else(|| "the token endpoint answered an unusable access_token".to_owned())
         }) {
             Ok((token, expires_at)) => {
                 tracing::info!(event = "machine_token_minted", client_id = %credential.client_id, expires_at = %expires_at, "minted a machine token for {}", credential.client_id);
-                state.machine = Some((token.clone(), expires_at));
+                state.machine = Some(MachineToken {
+                    token: token.clone(),
+                    obtained: now,
+                    expires_at,
+                });
                 state.hold_until = None;
                 state.failure_logged = false;
                 Some(token)
@@ -387,13 +479,39 @@ impl Credentials {
                         credential.client_id
                     ),
                 );
-                None
+                still_valid(&current)
             }
         }
     }
 
+    /// When this process holds that `entry`'s token was obtained: when this process refreshed
+    /// it, else when its file was written, if the token had not expired by then (a file
+    /// written with an already expired token, say copied from elsewhere, tells nothing about
+    /// when it was obtained). A time after `now` (a clock skewed, or an injected `now`) says
+    /// nothing either.
+    fn obtained(entry: &Entry, state: &State, now: Ts) -> Option<Ts> {
+        let text = entry.access_token_text()?;
+        match &state.refreshed {
+            Some((refreshed, at)) if refreshed == text => Some(*at),
+            _ => entry
+                .modified
+                .filter(|m| *m <= now && entry.expires_at().is_none_or(|e| e > *m)),
+        }
+    }
+
+    /// Whether `entry`'s token is due for renewal at `now` by the clock.
+    fn due(entry: &Entry, state: &State, now: Ts) -> bool {
+        renew_at(
+            Self::obtained(entry, state, now),
+            entry.expires_at(),
+            store::EXPIRY_MARGIN,
+        )
+        .is_some_and(|at| now >= at)
+    }
+
     /// The store's token for this server: withheld when bound elsewhere; refreshed under the
-    /// lock when expired, or when `refused` is still what the store holds.
+    /// lock when due, or when `refused` is still what the store holds (at most once per
+    /// [`FORCED_REFRESH_PACE`]). An expired token that could not be refreshed is withheld.
     async fn store_token(
         &self,
         store: &Store,
@@ -410,16 +528,31 @@ impl Credentials {
         let token = entry.access_token()?;
         let due = match refused {
             Some(refused) => *refused == token,
-            None => entry.is_expired(now),
+            None => Self::due(&entry, state, now),
         };
         if !due {
             return Some(token);
         }
-        if !entry.refreshable() || state.hold_until.is_some_and(|t| now < t) {
-            // Nothing better: the server judges this token (a refusal retries later).
-            return Some(token);
+        if refused.is_some() {
+            if state
+                .forced_at
+                .is_some_and(|t| now < t.plus(FORCED_REFRESH_PACE))
+            {
+                // Refused again within the minute: the caller retries later.
+                return Some(token);
+            }
+            state.forced_at = Some(now);
         }
-        match self.refresh_under_lock(store, entry, now, refused).await {
+        // What to send when no better token comes: the kcap CLI sends none once it expired.
+        let fallback = |entry: &Entry, token: Token| (!entry.is_expired(now)).then_some(token);
+        if !entry.refreshable() || state.hold_until.is_some_and(|t| now < t) {
+            return fallback(&entry, token);
+        }
+        let refreshed_before = state.refreshed.clone();
+        match self
+            .refresh_under_lock(store, entry.clone(), state, now, refused)
+            .await
+        {
             Ok(fresh) => {
                 state.hold_until = None;
                 state.failure_logged = false;
@@ -429,16 +562,23 @@ impl Credentials {
                 fresh.access_token()
             }
             Err(why) => {
+                state.refreshed = refreshed_before;
+                let sent = fallback(&entry, token);
+                let what = if sent.is_some() {
+                    "keeping every line and retrying"
+                } else {
+                    "not sending the expired token; keeping every line and retrying"
+                };
                 self.failed(
                     state,
                     now,
                     "token_refresh_failed",
                     &format!(
-                        "failed to refresh the kcap token of profile {}: {why}; keeping every line and retrying",
+                        "failed to refresh the kcap token of profile {}: {why}; {what}",
                         store.profile()
                     ),
                 );
-                Some(token)
+                sent
             }
         }
     }
@@ -449,12 +589,15 @@ impl Credentials {
         &self,
         store: &Store,
         current: Entry,
+        state: &mut State,
         now: Ts,
         refused: Option<&Token>,
     ) -> Result<Entry, String> {
-        let needs = |e: &Entry| match refused {
+        // Judged by the same floor as outside the lock: a token another process obtained a
+        // moment ago (its file just written) is not due, however short its stated life.
+        let needs = |e: &Entry, state: &State| match refused {
             Some(refused) => e.access_token_text() == Some(refused.expose()),
-            None => e.is_expired(now),
+            None => Self::due(e, state, now),
         };
         let lock = store
             .lock()
@@ -463,7 +606,7 @@ impl Credentials {
         let Some(_lock) = lock else {
             // Another process held the lock throughout: use what it saved, if it is good.
             return match store.load() {
-                Some(latest) if !needs(&latest) => Ok(latest),
+                Some(latest) if !needs(&latest, state) => Ok(latest),
                 _ => Err(format!(
                     "{} stayed locked for {:?}",
                     store.lock_path().display(),
@@ -472,7 +615,9 @@ impl Credentials {
             };
         };
         let latest = store.load_profile_file().unwrap_or(current.clone());
-        if latest.access_token_text() != current.access_token_text() && !latest.is_expired(now) {
+        if latest.access_token_text() != current.access_token_text()
+            && !Self::due(&latest, state, now)
+        {
             tracing::info!(
                 event = "token_adopted",
                 profile = store.profile(),
@@ -480,7 +625,7 @@ impl Credentials {
             );
             return Ok(latest);
         }
-        if !needs(&latest) {
+        if !needs(&latest, state) {
             return Ok(latest);
         }
         let minted = match latest.provider() {
@@ -506,13 +651,14 @@ impl Credentials {
             }
             other => return Err(format!("the provider {other:?} cannot be refreshed")),
         };
+        let expires_at = minted.expires_at(now);
         let mut fresh = latest.clone();
         fresh.legacy = false;
         let doc = &mut fresh.doc;
-        doc.insert("access_token".into(), minted.access_token.into());
+        doc.insert("access_token".into(), minted.access_token.clone().into());
         doc.insert(
             "expires_at".into(),
-            store::format_expires_at(minted.expires_at).into(),
+            store::format_expires_at(expires_at).into(),
         );
         if let Some(rt) = minted.refresh_token {
             doc.insert("refresh_token".into(), rt.into());
@@ -524,10 +670,12 @@ impl Credentials {
             // The kcap CLI stamps an unbound token with the server that just refreshed it.
             doc.insert("server_url".into(), canonical.into());
         }
+        // Obtained now, whether or not the save below works: the floor counts from here.
+        state.refreshed = Some((minted.access_token, now));
         store
             .save(&fresh.doc)
             .map_err(|e| format!("failed to save {}: {e}", store.path().display()))?;
-        tracing::info!(event = "token_refreshed", profile = store.profile(), provider = latest.provider(), expires_at = %minted.expires_at, "refreshed the kcap token of profile {}", store.profile());
+        tracing::info!(event = "token_refreshed", profile = store.profile(), provider = latest.provider(), expires_at = %expires_at, "refreshed the kcap token of profile {}", store.profile());
         Ok(fresh)
     }
 
@@ -567,18 +715,46 @@ impl Credentials {
 }
 
 fn read_token_file(path: &std::path::Path) -> Option<Token> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let token = Token::new(&text);
-            if token.is_none() {
-                tracing::warn!(path = %path.display(), "ignoring KCAP_TOKEN_FILE {}: it is empty or holds more than one line", path.display());
+    match std::fs::read(path) {
+        Ok(bytes) => match token_file_text(&bytes).and_then(|text| Token::parse(&text)) {
+            Ok(token) => Some(token),
+            Err(why) => {
+                tracing::warn!(event = "token_file_unusable", path = %path.display(), "ignoring KCAP_TOKEN_FILE {}: {why}", path.display());
+                None
             }
-            token
-        }
+        },
         Err(e) => {
-            tracing::warn!(path = %path.display(), "failed to read KCAP_TOKEN_FILE {}: {e}", path.display());
+            tracing::warn!(event = "token_file_unusable", path = %path.display(), "failed to read KCAP_TOKEN_FILE {}: {e}", path.display());
             None
         }
+    }
+}
+
+/// A token file's text: UTF-8 with or without a byte order mark, or UTF-16 (little or big
+/// endian) with one, which is what Windows tools write (PowerShell 5.1's `>` writes UTF-16 LE
+/// with a BOM, Notepad may add a UTF-8 BOM).
+fn token_file_text(bytes: &[u8]) -> Result<String, &'static str> {
+    let utf16 = |rest: &[u8], word: fn([u8; 2]) -> u16| {
+        if !rest.len().is_multiple_of(2) {
+            return Err("it is not valid UTF-16 (an odd number of bytes)");
+        }
+        let units = rest.chunks_exact(2).map(|c| word([c[0], c[1]]));
+        char::decode_utf16(units)
+            .collect::<Result<String, _>>()
+            .map_err(|_| "it is not valid UTF-16")
+    };
+    if let Some(rest) = bytes.strip_prefix(b"\xEF\xBB\xBF") {
+        std::str::from_utf8(rest)
+            .map(str::to_owned)
+            .map_err(|_| "it is not ASCII")
+    } else if let Some(rest) = bytes.strip_prefix(b"\xFF\xFE") {
+        utf16(rest, u16::from_le_bytes)
+    } else if let Some(rest) = bytes.strip_prefix(b"\xFE\xFF") {
+        utf16(rest, u16::from_be_bytes)
+    } else {
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| "it is not ASCII")
     }
 }
 
@@ -650,14 +826,365 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unrefreshable_expired_token_is_still_offered_and_a_refusal_of_it_gives_nothing_new()
+    async fn an_unrefreshable_token_is_sent_until_it_expires_and_a_refusal_of_it_gives_nothing_new()
     {
         let (_d, c) = store_with(serde_json::json!({
-            "access_token": "a", "provider": "None", "expires_at": NOW.0 / 1000 - 60
+            "access_token": "a", "provider": "None", "expires_at": NOW.0 / 1000 + 3600
         }));
         let t = c.bearer(NOW).await.unwrap();
         assert_eq!(t.expose(), "a");
         assert_eq!(c.rejected(Some(&t), NOW).await, None);
+        // Expired, with no way to refresh it: the kcap CLI sends nothing, and neither do we.
+        let later = NOW.plus(Duration::from_secs(3600));
+        assert_eq!(c.bearer(later).await, None);
+    }
+
+    #[test]
+    fn token_file_encodings_and_reasons() {
+        let utf16 = |text: &str, be: bool| {
+            let mut b = if be {
+                vec![0xFE, 0xFF]
+            } else {
+                vec![0xFF, 0xFE]
+            };
+            for u in text.encode_utf16() {
+                b.extend(if be { u.to_be_bytes() } else { u.to_le_bytes() });
+            }
+            b
+        };
+        let read = |bytes: &[u8]| token_file_text(bytes).and_then(|t| Token::parse(&t));
+        for bytes in [
+            b"tok\n".to_vec(),
+            b"\xEF\xBB\xBFtok\r\n".to_vec(),
+            utf16("tok\r\n", false),
+            utf16("tok", true),
+        ] {
+            assert_eq!(read(&bytes).unwrap().expose(), "tok", "{bytes:?}");
+        }
+        assert_eq!(read(b"").unwrap_err(), "it is empty");
+        assert_eq!(read(b"\xEF\xBB\xBF \r\n").unwrap_err(), "it is empty");
+        assert_eq!(read(b"a\nb").unwrap_err(), "it holds more than one line");
+        assert_eq!(
+            read(&utf16("a\r\nb", false)).unwrap_err(),
+            "it holds more than one line"
+        );
+        assert_eq!(read("t\u{f6}k".as_bytes()).unwrap_err(), "it is not ASCII");
+        assert_eq!(read(b"\xFF\x00tok").unwrap_err(), "it is not ASCII");
+        assert_eq!(read(b"a\tb").unwrap_err(), "it holds a control character");
+        // UTF-16 without its BOM: NUL between the letters.
+        assert!(read(b"t\x00o\x00k\x00").unwrap_err().contains("NUL"));
+        assert!(read(b"\xFF\xFEt\x00o").unwrap_err().contains("UTF-16"));
+        assert!(
+            read(&[0xFF, 0xFE, 0x00, 0xD8])
+                .unwrap_err()
+                .contains("UTF-16")
+        );
+    }
+
+    // ---- the refresh floor, with injected time ----------------------------------------
+
+    /// A local token endpoint answering every request (on any path) with `answer(n)` for its
+    /// `n`-th request (1-based), counting them.
+    struct Endpoint {
+        base: String,
+        hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Endpoint {
+        async fn start(answer: fn(usize) -> serde_json::Value) -> Endpoint {
+            let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = hits.clone();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            let app = axum::Router::new().fallback(move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        answer(n).to_string(),
+                    )
+                }
+            });
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Endpoint { base, hits }
+        }
+
+        fn hits(&self) -> usize {
+            self.hits.load(Ordering::SeqCst)
+        }
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// A store credential whose GitHubApp token expired an hour before [`NOW`], refreshing at
+    /// `endpoint`. The file's mtime is set an hour back too (it was written then).
+    fn expired_github_store(endpoint: &Endpoint) -> (tempfile::TempDir, Credentials) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        let path = dir.path().join("tokens/default.json");
+        let doc = serde_json::json!({"access_token": "old", "expires_at": NOW.0 / 1000 - 3600});
+        std::fs::write(&path, doc.to_string()).unwrap();
+        set_mtime(&path, NOW.minus(secs(3600)));
+        let c = Credentials::new(AuthConfig {
+            config_dir: dir.path().into(),
+            server_url: endpoint.base.clone(),
+            ..AuthConfig::default()
+        });
+        (dir, c)
+    }
+
+    fn set_mtime(path: &std::path::Path, at: Ts) {
+        let t = std::time::UNIX_EPOCH + Duration::from_millis(at.0 as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stored_token_with_a_short_or_unstated_life_is_renewed_a_minute_after_it_was_obtained()
+     {
+        fn missing(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("t{n}")})
+        }
+        fn zero(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("t{n}"), "expires_in": 0})
+        }
+        fn ten(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("t{n}"), "expires_in": 10})
+        }
+        fn hour(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("t{n}"), "expires_in": 3600})
+        }
+        for answer in [missing, zero, ten] {
+            let endpoint = Endpoint::start(answer).await;
+            let (dir, c) = expired_github_store(&endpoint);
+            assert_eq!(c.bearer(NOW).await.unwrap().expose(), "t1");
+            // The file is rewritten by the refresh (its mtime is the real now, later than
+            // the injected one, so only the in-memory record of the refresh counts).
+            for later in [1, 10, 30, 59] {
+                let t = c.bearer(NOW.plus(secs(later))).await.unwrap();
+                assert_eq!(t.expose(), "t1", "{later} s after the refresh");
+            }
+            assert_eq!(endpoint.hits(), 1);
+            assert_eq!(c.bearer(NOW.plus(MINUTE)).await.unwrap().expose(), "t2");
+            assert_eq!(endpoint.hits(), 2);
+            // Another process (a fresh `Credentials`) reading the file another process just
+            // wrote: the file's age is the floor.
+            let path = dir.path().join("tokens/default.json");
+            set_mtime(&path, NOW.plus(MINUTE));
+            let other = Credentials::new(AuthConfig {
+                config_dir: dir.path().into(),
+                server_url: endpoint.base.clone(),
+                ..AuthConfig::default()
+            });
+            let at = NOW.plus(MINUTE + secs(30));
+            assert_eq!(other.bearer(at).await.unwrap().expose(), "t2");
+            assert_eq!(
+                endpoint.hits(),
+                2,
+                "a peer's fresh token is not refreshed again"
+            );
+        }
+        // A long life: 30 s before its expiry, as before.
+        let endpoint = Endpoint::start(hour).await;
+        let (_dir, c) = expired_github_store(&endpoint);
+        assert_eq!(c.bearer(NOW).await.unwrap().expose(), "t1");
+        assert_eq!(c.bearer(NOW.plus(secs(3569))).await.unwrap().expose(), "t1");
+        assert_eq!(c.bearer(NOW.plus(secs(3570))).await.unwrap().expose(), "t2");
+    }
+
+    #[tokio::test]
+    async fn a_workos_token_with_a_short_life_is_renewed_a_minute_after_it_was_obtained() {
+        fn answer(n: usize) -> serde_json::Value {
+            use base64::Engine;
+            let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            // Expires 10 s after the injected now, whichever refresh this is.
+            let exp = (NOW.0 / 1000) + 10;
+            let jwt = format!(
+                "{}.{}.sig",
+                e.encode(r#"{"alg":"RS256"}"#),
+                e.encode(serde_json::json!({"exp": exp, "n": n}).to_string())
+            );
+            serde_json::json!({"access_token": jwt, "refresh_token": format!("rt{n}")})
+        }
+        let endpoint = Endpoint::start(answer).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        let path = dir.path().join("tokens/default.json");
+        let doc = serde_json::json!({"access_token": "old", "provider": "workos",
+            "refresh_token": "rt0", "client_id": "client", "expires_at": NOW.0 / 1000 - 60});
+        std::fs::write(&path, doc.to_string()).unwrap();
+        set_mtime(&path, NOW.minus(secs(3600)));
+        let c = Credentials::new(AuthConfig {
+            config_dir: dir.path().into(),
+            server_url: "https://kcap.example.com".into(),
+            workos_authenticate_url: Some(format!("{}/authenticate", endpoint.base)),
+            ..AuthConfig::default()
+        });
+        let first = c.bearer(NOW).await.unwrap();
+        for later in [5, 20, 59] {
+            assert_eq!(c.bearer(NOW.plus(secs(later))).await.unwrap(), first);
+        }
+        assert_eq!(
+            endpoint.hits(),
+            1,
+            "each refresh spends a single-use refresh token"
+        );
+        assert_ne!(c.bearer(NOW.plus(MINUTE)).await.unwrap(), first);
+        assert_eq!(endpoint.hits(), 2);
+    }
+
+    fn machine(endpoint: &Endpoint) -> Credentials {
+        Credentials::new(AuthConfig {
+            machine: Some(MachineCredential {
+                client_id: "client".into(),
+                client_secret: "secret".into(),
+            }),
+            machine_token_url: Some(format!("{}/oauth2/token", endpoint.base)),
+            ..AuthConfig::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn machine_token_renewed_60s_before_expiry() {
+        fn hour(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("m{n}"), "expires_in": 3600})
+        }
+        let endpoint = Endpoint::start(hour).await;
+        let c = machine(&endpoint);
+        assert_eq!(c.bearer(NOW).await.unwrap().expose(), "m1");
+        assert_eq!(c.bearer(NOW.plus(secs(3539))).await.unwrap().expose(), "m1");
+        assert_eq!(endpoint.hits(), 1);
+        assert_eq!(c.bearer(NOW.plus(secs(3540))).await.unwrap().expose(), "m2");
+        assert_eq!(endpoint.hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_machine_token_with_a_short_or_unstated_life_is_minted_once_a_minute() {
+        fn missing(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("m{n}")})
+        }
+        fn zero(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("m{n}"), "expires_in": 0})
+        }
+        fn ten(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("m{n}"), "expires_in": 10})
+        }
+        for answer in [missing, zero, ten] {
+            let endpoint = Endpoint::start(answer).await;
+            let c = machine(&endpoint);
+            for later in [0, 1, 10, 30, 59] {
+                let t = c.bearer(NOW.plus(secs(later))).await.unwrap();
+                assert_eq!(t.expose(), "m1", "{later} s after the mint");
+            }
+            assert_eq!(endpoint.hits(), 1);
+            assert_eq!(c.bearer(NOW.plus(MINUTE)).await.unwrap().expose(), "m2");
+            assert_eq!(endpoint.hits(), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_newest_token_force_one_refresh_a_minute() {
+        fn hour(n: usize) -> serde_json::Value {
+            serde_json::json!({"access_token": format!("t{n}"), "expires_in": 3600})
+        }
+        // A stored GitHubApp token.
+        let endpoint = Endpoint::start(hour).await;
+        let (_dir, c) = expired_github_store(&endpoint);
+        let t1 = c.bearer(NOW).await.unwrap();
+        assert_eq!(endpoint.hits(), 1);
+        // The first refusal forces a refresh, and its token is resent at once.
+        let later = NOW.plus(secs(5));
+        let t2 = c.rejected(Some(&t1), later).await.unwrap();
+        assert_eq!(t2.expose(), "t2");
+        // Refused again within the minute: nothing new, no refresh.
+        for s in [6, 30, 64] {
+            assert_eq!(c.rejected(Some(&t2), NOW.plus(secs(s))).await, None);
+        }
+        assert_eq!(endpoint.hits(), 2);
+        // A refusal of an older token just moves to the newest one.
+        assert_eq!(
+            c.rejected(Some(&t1), NOW.plus(secs(66))).await,
+            Some(t2.clone())
+        );
+        assert_eq!(endpoint.hits(), 2);
+        assert_eq!(
+            c.rejected(Some(&t2), NOW.plus(secs(65)))
+                .await
+                .unwrap()
+                .expose(),
+            "t3"
+        );
+        assert_eq!(endpoint.hits(), 3);
+
+        // A machine token.
+        let endpoint = Endpoint::start(hour).await;
+        let c = machine(&endpoint);
+        let m1 = c.bearer(NOW).await.unwrap();
+        let m2 = c.rejected(Some(&m1), NOW.plus(secs(1))).await.unwrap();
+        assert_ne!(m1, m2);
+        for s in [2, 30, 60] {
+            assert_eq!(c.rejected(Some(&m2), NOW.plus(secs(s))).await, None);
+        }
+        assert_eq!(endpoint.hits(), 2);
+        assert!(c.rejected(Some(&m2), NOW.plus(secs(61))).await.is_some());
+        assert_eq!(endpoint.hits(), 3);
+    }
+
+    #[tokio::test]
+    async fn an_expired_token_whose_refresh_failed_is_not_sent() {
+        // A stored token: the refresh endpoint answers without an access token.
+        fn broken(_: usize) -> serde_json::Value {
+            serde_json::json!({"error": "nope"})
+        }
+        let endpoint = Endpoint::start(broken).await;
+        let (_dir, c) = expired_github_store(&endpoint);
+        assert_eq!(c.bearer(NOW).await, None);
+        assert_eq!(c.bearer(NOW.plus(secs(30))).await, None, "held: still none");
+        assert_eq!(endpoint.hits(), 1);
+        // Due 30 s before its expiry, which is when the kcap CLI counts it expired: a failed
+        // refresh then leaves nothing to send.
+        let endpoint = Endpoint::start(broken).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        let path = dir.path().join("tokens/default.json");
+        std::fs::write(
+            &path,
+            serde_json::json!({"access_token": "a", "expires_at": NOW.0 / 1000 + 20}).to_string(),
+        )
+        .unwrap();
+        set_mtime(&path, NOW.minus(secs(3600)));
+        let c = Credentials::new(AuthConfig {
+            config_dir: dir.path().into(),
+            server_url: endpoint.base.clone(),
+            ..AuthConfig::default()
+        });
+        assert_eq!(c.bearer(NOW.minus(secs(11))).await.unwrap().expose(), "a");
+        assert_eq!(endpoint.hits(), 0);
+        assert_eq!(c.bearer(NOW.minus(secs(10))).await, None);
+        assert_eq!(endpoint.hits(), 1);
+
+        // A machine token: its mint fails once it is due; it is sent until it expires.
+        fn once_then_broken(n: usize) -> serde_json::Value {
+            if n == 1 {
+                serde_json::json!({"access_token": "m1", "expires_in": 120})
+            } else {
+                serde_json::json!({})
+            }
+        }
+        let endpoint = Endpoint::start(once_then_broken).await;
+        let c = machine(&endpoint);
+        assert_eq!(c.bearer(NOW).await.unwrap().expose(), "m1");
+        assert_eq!(c.bearer(NOW.plus(secs(70))).await.unwrap().expose(), "m1");
+        assert_eq!(endpoint.hits(), 2);
+        assert_eq!(c.bearer(NOW.plus(secs(120))).await, None);
     }
 
     #[tokio::test]

@@ -18,8 +18,10 @@ const DEADLINE: Duration = Duration::from_secs(15);
 /// WorkOS access tokens carry their expiry in the JWT; one that does not is given this long
 /// (the kcap CLI's fallback).
 const JWT_FALLBACK_LIFETIME: Duration = Duration::from_secs(5 * 60);
-/// A machine token answer without `expires_in` lives this long (the kcap CLI's fallback).
-const MACHINE_FALLBACK_LIFETIME: Duration = Duration::from_secs(300);
+/// An answer whose `expires_in` is missing, zero or negative is taken to live this long
+/// (`revision-3.md` S4.2): not forever, and not "expired at once", which would make every
+/// request refresh again.
+pub(crate) const UNSTATED_LIFETIME: Duration = Duration::from_secs(60);
 
 /// WorkOS's authenticate endpoint, where the kcap CLI refreshes `workos` tokens.
 pub(crate) const WORKOS_AUTHENTICATE_URL: &str =
@@ -35,9 +37,34 @@ pub(crate) const MACHINE_TOKEN_URL_VAR: &str = "KCAP_WORKOS_TOKEN_URL";
 #[derive(Debug)]
 pub(crate) struct Minted {
     pub access_token: String,
-    pub expires_at: Ts,
+    pub expires: Expiry,
     /// `workos` rotates its single-use refresh token: the new one, when sent.
     pub refresh_token: Option<String>,
+}
+
+/// When a minted token expires: a lifetime counted from when it was obtained (the caller's
+/// clock, so tests can inject it), or an instant the token itself names (a JWT's `exp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    After(Duration),
+    At(Ts),
+}
+
+impl Minted {
+    pub(crate) fn expires_at(&self, obtained: Ts) -> Ts {
+        match self.expires {
+            Expiry::After(d) => obtained.plus(d),
+            Expiry::At(at) => at,
+        }
+    }
+}
+
+/// The lifetime an answer's `expires_in` states, [`UNSTATED_LIFETIME`] when it states none.
+fn lifetime(expires_in: Option<i64>) -> Duration {
+    match expires_in {
+        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        _ => UNSTATED_LIFETIME,
+    }
 }
 
 #[derive(Deserialize)]
@@ -60,10 +87,9 @@ pub(crate) async fn github_app(base: &str, access_token: &str) -> Result<Minted,
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| format!("{} answered without an access_token", shown(&url)))?;
-    let lifetime = Duration::from_secs(answer.expires_in.unwrap_or(0).max(0) as u64);
     Ok(Minted {
         access_token: token,
-        expires_at: Ts::now().plus(lifetime),
+        expires: Expiry::After(lifetime(answer.expires_in)),
         refresh_token: None,
     })
 }
@@ -86,9 +112,8 @@ pub(crate) async fn workos(
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| format!("{} answered without an access_token", shown(url.as_str())))?;
-    let now = Ts::now();
     Ok(Minted {
-        expires_at: jwt_expiry(&token).unwrap_or(now.plus(JWT_FALLBACK_LIFETIME)),
+        expires: jwt_expiry(&token).map_or(Expiry::After(JWT_FALLBACK_LIFETIME), Expiry::At),
         access_token: token,
         refresh_token: answer.refresh_token.filter(|t| !t.is_empty()),
     })
@@ -110,14 +135,9 @@ pub(crate) async fn client_credentials(
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| format!("{} answered without an access_token", shown(url.as_str())))?;
-    // A missing or zero expires_in must not make a token valid forever.
-    let lifetime = match answer.expires_in {
-        Some(s) if s > 0 => Duration::from_secs(s as u64),
-        _ => MACHINE_FALLBACK_LIFETIME,
-    };
     Ok(Minted {
         access_token: token,
-        expires_at: Ts::now().plus(lifetime),
+        expires: Expiry::After(lifetime(answer.expires_in)),
         refresh_token: None,
     })
 }
@@ -206,6 +226,15 @@ mod tests {
         assert_eq!(jwt_expiry(&jwt(r#"{"sub":"x"}"#)), None);
         assert_eq!(jwt_expiry("not-a-jwt"), None);
         assert_eq!(jwt_expiry("a.!!!.c"), None);
+    }
+
+    #[test]
+    fn an_unstated_lifetime_is_a_minute() {
+        assert_eq!(lifetime(None), UNSTATED_LIFETIME);
+        assert_eq!(lifetime(Some(0)), UNSTATED_LIFETIME);
+        assert_eq!(lifetime(Some(-5)), UNSTATED_LIFETIME);
+        assert_eq!(lifetime(Some(10)), Duration::from_secs(10));
+        assert_eq!(lifetime(Some(3600)), Duration::from_secs(3600));
     }
 
     #[test]

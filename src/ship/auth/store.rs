@@ -12,7 +12,9 @@
 //!   a new one, and two refreshes would run at once;
 //! - a save writes `<profile>.json.<pid>.<random>.tmp` with mode 0600 from its first byte
 //!   (the name the kcap CLI's logout sweeps), renames it over the file, and removes the
-//!   legacy file, as the kcap CLI's migration does.
+//!   legacy file when the profile saved is the legacy file's owner, the on-disk active profile
+//!   at that moment (the newer kcap CLI's rule, `revision-3.md` S4.4): a refresh of another
+//!   profile must not erase the active profile's only login.
 //!
 //! The document is kept as a JSON object, so every field this watcher does not know (and the
 //! kcap CLI's own, such as `github_username`) survives a refresh unchanged.
@@ -96,6 +98,9 @@ pub struct Entry {
     pub doc: Map<String, Value>,
     /// Read from the legacy `tokens.json`.
     pub legacy: bool,
+    /// The file's modification time: when whoever wrote it (a refresh, a login) obtained the
+    /// token, as far as any process can tell. `None` when the file system does not say.
+    pub modified: Option<Ts>,
 }
 
 impl Entry {
@@ -248,7 +253,8 @@ impl Store {
     }
 
     /// Writes `doc` atomically as the profile's file (mode 0600), then removes the legacy
-    /// file. Call only while holding [`Store::lock`].
+    /// file if this profile owns it (is the active one now). Call only while holding
+    /// [`Store::lock`].
     pub(crate) fn save(&self, doc: &Map<String, Value>) -> io::Result<()> {
         let dir = self.tokens_dir();
         let text = serde_json::to_vec(doc).map_err(io::Error::other)?;
@@ -262,6 +268,11 @@ impl Store {
         let path = self.path();
         crate::platform::replace::persist(temp, &path)?;
         private_file::make_private(&path)?;
+        // Read again now, not the active profile of when this process started: the owner is
+        // whoever is active when the legacy file would be retired.
+        if active_profile(&self.config_dir) != self.profile {
+            return Ok(());
+        }
         match std::fs::remove_file(self.legacy_path()) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -272,8 +283,14 @@ impl Store {
 }
 
 fn read(path: &Path, legacy: bool) -> Read {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    let (bytes, modified) = match std::fs::File::open(path).and_then(|mut f| {
+        use std::io::Read as _;
+        let modified = f.metadata().and_then(|m| m.modified()).ok();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        Ok((bytes, modified))
+    }) {
+        Ok(read) => read,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Read::Missing,
         Err(e) => {
             tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to read the kcap token store {}: {e}", path.display());
@@ -281,7 +298,11 @@ fn read(path: &Path, legacy: bool) -> Read {
         }
     };
     match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(doc)) => Read::Loaded(Entry { doc, legacy }),
+        Ok(Value::Object(doc)) => Read::Loaded(Entry {
+            doc,
+            legacy,
+            modified: modified.map(Ts::from_system),
+        }),
         // serde_json's message names a position and an expected type, never the text it
         // read, so the token cannot leak through it.
         Ok(_) => {
@@ -487,6 +508,28 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(leftovers.len(), 1, "no temp file left: {leftovers:?}");
+    }
+
+    #[test]
+    fn only_the_active_profiles_save_retires_the_legacy_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path();
+        std::fs::create_dir(config.join("tokens")).unwrap();
+        std::fs::write(config.join("tokens.json"), r#"{"access_token":"legacy"}"#).unwrap();
+        std::fs::write(config.join("config.json"), r#"{"active_profile":"work"}"#).unwrap();
+        let doc = json!({"access_token": "x"}).as_object().unwrap().clone();
+        for profile in ["default", "home"] {
+            let (p, active) = resolve_profile(config, Some(profile));
+            Store::new(config.into(), p, active).save(&doc).unwrap();
+            assert!(config.join("tokens.json").exists(), "{profile}'s save");
+        }
+        // Whoever is active at the save owns it, not whoever was when the store was made.
+        let stale = Store::new(config.into(), "home".into(), "home".into());
+        stale.save(&doc).unwrap();
+        assert!(config.join("tokens.json").exists());
+        std::fs::write(config.join("config.json"), r#"{"active_profile":"home"}"#).unwrap();
+        stale.save(&doc).unwrap();
+        assert!(!config.join("tokens.json").exists());
     }
 
     #[tokio::test(start_paused = true)]

@@ -124,6 +124,8 @@ struct State {
     null_for_empty: bool,
     /// The answer of `POST /auth/refresh`: a new access token and its `expires_in`.
     auth_refresh: Option<(String, u64)>,
+    /// The answer of `POST /auth/refresh` as a whole body (wins over `auth_refresh`).
+    auth_refresh_body: Option<Value>,
 }
 
 impl State {
@@ -394,6 +396,12 @@ impl FakeKcap {
         self.state().auth_refresh = Some((token.to_owned(), expires_in));
     }
 
+    /// Makes `POST /auth/refresh` answer `200` with exactly `body` (say, an `access_token`
+    /// without `expires_in`), whatever token it is sent.
+    pub fn answer_auth_refresh_body(&self, body: Value) {
+        self.state().auth_refresh_body = Some(body);
+    }
+
     /// Refuses (with `status`, e.g. 400 or 422) any transcript batch holding line `line`,
     /// storing none of its lines.
     pub fn refuse_line(&self, line: u64, status: u16) {
@@ -549,6 +557,9 @@ fn json(status: u16, value: &Value) -> Response {
 fn serve(state: &Mutex<State>, method: &Method, req: &RecordedRequest) -> Response {
     let mut st = lock(state);
     if *method == Method::POST && req.path == "/auth/refresh" {
+        if let Some(body) = &st.auth_refresh_body {
+            return json(200, body);
+        }
         return match &st.auth_refresh {
             Some((token, expires_in)) => json(
                 200,

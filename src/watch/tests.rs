@@ -1,0 +1,115 @@
+//! The shell of one child against a real file: orderings of disk and loop that the pipeline's
+//! pure tests cannot reach.
+
+use super::*;
+use crate::watch::clock::SystemClock;
+
+const META: &str = r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"0199aaaa-0000-7000-8000-000000000001","cwd":"/w"}}"#;
+const SESSION: &str = "0199aaaa000070008000000000000001";
+
+fn message(i: u32) -> String {
+    format!(
+        r#"{{"timestamp":"2026-07-28T10:00:0{i}.000Z","type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"line {i}"}}]}}}}"#
+    )
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// Issue 20, item 8 (`e2e_follow`'s truncation test failed under load): lines appended after
+/// the fold's read and before the first shipping read were shipped although the fold had not
+/// read them, so truncating the file back to what the fold had read was no rewrite to the
+/// guard, and the watcher went on with lines spooled that the file no longer held.
+#[tokio::test(flavor = "current_thread")]
+async fn the_shipping_cursor_passes_the_fold_and_a_truncation_goes_unnoticed() {
+    let dir = tempfile::tempdir().unwrap();
+    let rollout = dir.path().join("rollout.jsonl");
+    std::fs::write(&rollout, format!("{META}\n")).unwrap();
+    let config = dir.path().join("config");
+    let settings = Settings::with_defaults(config.clone());
+    let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
+    let opts = WatchOptions {
+        rollout: rollout.clone(),
+        session_id: None,
+        agent_id: None,
+        role: None,
+        parent_pid: None,
+        cwd: None,
+        vendor: "codex".into(),
+        once: false,
+    };
+    // Seeded: the fold has read the header.
+    let mut child = Child::new(0, opts, &hub, Files::Supervised).unwrap();
+    // Written while the loop starts (a heavily loaded machine widens this window).
+    append(&rollout, &format!("{}\n{}\n", message(1), message(2)));
+    child.start(&hub).unwrap();
+    let spooled = |c: &Path| spool::scan_spooled_lines(c, SESSION, None).unwrap().highest;
+    assert_eq!(
+        spooled(&config),
+        Some(0),
+        "only what the fold has read is shipped"
+    );
+
+    // The fold reads the two lines: now they are shipped too.
+    child.on_file_change(&hub).unwrap();
+    assert_eq!(spooled(&config), Some(2));
+
+    // Truncated back to the header: every shipped line is behind the fold's position, so the
+    // guard sees the rewrite.
+    std::fs::write(&rollout, format!("{META}\n")).unwrap();
+    let err = child.on_file_change(&hub).unwrap_err();
+    assert!(
+        err.downcast_ref::<RolloutRewritten>().is_some(),
+        "a rewrite: {err:#}"
+    );
+}
+
+/// A rollout truncated after the fold read it and before shipping began (found by
+/// `process_behaviour`'s rewrite case under load): the shipping read found no line, fed the
+/// pipeline an empty batch, was asked for the same lines again at once and spun for ever, so
+/// the watcher never got back to the check that ends it with exit 3.
+#[test]
+fn a_file_truncated_before_the_first_shipping_read_spins_the_loop_for_ever() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let rollout = dir.path().join("rollout.jsonl");
+            std::fs::write(
+                &rollout,
+                format!("{META}\n{}\n{}\n", message(1), message(2)),
+            )
+            .unwrap();
+            let settings = Settings::with_defaults(dir.path().join("config"));
+            let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
+            let opts = WatchOptions {
+                rollout: rollout.clone(),
+                session_id: None,
+                agent_id: None,
+                role: None,
+                parent_pid: None,
+                cwd: None,
+                vendor: "codex".into(),
+                once: false,
+            };
+            let mut child = Child::new(0, opts, &hub, Files::Supervised).unwrap();
+            std::fs::write(&rollout, b"").unwrap();
+            child.start(&hub).unwrap();
+            child
+                .on_file_change(&hub)
+                .map_err(|e| e.downcast_ref::<RolloutRewritten>().is_some())
+        });
+        let _ = tx.send(result);
+    });
+    let result = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the watcher's loop never returned");
+    assert_eq!(result.err(), Some(true), "a rewrite (exit 3)");
+}
