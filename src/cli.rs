@@ -84,6 +84,37 @@ pub enum Command {
     Supervise(SuperviseArgs),
     /// Deliver the lines and lifecycle requests spooled while offline or unreachable.
     Replay(ReplayArgs),
+    /// Run one supervise per Codex session the kcap CLI watches, with no change to the kcap CLI.
+    ///
+    /// One long-lived process per user and config directory (a second exits 75). It finds the
+    /// sessions the kcap CLI's session watchers keep alive (<watchers>/<session>.pid alive by
+    /// the kcap CLI's rule), reads each watcher's rollout path and KCAP_URL, KCAP_CONFIG_DIR and
+    /// CODEX_HOME from the process itself where the OS allows (else finds the rollout under
+    /// CODEX_HOME by the session id), and starts `kcap-watch supervise <rollout>` for it as a
+    /// detached process, so the kcap CLI's session-end teardown ends that session's supervisor
+    /// only. The server is the session watcher's KCAP_URL, else the daemon's, else the active
+    /// profile's token store server_url; with none the session is skipped (status says why), as
+    /// is one whose cwd matches KCAP_WATCH_EXCLUDE. A supervisor that crashed (exit 1, or a
+    /// signal the daemon did not send) is restarted with a backoff, at most 5 times an hour,
+    /// if the session is still watched 10 s later; one that ended on purpose (exit 0, 2, 3, 75)
+    /// is not, and the session gets a new one when a descendant appears or grows. A daemon that
+    /// starts while supervisors run adopts them. SIGTERM or SIGINT ends every supervisor (each
+    /// spools what it could not deliver) and then the daemon, within 5 s. Logs go to stderr and
+    /// <config>/logs/kcap-watch-daemon.log (10 MiB, one rotated file).
+    Daemon(DaemonArgs),
+    /// Show every watched session and sub-agent on this machine, who holds each key, and
+    /// kcap-watch's own figures.
+    ///
+    /// Reads the watcher directory and kcap-watch's status files (<config>/kcap-watch/status):
+    /// per key, the session and agent ids, the rollout, the holder (kcap-watch supervise,
+    /// kcap-watch watch or the kcap CLI, with pid) and the kcap CLI's liveness verdict (alive,
+    /// dead, recycled, wedged, none); for keys kcap-watch holds, the turn, lines on disk,
+    /// confirmed, spooled and refused, the next due decision and the last error; the daemon;
+    /// spool backlogs, refused lines and needs-import markers per session; stale files (a
+    /// status file, lock or heartbeat slot whose writer is gone). --clean removes kcap-watch's
+    /// own stale files of keys whose lock it can take, never a lock it cannot take. Exit 0, or 2
+    /// when a directory exists but cannot be read.
+    Status(StatusArgs),
     /// Print a shell completion script.
     Completions(CompletionsArgs),
 }
@@ -238,6 +269,33 @@ pub struct ReplayArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Print the service definition that runs this daemon at login (with this binary's
+    /// absolute path and the non-secret KCAP_* variables set now), and exit. Refused (exit 2)
+    /// from a build directory such as target/.
+    #[arg(long, value_enum, value_name = "MANAGER")]
+    pub print_service: Option<crate::daemon::service::ServiceKind>,
+
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object (with a `version` field) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Remove kcap-watch's own stale files (status files, locks, heartbeat slots) of keys whose
+    /// lock can be taken, then report.
+    #[arg(long)]
+    pub clean: bool,
+
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell to generate completions for.
     #[arg(value_enum, value_name = "SHELL")]
@@ -328,7 +386,11 @@ const EXIT_CODES: &[(&str, &str)] = &[
         "3",
         "The rollout was rewritten or truncated under the watcher.",
     ),
-    ("75", "Another live watcher holds this key's lock."),
+    (
+        "75",
+        "Another live watcher holds this key's lock (daemon: another daemon runs for this \
+         config directory; supervise: another supervisor runs for this session).",
+    ),
 ];
 
 fn exit_codes_help() -> String {

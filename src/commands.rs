@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{ReplayArgs, SettingsArgs, SuperviseArgs, WatchArgs};
+use crate::cli::{DaemonArgs, ReplayArgs, SettingsArgs, StatusArgs, SuperviseArgs, WatchArgs};
 use crate::config::Resolved;
 use crate::error::{UsageError, code};
 use crate::files;
@@ -183,4 +183,54 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
         .into());
     }
     Ok(code::OK)
+}
+
+/// `daemon`: prints a service definition, or runs until a signal.
+pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
+    if let Some(kind) = args.print_service {
+        let exe = std::env::current_exe()
+            .and_then(std::fs::canonicalize)
+            .context("failed to find this binary's path")?;
+        if crate::daemon::in_build_dir(&exe) {
+            return Err(UsageError(format!(
+                "{} is in a build directory, which the next build replaces: install kcap-watch \
+                 (for example cargo install --path .) and run --print-service from the installed binary",
+                exe.display()
+            ))
+            .into());
+        }
+        let vars = crate::daemon::service::variables(&crate::config::process_env);
+        let text = crate::daemon::service::render(kind, &exe, &vars);
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        return Ok(code::OK);
+    }
+    let resolved = settings(&args.settings)?;
+    let s = &resolved.settings;
+    files::check_state_dir(&s.config_dir, "config directory", true)?;
+    files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;
+    runtime()?.block_on(crate::daemon::run(resolved.settings))?;
+    Ok(code::OK)
+}
+
+/// `status`: reads, optionally cleans, prints.
+pub fn status(args: StatusArgs, settings: SettingsFn) -> Result<i32> {
+    let resolved = settings(&args.settings)?;
+    let report = crate::status::gather(&resolved.settings, args.clean);
+    let mut rendered = Vec::new();
+    if args.json {
+        serde_json::to_writer_pretty(&mut rendered, &report)?;
+        rendered.push(b'\n');
+    } else {
+        crate::status::write_text(&report, &mut rendered)?;
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(&rendered)?;
+    out.flush()?;
+    Ok(if report.unreadable.is_empty() {
+        code::OK
+    } else {
+        code::USAGE
+    })
 }

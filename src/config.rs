@@ -82,6 +82,8 @@ pub struct Settings {
     pub retry_second: Duration,
     pub log: String,
     pub log_format: LogFormat,
+    /// `KCAP_WATCH_EXCLUDE`: glob patterns on a session's cwd the daemon leaves alone.
+    pub exclude: Vec<String>,
 }
 
 impl Settings {
@@ -108,6 +110,7 @@ impl Settings {
             retry_second: registry::RETRY_SECOND.kind.default,
             log: registry::LOG.kind.default.to_string(),
             log_format: LogFormat::default(),
+            exclude: Vec::new(),
         }
     }
 
@@ -196,6 +199,10 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         retry_second: r.get(&registry::RETRY_SECOND)?,
         log: r.get(&registry::LOG)?,
         log_format: r.get(&registry::LOG_FORMAT)?,
+        exclude: r
+            .get(&registry::WATCH_EXCLUDE)?
+            .map(|g| crate::daemon::exclude::patterns(&g.value))
+            .unwrap_or_default(),
     };
     Ok(Resolved {
         settings,

@@ -739,3 +739,69 @@ mod tests {
         assert!(check_file_key("0199a2b4c0de-0199ffff").is_ok());
     }
 }
+
+/// `<config>/kcap-watch/daemon.lock`: one daemon per config root (`revision-3.md` S2.5).
+pub fn daemon_lock_path(config_dir: &Path) -> PathBuf {
+    config_dir.join("kcap-watch").join("daemon.lock")
+}
+
+/// `<config>/kcap-watch/supervise/<session>.lock`: one supervisor per session (S2.2).
+pub fn supervise_lock_path(config_dir: &Path, session_id: &str) -> PathBuf {
+    config_dir
+        .join("kcap-watch")
+        .join("supervise")
+        .join(format!("{session_id}.lock"))
+}
+
+/// An exclusive advisory lock on one of kcap-watch's own lock files (the daemon's, a
+/// session's supervisor's), held while this value lives. The file holds the holder's pid, so
+/// `status` and a restarted daemon can name it. It is never unlinked by anyone: these files are
+/// few (one per session) and unlinking a lock another process may be opening is the race
+/// `WatcherFiles` goes to lengths to avoid.
+#[derive(Debug)]
+pub struct ExclusiveLock {
+    _file: File,
+}
+
+impl ExclusiveLock {
+    /// Takes the lock at `path` without waiting (its directories created 0700): `Ok(None)`
+    /// when another process holds it.
+    pub fn try_take(path: &Path) -> io::Result<Option<ExclusiveLock>> {
+        ensure_private_dir(parent_dir(path))?;
+        let mut file = open_private(private_options().read(true).write(true).create(true), path)
+            .map_err(|e| with_context(e, format!("failed to open lock file {}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(with_context(
+                    e,
+                    format!("failed to lock {}", path.display()),
+                ));
+            }
+        }
+        // Best effort: the pid is for people and `status`, the lock itself is the truth.
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.write_all(std::process::id().to_string().as_bytes()));
+        Ok(Some(ExclusiveLock { _file: file }))
+    }
+
+    /// Whether some process holds the lock at `path` now (a missing file: no). Probes by
+    /// taking it for an instant.
+    pub fn is_held(path: &Path) -> bool {
+        match open_private(private_options().read(true), path) {
+            Ok(file) => match file.try_lock_shared() {
+                Ok(()) => false,
+                Err(fs::TryLockError::WouldBlock) => true,
+                Err(fs::TryLockError::Error(_)) => false,
+            },
+            Err(_) => false,
+        }
+    }
+
+    /// The pid the holder wrote into the file at `path`.
+    pub fn holder_pid(path: &Path) -> Option<u32> {
+        fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+}

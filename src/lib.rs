@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod decide;
 pub mod error;
 pub mod files;
@@ -20,6 +21,7 @@ pub mod platform;
 pub mod rollout;
 pub mod settings;
 pub mod ship;
+pub mod status;
 pub mod status_file;
 pub(crate) mod supervise;
 pub mod tail;

@@ -31,13 +31,44 @@ use tracing_subscriber::util::SubscriberInitExt;
 use crate::config::LogFormat;
 
 /// The log file, attached once the watcher knows its key (`<config>/logs/<key>.log`).
-static LOG_FILE: OnceLock<Mutex<Option<File>>> = OnceLock::new();
+static LOG_FILE: OnceLock<Mutex<Option<CappedFile>>> = OnceLock::new();
+
+/// Where a long-lived log file is rotated (`revision-3.md` S2.5): past this size it is
+/// renamed to `<name>.1` (replacing the one before) and a fresh file is started.
+const LOG_CAP: u64 = 10 * 1024 * 1024;
+
+/// A log file with its size, rotated once past [`LOG_CAP`].
+struct CappedFile {
+    file: File,
+    path: std::path::PathBuf,
+    len: u64,
+}
+
+impl CappedFile {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.len.saturating_add(bytes.len() as u64) > LOG_CAP && self.len > 0 {
+            let mut rotated = self.path.as_os_str().to_os_string();
+            rotated.push(".1");
+            // The old rotated file is replaced; a failure leaves the file growing past the cap
+            // rather than losing records.
+            if crate::platform::replace::rename(&self.path, Path::new(&rotated)).is_ok()
+                && let Ok(f) = crate::files::open_log_file(&self.path)
+            {
+                self.file = f;
+                self.len = 0;
+            }
+        }
+        if self.file.write_all(bytes).is_ok() {
+            self.len += bytes.len() as u64;
+        }
+    }
+}
 
 /// Records with this target go to the log file only: `main` prints a fatal error to stderr
 /// itself, once, and logs it with this target so the file has it too.
 const FILE_ONLY_TARGET: &str = "kcap_watch::file_only";
 
-fn log_file() -> &'static Mutex<Option<File>> {
+fn log_file() -> &'static Mutex<Option<CappedFile>> {
     LOG_FILE.get_or_init(|| Mutex::new(None))
 }
 
@@ -45,9 +76,14 @@ fn log_file() -> &'static Mutex<Option<File>> {
 /// path is refused, never followed) is logged as an error and the watcher goes on with stderr.
 pub(crate) fn attach_file(path: &Path) {
     match crate::files::open_log_file(path) {
-        Ok(f) => {
+        Ok(file) => {
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
             if let Ok(mut slot) = log_file().lock() {
-                *slot = Some(f);
+                *slot = Some(CappedFile {
+                    file,
+                    path: path.to_path_buf(),
+                    len,
+                });
             }
         }
         Err(e) => tracing::error!(event = "log_file_failed", "{e}"),
@@ -133,7 +169,7 @@ impl RecordWriter {
                     && let Some(f) = slot.as_mut()
                 {
                     // A failing log file must not take the watcher down.
-                    let _ = f.write_all(bytes);
+                    f.write(bytes);
                 }
             }
         }
@@ -242,6 +278,31 @@ mod tests {
         // The formatter's own colours survive on a terminal.
         assert_eq!(escape_record(b"\x1b[32mINFO\x1b[0m x\n", true), None);
         assert!(escape_record(b"\x1b[32mINFO\x1b[0m x\n", false).is_some());
+    }
+
+    #[test]
+    fn a_log_file_past_its_cap_is_rotated_keeping_one_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs/d.log");
+        let file = crate::files::open_log_file(&path).unwrap();
+        let mut capped = CappedFile {
+            file,
+            path: path.clone(),
+            len: LOG_CAP - 10,
+        };
+        capped.write(b"0123456789abcdef\n");
+        capped.write(b"second\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"0123456789abcdef\nsecond\n");
+        let rotated = dir.path().join("logs/d.log.1");
+        assert!(rotated.exists());
+        capped.len = LOG_CAP;
+        capped.write(b"third\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"third\n");
+        assert_eq!(
+            std::fs::read(&rotated).unwrap(),
+            b"0123456789abcdef\nsecond\n",
+            "one rotated file, the previous one replaced"
+        );
     }
 
     #[test]

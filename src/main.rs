@@ -96,6 +96,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Watch(args) => kcap_watch::commands::watch(args, settings),
         Command::Supervise(args) => kcap_watch::commands::supervise(args, settings),
         Command::Replay(args) => kcap_watch::commands::replay(args, settings),
+        Command::Daemon(args) => kcap_watch::commands::daemon(args, settings),
+        Command::Status(args) => kcap_watch::commands::status(args, settings),
     }
 }
 

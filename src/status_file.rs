@@ -129,6 +129,17 @@ pub struct TakenSession {
     pub supervisor_pid: Option<u32>,
     /// How many times the daemon restarted this session's supervisor.
     pub restarts: u32,
+    /// The server this session ships to (added after version 1's first readers: optional).
+    #[serde(default)]
+    pub server: Option<String>,
+    /// Where that server came from (`the session watcher's KCAP_URL`, ...).
+    #[serde(default)]
+    pub server_source: Option<String>,
+    /// The supervisor's state as the daemon sees it: `running`, `adopted` (started by an
+    /// earlier daemon or by hand), `resting` (ended on purpose; a new one starts when a
+    /// descendant appears or grows), `restart due <time>`, `crashed too often`.
+    #[serde(default)]
+    pub supervisor: Option<String>,
 }
 
 /// The whole file.

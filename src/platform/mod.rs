@@ -13,17 +13,23 @@
 //! - [`private_file`]: files only this user may read, never opened through a symbolic link
 //!   at their own path (modes and `O_NOFOLLOW`, or reparse points refused);
 //! - [`memory`]: handing freed heap memory back to the system where the allocator keeps it;
-//! - [`signals`]: the signals that end a watcher, and detaching from a terminal.
+//! - [`signals`]: the signals that end a watcher, and detaching from a terminal;
+//! - [`proc_info`]: another process's command line and environment (the daemon reads the
+//!   kcap CLI's session watcher);
+//! - [`detached`]: starting a process in its own session (the daemon's supervisors), and
+//!   ending one.
 //!
 //! The parts that only format or compare (token text, path rules) are plain functions that
 //! take their inputs as arguments, compiled on every target, so each operating system's rule
 //! is unit-tested on the machine the tests run on.
 
 pub mod config_dir;
+pub mod detached;
 pub mod file_id;
 pub mod memory;
 pub mod positional;
 pub mod private_file;
+pub mod proc_info;
 pub mod process;
 pub mod replace;
 pub mod signals;

@@ -1548,11 +1548,8 @@ fn skip_block(block: &[u8; BLOCK], m: &Masks) -> Skip {
     let body = u64::MAX
         .checked_shl(end as u32)
         .map_or(u64::MAX, |high| !high);
-    if m.control & body != 0 {
-        return Skip::Invalid;
-    }
     let mut e = escaped & body;
-    let mut invalid = false;
+    let mut invalid = m.control & body != 0;
     let mut unicode = false;
     while e != 0 {
         let c = block[e.trailing_zeros() as usize];

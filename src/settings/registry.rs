@@ -165,6 +165,13 @@ registry! {
          it; a server's Retry-After is not. Suites that exercise a failing server set 100 to \
          run ten times faster.",
     );
+    WATCH_EXCLUDE: OptionalText = Setting::env_only(
+        "KCAP_WATCH_EXCLUDE",
+        OptionalText { absent: "none", what: "glob patterns separated as PATH is" },
+        "kcap-watch daemon leaves a session to the kcap CLI when its cwd (from the rollout's \
+         header) or a directory above it matches one of these glob patterns (separated as \
+         PATH is; * within a path component, ** across components, ? one character).",
+    );
     LOG: Text = Setting::flag(
         "KCAP_LOG", "--log", "FILTER",
         Text {

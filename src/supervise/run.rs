@@ -107,6 +107,15 @@ pub async fn run_until(
             .unwrap_or_else(|| root_thread.clone()),
     };
     files::check_id("session id", &session_id)?;
+    // One supervisor per session (`revision-3.md` S2.2): a second exits 75, and the daemon
+    // adopts the one holding this lock instead of starting another.
+    let lock_path = files::supervise_lock_path(&settings.config_dir, &session_id);
+    let _session_lock = files::ExclusiveLock::try_take(&lock_path)
+        .with_context(|| format!("failed to take the supervisor lock of {session_id}"))?
+        .ok_or_else(|| crate::error::LockHeld {
+            key: format!("supervise {session_id}"),
+            holder_pid: files::ExclusiveLock::holder_pid(&lock_path),
+        })?;
     let layout = CodexLayout::for_session(&session_path, settings.codex_home.as_deref())
         .map_err(UsageError)?;
     crate::logging::attach_file(&files::log_file_path(

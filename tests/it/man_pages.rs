@@ -66,6 +66,8 @@ fn there_is_a_page_per_subcommand() {
             "kcap-watch-inspect.1",
             "kcap-watch-supervise.1",
             "kcap-watch-replay.1",
+            "kcap-watch-daemon.1",
+            "kcap-watch-status.1",
             "kcap-watch-completions.1",
         ]
     );

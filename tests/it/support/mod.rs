@@ -5,6 +5,8 @@
 pub mod bin;
 pub mod fake_kcap;
 pub mod harness;
+#[cfg(target_os = "linux")]
+pub mod kcap_standin;
 pub mod lifecycle_table;
 pub mod rollout;
 

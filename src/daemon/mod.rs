@@ -1,0 +1,30 @@
+//! `kcap-watch daemon`: one long-lived process per user that gives every Codex session the
+//! kcap CLI watches its own `kcap-watch supervise` (`revision-3.md` S2, issue 19).
+//!
+//! The kcap CLI's spawner starts only its own executable, but its session watcher starts a
+//! child watcher only when none is alive for `<session>-<child>` by its rule, and `supervise`
+//! keeps exactly the files that rule reads. So the daemon needs no change to the kcap CLI: it
+//! finds the sessions the kcap CLI watches ([`sessions`]), and starts one detached supervisor
+//! per session, so that the kcap CLI's session-end teardown (SIGTERM to the pid in each
+//! child's pid file, then a kill of its process tree) ends that session's supervisor and no
+//! other. The daemon itself holds no watcher key.
+//!
+//! - [`sessions`] finds which sessions are watched, their rollout, server and Codex home;
+//! - [`policy`] is the restart rule, pure;
+//! - [`exclude`] reads `KCAP_WATCH_EXCLUDE`;
+//! - [`service`] prints `--print-service`;
+//! - [`run`] is the loop.
+
+pub(crate) mod exclude;
+pub(crate) mod policy;
+pub(crate) mod run;
+pub mod service;
+pub(crate) mod sessions;
+
+pub use run::run;
+
+/// Whether `exe` runs from a build directory (`target/`), where the next build replaces it:
+/// no service may point there.
+pub fn in_build_dir(exe: &std::path::Path) -> bool {
+    run::in_build_dir(exe)
+}

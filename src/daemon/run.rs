@@ -1,0 +1,758 @@
+//! The daemon's loop: one `select!` over change notification (the watcher directory, and the
+//! rollout directories of sessions whose supervisor rests), the safety-net poll, supervisor
+//! exits (reported by one waiting thread per started supervisor), due restarts and the
+//! shutdown signals.
+//!
+//! Idle it does what one idle `watch` does at most: nothing between events but one poll
+//! every few seconds (five times the poll interval), and a status file written at most
+//! every 2 s while something changed and every 60 s otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use super::policy::{Ended, Next, Restarts};
+use super::sessions::{self, LaunchFacts, ServerSource};
+use crate::config::Settings;
+use crate::error::LockHeld;
+use crate::files::{self, ExclusiveLock};
+use crate::platform::{detached, proc_info};
+use crate::status_file::{self, SkippedSession, StatusFile, TakenSession, Writer};
+use crate::supervise::discover::{CodexLayout, Discovery, Found, Header, read_header};
+use crate::supervise::wake::DirWatcher;
+use crate::time::Ts;
+
+/// How long the daemon waits for its supervisors after asking them to end (they spool within
+/// 4 s), so that it exits within 5 s of the signal.
+const END_WAIT: Duration = Duration::from_millis(4500);
+/// Status file: at most this often while something changes...
+const STATUS_MIN: Duration = Duration::from_secs(2);
+/// ...and at least this often.
+const STATUS_MAX: Duration = Duration::from_secs(60);
+
+/// What became of a session's supervisor.
+#[derive(Debug)]
+enum Supervisor {
+    Running {
+        pid: u32,
+        /// Which start this is (exits of earlier ones are ignored).
+        generation: u64,
+        /// Started by an earlier daemon or by hand: not our child, watched by pid.
+        adopted: bool,
+        sent_signal: bool,
+    },
+    /// Ended on purpose: a new one starts when a descendant appears or grows.
+    Resting(Box<Dormant>),
+    RestartAt(Ts),
+    GaveUp(Box<Dormant>),
+}
+
+/// A resting session's descendants, watched for a new one or growth.
+#[derive(Debug)]
+struct Dormant {
+    discovery: Option<Discovery>,
+    sizes: HashMap<PathBuf, u64>,
+}
+
+#[derive(Debug)]
+struct Session {
+    watcher_pid: u32,
+    rollout: PathBuf,
+    server: String,
+    server_source: ServerSource,
+    codex_home: Option<PathBuf>,
+    supervisor: Supervisor,
+    restarts: Restarts,
+}
+
+struct Exit {
+    key: String,
+    generation: u64,
+    ended: Ended,
+}
+
+pub(crate) struct Daemon {
+    settings: Settings,
+    exe: PathBuf,
+    sessions: BTreeMap<String, Session>,
+    /// Sessions left alone, with the watcher pid they were judged under and why.
+    skipped: BTreeMap<String, (u32, String)>,
+    notifier: DirWatcher,
+    exits_tx: mpsc::UnboundedSender<Exit>,
+    exits: mpsc::UnboundedReceiver<Exit>,
+    next_generation: u64,
+    start_token: String,
+    dirty: bool,
+    status_written: Option<Instant>,
+    /// The daemon's own server (for its status file), resolved once.
+    own_server: Option<String>,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
+pub async fn run(settings: Settings) -> Result<()> {
+    let lock_path = files::daemon_lock_path(&settings.config_dir);
+    let _lock = ExclusiveLock::try_take(&lock_path)
+        .context("failed to take the daemon lock")?
+        .ok_or_else(|| LockHeld {
+            key: format!("the daemon of {}", settings.config_dir.display()),
+            holder_pid: ExclusiveLock::holder_pid(&lock_path),
+        })?;
+    crate::logging::attach_file(
+        &settings
+            .config_dir
+            .join("logs")
+            .join("kcap-watch-daemon.log"),
+    );
+    let exe = std::env::current_exe().context("failed to find the daemon's own executable")?;
+    let (exits_tx, exits) = mpsc::unbounded_channel();
+    let own_server = sessions::choose_server(None, settings.server.as_deref(), || {
+        sessions::store_server_url(&settings.config_dir, settings.profile.as_deref())
+    })
+    .map(|(s, _)| s);
+    let notifier = DirWatcher::start(settings.force_poll);
+    if let Some(why) = notifier.polling_because() {
+        info!(event = "polling", "{why}");
+    }
+    let mut daemon = Daemon {
+        exe,
+        sessions: BTreeMap::new(),
+        skipped: BTreeMap::new(),
+        notifier,
+        exits_tx,
+        exits,
+        next_generation: 0,
+        start_token: crate::platform::start_token::for_current().unwrap_or_default(),
+        dirty: true,
+        status_written: None,
+        own_server,
+        settings,
+    };
+    info!(
+        event = "daemon_started",
+        version = env!("CARGO_PKG_VERSION"),
+        watcher_dir = %daemon.settings.watcher_dir.display(),
+        "kcap-watch daemon {} watching {}",
+        env!("CARGO_PKG_VERSION"),
+        daemon.settings.watcher_dir.display()
+    );
+    let result = daemon.run().await;
+    if let Err(e) = status_file::remove(
+        &daemon.settings.config_dir,
+        status_file::DAEMON_KEY,
+        Writer::Daemon,
+    ) {
+        warn!(
+            event = "status_file_failed",
+            "failed to remove the status file: {e}"
+        );
+    }
+    result
+}
+
+impl Daemon {
+    fn poll_every(&self) -> Duration {
+        self.settings.poll_interval.saturating_mul(5)
+    }
+
+    async fn run(&mut self) -> Result<()> {
+        let mut signals = crate::platform::signals::ShutdownSignals::install()
+            .context("failed to install a signal handler")?;
+        self.refresh(Ts::now());
+        self.sync_watches();
+        let mut poll = tokio::time::interval(self.poll_every());
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.write_status_if_due();
+            let sleep = tokio::time::sleep(self.next_wake());
+            tokio::select! {
+                _ = self.notifier.changed() => self.on_changes(),
+                _ = poll.tick() => self.on_poll(),
+                Some(exit) = self.exits.recv() => self.on_exit(exit),
+                _ = sleep => self.on_due(),
+                name = signals.recv() => {
+                    info!(event = "daemon_ending", why = name, "ending every supervisor ({name})");
+                    self.end_all().await;
+                    info!(event = "daemon_ended", "every supervisor has ended");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Until the next restart is due or the status file must be written.
+    fn next_wake(&self) -> Duration {
+        let now = Ts::now();
+        let restart = self
+            .sessions
+            .values()
+            .filter_map(|s| match s.supervisor {
+                Supervisor::RestartAt(at) => Some(crate::watch::clock::until(now, at)),
+                _ => None,
+            })
+            .min();
+        let status = match self.status_written {
+            None => Duration::ZERO,
+            Some(at) if self.dirty => STATUS_MIN.saturating_sub(at.elapsed()),
+            Some(at) => STATUS_MAX.saturating_sub(at.elapsed()),
+        };
+        restart.map_or(status, |r| r.min(status))
+    }
+
+    fn on_changes(&mut self) {
+        let changes = self.notifier.take();
+        let dir = self.settings.watcher_dir.clone();
+        let session_files_changed = changes.rescan
+            || changes.paths.iter().any(|p| {
+                p.parent() == Some(dir.as_path())
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.strip_suffix(".pid"))
+                        .is_some_and(sessions::is_session_key)
+            });
+        if session_files_changed {
+            self.refresh(Ts::now());
+        }
+        let others: Vec<PathBuf> = changes
+            .paths
+            .into_iter()
+            .filter(|p| p.parent() != Some(dir.as_path()))
+            .collect();
+        if !others.is_empty() || changes.rescan {
+            self.wake_dormant(&others, changes.rescan);
+        }
+        self.sync_watches();
+    }
+
+    fn on_poll(&mut self) {
+        let now = Ts::now();
+        self.refresh(now);
+        // An adopted supervisor is not our child: its end is seen here.
+        let mut ended = Vec::new();
+        for (key, s) in &self.sessions {
+            if let Supervisor::Running {
+                pid, adopted: true, ..
+            } = s.supervisor
+                && !crate::platform::process::alive(pid)
+            {
+                ended.push(key.clone());
+            }
+        }
+        for key in ended {
+            info!(event = "supervisor_ended", key = %key, "the adopted supervisor of {key} has ended");
+            self.rest(&key);
+        }
+        self.wake_dormant(&[], true);
+        self.sync_watches();
+    }
+
+    fn on_due(&mut self) {
+        let now = Ts::now();
+        let due: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| matches!(s.supervisor, Supervisor::RestartAt(at) if at <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if sessions::still_watched(&self.settings.watcher_dir, &key, now) {
+                if let Some(s) = self.sessions.get_mut(&key) {
+                    s.restarts.restarted(now);
+                }
+                info!(event = "supervisor_restarting", key = %key, "restarting the supervisor of {key}");
+                self.start_supervisor(&key);
+            } else {
+                info!(event = "session_gone", key = %key, "{key} is no longer watched by the kcap CLI; not restarting its supervisor");
+                self.sessions.remove(&key);
+            }
+            self.dirty = true;
+        }
+    }
+
+    /// Takes every newly watched session, forgets sessions no longer watched whose
+    /// supervisor has ended.
+    fn refresh(&mut self, now: Ts) {
+        let watched = match sessions::watched(&self.settings.watcher_dir, now) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(
+                    event = "watcher_dir_unreadable",
+                    "failed to list {}: {e}",
+                    self.settings.watcher_dir.display()
+                );
+                return;
+            }
+        };
+        let live: HashMap<&str, u32> = watched.iter().map(|w| (w.key.as_str(), w.pid)).collect();
+        let before = (self.sessions.len(), self.skipped.len());
+        self.skipped
+            .retain(|k, (pid, _)| live.get(k.as_str()) == Some(&*pid));
+        self.sessions.retain(|k, s| {
+            live.contains_key(k.as_str()) || matches!(s.supervisor, Supervisor::Running { .. })
+        });
+        for w in &watched {
+            if self.skipped.contains_key(&w.key) {
+                continue;
+            }
+            if let Some(s) = self.sessions.get_mut(&w.key) {
+                // The kcap CLI may replace its session watcher while the session lives.
+                s.watcher_pid = w.pid;
+                continue;
+            }
+            self.take(&w.key, w.pid);
+        }
+        if before != (self.sessions.len(), self.skipped.len()) {
+            self.dirty = true;
+        }
+    }
+
+    /// Decides about one newly watched session: supervise it, or skip it saying why.
+    fn take(&mut self, key: &str, watcher_pid: u32) {
+        let facts = proc_info::read(watcher_pid)
+            .map(|l| LaunchFacts::from_launch(&l, key))
+            .unwrap_or_default();
+        let codex_home = facts
+            .codex_home
+            .clone()
+            .or_else(|| self.settings.codex_home.clone());
+        let rollout = facts.rollout.clone().filter(|p| p.is_file()).or_else(|| {
+            let home = codex_home.clone().or_else(default_codex_home)?;
+            sessions::find_rollout(&home, key)
+        });
+        let skip = |this: &mut Daemon, reason: String| {
+            info!(event = "session_skipped", key = %key, "leaving session {key} to the kcap CLI: {reason}");
+            this.skipped.insert(key.to_owned(), (watcher_pid, reason));
+            this.dirty = true;
+        };
+        let Some(rollout) = rollout else {
+            return skip(
+                self,
+                "no rollout found (the session watcher's command line names none, and none is under CODEX_HOME)".into(),
+            );
+        };
+        let cwd = match read_header(&rollout) {
+            Ok(Header::Meta(meta)) => meta.cwd,
+            _ => None,
+        };
+        if let Some(cwd) = &cwd
+            && let Some(pattern) =
+                super::exclude::excluded_by(&self.settings.exclude, cwd).map(str::to_owned)
+        {
+            return skip(
+                self,
+                format!("its cwd {cwd} matches KCAP_WATCH_EXCLUDE pattern {pattern}"),
+            );
+        }
+        let Some((server, source)) = sessions::choose_server(
+            facts.kcap_url.as_deref(),
+            self.settings.server.as_deref(),
+            || {
+                sessions::store_server_url(
+                    &self.settings.config_dir,
+                    self.settings.profile.as_deref(),
+                )
+            },
+        ) else {
+            return skip(
+                self,
+                "no server: the session watcher has no KCAP_URL, the daemon none, and the active profile's token store no server_url".into(),
+            );
+        };
+        if let Some(dir) = &facts.config_dir
+            && dir != &self.settings.config_dir
+        {
+            warn!(event = "config_dir_differs", key = %key, "the session watcher of {key} runs with KCAP_CONFIG_DIR {}; its supervisor uses the daemon's {}", dir.display(), self.settings.config_dir.display());
+        }
+        info!(event = "session_taken", key = %key, rollout = %rollout.display(), server = %server, server_source = source.as_str(), "supervising the sub-agents of session {key}");
+        self.sessions.insert(
+            key.to_owned(),
+            Session {
+                watcher_pid,
+                rollout,
+                server,
+                server_source: source,
+                codex_home,
+                supervisor: Supervisor::RestartAt(Ts::now()),
+                restarts: Restarts::default(),
+            },
+        );
+        self.start_supervisor(key);
+        self.dirty = true;
+    }
+
+    /// Starts the session's supervisor, or adopts the one holding its lock.
+    fn start_supervisor(&mut self, key: &str) {
+        let lock = files::supervise_lock_path(&self.settings.config_dir, key);
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let Some(session) = self.sessions.get_mut(key) else {
+            return;
+        };
+        if ExclusiveLock::is_held(&lock)
+            && let Some(pid) = ExclusiveLock::holder_pid(&lock)
+        {
+            info!(event = "supervisor_adopted", key = %key, pid, "a supervisor (pid {pid}) already runs for {key}; adopting it");
+            session.supervisor = Supervisor::Running {
+                pid,
+                generation,
+                adopted: true,
+                sent_signal: false,
+            };
+            return;
+        }
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("supervise")
+            .arg(&session.rollout)
+            .args(["--session-id", key])
+            .env("KCAP_URL", &session.server)
+            .env("KCAP_CONFIG_DIR", &self.settings.config_dir)
+            .env("KCAP_WATCHER_DIR", &self.settings.watcher_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(home) = &session.codex_home {
+            cmd.env("CODEX_HOME", home);
+        }
+        detached::detach(&mut cmd);
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let pid = child.id();
+                info!(event = "supervisor_started", key = %key, pid, rollout = %session.rollout.display(), "started the supervisor of {key} (pid {pid})");
+                session.supervisor = Supervisor::Running {
+                    pid,
+                    generation,
+                    adopted: false,
+                    sent_signal: false,
+                };
+                let tx = self.exits_tx.clone();
+                let key = key.to_owned();
+                // One small thread per supervisor: waiting is what reaps it, and it wakes the
+                // loop only when the process ends.
+                let spawned = std::thread::Builder::new()
+                    .name(format!("wait-{}", &key[..8]))
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let ended = match child.wait() {
+                            Ok(status) => ended_of(status),
+                            Err(_) => Ended::Code(1),
+                        };
+                        let _ = tx.send(Exit {
+                            key,
+                            generation,
+                            ended,
+                        });
+                    });
+                if let Err(e) = spawned {
+                    error!(
+                        event = "supervisor_wait_failed",
+                        "failed to start waiting for a supervisor: {e}"
+                    );
+                }
+            }
+            Err(e) => {
+                error!(event = "supervisor_start_failed", key = %key, "failed to start the supervisor of {key}: {e}");
+                let now = Ts::now();
+                session.supervisor = match session.restarts.on_end(Ended::Code(1), false, now) {
+                    Next::RestartAt(at) => Supervisor::RestartAt(at),
+                    _ => Supervisor::GaveUp(Box::new(Dormant::empty())),
+                };
+            }
+        }
+        self.dirty = true;
+    }
+
+    fn on_exit(&mut self, exit: Exit) {
+        let Some(session) = self.sessions.get_mut(&exit.key) else {
+            return;
+        };
+        let Supervisor::Running {
+            generation,
+            sent_signal,
+            pid,
+            ..
+        } = session.supervisor
+        else {
+            return;
+        };
+        if generation != exit.generation {
+            return;
+        }
+        let key = exit.key;
+        let now = Ts::now();
+        let next = session.restarts.on_end(exit.ended, sent_signal, now);
+        let how = match exit.ended {
+            Ended::Code(c) => format!("exit {c}"),
+            Ended::Signal { .. } => "a signal".to_string(),
+        };
+        info!(event = "supervisor_ended", key = %key, pid, how = %how, "the supervisor of {key} (pid {pid}) ended with {how}");
+        self.dirty = true;
+        match next {
+            Next::Rest => self.rest(&key),
+            Next::Adopt => self.start_supervisor(&key),
+            Next::RestartAt(at) => {
+                info!(event = "supervisor_restart_due", key = %key, at = %at.rfc3339(), "the supervisor of {key} crashed; restarting it at {} if the session is still watched", at.rfc3339());
+                session.supervisor = Supervisor::RestartAt(at);
+            }
+            Next::GiveUp => {
+                error!(event = "supervisor_crashing", key = %key, "the supervisor of {key} crashed 5 times within the hour; not restarting it until a descendant appears or grows");
+                let dormant = self.dormant_for(&key);
+                if let Some(s) = self.sessions.get_mut(&key) {
+                    s.supervisor = Supervisor::GaveUp(Box::new(dormant));
+                }
+            }
+        }
+    }
+
+    /// The session rests: no supervisor until a descendant appears or grows.
+    fn rest(&mut self, key: &str) {
+        let dormant = self.dormant_for(key);
+        if let Some(s) = self.sessions.get_mut(key) {
+            s.supervisor = Supervisor::Resting(Box::new(dormant));
+        }
+        self.dirty = true;
+        self.sync_watches();
+    }
+
+    /// A discovery over the session's descendants as they are now (so only what comes later
+    /// wakes it).
+    fn dormant_for(&self, key: &str) -> Dormant {
+        let Some(s) = self.sessions.get(key) else {
+            return Dormant::empty();
+        };
+        let Ok(layout) = CodexLayout::for_session(&s.rollout, s.codex_home.as_deref()) else {
+            return Dormant::empty();
+        };
+        let mut discovery = Discovery::new(layout, key);
+        let mut dormant = Dormant {
+            discovery: None,
+            sizes: HashMap::new(),
+        };
+        for f in discovery.scan(SystemTime::now()) {
+            dormant.note(&f);
+        }
+        dormant.discovery = Some(discovery);
+        dormant
+    }
+
+    /// Gives each resting session a supervisor again when one of its descendants appeared
+    /// or grew (`paths`: what notification named; `full`: scan everything).
+    fn wake_dormant(&mut self, paths: &[PathBuf], full: bool) {
+        let mut wake = Vec::new();
+        for (key, s) in &mut self.sessions {
+            let dormant = match &mut s.supervisor {
+                Supervisor::Resting(d) | Supervisor::GaveUp(d) => d,
+                _ => continue,
+            };
+            if dormant.woken(paths, full) {
+                wake.push(key.clone());
+            }
+        }
+        for key in wake {
+            if !sessions::still_watched(&self.settings.watcher_dir, &key, Ts::now()) {
+                continue;
+            }
+            info!(event = "session_woken", key = %key, "a descendant of {key} appeared or grew; starting its supervisor again");
+            self.start_supervisor(&key);
+        }
+    }
+
+    /// Watches the watcher directory and every resting session's rollout directories.
+    fn sync_watches(&mut self) {
+        let mut dirs = vec![self.settings.watcher_dir.clone()];
+        for s in self.sessions.values() {
+            if let Supervisor::Resting(d) | Supervisor::GaveUp(d) = &s.supervisor
+                && let Some(disc) = &d.discovery
+            {
+                dirs.extend(disc.watch_dirs());
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        self.notifier.sync(&dirs);
+    }
+
+    /// SIGTERM to every running supervisor (adopted ones too), then waits for them, at most
+    /// [`END_WAIT`].
+    async fn end_all(&mut self) {
+        let mut waiting: Vec<(String, u32, bool)> = Vec::new();
+        for (key, s) in &mut self.sessions {
+            if let Supervisor::Running {
+                pid,
+                adopted,
+                sent_signal,
+                ..
+            } = &mut s.supervisor
+            {
+                *sent_signal = true;
+                detached::terminate(*pid);
+                waiting.push((key.clone(), *pid, *adopted));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + END_WAIT;
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        while !waiting.is_empty() {
+            tokio::select! {
+                Some(exit) = self.exits.recv() => {
+                    waiting.retain(|(k, _, adopted)| *adopted || *k != exit.key);
+                }
+                _ = tick.tick() => {
+                    waiting.retain(|(_, pid, adopted)| !*adopted || crate::platform::process::alive(*pid));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    for (key, pid, _) in &waiting {
+                        warn!(event = "supervisor_slow", key = %key, pid, "the supervisor of {key} (pid {pid}) has not ended yet; leaving it to finish");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn write_status_if_due(&mut self) {
+        let due = match self.status_written {
+            None => true,
+            Some(at) => (self.dirty && at.elapsed() >= STATUS_MIN) || at.elapsed() >= STATUS_MAX,
+        };
+        if !due {
+            return;
+        }
+        let status = self.status();
+        if let Err(e) =
+            status_file::write(&self.settings.config_dir, status_file::DAEMON_KEY, &status)
+        {
+            warn!(
+                event = "status_file_failed",
+                "failed to write the status file: {e}"
+            );
+        }
+        self.status_written = Some(Instant::now());
+        self.dirty = false;
+    }
+
+    fn status(&self) -> StatusFile {
+        let now = Ts::now();
+        StatusFile {
+            version: status_file::VERSION,
+            writer: Writer::Daemon,
+            pid: std::process::id(),
+            start_token: self.start_token.clone(),
+            updated_at: now.rfc3339(),
+            kcap_watch_version: env!("CARGO_PKG_VERSION").into(),
+            server: self.own_server.clone(),
+            session_id: String::new(),
+            keys: Vec::new(),
+            sessions_taken: self
+                .sessions
+                .iter()
+                .map(|(key, s)| {
+                    let (pid, state) = match &s.supervisor {
+                        Supervisor::Running { pid, adopted, .. } => (
+                            Some(*pid),
+                            if *adopted { "adopted" } else { "running" }.to_string(),
+                        ),
+                        Supervisor::Resting(_) => (None, "resting".into()),
+                        Supervisor::RestartAt(at) => {
+                            (None, format!("restart due {}", at.rfc3339()))
+                        }
+                        Supervisor::GaveUp(_) => (None, "crashed too often".into()),
+                    };
+                    TakenSession {
+                        session_id: key.clone(),
+                        rollout: s.rollout.display().to_string(),
+                        supervisor_pid: pid,
+                        restarts: s.restarts.total,
+                        server: Some(s.server.clone()),
+                        server_source: Some(s.server_source.as_str().into()),
+                        supervisor: Some(state),
+                    }
+                })
+                .collect(),
+            sessions_skipped: self
+                .skipped
+                .iter()
+                .map(|(key, (_, reason))| SkippedSession {
+                    session_id: key.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Dormant {
+    fn empty() -> Dormant {
+        Dormant {
+            discovery: None,
+            sizes: HashMap::new(),
+        }
+    }
+
+    /// Remembers a descendant's rollout and its size now.
+    fn note(&mut self, found: &Found) {
+        match found {
+            Found::Joined { path, .. } => {
+                let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                self.sizes.insert(path.clone(), len);
+            }
+            Found::Moved { from, to, .. } => {
+                if let Some(len) = self.sizes.remove(from) {
+                    self.sizes.insert(to.clone(), len);
+                }
+            }
+        }
+    }
+
+    /// Whether a descendant appeared, or one known grew.
+    fn woken(&mut self, paths: &[PathBuf], full: bool) -> bool {
+        let Some(discovery) = self.discovery.as_mut() else {
+            return false;
+        };
+        let mut found = discovery.on_paths(paths, SystemTime::now());
+        if full {
+            found.extend(discovery.scan(SystemTime::now()));
+        }
+        let appeared = found.iter().any(|f| matches!(f, Found::Joined { .. }));
+        for f in &found {
+            self.note(f);
+        }
+        let grew = self.sizes.iter_mut().any(|(path, len)| {
+            let now_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(*len);
+            if now_len > *len {
+                *len = now_len;
+                true
+            } else {
+                false
+            }
+        });
+        appeared || grew
+    }
+}
+
+/// How a supervisor process ended.
+fn ended_of(status: std::process::ExitStatus) -> Ended {
+    if let Some(code) = status.code() {
+        return Ended::Code(code);
+    }
+    Ended::Signal { sent: false }
+}
+
+/// Codex's default home, `~/.codex`.
+fn default_codex_home() -> Option<PathBuf> {
+    directories::BaseDirs::new().map(|b| b.home_dir().join(".codex"))
+}
+
+/// Whether `path` is under a directory named `target` that a build made (or under
+/// `target/debug`, `target/release`): a binary there is replaced by the next build.
+pub(crate) fn in_build_dir(path: &Path) -> bool {
+    path.ancestors().any(|dir| {
+        dir.file_name().is_some_and(|n| n == "target")
+            && (dir.join("CACHEDIR.TAG").exists()
+                || dir.join(".rustc_info.json").exists()
+                || dir.join("debug").is_dir()
+                || dir.join("release").is_dir())
+    })
+}

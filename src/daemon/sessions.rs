@@ -1,0 +1,327 @@
+//! Which Codex sessions the kcap CLI watches, and what the daemon needs to supervise one
+//! (`revision-3.md` S2.1, S2.3).
+//!
+//! A session is watched when `<watchers>/<key>.pid` names a watcher alive by the kcap CLI's
+//! rule ([`crate::supervise::ownership::judge_key`]) and the key is a session key: 32
+//! hexadecimal digits, no agent part. What that watcher was started with comes from the
+//! process itself where the OS lets a user read their own processes
+//! ([`crate::platform::proc_info`]): its command line `watch <id> "<path>" ...` names the
+//! rollout, its environment the `KCAP_URL`, `KCAP_CONFIG_DIR` and `CODEX_HOME` it runs with.
+//! Elsewhere (or for a process started differently) the rollout is looked up under
+//! `CODEX_HOME` by the session's dashed id.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::platform::proc_info::ProcessLaunch;
+use crate::rollout::header::normalize_id;
+use crate::supervise::ownership::{Verdict, judge_key};
+use crate::time::Ts;
+
+/// A session key: a UUID's 32 hexadecimal digits, no dashes, no agent part.
+pub(crate) fn is_session_key(key: &str) -> bool {
+    key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The dashed form Codex puts in rollout file names (`8-4-4-4-12`), lowercase.
+pub(crate) fn dashed(key: &str) -> String {
+    let k = key.to_ascii_lowercase();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &k[..8],
+        &k[8..12],
+        &k[12..16],
+        &k[16..20],
+        &k[20..32]
+    )
+}
+
+/// A session the kcap CLI's watcher keeps alive right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Watched {
+    pub key: String,
+    /// The session watcher's pid.
+    pub pid: u32,
+}
+
+/// Every watched session in `watcher_dir` at `now`, by key. A missing directory is none.
+pub(crate) fn watched(watcher_dir: &Path, now: Ts) -> io::Result<Vec<Watched>> {
+    let entries = match fs::read_dir(watcher_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(key) = name.to_str().and_then(|n| n.strip_suffix(".pid")) else {
+            continue;
+        };
+        if !is_session_key(key) {
+            continue;
+        }
+        if let Verdict::Alive { pid } = judge_key(watcher_dir, key, now) {
+            out.push(Watched {
+                key: key.to_owned(),
+                pid,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(out)
+}
+
+/// Whether the kcap CLI still watches session `key`.
+pub(crate) fn still_watched(watcher_dir: &Path, key: &str, now: Ts) -> bool {
+    matches!(judge_key(watcher_dir, key, now), Verdict::Alive { .. })
+}
+
+/// What the session watcher's own launch says (each `None` when unknown).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LaunchFacts {
+    pub rollout: Option<PathBuf>,
+    pub kcap_url: Option<String>,
+    pub config_dir: Option<PathBuf>,
+    pub codex_home: Option<PathBuf>,
+}
+
+impl LaunchFacts {
+    /// Reads `watch <id> "<path>"` from the arguments (the first `watch` after the program,
+    /// whose id is `key`) and the three variables from the environment.
+    pub fn from_launch(launch: &ProcessLaunch, key: &str) -> LaunchFacts {
+        let args = &launch.args;
+        let rollout = args
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, a)| *a == "watch")
+            .and_then(|(i, _)| {
+                let id = args.get(i + 1)?;
+                let path = args.get(i + 2)?;
+                (normalize_id(id).eq_ignore_ascii_case(key) && !path.starts_with('-'))
+                    .then(|| PathBuf::from(path))
+            });
+        LaunchFacts {
+            rollout,
+            kcap_url: launch.var("KCAP_URL").map(str::to_owned),
+            config_dir: launch.var("KCAP_CONFIG_DIR").map(PathBuf::from),
+            codex_home: launch.var("CODEX_HOME").map(PathBuf::from),
+        }
+    }
+}
+
+/// The rollout of session `key` under `codex_home`: a `rollout-*-<dashed id>.jsonl` in
+/// `sessions/YYYY/MM/DD/` before one in `archived_sessions/`, the newest (latest modified)
+/// when several match.
+pub(crate) fn find_rollout(codex_home: &Path, key: &str) -> Option<PathBuf> {
+    let suffix = format!("-{}.jsonl", dashed(key));
+    let matches = |dir: &Path, out: &mut Vec<(SystemTime, PathBuf)>| {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with("rollout-") && name.to_ascii_lowercase().ends_with(&suffix) {
+                let mtime = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                out.push((mtime, e.path()));
+            }
+        }
+    };
+    let mut found = Vec::new();
+    for year in digit_dirs(&codex_home.join("sessions"), 4) {
+        for month in digit_dirs(&year, 2) {
+            for day in digit_dirs(&month, 2) {
+                matches(&day, &mut found);
+            }
+        }
+    }
+    if found.is_empty() {
+        matches(&codex_home.join("archived_sessions"), &mut found);
+    }
+    found.into_iter().max().map(|(_, p)| p)
+}
+
+fn digit_dirs(dir: &Path, len: usize) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.len() == len
+                && name.bytes().all(|b| b.is_ascii_digit())
+                && e.file_type().is_ok_and(|t| t.is_dir())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Where the server comes from, for `status` and the logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServerSource {
+    SessionEnv,
+    DaemonEnv,
+    TokenStore,
+}
+
+impl ServerSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerSource::SessionEnv => "the session watcher's KCAP_URL",
+            ServerSource::DaemonEnv => "the daemon's KCAP_URL",
+            ServerSource::TokenStore => "the active profile's token store",
+        }
+    }
+}
+
+/// S2.3: the session watcher's `KCAP_URL`, else the daemon's, else the `server_url` of the
+/// active profile's token store.
+pub(crate) fn choose_server(
+    session: Option<&str>,
+    daemon: Option<&str>,
+    store: impl FnOnce() -> Option<String>,
+) -> Option<(String, ServerSource)> {
+    if let Some(url) = session.filter(|u| !u.trim().is_empty()) {
+        return Some((url.trim().to_owned(), ServerSource::SessionEnv));
+    }
+    if let Some(url) = daemon.filter(|u| !u.trim().is_empty()) {
+        return Some((url.trim().to_owned(), ServerSource::DaemonEnv));
+    }
+    store()
+        .filter(|u| !u.trim().is_empty())
+        .map(|u| (u.trim().to_owned(), ServerSource::TokenStore))
+}
+
+/// The `server_url` of the token store of `profile` (else the active profile) in
+/// `config_dir`.
+pub(crate) fn store_server_url(config_dir: &Path, profile: Option<&str>) -> Option<String> {
+    use crate::ship::auth::store::{Store, resolve_profile};
+    let (profile, active) = resolve_profile(config_dir, profile);
+    let entry = Store::new(config_dir.to_path_buf(), profile, active).load()?;
+    entry.server_url().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "019fa9812dca7a319c553b1f0e6d2a01";
+
+    #[test]
+    fn session_keys_are_32_hex_digits_without_an_agent_part() {
+        assert!(is_session_key(KEY));
+        assert!(!is_session_key(&format!(
+            "{KEY}-019fa9816ea27b028d115c2e9f7a4b02"
+        )));
+        assert!(!is_session_key("019fa981-2dca-7a31-9c55-3b1f0e6d2a01"));
+        assert!(!is_session_key("daemon"));
+        assert_eq!(dashed(KEY), "019fa981-2dca-7a31-9c55-3b1f0e6d2a01");
+    }
+
+    fn launch(args: &[&str], env: &[(&str, &str)]) -> ProcessLaunch {
+        ProcessLaunch {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_session_watchers_command_line_names_its_rollout_and_its_environment_the_rest() {
+        let l = launch(
+            &[
+                "/opt/kcap/kcap",
+                "watch",
+                KEY,
+                "/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl",
+                "--cwd",
+                "/src",
+                "--parent-pid",
+                "42",
+                "--vendor",
+                "codex",
+            ],
+            &[
+                ("KCAP_URL", "https://kcap.example"),
+                ("CODEX_HOME", "/home/u/.codex"),
+                ("KCAP_CONFIG_DIR", ""),
+            ],
+        );
+        let f = LaunchFacts::from_launch(&l, KEY);
+        assert_eq!(
+            f.rollout.as_deref(),
+            Some(Path::new(
+                "/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl"
+            ))
+        );
+        assert_eq!(f.kcap_url.as_deref(), Some("https://kcap.example"));
+        assert_eq!(f.codex_home.as_deref(), Some(Path::new("/home/u/.codex")));
+        // Empty is unset, as for the kcap CLI.
+        assert_eq!(f.config_dir, None);
+        // Another session's watcher, or no `watch` at all, names no rollout of ours.
+        let other = launch(
+            &["kcap", "watch", "00000000000000000000000000000000", "/x"],
+            &[],
+        );
+        assert_eq!(LaunchFacts::from_launch(&other, KEY).rollout, None);
+        assert_eq!(
+            LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
+            None
+        );
+    }
+
+    #[test]
+    fn the_server_comes_from_the_session_then_the_daemon_then_the_store() {
+        let store = || Some("https://store".to_string());
+        assert_eq!(
+            choose_server(Some("https://s"), Some("https://d"), store),
+            Some(("https://s".into(), ServerSource::SessionEnv))
+        );
+        assert_eq!(
+            choose_server(None, Some("https://d"), store),
+            Some(("https://d".into(), ServerSource::DaemonEnv))
+        );
+        assert_eq!(
+            choose_server(Some(" "), None, store),
+            Some(("https://store".into(), ServerSource::TokenStore))
+        );
+        assert_eq!(choose_server(None, None, || None), None);
+    }
+
+    #[test]
+    fn the_rollout_is_found_by_its_dashed_id_live_before_archived_newest_first() {
+        let home = tempfile::tempdir().unwrap();
+        let name = format!("rollout-2026-07-28T10-00-00-{}.jsonl", dashed(KEY));
+        let archived = home.path().join("archived_sessions");
+        fs::create_dir_all(&archived).unwrap();
+        fs::write(archived.join(&name), "{}\n").unwrap();
+        assert_eq!(find_rollout(home.path(), KEY), Some(archived.join(&name)));
+        let day = home.path().join("sessions/2026/07/28");
+        fs::create_dir_all(&day).unwrap();
+        fs::write(day.join(&name), "{}\n").unwrap();
+        assert_eq!(find_rollout(home.path(), KEY), Some(day.join(&name)));
+        let later = home.path().join("sessions/2026/07/29");
+        fs::create_dir_all(&later).unwrap();
+        let newer = later.join(format!("rollout-2026-07-29T10-00-00-{}.jsonl", dashed(KEY)));
+        fs::write(&newer, "{}\n").unwrap();
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        fs::File::options()
+            .write(true)
+            .open(day.join(&name))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert_eq!(find_rollout(home.path(), KEY), Some(newer));
+        assert_eq!(find_rollout(home.path(), "0".repeat(32).as_str()), None);
+    }
+}

@@ -1,0 +1,773 @@
+//! `kcap-watch daemon` with the real binary, beside a stand-in for the kcap CLI's session
+//! watcher ([`support::kcap_standin`], written from the kcap CLI's code) and the fake kcap
+//! server: two sessions, the daemon started before their sub-agents appear. Every child and
+//! grandchild is shipped completely with one stop, the stand-ins never find a child without a
+//! live watcher, one process runs per session, one session's teardown ends that session's
+//! supervisor only, a SIGKILLed supervisor is restarted and loses no line, a second daemon
+//! exits 75, SIGTERM ends them all with 0 within 5 s; and the printed service definitions are
+//! checked (`systemd-analyze verify` where installed, an XML parser for the plist and the
+//! Task Scheduler XML).
+//!
+//! Linux only: the stand-in and the daemon read `/proc`, and the tests end processes with
+//! signals.
+#![cfg(target_os = "linux")]
+
+use crate::support;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::FakeKcap;
+use support::bin::{kcap_watch, wait_for};
+use support::harness::{BIN, append_lines, turn};
+use support::kcap_standin::{self, Standin};
+
+const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
+const CHILD_A: &str = "019fa981-6ea2-7b02-8d11-5c2e9f7a4b02";
+const CHILD_B: &str = "019fb1f2-6d40-7b19-9e35-4f8c2a1d6066";
+const GRANDCHILD: &str = "019fb1c0-5a18-7e03-8b2d-7c41f9e6a033";
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The body of the stand-in process ([`Standin::start`] runs this test binary with it).
+#[test]
+#[ignore = "the body of the kcap CLI stand-in process, not a test of its own"]
+fn kcap_standin_process() {
+    if std::env::var_os(kcap_standin::MARK).is_some() {
+        kcap_standin::main();
+    }
+}
+
+fn bare(id: &str) -> String {
+    id.replace('-', "")
+}
+
+fn fixture(name: &str) -> String {
+    fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/codex")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// One session's ids: session 1 uses the fixtures' own, session 2 the same with `019f`
+/// replaced by `029f` everywhere (distinct threads in the same Codex home).
+#[derive(Clone, Copy)]
+struct Ids {
+    n: u8,
+}
+
+impl Ids {
+    fn id(&self, id: &str) -> String {
+        if self.n == 1 {
+            id.to_owned()
+        } else {
+            id.replace("019f", "029f")
+        }
+    }
+    fn root(&self) -> String {
+        self.id(ROOT)
+    }
+    fn key(&self) -> String {
+        bare(&self.root())
+    }
+    fn text(&self, text: &str) -> String {
+        if self.n == 1 {
+            text.to_owned()
+        } else {
+            text.replace("019f", "029f")
+        }
+    }
+}
+
+/// A descendant: its id and rollout.
+struct Descendant {
+    id: String,
+    path: PathBuf,
+    text: String,
+}
+
+struct World {
+    tmp: tempfile::TempDir,
+    home: PathBuf,
+    config: PathBuf,
+    server: FakeKcap,
+}
+
+impl World {
+    fn new() -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("codex");
+        fs::create_dir_all(home.join("sessions/2026/07/28")).unwrap();
+        World {
+            config: tmp.path().join("kcap"),
+            home,
+            tmp,
+            server: FakeKcap::start(),
+        }
+    }
+
+    fn day(&self) -> PathBuf {
+        self.home.join("sessions/2026/07/28")
+    }
+
+    /// Writes session `ids`' own rollout and returns its path.
+    fn session(&self, ids: Ids) -> PathBuf {
+        let path = self
+            .day()
+            .join(format!("rollout-2026-07-28T22-13-45-{}.jsonl", ids.root()));
+        fs::write(&path, ids.text(&fixture("parent-session.jsonl"))).unwrap();
+        path
+    }
+
+    /// Children A and B of the session and B's child, each a two-turn child rollout.
+    fn tree(&self, ids: Ids) -> Vec<Descendant> {
+        let two_turns = fixture("child-two-turns.jsonl");
+        let make = |own: &str, parent: &str, minute: u32| {
+            let text = two_turns.replace(ROOT, parent).replace(CHILD_A, own);
+            let own = ids.id(own);
+            Descendant {
+                path: self
+                    .day()
+                    .join(format!("rollout-2026-07-28T22-{minute:02}-05-{own}.jsonl")),
+                text: ids.text(&text),
+                id: own,
+            }
+        };
+        vec![
+            make(CHILD_A, ROOT, 14),
+            make(CHILD_B, ROOT, 15),
+            make(GRANDCHILD, CHILD_B, 16),
+        ]
+    }
+
+    fn standin(&self, ids: Ids, rollout: &Path) -> Standin {
+        Standin::start(
+            &self.tmp.path().join(format!("standin-{}", ids.n)),
+            &ids.key(),
+            rollout,
+            &self.server.url(),
+            &self.config,
+            &self.home,
+        )
+    }
+
+    /// The daemon, with no KCAP_URL of its own: the server comes from the session watchers.
+    fn daemon(&self, log: &str) -> Child {
+        let mut c = kcap_watch(&self.config);
+        c.env_remove("CODEX_HOME")
+            .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
+            .env("KCAP_WATCH_POLL_MS", "100")
+            .env("KCAP_LOG_FORMAT", "json")
+            .arg("daemon")
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
+        c.spawn().unwrap()
+    }
+
+    fn daemon_status(&self) -> Option<Value> {
+        let text =
+            fs::read_to_string(self.config.join("kcap-watch/status/daemon.daemon.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// The supervisor pid the daemon's status file names for session `ids`.
+    fn supervisor_pid(&self, ids: Ids) -> Option<u32> {
+        let status = self.daemon_status()?;
+        status["sessions_taken"]
+            .as_array()?
+            .iter()
+            .find(|t| t["session_id"] == ids.key())
+            .and_then(|t| t["supervisor_pid"].as_u64())
+            .map(|p| p as u32)
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for entry in fs::read_dir(self.tmp.path()).unwrap().flatten() {
+            let p = entry.path();
+            if p.extension().is_some_and(|e| e == "log") {
+                out.push_str(&format!(
+                    "== {}\n{}",
+                    p.display(),
+                    fs::read_to_string(&p).unwrap()
+                ));
+            }
+        }
+        if let Ok(entries) = fs::read_dir(self.config.join("logs")) {
+            for entry in entries.flatten() {
+                let p = entry.path();
+                out.push_str(&format!(
+                    "== {}\n{}",
+                    p.display(),
+                    fs::read_to_string(&p).unwrap_or_default()
+                ));
+            }
+        }
+        out
+    }
+
+    fn shipped_completely(&self, ids: Ids, d: &Descendant) -> bool {
+        let on_disk = fs::read_to_string(&d.path).unwrap().lines().count();
+        self.server.lines(&ids.key(), &bare(&d.id)).len() == on_disk
+    }
+
+    fn stops(&self, ids: Ids, d: &Descendant) -> usize {
+        self.server
+            .hooks("subagent-stop")
+            .iter()
+            .filter(|h| h["agent_id"] == bare(&d.id) && h["session_id"] == ids.key())
+            .count()
+    }
+}
+
+/// Writes `text` in two parts, the header first, returning how long after the header was
+/// complete the key's pid file named a live process.
+fn write_watched(path: &Path, text: &str, watchers: &Path, key: &str) -> Duration {
+    let header_end = text.find('\n').unwrap() + 1;
+    let cut = text[..text.len() / 2]
+        .rfind('\n')
+        .map_or(header_end, |i| i + 1)
+        .max(header_end);
+    fs::write(path, &text[..cut]).unwrap();
+    let written = Instant::now();
+    let pid_file = watchers.join(format!("{key}.pid"));
+    wait_for(Duration::from_secs(5), || pid_file.exists());
+    let claimed = written.elapsed();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(&text.as_bytes()[cut..]).unwrap();
+    claimed
+}
+
+/// Processes running this very kcap-watch binary with `config` as their config directory
+/// (other tests run theirs beside).
+fn kcap_watch_processes(config: &Path) -> Vec<u32> {
+    let mut want = b"KCAP_CONFIG_DIR=".to_vec();
+    want.extend_from_slice(config.as_os_str().as_encoded_bytes());
+    let bin = fs::canonicalize(BIN).unwrap();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let ours = fs::read(entry.path().join("environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_slice()));
+        if ours && fs::read_link(entry.path().join("exe")).is_ok_and(|e| e == bin) {
+            let zombie = fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+                .unwrap_or(true);
+            if !zombie {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| !s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn sigterm(pid: u32) {
+    // SAFETY: kill(2) with plain integers.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: kill(2) with plain integers.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+}
+
+#[test]
+fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its_own_kill_unit() {
+    let w = World::new();
+    let (s1, s2) = (Ids { n: 1 }, Ids { n: 2 });
+    let r1 = w.session(s1);
+    let r2 = w.session(s2);
+    let mut stand1 = w.standin(s1, &r1);
+    let stand2 = w.standin(s2, &r2);
+    let watchers = w.config.join("watchers");
+    assert!(
+        wait_for(WAIT, || watchers.join(format!("{}.pid", s1.key())).exists()
+            && watchers.join(format!("{}.pid", s2.key())).exists()),
+        "the stand-ins did not start"
+    );
+    let mut daemon = w.daemon("daemon-1.log");
+    assert!(
+        wait_for(WAIT, || w.supervisor_pid(s1).is_some()
+            && w.supervisor_pid(s2).is_some()),
+        "the daemon did not start a supervisor per session: {}",
+        w.logs()
+    );
+    let sup1 = w.supervisor_pid(s1).unwrap();
+    let sup2 = w.supervisor_pid(s2).unwrap();
+    // Its server came from the stand-ins' environment: the daemon has none of its own.
+    let status = w.daemon_status().unwrap();
+    for t in status["sessions_taken"].as_array().unwrap() {
+        assert_eq!(t["server"], w.server.url(), "{status}");
+        assert_eq!(t["server_source"], "the session watcher's KCAP_URL");
+    }
+
+    // The sub-agents appear only now, both sessions interleaved.
+    let trees = [(s1, w.tree(s1)), (s2, w.tree(s2))];
+    let mut claims = Vec::new();
+    for i in 0..3 {
+        for (ids, tree) in &trees {
+            let d = &tree[i];
+            let key = format!("{}-{}", ids.key(), bare(&d.id));
+            claims.push(write_watched(&d.path, &d.text, &watchers, &key));
+        }
+    }
+    eprintln!("key claimed after the header, per descendant: {claims:?}");
+    assert!(
+        w.server.wait_until(WAIT, |_| trees.iter().all(|(ids, t)| t
+            .iter()
+            .all(|d| w.shipped_completely(*ids, d) && w.stops(*ids, d) == 1))),
+        "not every descendant was shipped completely and stopped: {}",
+        w.logs()
+    );
+    // The stand-ins saw every direct child and always found its watcher alive.
+    assert!(
+        wait_for(WAIT, || stand1.ensured().len() == 2
+            && stand2.ensured().len() == 2),
+        "the stand-ins did not see every child: {:?} {:?}",
+        stand1.ensured(),
+        stand2.ensured()
+    );
+    assert_eq!(stand1.no_watcher(), Vec::<String>::new());
+    assert_eq!(stand2.no_watcher(), Vec::<String>::new());
+    // The daemon and one supervisor per session, nothing else.
+    let mut procs = kcap_watch_processes(&w.config);
+    procs.sort();
+    let mut want = vec![daemon.id(), sup1, sup2];
+    want.sort();
+    assert_eq!(procs, want);
+
+    // `status --json` names every descendant, held by kcap-watch supervise.
+    let out = support::bin::run(
+        {
+            let mut c = kcap_watch(&w.config);
+            c.args(["status", "--json"]);
+            c
+        },
+        WAIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", support::bin::stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["daemon"]["running"], true);
+    let keys: Vec<&Value> = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["keys"].as_array().unwrap())
+        .collect();
+    for (ids, tree) in &trees {
+        for d in tree {
+            let key = format!("{}-{}", ids.key(), bare(&d.id));
+            let k = keys
+                .iter()
+                .find(|k| k["key"] == key)
+                .unwrap_or_else(|| panic!("status names no {key}: {report:#}"));
+            assert_eq!(k["verdict"], "alive", "{k:#}");
+            assert_eq!(k["agent_id"], bare(&d.id));
+            let sup = if ids.n == 1 { sup1 } else { sup2 };
+            assert_eq!(k["pid"], sup, "{k:#}");
+            // Named as kcap-watch's once the supervisor writes its status file (the host's
+            // telemetry); until then its keys read as any live holder's.
+            let own_status = w
+                .config
+                .join(format!("kcap-watch/status/{}.supervise.json", ids.key()));
+            if own_status.exists() {
+                assert_eq!(k["holder"], "kcap-watch supervise", "{k:#}");
+            } else {
+                assert_eq!(k["holder"], "kcap CLI", "{k:#}");
+            }
+        }
+    }
+    // Each session watcher is the kcap CLI's.
+    let sess = keys.iter().find(|k| k["key"] == s1.key()).unwrap();
+    assert_eq!(sess["holder"], "kcap CLI");
+    assert_eq!(sess["rollout"], r1.display().to_string());
+
+    // Session 1 ends: the kcap CLI's teardown ends its supervisor, and only that.
+    let st = stand1
+        .end_session(Duration::from_secs(15))
+        .expect("the teardown took too long");
+    assert!(st.success());
+    assert!(
+        stand1.log().contains("exited gracefully") && !stand1.log().contains("force-killed"),
+        "{}",
+        stand1.log()
+    );
+    assert!(wait_for(WAIT, || !alive(sup1)), "supervisor 1 still runs");
+    assert!(alive(sup2), "supervisor 2 ended with session 1");
+    assert!(daemon.try_wait().unwrap().is_none(), "the daemon ended");
+    // A later turn of session 2's child is shipped.
+    let b2 = &trees[1].1[1];
+    append_lines(&b2.path, &turn(3));
+    assert!(
+        w.server.wait_until(WAIT, |_| w.shipped_completely(s2, b2)),
+        "session 2's later turn was not shipped: {}",
+        w.logs()
+    );
+    // The daemon does not restart a supervisor the kcap CLI ended (exit 0).
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(kcap_watch_processes(&w.config).len(), 2);
+
+    // A supervisor killed with SIGKILL is restarted (10 s later, the session still watched)
+    // and loses no line.
+    sigkill(sup2);
+    assert!(
+        wait_for(Duration::from_secs(40), || w
+            .supervisor_pid(s2)
+            .is_some_and(|p| p != sup2 && alive(p))),
+        "the killed supervisor was not restarted: {}",
+        w.logs()
+    );
+    let sup2b = w.supervisor_pid(s2).unwrap();
+    let a2 = &trees[1].1[0];
+    append_lines(&a2.path, &turn(4));
+    assert!(
+        w.server.wait_until(WAIT, |_| trees[1]
+            .1
+            .iter()
+            .all(|d| w.shipped_completely(s2, d))),
+        "lines were lost across the restart: {}",
+        w.logs()
+    );
+    assert_eq!(stand2.no_watcher(), Vec::<String>::new());
+    let status = w.daemon_status().unwrap();
+    let taken = status["sessions_taken"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["session_id"] == s2.key())
+        .unwrap()
+        .clone();
+    assert_eq!(taken["restarts"], 1, "{taken}");
+
+    // A second daemon for the same config directory exits 75.
+    let mut second = w.daemon("daemon-2.log");
+    assert_eq!(
+        wait_exit(&mut second, WAIT).and_then(|s| s.code()),
+        Some(75)
+    );
+
+    // SIGTERM ends the daemon and its supervisors, 0 within 5 s.
+    let begin = Instant::now();
+    sigterm(daemon.id());
+    let st = wait_exit(&mut daemon, Duration::from_secs(5)).expect("the daemon took over 5 s");
+    assert_eq!(st.code(), Some(0), "{}", w.logs());
+    assert!(begin.elapsed() < Duration::from_secs(5));
+    assert!(!alive(sup2b), "the supervisor outlived the daemon");
+    assert!(
+        !w.config
+            .join("kcap-watch/status/daemon.daemon.json")
+            .exists(),
+        "the status file stays after a clean exit"
+    );
+}
+
+#[test]
+fn a_session_the_kcap_cli_does_not_watch_is_never_supervised_and_one_without_a_server_is_skipped_saying_why()
+ {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    // A session watcher without KCAP_URL, and no server anywhere else.
+    let stand = Standin::start(
+        &w.tmp.path().join("standin"),
+        &s1.key(),
+        &r1,
+        "",
+        &w.config,
+        &w.home,
+    );
+    // A second session with a rollout but no watcher.
+    let s2 = Ids { n: 2 };
+    w.session(s2);
+    let watchers = w.config.join("watchers");
+    assert!(wait_for(WAIT, || watchers
+        .join(format!("{}.pid", s1.key()))
+        .exists()));
+    let mut daemon = w.daemon("daemon.log");
+    assert!(
+        wait_for(WAIT, || w.daemon_status().is_some_and(|s| {
+            !s["sessions_skipped"].as_array().unwrap().is_empty()
+        })),
+        "{}",
+        w.logs()
+    );
+    let status = w.daemon_status().unwrap();
+    assert_eq!(status["sessions_taken"], serde_json::json!([]));
+    let skipped = &status["sessions_skipped"][0];
+    assert_eq!(skipped["session_id"], s1.key());
+    assert!(
+        skipped["reason"].as_str().unwrap().contains("no server"),
+        "{skipped}"
+    );
+    assert_eq!(kcap_watch_processes(&w.config), vec![daemon.id()]);
+    // `status` shows it in its table too.
+    let out = support::bin::run(
+        {
+            let mut c = kcap_watch(&w.config);
+            c.arg("status");
+            c
+        },
+        WAIT,
+    );
+    let text = support::bin::stdout(&out);
+    assert!(text.contains("daemon: running"), "{text}");
+    assert!(text.contains(&format!("skipped {}", s1.key())), "{text}");
+    drop(stand);
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// An installed copy of the binary (a hard link outside `target/`).
+fn installed_binary(dir: &Path) -> PathBuf {
+    let bin_dir = dir.join("bin");
+    fs::create_dir_all(&bin_dir).unwrap();
+    let dest = bin_dir.join("kcap-watch");
+    if fs::hard_link(BIN, &dest).is_err() {
+        fs::copy(BIN, &dest).unwrap();
+    }
+    dest
+}
+
+fn print_service(exe: &Path, kind: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new(exe);
+    c.env_clear();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.args(["daemon", "--print-service", kind]);
+    support::bin::run(c, WAIT)
+}
+
+#[test]
+fn print_service_refuses_a_build_directory() {
+    let mut c = kcap_watch(Path::new("/nonexistent-config"));
+    c.args(["daemon", "--print-service", "systemd"]);
+    let out = support::bin::run(c, WAIT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        support::bin::stderr(&out).contains("build directory"),
+        "{}",
+        support::bin::stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn printed_service_definitions_are_valid_and_carry_no_secret() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = installed_binary(tmp.path());
+    let env = [
+        ("KCAP_URL", "https://kcap.example"),
+        ("KCAP_CONFIG_DIR", "/home/dev/.config/kcap"),
+        ("KCAP_TOKEN", "secret-token-value"),
+        ("KCAP_CLIENT_SECRET", "secret-client-value"),
+        ("HTTPS_PROXY", "http://proxy:3128"),
+    ];
+    let mut texts = Vec::new();
+    for kind in ["systemd", "launchd", "windows"] {
+        let out = print_service(&exe, kind, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{kind}: {}",
+            support::bin::stderr(&out)
+        );
+        let text = support::bin::stdout(&out);
+        assert!(text.contains(&exe.display().to_string()), "{text}");
+        assert!(text.contains("https://kcap.example"), "{kind}: {text}");
+        assert!(!text.contains("secret-"), "{kind} carries a secret: {text}");
+        texts.push(text);
+    }
+    // systemd: the unit verifies.
+    let unit = &texts[0];
+    assert!(unit.contains("RestartPreventExitStatus=2 75"), "{unit}");
+    let unit_path = tmp.path().join("kcap-watch.service");
+    fs::write(&unit_path, unit).unwrap();
+    match std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit_path)
+        .output()
+    {
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            // Complaints about the machine (no running systemd, other units) are not the unit's.
+            let about_ours: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains("kcap-watch.service") && !l.contains("Failed to"))
+                .collect();
+            assert!(about_ours.is_empty(), "systemd-analyze: {err}");
+        }
+        Err(e) => eprintln!("skipped systemd-analyze verify: {e}"),
+    }
+    // launchd and Task Scheduler: well-formed XML with the expected keys.
+    let plist = parse_xml(&texts[1]);
+    assert!(plist.contains(&"KeepAlive".to_string()), "{plist:?}");
+    assert!(plist.contains(&"SuccessfulExit".to_string()));
+    assert!(plist.contains(&"ThrottleInterval".to_string()));
+    assert!(plist.contains(&"daemon".to_string()));
+    let task = parse_xml(&texts[2].replace("encoding=\"UTF-16\"", "encoding=\"UTF-8\""));
+    assert!(task.contains(&"daemon".to_string()), "{task:?}");
+}
+
+/// Parses `xml` strictly (every element closed, entities valid) and returns its text nodes.
+fn parse_xml(xml: &str) -> Vec<String> {
+    let mut reader = quick_xml::Reader::from_str(xml);
+    reader.config_mut().check_end_names = true;
+    let mut texts = Vec::new();
+    let mut depth = 0i32;
+    loop {
+        match reader.read_event() {
+            Ok(quick_xml::events::Event::Start(_)) => depth += 1,
+            Ok(quick_xml::events::Event::End(_)) => depth -= 1,
+            Ok(quick_xml::events::Event::Text(t)) => {
+                let t = t.unescape().expect("valid entities").trim().to_string();
+                if !t.is_empty() {
+                    texts.push(t);
+                }
+            }
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("not well-formed XML: {e}\n{xml}"),
+        }
+    }
+    assert_eq!(depth, 0, "unclosed elements:\n{xml}");
+    texts
+}
+
+/// S2.7: a child reaped by its supervisor keeps its key and is followed again when Codex
+/// re-engages it, so the kcap CLI's session watcher (which re-ensures a watcher whenever the
+/// child's rollout advances) never finds the key free and every later line is shipped.
+#[test]
+#[ignore = "waits for revision-3 S2.7 (supervise as a long-lived host, built on the host branch): \
+            today a reaped child releases its key and its later lines are not shipped"]
+fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let stand = w.standin(s1, &r1);
+    let watchers = w.config.join("watchers");
+    assert!(wait_for(WAIT, || watchers
+        .join(format!("{}.pid", s1.key()))
+        .exists()));
+    let mut c = kcap_watch(&w.config);
+    c.env_remove("CODEX_HOME")
+        .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
+        .env("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")
+        .env("KCAP_WATCH_POLL_MS", "100")
+        .env("KCAP_LOG_FORMAT", "json")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(w.tmp.path().join("daemon.log")).unwrap());
+    let mut daemon = c.spawn().unwrap();
+    assert!(
+        wait_for(WAIT, || w.supervisor_pid(s1).is_some()),
+        "{}",
+        w.logs()
+    );
+    let a = &w.tree(s1)[0];
+    let key = format!("{}-{}", s1.key(), bare(&a.id));
+    write_watched(&a.path, &a.text, &watchers, &key);
+    assert!(w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)));
+    // Past the reap (a minute without activity), then Codex re-engages the child.
+    assert!(
+        wait_for(Duration::from_secs(90), || w.logs().contains("idle_reap")),
+        "the child was not reaped: {}",
+        w.logs()
+    );
+    append_lines(&a.path, &turn(3));
+    assert!(
+        w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)),
+        "the re-engaged child's lines were not shipped: {}",
+        w.logs()
+    );
+    // The stand-in looked at least once after the growth and found the key held.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(stand.no_watcher(), Vec::<String>::new());
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_75() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let _stand = w.standin(s1, &r1);
+    let supervise = || {
+        let mut c = kcap_watch(&w.config);
+        c.env("CODEX_HOME", &w.home)
+            .env("KCAP_URL", w.server.url())
+            .arg("supervise")
+            .arg(&r1)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    // A supervisor left running by an earlier daemon.
+    let mut first = supervise();
+    let lock = w
+        .config
+        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
+    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
+        .is_ok_and(|t| t == first.id().to_string())));
+    let mut second = supervise();
+    assert_eq!(
+        wait_exit(&mut second, WAIT).and_then(|s| s.code()),
+        Some(75)
+    );
+
+    let mut daemon = w.daemon("daemon.log");
+    assert!(
+        wait_for(WAIT, || w.daemon_status().is_some_and(
+            |s| s["sessions_taken"][0]["supervisor"] == "adopted"
+        )),
+        "{}",
+        w.logs()
+    );
+    assert_eq!(w.supervisor_pid(s1), Some(first.id()));
+    let mut procs = kcap_watch_processes(&w.config);
+    procs.sort();
+    let mut want = vec![daemon.id(), first.id()];
+    want.sort();
+    assert_eq!(procs, want, "the daemon started a second supervisor");
+    // Ending the daemon ends the adopted supervisor too.
+    sigterm(daemon.id());
+    assert_eq!(
+        wait_exit(&mut daemon, Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(0)
+    );
+    assert_eq!(wait_exit(&mut first, WAIT).and_then(|s| s.code()), Some(0));
+}
