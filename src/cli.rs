@@ -2,7 +2,8 @@
 //!
 //! `--help`, the man pages in `man/` and the shell completions are all generated from this
 //! definition, so they cannot drift apart. The settings flags (those with a `KCAP_*`
-//! variable) are not written here: each command flattens [`SettingsArgs`], whose arguments,
+//! variable) are not written here: each command flattens its own settings group
+//! ([`WatchSettings`], ...: the settings it uses, read as [`SettingsArgs`]), whose arguments,
 //! help and man page ENVIRONMENT section come from the registry in [`crate::settings`].
 
 use std::io::Write;
@@ -13,7 +14,9 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 
 use crate::rollout::header::Role;
-pub use crate::settings::SettingsArgs;
+pub use crate::settings::{
+    InspectSettings, ReplaySettings, SettingsArgs, SuperviseSettings, WatchSettings,
+};
 use crate::settings::{SETTINGS, environment_section};
 use crate::time::Ts;
 
@@ -160,7 +163,7 @@ pub struct WatchArgs {
     pub once: bool,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: WatchSettings,
 }
 
 impl WatchArgs {
@@ -229,7 +232,7 @@ pub struct InspectArgs {
     pub line_times: bool,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: InspectSettings,
 }
 
 #[derive(Debug, Args)]
@@ -252,7 +255,7 @@ pub struct SuperviseArgs {
     pub parent_pid: Option<u32>,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: SuperviseSettings,
 }
 
 #[derive(Debug, Args)]
@@ -262,7 +265,7 @@ pub struct ReplayArgs {
     pub session_id: Option<String>,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: ReplaySettings,
 }
 
 #[derive(Debug, Args)]

@@ -12,10 +12,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::decide::{self, OwedBecause, StopProgress, WatcherEnd, Windows};
+use crate::decide::{OwedBecause, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
 use crate::fold::seed::{LineTimes, seed};
+use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::rollout::header::{Identity, Role, missing_key};
 use crate::time::Ts;
 
@@ -186,22 +187,28 @@ fn build_report(
 ) -> Report {
     let now = req.now;
     let watcher_start = now;
-    let due = decide::due_times(
-        state,
+    // The pipeline a watcher started now would run: its due times and what it would owe are
+    // the report's (no lifetime ceiling here: `--tree` reports it per descendant).
+    let config = PipelineConfig {
+        online: false,
+        child: *windows,
+        session: *windows,
+        lifetime: None,
+        max_pause_credit: std::time::Duration::ZERO,
+        stop_retry: std::time::Duration::ZERO,
+        retry_scale: 1.0,
+    };
+    let pipeline = Pipeline::new(
+        config,
+        String::new(),
+        req.path.to_path_buf(),
         identity.role,
-        windows,
-        StopProgress::default(),
+        false,
         watcher_start,
-        None,
+        Some((state.clone(), state.counters.lines, partial > 0)),
     );
-    let owed = decide::stop_owed_at_exit(
-        state,
-        identity.role,
-        windows.stop_grace,
-        StopProgress::default(),
-        WatcherEnd::Idle,
-        now,
-    );
+    let due = pipeline.due();
+    let owed = pipeline.owed_at_exit(WatcherEnd::Idle, now);
     let c = state.counters;
     Report {
         path: req.path.display().to_string(),

@@ -1,10 +1,11 @@
-//! Shipping: redaction, batching, the kcap HTTP client and the spools.
+//! Shipping: redaction, batching, the kcap protocol and its HTTP client, and the spools.
 
 pub mod auth;
 pub(crate) mod backoff;
 pub mod client;
 pub(crate) mod handed_over;
 pub mod outbox;
+pub mod protocol;
 pub mod redact;
 pub mod refused;
 pub(crate) mod replay;

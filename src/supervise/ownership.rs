@@ -179,7 +179,10 @@ impl Ownership {
         Ownership::start_beating_every(watcher_dir, HEARTBEAT_EVERY)
     }
 
-    fn start_beating_every(watcher_dir: &Path, every: Duration) -> io::Result<Ownership> {
+    pub(super) fn start_beating_every(
+        watcher_dir: &Path,
+        every: Duration,
+    ) -> io::Result<Ownership> {
         ensure_private_dir(watcher_dir)?;
         let beats: Arc<Mutex<BTreeMap<String, HeartbeatFile>>> = Arc::default();
         let (tx, rx) = mpsc::channel::<()>();

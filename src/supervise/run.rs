@@ -22,11 +22,14 @@ use super::wake::DirWatcher;
 use crate::config::Settings;
 use crate::error::{RolloutRewritten, UsageError};
 use crate::files;
+use crate::key::{Identity, Role, normalize_id};
 use crate::pipeline::Event;
-use crate::rollout::header::{Identity, Role, normalize_id};
+use crate::status_file::KeyStatus;
 use crate::time::Ts;
 use crate::watch::clock::{Clock, until};
-use crate::watch::{Child, Done, Files, Hub, WatchOptions};
+use crate::watch::shutdown::Shutdown;
+use crate::watch::status::StatusWriter;
+use crate::watch::{Child, Done, ExitReason, Files, Hub, WatchOptions};
 
 /// What `supervise` was asked to do.
 #[derive(Clone, Debug)]
@@ -52,9 +55,31 @@ struct Slot {
     child: Child,
 }
 
+/// A child whose pipeline ended by reap or at its lifetime ceiling (`revision-3.md` S2.7):
+/// its key stays ours (lock, pid, heartbeat), so the kcap CLI starts no watcher of its own,
+/// and a fresh pipeline follows it again once its rollout grows (Codex re-engaged it).
+struct Held {
+    /// The rollout's length when its pipeline ended: longer is growth, shorter a rewrite.
+    len: u64,
+    /// The stop was acknowledged: it stays latched for the process.
+    stop_latched: bool,
+    /// Its status-file line as the pipeline left it.
+    status: Option<KeyStatus>,
+}
+
 /// Runs the supervisor until the parent exits (children end as on parent exit), a signal
 /// ends it, or no child is live and the session has been idle for its window.
 pub async fn run(opts: SuperviseOptions, settings: Settings, clock: Arc<dyn Clock>) -> Result<()> {
+    run_until(opts, settings, clock, Shutdown::Signals).await
+}
+
+/// [`run`] with the shutdown passed in: a test ends the supervisor through a channel.
+pub async fn run_until(
+    opts: SuperviseOptions,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
+) -> Result<()> {
     let session_path = std::path::absolute(&opts.rollout)
         .with_context(|| format!("failed to resolve rollout path {}", opts.rollout.display()))?;
     let no_header = || {
@@ -110,6 +135,12 @@ pub async fn run(opts: SuperviseOptions, settings: Settings, clock: Arc<dyn Cloc
     }
     let (hub, rx) = Hub::new(settings, clock)?;
     let started = hub.clock.now();
+    let mut status = StatusWriter::new(
+        hub.settings.config_dir.clone(),
+        crate::status_file::Writer::Supervise,
+        hub.settings.server.clone(),
+    );
+    status.set_key(&session_id, &session_id);
     let mut sup = Supervisor {
         discovery: Discovery::new(layout, &root_thread),
         ownership,
@@ -122,12 +153,15 @@ pub async fn run(opts: SuperviseOptions, settings: Settings, clock: Arc<dyn Cloc
         parent_pid: opts.parent_pid,
         started,
         slots: BTreeMap::new(),
+        held: BTreeMap::new(),
         members: HashMap::new(),
         done: HashSet::new(),
         next_slot: 0,
         ending: None,
+        status,
     };
-    let result = sup.run().await;
+    let result = sup.run(shutdown).await;
+    sup.status.remove();
     for (_, mut slot) in std::mem::take(&mut sup.slots) {
         slot.child.release();
     }
@@ -148,6 +182,8 @@ struct Supervisor {
     parent_pid: Option<u32>,
     started: Ts,
     slots: BTreeMap<u64, Slot>,
+    /// Keys kept without a pipeline, by key (never counted as live for the idle end).
+    held: BTreeMap<String, Held>,
     /// Every key found, by key (owned, waiting or done).
     members: HashMap<String, Member>,
     /// Keys whose child ended here: never started again by this process.
@@ -155,11 +191,13 @@ struct Supervisor {
     next_slot: u64,
     /// Why the supervisor is ending (a signal or the parent's exit), once it is.
     ending: Option<Event>,
+    status: StatusWriter,
 }
 
 impl Supervisor {
-    async fn run(&mut self) -> Result<()> {
-        let mut signals = crate::platform::signals::ShutdownSignals::install()
+    async fn run(&mut self, shutdown: Shutdown) -> Result<()> {
+        let mut signals = shutdown
+            .arm()
             .context("failed to install a signal handler")?;
         // The parent as it is now: a pid the system later gives to another process counts as
         // the parent having exited.
@@ -213,10 +251,13 @@ impl Supervisor {
                 );
                 return Ok(());
             }
+            let lines = self.key_statuses();
+            self.status.update(lines, now);
             let next = self
                 .slots
                 .values()
                 .filter_map(|s| s.child.next_wake(now))
+                .chain(self.status.next_due())
                 .min()
                 .unwrap_or(now.plus(crate::time::MAX_WINDOW));
             let sleep = tokio::time::sleep(until(now, next));
@@ -226,7 +267,11 @@ impl Supervisor {
                     if self.ending.is_none() {
                         self.scan();
                         for key in self.ownership.recheck(self.hub.clock.now()) {
-                            self.start_child(&key);
+                            self.start_child(&key, false);
+                        }
+                        let held: Vec<String> = self.held.keys().cloned().collect();
+                        for key in held {
+                            self.check_held(&key);
                         }
                     }
                     let slots: Vec<u64> = self.slots.keys().copied().collect();
@@ -313,11 +358,21 @@ impl Supervisor {
                 .iter()
                 .find(|(_, s)| s.child.path() == path)
                 .map(|(id, _)| *id);
-            match slot {
-                Some(slot) => self.with_child(slot, |c, hub| {
+            if let Some(slot) = slot {
+                self.with_child(slot, |c, hub| {
                     c.on_file_change(hub)?;
                     c.dispatch(hub, Event::Tick)
-                }),
+                });
+                continue;
+            }
+            let held = self
+                .held
+                .keys()
+                .find(|k| self.held_path(k).is_some_and(|p| p == path))
+                .cloned();
+            match held {
+                Some(key) if self.ending.is_none() => self.check_held(&key),
+                Some(_) => {}
                 None => others.push(path),
             }
         }
@@ -373,8 +428,12 @@ impl Supervisor {
         if self.done.contains(key) {
             return;
         }
+        if self.held.contains_key(key) {
+            self.check_held(key);
+            return;
+        }
         match self.ownership.want(key, self.hub.clock.now()) {
-            Ok(Claim::Owned) => self.start_child(key),
+            Ok(Claim::Owned) => self.start_child(key, false),
             Ok(Claim::Held { pid }) => {
                 info!(event = "child_held", key = %key, pid = pid.unwrap_or(0), "{key} is held by another live watcher; re-checking every poll");
             }
@@ -385,21 +444,66 @@ impl Supervisor {
         }
     }
 
-    fn start_child(&mut self, key: &str) {
+    /// The rollout a known key follows now (taken over or re-engaged later, it may have been
+    /// archived meanwhile).
+    fn held_path(&self, key: &str) -> Option<PathBuf> {
+        let member = self.members.get(key)?;
+        Some(
+            member
+                .agent_id
+                .as_deref()
+                .and_then(|id| self.discovery.path_of(id))
+                .unwrap_or(&member.path)
+                .to_path_buf(),
+        )
+    }
+
+    /// A held key's rollout grew: a fresh pipeline follows it, seeded from the file and
+    /// resuming at the server's watermark, its stop still latched when it was posted. Shorter
+    /// than when its pipeline ended: the file was rewritten, and the key is released as
+    /// `watch` exits 3 on a rewrite.
+    fn check_held(&mut self, key: &str) {
+        let (Some(held), Some(path)) = (self.held.get(key), self.held_path(key)) else {
+            return;
+        };
+        let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else {
+            // Gone for now (Codex may be renaming it): the next poll looks again.
+            return;
+        };
+        if len == held.len {
+            return;
+        }
+        let (was, stop_latched) = (held.len, held.stop_latched);
+        self.held.remove(key);
+        if len < was {
+            error!(
+                event = "rollout_rewritten",
+                key = %key,
+                path = %path.display(),
+                "rollout {} was rewritten (shorter than when its pipeline ended); releasing {key}",
+                path.display()
+            );
+            self.done.insert(key.to_owned());
+            self.ownership.release(key);
+            return;
+        }
+        info!(event = "child_reengaged", key = %key, path = %path.display(), "{key} grew after its pipeline ended; following it again");
+        self.start_child(key, stop_latched);
+    }
+
+    /// Starts following an owned key; `stop_latched`: this process already stopped the child.
+    fn start_child(&mut self, key: &str, stop_latched: bool) {
         if !self.ownership.is_owned(key) || self.slots.values().any(|s| s.key == key) {
             return;
         }
+        let Some(path) = self.held_path(key) else {
+            self.ownership.release(key);
+            return;
+        };
         let Some(member) = self.members.get(key) else {
             self.ownership.release(key);
             return;
         };
-        // Taken over later, the rollout may have been archived meanwhile.
-        let path = member
-            .agent_id
-            .as_deref()
-            .and_then(|id| self.discovery.path_of(id))
-            .unwrap_or(&member.path)
-            .to_path_buf();
         let opts = WatchOptions {
             rollout: path,
             session_id: Some(self.session_id.clone()),
@@ -417,6 +521,9 @@ impl Supervisor {
         let slot = self.next_slot;
         self.next_slot += 1;
         let started = Child::new(slot, opts, &self.hub, Files::Supervised).and_then(|mut c| {
+            if stop_latched {
+                c.latch_stop();
+            }
             c.start(&self.hub)?;
             c.dispatch(&self.hub, Event::Tick)?;
             Ok(c)
@@ -459,7 +566,8 @@ impl Supervisor {
         self.ownership.release(key);
     }
 
-    /// Releases the key of every child whose pipeline ended.
+    /// Releases the key of every child whose pipeline ended, except one reaped or at its
+    /// ceiling: that key is held, its rollout watched for growth (S2.7).
     fn reap_ended(&mut self) {
         let ended: Vec<u64> = self
             .slots
@@ -469,13 +577,47 @@ impl Supervisor {
             .collect();
         for slot in ended {
             if let Some(mut s) = self.slots.remove(&slot) {
-                let reason = s.child.exit.take().map(|r| r.as_str()).unwrap_or("");
+                let exit = s.child.exit.take();
+                let reason = exit.as_ref().map(|r| r.as_str()).unwrap_or("");
                 info!(event = "child_ended", key = %s.key, reason, "child {} ended ({reason})", s.key);
                 s.child.release();
-                self.done.insert(s.key.clone());
-                self.ownership.release(&s.key);
+                let keep = self.ending.is_none()
+                    && matches!(
+                        exit,
+                        Some(ExitReason::IdleReap | ExitReason::LifetimeCeiling(_))
+                    );
+                if keep {
+                    info!(event = "child_kept", key = %s.key, "keeping {} and watching its rollout for more lines", s.key);
+                    let held = Held {
+                        len: s.child.bytes_read(),
+                        stop_latched: s.child.stop_posted(),
+                        status: s.child.key_status().map(|mut k| {
+                            k.state = "held".to_owned();
+                            k.next_due = None;
+                            k
+                        }),
+                    };
+                    self.held.insert(s.key.clone(), held);
+                    // Lines written while the pipeline was ending are growth already.
+                    self.check_held(&s.key);
+                } else {
+                    self.done.insert(s.key.clone());
+                    self.ownership.release(&s.key);
+                }
             }
         }
+    }
+
+    /// The status file's lines: every child followed, then every key held without a pipeline.
+    fn key_statuses(&self) -> Vec<KeyStatus> {
+        let mut lines: Vec<KeyStatus> = self
+            .slots
+            .values()
+            .filter_map(|s| s.child.key_status())
+            .collect();
+        lines.extend(self.held.values().filter_map(|h| h.status.clone()));
+        lines.sort_by(|a, b| a.key.cmp(&b.key));
+        lines
     }
 
     /// No child runs or waits for another watcher, and the session's rollout has not changed

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use super::discover::{CodexLayout, Day, Discovery, Found, ThreadFacts, Tree};
 use super::ownership::{Claim, Ownership, Verdict, judge};
 use super::wake::DirWatcher;
-use crate::files::{HEARTBEAT_EVERY, Heartbeat, WatcherFiles, watcher_key};
+use crate::files::{HEARTBEAT_EVERY, HEARTBEAT_MAX_AGE, Heartbeat, WatcherFiles, watcher_key};
 use crate::time::Ts;
 
 const ROOT: &str = "019fa981-2dca-7000-a000-000000000001";
@@ -696,17 +696,18 @@ fn kcap_cli_says_alive(dir: &Path, key: &str, now: jiff::Timestamp, grace: i64) 
 fn every_owned_key_stays_alive_by_the_kcap_cli_rule() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
-    let mut ownership = Ownership::start(&dir).unwrap();
+    // The thread beats at a tenth of a second here so that three periods pass quickly; the
+    // real period is checked against S5's bound below.
+    let mut ownership = Ownership::start_beating_every(&dir, Duration::from_millis(100)).unwrap();
     let keys = [key(CHILD), key(GRANDCHILD), key(LEGACY)];
     for k in &keys {
         assert_eq!(ownership.want(k, Ts::now()).unwrap(), Claim::Owned);
     }
-    // Three beat periods, sampled often. Checked as the spawner would, and also with no
-    // grace at all (how the rule sees the keys 30 s later), and against the spec's bound
-    // of 5 s: a heartbeat thread that stopped beating fails this within 5 s.
+    // Several beat periods, sampled often. Checked as the spawner would, and also with no
+    // grace at all (how the rule sees the keys 30 s later), and against S5's bound of 15 s.
     let begin = Instant::now();
     let mut beats_seen = std::collections::HashSet::new();
-    while begin.elapsed() < Duration::from_secs(7) {
+    while begin.elapsed() < Duration::from_millis(1500) {
         let now = jiff::Timestamp::now();
         for k in &keys {
             assert!(kcap_cli_says_alive(&dir, k, now, 30), "{k} not alive");
@@ -720,12 +721,12 @@ fn every_owned_key_stays_alive_by_the_kcap_cli_rule() {
                 .parse()
                 .unwrap();
             assert!(
-                (now - beat).get_milliseconds() <= 5_000,
-                "{k} beat older than 5 s"
+                (now - beat).get_milliseconds() <= HEARTBEAT_MAX_AGE.as_millis() as i64,
+                "{k} beat older than 15 s"
             );
             beats_seen.insert((k.clone(), beat));
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(50));
     }
     // Every key was beaten again and again, not just written once at the start.
     for k in &keys {
@@ -738,4 +739,14 @@ fn every_owned_key_stays_alive_by_the_kcap_cli_rule() {
     for k in &keys {
         assert!(!kcap_cli_says_alive(&dir, k, jiff::Timestamp::now(), 30));
     }
+}
+
+/// S5: a held key's heartbeat is rewritten at least every 10 s, and a beat plus a slow
+/// write still leaves it younger than 15 s on disk (the kcap CLI's threshold is 20 s).
+#[test]
+fn the_heartbeat_period_meets_revision_3_s5() {
+    assert!(HEARTBEAT_EVERY <= Duration::from_secs(10));
+    assert!(HEARTBEAT_EVERY + Duration::from_secs(5) <= HEARTBEAT_MAX_AGE);
+    // Not faster than needed either: each beat is a rename per key, all day long.
+    assert!(HEARTBEAT_EVERY >= Duration::from_secs(5));
 }

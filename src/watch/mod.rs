@@ -11,6 +11,8 @@
 //! stalls file reading, timers or the heartbeat.
 
 pub mod clock;
+pub mod shutdown;
+pub(crate) mod status;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -25,11 +27,10 @@ use crate::config::Settings;
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
 use crate::fold::seed::{LineTimes, seed};
-use crate::pipeline::{Action, Event, Pipeline, SpoolResult};
+use crate::key::{Identity, MissingKey, Role, missing_key, normalize_id};
+use crate::pipeline::{Action, Event, Pipeline, PipelineConfig, SpoolResult};
 use crate::platform::process::Incarnation;
-use crate::platform::signals::ShutdownSignals;
 use crate::rollout::Classifier;
-use crate::rollout::header::{Identity, MissingKey, Role, missing_key, normalize_id};
 use crate::rollout::lines::LineCursor;
 use crate::ship::LINE_LIMIT;
 use crate::ship::auth::Credentials;
@@ -40,6 +41,8 @@ use crate::tail::index::LineIndex;
 use crate::tail::wake::{Mode, Wakeups};
 use crate::time::Ts;
 use clock::{Clock, until};
+use shutdown::Shutdown;
+use status::StatusWriter;
 
 pub use crate::pipeline::ExitReason;
 
@@ -100,6 +103,8 @@ pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 8;
 /// on, each answer tagged with its child's slot.
 pub(crate) struct Hub {
     pub settings: Settings,
+    /// What every child's pipeline is given of the settings (no secret in it).
+    pub pipeline_config: PipelineConfig,
     pub clock: Arc<dyn Clock>,
     pub client: Option<KcapClient>,
     tx: mpsc::Sender<(u64, Done)>,
@@ -125,6 +130,7 @@ impl Hub {
         let (tx, rx) = mpsc::channel(64);
         Ok((
             Hub {
+                pipeline_config: PipelineConfig::from_settings(&settings),
                 settings,
                 clock,
                 client,
@@ -160,11 +166,21 @@ struct Tail {
     index: LineIndex,
 }
 
-/// Runs a watcher until it ends as designed (or fails).
+/// Runs a watcher until it ends as designed (or fails); `SIGTERM`/`SIGINT` end it.
 pub async fn run(
     opts: WatchOptions,
     settings: Settings,
     clock: Arc<dyn Clock>,
+) -> Result<(ExitReason, Summary)> {
+    run_until(opts, settings, clock, Shutdown::Signals).await
+}
+
+/// [`run`] with the shutdown passed in: a test ends the watcher through a channel.
+pub async fn run_until(
+    opts: WatchOptions,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
 ) -> Result<(ExitReason, Summary)> {
     // The parent as it is now, before anything slow: a pid the system later gives to another
     // process counts as the parent having exited.
@@ -182,7 +198,14 @@ pub async fn run(
     }
     let (hub, mut rx) = Hub::new(settings, clock)?;
     let mut child = Child::new(0, opts, &hub, Files::Own)?;
-    let result = run_one(&mut child, &hub, &mut rx, parent).await;
+    let mut status = StatusWriter::new(
+        hub.settings.config_dir.clone(),
+        crate::status_file::Writer::Watch,
+        hub.settings.server.clone(),
+    );
+    let result = run_one(&mut child, &hub, &mut rx, parent, &mut status, shutdown).await;
+    // Before the key's lock goes: a file outliving its writer's key would be stale at once.
+    status.remove();
     child.release();
     let summary = child.summary(&hub);
     result.map(|r| (r, summary))
@@ -195,10 +218,14 @@ async fn run_one(
     hub: &Hub,
     rx: &mut mpsc::Receiver<(u64, Done)>,
     parent: Option<Incarnation>,
+    status: &mut StatusWriter,
+    shutdown: Shutdown,
 ) -> Result<ExitReason> {
     // First: settling the identity may already spool a large file offline, and a SIGTERM
     // meanwhile must end the watcher through the pipeline, not kill it.
-    let mut signals = ShutdownSignals::install().context("failed to install a signal handler")?;
+    let mut signals = shutdown
+        .arm()
+        .context("failed to install a signal handler")?;
     let settings = &hub.settings;
     let wake = Wakeups::start(&child.path, settings.force_poll);
     if let Mode::Poll(why) = wake.mode() {
@@ -218,8 +245,15 @@ async fn run_one(
             return Ok(reason);
         }
         let now = hub.clock.now();
+        if !once && let (Some(key), Some(line)) = (child.key(), child.key_status()) {
+            status.set_key(&key, &line.session_id);
+            status.update(vec![line], now);
+        }
         let next = child
             .next_wake(now)
+            .into_iter()
+            .chain(status.next_due())
+            .min()
             .unwrap_or(now.plus(crate::time::MAX_WINDOW));
         let sleep = tokio::time::sleep(until(now, next));
         let event = tokio::select! {
@@ -306,7 +340,7 @@ impl Child {
             None => Role::Session,
         };
         let pipeline = Pipeline::new(
-            hub.settings.clone(),
+            hub.pipeline_config,
             opts.vendor.clone(),
             path.clone(),
             role,
@@ -332,6 +366,56 @@ impl Child {
     /// The rollout's current path (it changes when Codex archives it).
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The watcher key, once the identity is settled.
+    pub(crate) fn key(&self) -> Option<String> {
+        let id = self.pipeline.identity()?;
+        Some(files::watcher_key(
+            id.session_id.as_deref()?,
+            id.agent_id.as_deref(),
+        ))
+    }
+
+    /// This child's line of the status file (`None` before its key is known).
+    pub(crate) fn key_status(&self) -> Option<crate::status_file::KeyStatus> {
+        let id = self.pipeline.identity()?;
+        let key = self.key()?;
+        let p = &self.pipeline;
+        let state = if p.is_ending() { "ending" } else { "following" };
+        Some(
+            status::KeyFigures {
+                key: &key,
+                session_id: id.session_id.as_deref().unwrap_or(""),
+                agent_id: id.agent_id.as_deref(),
+                rollout: &self.path,
+                state,
+                turn: p.state().turn.as_str(),
+                lines_on_disk: p.lines_on_disk(),
+                counters: &p.telemetry.counters,
+                lines_spooled: p.lines_spooled,
+                stop_posted: p.stop_posted(),
+                next_due: p.next_due(),
+            }
+            .status(),
+        )
+    }
+
+    /// The child's stop latched in this pipeline (see [`Pipeline::latch_stop`]).
+    pub(crate) fn stop_posted(&self) -> bool {
+        self.pipeline.stop_posted()
+    }
+
+    pub(crate) fn latch_stop(&mut self) {
+        self.pipeline.latch_stop();
+    }
+
+    /// Bytes of the rollout read so far (complete lines and a held partial one): a file longer
+    /// than this has grown since.
+    pub(crate) fn bytes_read(&self) -> u64 {
+        self.tail
+            .as_ref()
+            .map_or(0, |t| t.fold.offset() + t.fold.partial_bytes())
     }
 
     /// When this child next needs a [`Event::Tick`].

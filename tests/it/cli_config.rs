@@ -103,7 +103,7 @@ fn the_kcap_cli_spawn_form_parses() {
     assert_eq!(w.agent_id.as_deref(), Some("019a-child"));
     assert_eq!(w.parent_pid, Some(4242));
     assert_eq!(w.vendor, Vendor::Codex);
-    assert_eq!(w.settings, SettingsArgs::default());
+    assert_eq!(*w.settings, SettingsArgs::default());
 }
 
 #[test]
@@ -206,7 +206,13 @@ fn there_is_no_token_flag() {
 #[test]
 fn help_names_every_variable_and_default() {
     let mut cmd = Cli::command();
-    for sub in ["watch", "inspect", "replay"] {
+    let commands = [
+        ("watch", kcap_watch::cli::WatchSettings::flags()),
+        ("supervise", kcap_watch::cli::SuperviseSettings::flags()),
+        ("inspect", kcap_watch::cli::InspectSettings::flags()),
+        ("replay", kcap_watch::cli::ReplaySettings::flags()),
+    ];
+    for (sub, flags) in commands {
         let help = cmd
             .find_subcommand_mut(sub)
             .unwrap()
@@ -218,8 +224,10 @@ fn help_names_every_variable_and_default() {
             .iter()
             .filter(|v| v.flag().is_some())
         {
+            // Each command shows the settings it uses, and only those.
             let note = format!("[env: {}] [default: {}]", var.var(), var.shown_default());
-            assert!(help.contains(&note), "{sub} --help lacks {note}");
+            let mine = flags.contains(&var.flag().unwrap());
+            assert_eq!(help.contains(&note), mine, "{sub} --help and {note}");
         }
         assert!(!help.contains("KCAP_TOKEN]"), "KCAP_TOKEN has no flag");
     }
@@ -614,4 +622,40 @@ fn the_token_comes_only_from_its_variable_and_never_prints() {
     assert_eq!(format!("{token}"), "[REDACTED]");
     assert!(!format!("{s:?}").contains("tok-very-secret"));
     assert_eq!(settings(&[], &[("KCAP_TOKEN", "")]).token, None);
+}
+
+/// Issue 18: each command accepts only the settings it uses; any other is a command-line
+/// error naming it (exit 2), not a setting silently ignored.
+#[test]
+fn a_setting_another_command_uses_is_refused_by_name() {
+    for args in [
+        &["kcap-watch", "replay", "--stop-grace", "5m"][..],
+        &[
+            "kcap-watch",
+            "inspect",
+            "r.jsonl",
+            "--server",
+            "http://127.0.0.1:9",
+        ],
+        &["kcap-watch", "watch", "r.jsonl", "--codex-home", "/tmp"],
+        &["kcap-watch", "replay", "--poll-interval", "1s"],
+    ] {
+        let e = parse_err(args);
+        assert_eq!(
+            e.kind(),
+            clap::error::ErrorKind::UnknownArgument,
+            "{args:?}"
+        );
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains(args[args.len() - 2]), "{e}");
+    }
+    // And what each uses is still accepted.
+    for args in [
+        &["kcap-watch", "replay", "--server", "http://127.0.0.1:9"][..],
+        &["kcap-watch", "inspect", "r.jsonl", "--stop-grace", "5m"],
+        &["kcap-watch", "supervise", "r.jsonl", "--codex-home", "/tmp"],
+        &["kcap-watch", "watch", "r.jsonl", "--poll-interval", "1s"],
+    ] {
+        assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
+    }
 }

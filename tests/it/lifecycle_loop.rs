@@ -691,6 +691,45 @@ async fn loop_a_resumed_session_idle_for_hours_gets_a_full_window_from_the_watch
     assert_eq!(s.spooled_lines(), 3);
 }
 
+/// The host's shutdown is passed in (issue 18): a test ends a running watcher through a
+/// channel, in-process and with no signal, and it ends as `SIGTERM` ends it: every line
+/// handed over (the spool, offline), the exit reason naming the signal, the key's files and
+/// the status file removed.
+#[tokio::test(start_paused = true)]
+async fn the_injected_shutdown_ends_the_watcher_as_sigterm_does() {
+    let s = Setup::new(&[child_meta(), started()]);
+    let (tx, shutdown) = watch::shutdown::Shutdown::channel();
+    let watcher = watch::run_until(s.opts(), s.settings(), s.clock.clone(), shutdown);
+    let config = s.dir.path().join("config");
+    let status_dir = kcap_watch::status_file::status_dir(&config);
+    let files_in = |dir: &std::path::Path, ext: &str| -> usize {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(ext))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let end = async {
+        settle(|| s.spooled_lines() == 2).await;
+        s.until(10 * MIN).await;
+        s.append_now(&[complete()]).await;
+        // Running: the key is held and the status file written.
+        assert_eq!(files_in(&config.join("watchers"), ".lock"), 1);
+        settle(|| files_in(&status_dir, ".watch.json") == 1).await;
+        tx.send("SIGTERM").await.unwrap();
+    };
+    let (result, ()) = tokio::join!(watcher, end);
+    let (reason, summary) = result.expect("the watcher ends as designed");
+    assert_eq!(reason, ExitReason::Signal("SIGTERM"));
+    assert_eq!(s.spooled_lines(), 3);
+    assert_eq!(summary.lines_spooled, 3);
+    assert_eq!(files_in(&config.join("watchers"), ".lock"), 0);
+    assert_eq!(files_in(&config.join("watchers"), ".pid"), 0);
+    assert_eq!(files_in(&status_dir, ".json"), 0);
+}
+
 // ---- revision-3 S6: a sub-agent's copy of its parent's history --------------------------------
 
 /// The session of `fixtures/codex/child-inherited-history.jsonl` (its parent's).

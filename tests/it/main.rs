@@ -41,5 +41,6 @@ mod scenarios;
 mod security;
 mod settings_registry;
 mod status;
+mod status_files;
 mod supervise;
 mod tail_model;

@@ -2,7 +2,7 @@
 //! fake kcap server while the server is down, answers 5xx, asks to slow down, hangs, cuts
 //! connections mid-answer, loses its last batches, or refuses the token. Each test ends with
 //! every line delivered under its number, the child's stop posted, a graceful exit, and a
-//! heartbeat file that was never older than 5 s while the watcher ran (sampled every 100 ms):
+//! heartbeat file that was never older than 15 s (`revision-3.md` S5) while the watcher ran (sampled every 100 ms):
 //! a spawner kills a watcher whose heartbeat is 20 s old.
 //!
 //! The watcher's own retry pacing (backoff, request deadlines, the pause after a 401) runs ten
@@ -117,8 +117,8 @@ impl Run {
             "heartbeat seen {samples} times only"
         );
         assert!(
-            oldest <= Duration::from_secs(5),
-            "the heartbeat was {oldest:?} old at one point (limit 5 s)"
+            oldest <= Duration::from_secs(15),
+            "the heartbeat was {oldest:?} old at one point (limit 15 s)"
         );
         assert_eq!(
             self.watcher.terminate(Duration::from_secs(15)),

@@ -129,7 +129,13 @@ impl Home {
             .arg(&self.home)
             .args(["--server", &server.url()])
             .args(["--parent-pid", &self.parent.id().to_string()])
-            .args(["--stop-grace", "0s", "--reap-after", "30m"])
+            .args(["--stop-grace", "0s"])
+            .args(
+                (!extra.contains(&"--reap-after"))
+                    .then_some(["--reap-after", "30m"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--poll-interval", "50ms", "--log-format", "json"])
             .args(extra)
             .stdout(Stdio::null())
@@ -510,4 +516,96 @@ fn sigterm_with_a_hung_server_spools_every_childs_lines_within_the_budget() {
                 .exists()
         );
     }
+}
+
+/// `revision-3.md` S2.7, a defect found from outside (issue 19: reproduced 3 of 3 with a 4 s
+/// reap): a child whose pipeline was reaped and that Codex then re-engages. Before the fix, the
+/// supervisor released the key at the reap and never looked at the child again, so the lines
+/// of the second turn were never shipped, spooled or logged. Now the key stays ours through
+/// the reap (the kcap CLI's rule never finds it free, so the kcap CLI starts no watcher of its
+/// own), the second turn is shipped in full from the server's watermark, and the stop, posted
+/// after the first turn, stays latched.
+#[test]
+fn reengaged_child_after_reap_is_shipped_in_full() {
+    let server = FakeKcap::start();
+    let mut home = Home::new();
+    let a = home.tree().swap_remove(0);
+    // The first turn ends at its `task_complete` (line 21 of child-two-turns).
+    let first_turn: String = a.text.lines().take(21).map(|l| format!("{l}\n")).collect();
+    assert!(first_turn.trim_end().ends_with("}}") && first_turn.contains("task_complete"));
+    fs::create_dir_all(a.path.parent().unwrap()).unwrap();
+    fs::write(&a.path, &first_turn).unwrap();
+    let mut sup = home.supervise(&server, &["--reap-after", "1s"]);
+    let sup_pid = sup.id();
+    assert!(
+        server.wait_until(WAIT, |s| s.lines(&bare(ROOT), &bare(CHILD_A)).len() == 21
+            && stops_for(s, CHILD_A) == 1),
+        "the first turn was not shipped and stopped: {}",
+        home.logs()
+    );
+    // The pipeline is reaped; the key is still the supervisor's, by the kcap CLI's rule.
+    assert!(
+        wait_for(WAIT, || home.logs().contains("\"child_ended\"")),
+        "the child was never reaped: {}",
+        home.logs()
+    );
+    let watchers = home.watchers();
+    assert_eq!(
+        kcap_cli_alive(&watchers, &key(CHILD_A), -1),
+        Some(sup_pid),
+        "the reaped child's key is free for the kcap CLI: {}",
+        home.logs()
+    );
+    // The supervisor's status file (S3) says so: the key is held, its lines confirmed.
+    let status_path = kcap_watch::status_file::status_path(
+        &home.config,
+        &bare(ROOT),
+        kcap_watch::status_file::Writer::Supervise,
+    );
+    let held = |s: &kcap_watch::status_file::StatusFile| {
+        s.keys
+            .iter()
+            .any(|k| k.key == key(CHILD_A) && k.state == "held" && k.lines_confirmed == 21)
+    };
+    assert!(
+        wait_for(WAIT, || kcap_watch::status_file::read(&status_path)
+            .ok()
+            .flatten()
+            .is_some_and(|s| held(&s) && s.pid == sup_pid)),
+        "status file: {:?}",
+        fs::read_to_string(&status_path)
+    );
+    // Codex re-engages the child: its second turn is appended.
+    let mut f = fs::OpenOptions::new().append(true).open(&a.path).unwrap();
+    f.write_all(&a.text.as_bytes()[first_turn.len()..]).unwrap();
+    drop(f);
+    let begin = Instant::now();
+    while !shipped_completely(&server, &a) && begin.elapsed() < WAIT {
+        assert_eq!(
+            kcap_cli_alive(&watchers, &key(CHILD_A), -1),
+            Some(sup_pid),
+            "the key was free while the child was re-engaged"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        shipped_completely(&server, &a),
+        "the re-engaged child's lines were not shipped: got {} of {}: {}",
+        server.lines(&bare(ROOT), &bare(CHILD_A)).len(),
+        line_count(&a.text),
+        home.logs()
+    );
+    let log = home.logs();
+    assert!(log.contains("\"child_kept\"") && log.contains("\"child_reengaged\""));
+    home.end_parent();
+    assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0));
+    // Every line once, in order, and one stop for the process.
+    let lines = server.lines(&bare(ROOT), &bare(CHILD_A));
+    assert_eq!(lines.len(), line_count(&a.text));
+    assert_eq!(stops_for(&server, CHILD_A), 1);
+    assert!(!watchers.join(format!("{}.lock", key(CHILD_A))).exists());
+    assert!(
+        !status_path.exists(),
+        "the status file outlived a clean exit"
+    );
 }

@@ -14,21 +14,21 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tracing::{error, info, warn};
-
 use crate::config::Settings;
+use crate::decide::Windows as DecisionWindows;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::fold::State;
-use crate::rollout::header::{Identity, Role};
+use crate::key::{Identity, Role};
 use crate::rollout::lines::Line;
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
-use crate::ship::client::{
+use crate::ship::outbox::{Outbox, Refusal, ShipLine};
+use crate::ship::protocol::{
     Failure, Hook, SessionEndReason, Watermark, session_end_body, subagent_start_body,
     subagent_stop_body,
 };
-use crate::ship::outbox::{Outbox, Refusal, ShipLine};
 use crate::ship::redact::{Redactor, truncate_utf8};
+use crate::telemetry::{Notice, Telemetry};
 use crate::time::Ts;
 
 /// After `401`/`403`, the token is re-read and the request tried again this much later.
@@ -165,6 +165,48 @@ pub(crate) enum Action {
     Exit(ExitReason),
 }
 
+/// What a pipeline needs of the settings, and nothing else: no server address, no token, no
+/// paths. The host builds it once ([`PipelineConfig::from_settings`]) and every child's
+/// pipeline gets a copy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct PipelineConfig {
+    /// A server is configured: lines are shipped, else spooled.
+    pub online: bool,
+    pub child: DecisionWindows,
+    pub session: DecisionWindows,
+    pub lifetime: Option<Duration>,
+    pub max_pause_credit: Duration,
+    pub stop_retry: Duration,
+    /// The retry pacing's share of real time (1.0 but under the test-only
+    /// `KCAP_WATCH_RETRY_SECOND_MS`).
+    pub retry_scale: f64,
+}
+
+impl PipelineConfig {
+    pub(crate) fn from_settings(settings: &Settings) -> PipelineConfig {
+        PipelineConfig {
+            online: settings.server.is_some(),
+            child: settings.windows_for(Role::Child),
+            session: settings.windows_for(Role::Session),
+            lifetime: settings.lifetime,
+            max_pause_credit: settings.max_pause_credit,
+            stop_retry: settings.stop_retry,
+            retry_scale: settings.retry_scale(),
+        }
+    }
+
+    fn windows_for(&self, role: Role) -> DecisionWindows {
+        match role {
+            Role::Child => self.child,
+            Role::Session => self.session,
+        }
+    }
+
+    fn paced(&self, d: Duration) -> Duration {
+        d.mul_f64(self.retry_scale)
+    }
+}
+
 /// One request kind's progress: in flight, or when to try again.
 #[derive(Debug, Default)]
 struct Request {
@@ -175,9 +217,9 @@ struct Request {
 
 impl Request {
     /// No request made yet, retries paced at the settings' (test-only) retry scale.
-    fn paced(settings: &Settings) -> Request {
+    fn paced(config: &PipelineConfig) -> Request {
         Request {
-            backoff: Backoff::scaled(settings.retry_scale()),
+            backoff: Backoff::scaled(config.retry_scale),
             ..Request::default()
         }
     }
@@ -215,7 +257,7 @@ struct Ending {
 
 /// One child's pipeline.
 pub(crate) struct Pipeline {
-    settings: Settings,
+    settings: PipelineConfig,
     vendor: String,
     path: PathBuf,
     online: bool,
@@ -267,12 +309,16 @@ pub(crate) struct Pipeline {
     /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
     pub(crate) lines_refused: u64,
     refused_full_logged: bool,
+    /// Where notices go: the log lines and the status file's counters.
+    pub(crate) telemetry: Telemetry,
+    /// The `now` of the event being handled (notices are stamped with it).
+    now: Ts,
 }
 
 impl Pipeline {
     /// A pipeline whose fold already holds `seeded` (`folded_to` complete lines).
     pub(crate) fn new(
-        settings: Settings,
+        settings: PipelineConfig,
         vendor: String,
         path: PathBuf,
         role: Role,
@@ -291,7 +337,7 @@ impl Pipeline {
             Request::paced(&settings),
         );
         Pipeline {
-            online: settings.server.is_some(),
+            online: settings.online,
             settings,
             vendor,
             path,
@@ -336,6 +382,8 @@ impl Pipeline {
             lines_spooled: 0,
             lines_refused: 0,
             refused_full_logged: false,
+            telemetry: Telemetry::default(),
+            now: started,
         }
     }
 
@@ -353,6 +401,17 @@ impl Pipeline {
 
     pub(crate) fn watermark(&self) -> Option<Watermark> {
         self.watermark
+    }
+
+    /// The child's stop was acknowledged (or spooled): it latches for the process.
+    pub(crate) fn stop_posted(&self) -> bool {
+        self.stop.posted
+    }
+
+    /// A pipeline that follows a child again in the process that already stopped it
+    /// (`revision-3.md` S2.7): the stop stays latched, none is posted again.
+    pub(crate) fn latch_stop(&mut self) {
+        self.stop.posted = true;
     }
 
     /// The line the next [`Event::Text`] must start at, while the pipeline wants more text:
@@ -436,6 +495,7 @@ impl Pipeline {
 
     /// Handles one event at `now`; the actions are to be performed in order.
     pub(crate) fn handle(&mut self, event: Event, now: Ts) -> Vec<Action> {
+        self.now = now;
         let mut out = Vec::new();
         if self.done {
             return out;
@@ -457,7 +517,7 @@ impl Pipeline {
             } => self.on_identified(identity, offline_resume),
             Event::Text { lines, next } => self.on_text(lines, next),
             Event::Moved(path) => {
-                info!(event = "rollout_archived", path = %path.display(), "rollout archived by Codex; following it at {}", path.display());
+                self.notify(Notice::RolloutArchived { path: path.clone() });
                 self.path = path;
             }
             Event::Watermark(result) => self.on_watermark(result, now),
@@ -527,11 +587,9 @@ impl Pipeline {
                 self.watermark_req.backoff.reset();
                 self.watermark_req.retry_at = None;
                 let resume = w.resume_line();
-                info!(
-                    event = "watermark",
-                    resume_line = resume,
-                    "server watermark: resume at line {resume}"
-                );
+                self.notify(Notice::Watermark {
+                    resume_line: resume,
+                });
                 let first = self.watermark.is_none();
                 self.recheck_watermark = false;
                 if first {
@@ -543,18 +601,19 @@ impl Pipeline {
                     // The server lost lines it had acknowledged: resend from its resume line,
                     // once per healed failure (a server that skips trailing lines would
                     // otherwise make this loop forever).
-                    warn!(
-                        event = "watermark",
-                        resume_line = resume,
-                        acknowledged_to = self.outbox.confirmed_to(),
-                        "server is behind what it acknowledged; resending from line {resume}"
-                    );
+                    self.notify(Notice::WatermarkBehind {
+                        resume_line: resume,
+                        acknowledged_to: self.outbox.confirmed_to(),
+                    });
                     self.resume_at(w);
                 }
             }
             Err(f) => {
                 let delay = self.failure_delay(&f, |p| &mut p.watermark_req);
-                warn!(event = "ship_failed", what = "watermark", status = f.status(), error = %f, retry_in_ms = delay.as_millis() as u64, "failed to read the watermark: {f}; retrying in {delay:?}");
+                self.notify(Notice::WatermarkFailed {
+                    failure: f,
+                    retry_in: delay,
+                });
                 self.watermark_req.retry_at = Some(now.plus(delay));
                 if self.watermark.is_some() {
                     // The check before resending failed: no batch goes out until it answers.
@@ -574,10 +633,10 @@ impl Pipeline {
             Failure::Unauthorized { status, .. } => {
                 if !self.unauthorized_logged {
                     // `f` says whether a token was refused or none was sent.
-                    error!(
-                        event = "ship_failed",
-                        status, "{f}; keeping every line, re-reading the token every 60 s"
-                    );
+                    self.notify(Notice::TokenRefused {
+                        status: *status,
+                        failure: f.clone(),
+                    });
                     self.unauthorized_logged = true;
                 }
                 self.token_refused = true;
@@ -585,7 +644,10 @@ impl Pipeline {
             }
             Failure::WrongPath { status, url } => {
                 if !self.wrong_path_logged {
-                    error!(event = "wrong_server_path", status, url = %url, "no kcap server answers at {url} (HTTP {status}): check the path in KCAP_URL; keeping every line and retrying");
+                    self.notify(Notice::WrongServerPath {
+                        status: *status,
+                        url: url.clone(),
+                    });
                     self.wrong_path_logged = true;
                 }
                 req(self).backoff.next_delay(None)
@@ -613,16 +675,13 @@ impl Pipeline {
                     crate::platform::memory::note_shipped(b.bytes());
                     self.trim_when_idle = true;
                     self.lines_shipped += b.lines.len() as u64;
-                    info!(
-                        event = "batch_shipped",
-                        first = b.first(),
-                        last = b.last(),
-                        count = b.lines.len(),
-                        bytes = b.bytes(),
-                        "shipped lines {}..={}",
-                        b.first(),
-                        b.last()
-                    );
+                    let shipped = Notice::BatchShipped {
+                        first: b.first(),
+                        last: b.last(),
+                        count: b.lines.len(),
+                        bytes: b.bytes(),
+                    };
+                    self.notify(shipped);
                 }
                 self.outbox.skip_to(self.fed_to);
                 self.flush_refused_log();
@@ -634,11 +693,10 @@ impl Pipeline {
                 Some(Refusal::Split) => {
                     self.halvings += 1;
                     if self.halvings == 1 {
-                        warn!(
-                            event = "ship_failed",
+                        self.notify(Notice::BatchRefused {
                             status,
-                            "the server refused a batch (HTTP {status}: {body_snippet}); halving it to find the lines it refuses"
-                        );
+                            body_snippet,
+                        });
                     }
                     if self.halvings > FREE_HALVINGS {
                         let delay = self.ship_req.backoff.next_delay(None);
@@ -647,6 +705,7 @@ impl Pipeline {
                 }
                 Some(Refusal::Isolated(line)) => {
                     let n = line.number;
+                    self.notify(Notice::LineRefused { line: n, status });
                     match self.refused {
                         Some((first, last, s)) if last + 1 == n || s == status && last < n => {
                             self.refused = Some((first, n, s));
@@ -673,7 +732,10 @@ impl Pipeline {
                 self.failing_since.get_or_insert(now);
                 let delay = self.failure_delay(&f, |p| &mut p.ship_req);
                 if !matches!(f, Failure::Unauthorized { .. } | Failure::WrongPath { .. }) {
-                    warn!(event = "ship_failed", status = f.status(), error = %f, retry_in_ms = delay.as_millis() as u64, "failed to ship lines: {f}; retrying in {delay:?}");
+                    self.notify(Notice::ShipFailed {
+                        failure: f,
+                        retry_in: delay,
+                    });
                 }
                 self.ship_req.retry_at = Some(now.plus(delay));
             }
@@ -682,19 +744,11 @@ impl Pipeline {
 
     fn flush_refused_log(&mut self) {
         if let Some((first, last, status)) = self.refused.take() {
-            // No line was delivered between `first` and `last`: the whole range was refused.
-            let which = if first == last {
-                format!("line {first}")
-            } else {
-                format!("lines {first}..={last}")
-            };
-            error!(
-                event = "ship_failed",
-                status,
+            self.notify(Notice::LinesRefused {
                 first,
                 last,
-                "the server refuses {which} (HTTP {status}); set aside in refused/ and going on"
-            );
+                status,
+            });
         }
     }
 
@@ -730,16 +784,13 @@ impl Pipeline {
                 SpoolResult::Written => {}
                 SpoolResult::OverCap => {
                     if !self.refused_full_logged {
-                        error!(
-                            event = "refused_full",
-                            "the refused-lines file of session {} is full (8 MiB); further refused lines are only counted",
-                            self.session_id()
-                        );
+                        let session = self.session_id().to_owned();
+                        self.notify(Notice::RefusedFull { session });
                         self.refused_full_logged = true;
                     }
                 }
-                SpoolResult::Failed(e) => {
-                    error!(event = "spooled", "failed to set a refused line aside: {e}");
+                SpoolResult::Failed(error) => {
+                    self.notify(Notice::RefusedLineNotSpooled { error });
                 }
             }
             return;
@@ -754,15 +805,12 @@ impl Pipeline {
                 self.spool_failing_logged = false;
                 if let Some(b) = self.outbox.delivered() {
                     self.lines_spooled += b.lines.len() as u64;
-                    info!(
-                        event = "spooled",
-                        first = b.first(),
-                        last = b.last(),
-                        count = b.lines.len(),
-                        "spooled lines {}..={}",
-                        b.first(),
-                        b.last()
-                    );
+                    let spooled = Notice::LinesSpooled {
+                        first: b.first(),
+                        last: b.last(),
+                        count: b.lines.len(),
+                    };
+                    self.notify(spooled);
                 }
                 self.outbox.skip_to(self.fed_to);
             }
@@ -771,7 +819,11 @@ impl Pipeline {
                 if let Some(b) = self.outbox.delivered()
                     && !self.spool_full_logged
                 {
-                    error!(event = "spooled", session = %session, first_line = b.first(), "transcript spool for session {session} is full (8 MiB); line {} and later were not kept (needs-import written)", b.first());
+                    let full = Notice::TranscriptSpoolFull {
+                        session,
+                        first_line: b.first(),
+                    };
+                    self.notify(full);
                     self.spool_full_logged = true;
                 }
                 self.outbox.skip_to(self.fed_to);
@@ -780,7 +832,12 @@ impl Pipeline {
                 let first = self.outbox.in_flight().map(|b| b.first()).unwrap_or(0);
                 let delay = self.spool_req.backoff.next_delay(None);
                 if !self.spool_failing_logged {
-                    error!(event = "spool_failed", session = %session, first_line = first, retry_in_ms = delay.as_millis() as u64, "failed to spool lines of session {session}: {e}; line {first} and later are not kept yet, retrying in {delay:?}");
+                    self.notify(Notice::SpoolFailed {
+                        session,
+                        first_line: first,
+                        retry_in: delay,
+                        error: e,
+                    });
                     self.spool_failing_logged = true;
                 }
                 self.spool_req.retry_at = Some(now.plus(delay));
@@ -800,12 +857,9 @@ impl Pipeline {
                 self.start_in_flight = false;
                 self.start_needed = false;
                 match result {
-                    Ok(()) => info!(
-                        event = "subagent_start_posted",
-                        "posted subagent-start (no stream existed)"
-                    ),
-                    Err(f) => {
-                        warn!(event = "subagent_start_failed", error = %f, "failed to post subagent-start: {f}; spooling it");
+                    Ok(()) => self.notify(Notice::SubagentStartPosted),
+                    Err(failure) => {
+                        self.notify(Notice::SubagentStartFailed { failure });
                         out.push(Action::SpoolHook(hook.clone()));
                     }
                 }
@@ -813,25 +867,29 @@ impl Pipeline {
             (Hook::SubagentStop(_), Ok(())) => {
                 self.stop_in_flight = false;
                 self.stop.posted = true;
-                info!(event = "subagent_stop_posted", "posted subagent-stop");
+                self.notify(Notice::SubagentStopPosted);
             }
             (Hook::SubagentStop(_), Err(f)) => {
                 self.stop_in_flight = false;
                 if let Failure::Unauthorized { .. } = f {
                     self.token_refused = true;
                 }
-                warn!(event = "subagent_stop_failed", status = f.status(), error = %f, "failed to post subagent-stop: {f}; retrying in {:?}", self.settings.stop_retry);
+                let retry_in = self.settings.stop_retry;
+                self.notify(Notice::SubagentStopFailed {
+                    failure: f,
+                    retry_in,
+                });
                 self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
             }
             (Hook::SessionEnd(_), result) => {
                 self.session_end_in_flight = false;
                 match result {
                     Ok(()) => {
-                        info!(event = "session_end_posted", "posted session-end");
+                        self.notify(Notice::SessionEndPosted);
                         self.session_end = None;
                     }
-                    Err(f) => {
-                        warn!(event = "session_end_failed", error = %f, "failed to post session-end: {f}; spooling it");
+                    Err(failure) => {
+                        self.notify(Notice::SessionEndFailed { failure });
                         if let Some(h) = self.session_end.take() {
                             out.push(Action::SpoolHook(h));
                         }
@@ -850,7 +908,7 @@ impl Pipeline {
         }
         match result {
             SpoolResult::Written => {
-                info!(event = "spooled", route, "spooled {route} request");
+                self.notify(Notice::HookSpooled { route });
                 if let Hook::SubagentStop(_) = hook {
                     self.stop.posted = true;
                     self.stop_spooled = true;
@@ -859,18 +917,12 @@ impl Pipeline {
                     self.session_end = None;
                 }
             }
-            SpoolResult::OverCap => {
-                error!(
-                    event = "spooled",
-                    route, "hook spool is full; {route} request for session {session} not kept"
-                );
-            }
-            SpoolResult::Failed(e) => {
-                error!(
-                    event = "spooled",
-                    route, "failed to spool {route} request for session {session}: {e}"
-                );
-            }
+            SpoolResult::OverCap => self.notify(Notice::HookSpoolFull { route, session }),
+            SpoolResult::Failed(error) => self.notify(Notice::HookSpoolFailed {
+                route,
+                session,
+                error,
+            }),
         }
     }
 
@@ -1062,11 +1114,25 @@ impl Pipeline {
                                 )
                             })
                             .unwrap_or_default();
-                        info!(event = "pause_extension_granted", grant_ms = g.grant.as_millis() as u64, total_granted_ms = g.total_granted.as_millis() as u64, remaining_cap_ms = g.remaining_cap.as_millis() as u64, grant_count = g.grant_count, pause = %pause, "lifetime ceiling extended by {}ms of usage-limit pause credit", g.grant.as_millis());
+                        self.telemetry.emit(
+                            Notice::PauseExtensionGranted {
+                                grant: g.grant,
+                                total_granted: g.total_granted,
+                                remaining_cap: g.remaining_cap,
+                                grant_count: g.grant_count,
+                                pause,
+                            },
+                            now,
+                        );
                     }
                     CeilingStep::Fire => {
                         let msg = c.exit_message(&self.state.pauses, now);
-                        info!(event = "lifetime_ceiling", "{msg}");
+                        self.telemetry.emit(
+                            Notice::LifetimeCeiling {
+                                message: msg.clone(),
+                            },
+                            now,
+                        );
                         self.begin_ending(ExitReason::LifetimeCeiling(msg), now);
                         return;
                     }
@@ -1079,12 +1145,10 @@ impl Pipeline {
                 Role::Session => ExitReason::IdleTimeout,
             };
             let quiet = now.duration_since(self.state.idle_since(self.started));
-            info!(
-                event = "idle_end",
-                reason = reason.as_str(),
-                idle_ms = quiet.as_millis() as u64,
-                "no activity for {quiet:?}; ending"
-            );
+            self.notify(Notice::IdleEnd {
+                reason: reason.as_str(),
+                idle: quiet,
+            });
             self.begin_ending(reason, now);
         }
     }
@@ -1101,7 +1165,11 @@ impl Pipeline {
             .last_kind
             .map(|(k, p, m)| format!("{k:?}/{p:?}{}", if m { " (malformed)" } else { "" }))
             .unwrap_or_else(|| "none".into());
-        warn!(event = "stall_detected", turn_id = self.state.turn_id.as_deref().unwrap_or(""), silence_ms = silence.as_millis() as u64, last_line_kind = %last_kind, "turn {} has been silent for {:?} with no tool in flight (last line: {last_kind})", self.state.turn_id.as_deref().unwrap_or("?"), silence);
+        self.notify(Notice::StallDetected {
+            turn_id: self.state.turn_id.clone(),
+            silence,
+            last_kind,
+        });
         self.state.stalled = true;
     }
 
@@ -1157,7 +1225,10 @@ impl Pipeline {
                         return;
                     }
                     if hard_end.is_some_and(|t| now >= t) {
-                        error!(event = "shutdown_budget_spent", session = %self.session_id(), first_line = self.outbox.confirmed_to(), "shutdown budget spent; lines from {} of session {} are not kept", self.outbox.confirmed_to(), self.session_id());
+                        self.notify(Notice::ShutdownBudgetSpent {
+                            session: self.session_id().to_owned(),
+                            first_line: self.outbox.confirmed_to(),
+                        });
                         self.finish(out);
                         return;
                     }
@@ -1269,7 +1340,9 @@ impl Pipeline {
             if self.lines_through_turn_end() {
                 out.push(Action::SpoolHook(self.stop_hook()));
             } else {
-                error!(event = "spooled", session = %self.session_id(), "the due subagent-stop is not spooled: the lines before it are not kept");
+                self.notify(Notice::StopNotSpooled {
+                    session: self.session_id().to_owned(),
+                });
             }
         }
         if let Some(h) = self.session_end.clone() {
@@ -1284,12 +1357,9 @@ impl Pipeline {
             .as_ref()
             .map(|e| e.reason.clone())
             .unwrap_or(ExitReason::OnceDone);
-        info!(
-            event = "watcher_exiting",
-            reason = reason.as_str(),
-            "watcher exiting ({})",
-            reason.as_str()
-        );
+        self.notify(Notice::WatcherExiting {
+            reason: reason.as_str(),
+        });
         self.done = true;
         out.push(Action::Exit(reason));
     }
@@ -1362,6 +1432,55 @@ impl Pipeline {
         self.identity.as_ref().and_then(|i| i.agent_id.as_deref())
     }
 
+    /// Says what happened: a log line and the counters (see [`crate::telemetry`]).
+    fn notify(&mut self, notice: Notice) {
+        self.telemetry.emit(notice, self.now);
+    }
+
+    /// The earliest decision due, by name (`inspect`'s names), while running.
+    pub(crate) fn next_due(&self) -> Option<(&'static str, Ts)> {
+        if self.done || self.ending.is_some() {
+            return None;
+        }
+        let due = self.due();
+        let stop = due.subagent_stop.filter(|_| !self.stop.posted);
+        [
+            ("subagent_stop", stop),
+            ("idle_end", due.idle_end),
+            ("stall_warning", due.stall_warning),
+            ("lifetime_ceiling", due.lifetime_ceiling),
+        ]
+        .into_iter()
+        .filter_map(|(name, at)| at.map(|t| (name, t)))
+        .min_by_key(|(_, t)| *t)
+    }
+
+    /// The stop this pipeline would owe if it ended now as `end` (what `inspect` shows).
+    pub(crate) fn owed_at_exit(
+        &self,
+        end: decide::WatcherEnd,
+        now: Ts,
+    ) -> Option<decide::OwedStop> {
+        decide::stop_owed_at_exit(
+            &self.state,
+            self.role,
+            self.windows().stop_grace,
+            self.stop,
+            end,
+            now,
+        )
+    }
+
+    /// Complete lines folded from the file.
+    pub(crate) fn lines_on_disk(&self) -> u64 {
+        self.folded_to
+    }
+
+    /// The pipeline is ending (a signal, the parent's exit, a reap...).
+    pub(crate) fn is_ending(&self) -> bool {
+        self.ending.is_some()
+    }
+
     /// What became of the stop, for `--once`'s summary.
     pub(crate) fn stop_summary(&self, now: Ts) -> Option<String> {
         match (self.role, self.stop.posted) {
@@ -1384,498 +1503,4 @@ fn redactor() -> &'static Redactor {
 }
 
 #[cfg(test)]
-mod tests {
-    //! Each numbered case of issue 11 replayed against the pipeline with injected time: the
-    //! driver below plays the shell (spool writes and cursor moves answered at once, requests
-    //! left for the test to answer).
-
-    use super::*;
-    use crate::rollout::Classifier;
-    use crate::rollout::lines::LineCursor;
-    use crate::ship::LINE_LIMIT;
-    use std::collections::VecDeque;
-
-    fn meta() -> String {
-        r#"{"type":"session_meta","payload":{"id":"019fa981-6ea2-7b02-8d11-5c2e9f7a4b02","session_id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","thread_source":"subagent","agent_nickname":"Hypatia"}}"#.into()
-    }
-
-    fn ev(payload: &str) -> String {
-        format!(r#"{{"type":"event_msg","payload":{payload}}}"#)
-    }
-
-    fn started() -> String {
-        ev(r#"{"type":"task_started","turn_id":"t1"}"#)
-    }
-
-    fn complete() -> String {
-        ev(r#"{"type":"task_complete","turn_id":"t1","last_agent_message":"done"}"#)
-    }
-
-    fn t0() -> Ts {
-        Ts::parse_rfc3339("2026-07-28T10:00:00Z").unwrap()
-    }
-
-    /// The test's shell.
-    struct Driver {
-        p: Pipeline,
-        now: Ts,
-        file: Vec<u8>,
-        fold: LineCursor,
-        ship: LineCursor,
-        /// Spool writes fail while set.
-        spool_fails: bool,
-        spooled_lines: Vec<u64>,
-        spooled_hooks: Vec<&'static str>,
-        /// Everything that happened, in order, as short labels.
-        log: Vec<String>,
-    }
-
-    impl Driver {
-        fn new(online: bool, once: bool, lines: &[String]) -> Driver {
-            let mut settings = Settings::with_defaults(PathBuf::from("/nonexistent"));
-            settings.server = online.then(|| "http://127.0.0.1:9".to_string());
-            let p = Pipeline::new(
-                settings,
-                "codex".into(),
-                PathBuf::from("/r/rollout.jsonl"),
-                Role::Session,
-                once,
-                t0(),
-                None,
-            );
-            let mut d = Driver {
-                p,
-                now: t0(),
-                file: Vec::new(),
-                fold: LineCursor::fold(0, 0, LINE_LIMIT, Classifier::without_timestamps()),
-                ship: LineCursor::text(0, 0, LINE_LIMIT),
-                spool_fails: false,
-                spooled_lines: Vec::new(),
-                spooled_hooks: Vec::new(),
-                log: Vec::new(),
-            };
-            d.append(lines);
-            d
-        }
-
-        fn at(&mut self, secs: f64) {
-            self.now = t0().plus(Duration::from_millis((secs * 1000.0) as u64));
-        }
-
-        fn append(&mut self, lines: &[String]) -> Vec<Action> {
-            for l in lines {
-                self.file.extend_from_slice(l.as_bytes());
-                self.file.push(b'\n');
-            }
-            let (got, _) = self.fold.read(&self.file[..], usize::MAX).unwrap();
-            self.send(Event::Folded {
-                lines: got,
-                partial: false,
-            })
-        }
-
-        fn identify(&mut self, offline_resume: u64) -> Vec<Action> {
-            let identity = self.p.state().identity.clone().unwrap();
-            self.send(Event::Identified {
-                identity,
-                offline_resume,
-            })
-        }
-
-        /// Handles `event`, performs the synchronous actions (and feeds text), returns the
-        /// requests and the exit.
-        fn send(&mut self, event: Event) -> Vec<Action> {
-            let mut queue = VecDeque::from([event]);
-            let mut pending = Vec::new();
-            loop {
-                while let Some(e) = queue.pop_front() {
-                    for a in self.p.handle(e, self.now) {
-                        match a {
-                            Action::SpoolLines { batch, refused } => {
-                                let result = if self.spool_fails {
-                                    self.log
-                                        .push(format!("spool-failed {}", batch.line_numbers[0]));
-                                    SpoolResult::Failed("No space left on device".into())
-                                } else {
-                                    self.log.push(format!(
-                                        "spool {}..={}",
-                                        batch.line_numbers[0],
-                                        batch.line_numbers.last().unwrap()
-                                    ));
-                                    self.spooled_lines.extend(&batch.line_numbers);
-                                    SpoolResult::Written
-                                };
-                                queue.push_back(Event::LinesSpooled { refused, result });
-                            }
-                            Action::SpoolHook(hook) => {
-                                let result = if self.spool_fails {
-                                    SpoolResult::Failed("No space left on device".into())
-                                } else {
-                                    self.log.push(format!("spool-hook {}", hook.route()));
-                                    self.spooled_hooks.push(hook.route());
-                                    SpoolResult::Written
-                                };
-                                queue.push_back(Event::HookSpooled { hook, result });
-                            }
-                            Action::ReadFrom(n) => {
-                                self.ship = LineCursor::text(0, 0, LINE_LIMIT);
-                                self.log.push(format!("read-from {n}"));
-                            }
-                            Action::ReloadToken | Action::TrimMemory => {}
-                            other => {
-                                self.log.push(label(&other));
-                                pending.push(other);
-                            }
-                        }
-                    }
-                }
-                if self.p.wants_text() && self.ship.line_start() < self.fold.line_start() {
-                    let (lines, _) = self.ship.read(&self.file[..], 256).unwrap();
-                    let next = self.ship.next_number();
-                    queue.push_back(Event::Text { lines, next });
-                } else {
-                    return pending;
-                }
-            }
-        }
-
-        fn tick(&mut self, secs: f64) -> Vec<Action> {
-            self.at(secs);
-            self.send(Event::Tick)
-        }
-
-        fn index_of(&self, label: &str) -> Option<usize> {
-            self.log.iter().position(|l| l.starts_with(label))
-        }
-    }
-
-    fn label(a: &Action) -> String {
-        match a {
-            Action::AskWatermark => "ask-watermark".into(),
-            Action::Send { body, .. } => {
-                let v: serde_json::Value = serde_json::from_str(body).unwrap();
-                let n = v["line_numbers"].as_array().unwrap();
-                format!("send {}..={}", n[0], n[n.len() - 1])
-            }
-            Action::Post(h) => format!("post {}", h.route()),
-            Action::Exit(r) => format!("exit {}", r.as_str()),
-            Action::Rewritten(why) => format!("rewritten {why}"),
-            other => format!("{other:?}"),
-        }
-    }
-
-    fn sent(actions: &[Action]) -> Option<u64> {
-        actions.iter().find_map(|a| match a {
-            Action::Send { generation, .. } => Some(*generation),
-            _ => None,
-        })
-    }
-
-    fn exits(actions: &[Action]) -> bool {
-        actions.iter().any(|a| matches!(a, Action::Exit(_)))
-    }
-
-    fn child_turn() -> Vec<String> {
-        vec![meta(), started(), complete()]
-    }
-
-    /// Case 1: SIGTERM while the first watermark request is in flight. The answer is awaited
-    /// within the budget, the transcript is shipped, nothing is spooled, and the stop (due)
-    /// goes out only after the transcript.
-    #[test]
-    fn stopped_during_the_first_watermark_waits_for_it_then_ships_normally() {
-        let mut d = Driver::new(true, false, &child_turn());
-        assert!(d.identify(0).contains(&Action::AskWatermark));
-        // Long after the turn ended: the stop is due at the first chance.
-        d.at(600.0);
-        let a = d.send(Event::Signal("SIGTERM"));
-        assert!(a.is_empty(), "nothing before the watermark: {a:?}");
-        d.at(600.3);
-        let a = d.send(Event::Watermark(Ok(Watermark::Empty)));
-        let generation = sent(&a).expect("the transcript goes out");
-        assert_eq!(d.log.last().unwrap(), "send 0..=2");
-        d.at(600.4);
-        let a = d.send(Event::Shipped {
-            generation,
-            result: Ok(()),
-        });
-        assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::Post(Hook::SubagentStop(_))))
-        );
-        d.at(600.5);
-        let stop = d.p.stop_hook();
-        let a = d.send(Event::Posted {
-            hook: stop,
-            result: Ok(()),
-        });
-        assert!(exits(&a));
-        assert!(
-            d.spooled_lines.is_empty() && d.spooled_hooks.is_empty(),
-            "{:?}",
-            d.log
-        );
-        assert!(d.index_of("send").unwrap() < d.index_of("post subagent-stop").unwrap());
-    }
-
-    /// Case 1, the parent already dead at start: the same (parent exit is not a signal, so no
-    /// partial-line wait, but the same budget), and the stop it owes (R4.4) after the lines.
-    #[test]
-    fn a_dead_parent_at_start_still_ships_before_ending() {
-        let mut d = Driver::new(true, false, &child_turn());
-        d.identify(0);
-        d.send(Event::ParentExited);
-        let a = d.send(Event::Watermark(Ok(Watermark::Line(0))));
-        let generation = sent(&a).unwrap();
-        assert_eq!(d.log.last().unwrap(), "send 1..=2");
-        let a = d.send(Event::Shipped {
-            generation,
-            result: Ok(()),
-        });
-        let stop = d.p.stop_hook();
-        assert!(a.contains(&Action::Post(stop.clone())), "{:?}", d.log);
-        let a = d.send(Event::Posted {
-            hook: stop,
-            result: Ok(()),
-        });
-        assert!(exits(&a), "{:?}", d.log);
-        assert!(d.spooled_lines.is_empty() && d.spooled_hooks.is_empty());
-    }
-
-    /// Case 2: offline, a failed spool write confirms nothing, is retried with backoff, and
-    /// the due stop is not spooled ahead of its lines.
-    #[test]
-    fn a_failed_spool_write_keeps_the_lines_and_holds_the_stop() {
-        let mut d = Driver::new(false, false, &[]);
-        d.spool_fails = true;
-        d.append(&child_turn());
-        d.identify(0);
-        let attempts = |d: &Driver| d.log.iter().filter(|l| l.starts_with("spool")).count();
-        assert_eq!(attempts(&d), 1, "{:?}", d.log);
-        // Before the retry time nothing is tried again; the stop waits even when due.
-        d.tick(0.1);
-        assert_eq!(attempts(&d), 1, "{:?}", d.log);
-        d.at(400.0);
-        let retry = d.p.next_wake(d.now).unwrap();
-        assert!(retry <= d.now);
-        d.tick(400.0);
-        assert_eq!(d.log.last().unwrap(), "spool-failed 0");
-        assert!(d.spooled_hooks.is_empty());
-        d.spool_fails = false;
-        d.tick(500.0);
-        assert_eq!(d.spooled_lines, vec![0, 1, 2]);
-        assert_eq!(d.spooled_hooks, vec!["subagent-stop"]);
-        assert!(d.index_of("spool 0..=2").unwrap() < d.index_of("spool-hook").unwrap());
-    }
-
-    /// Case 3: a due stop answered 500, then SIGTERM: it goes to the hook spool at exit.
-    #[test]
-    fn a_due_stop_that_failed_is_spooled_at_exit() {
-        let mut d = Driver::new(true, false, &child_turn());
-        d.identify(0);
-        let a = d.send(Event::Watermark(Ok(Watermark::Line(2))));
-        assert!(sent(&a).is_none());
-        let a = d.tick(301.0);
-        assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::Post(Hook::SubagentStop(_))))
-        );
-        let stop = d.p.stop_hook();
-        d.send(Event::Posted {
-            hook: stop,
-            result: Err(Failure::Transient {
-                status: Some(500),
-                retry_after: None,
-                error: "HTTP 500".into(),
-            }),
-        });
-        d.at(302.0);
-        let a = d.send(Event::Signal("SIGTERM"));
-        // One more attempt within the budget...
-        assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::Post(Hook::SubagentStop(_))))
-        );
-        // ...which hangs: at 3 s the stop is spooled and the watcher ends.
-        let a = d.tick(305.0);
-        assert!(exits(&a));
-        assert_eq!(d.spooled_hooks, vec!["subagent-stop"]);
-    }
-
-    /// Case 3, idle reap after a failed stop: spooled too.
-    #[test]
-    fn a_due_stop_that_failed_is_spooled_at_idle_reap() {
-        let mut d = Driver::new(true, false, &child_turn());
-        d.identify(0);
-        d.send(Event::Watermark(Ok(Watermark::Line(2))));
-        d.tick(301.0);
-        let stop = d.p.stop_hook();
-        d.send(Event::Posted {
-            hook: stop,
-            result: Err(Failure::Transient {
-                status: Some(500),
-                retry_after: None,
-                error: "HTTP 500".into(),
-            }),
-        });
-        let reap = d.p.due().idle_end.unwrap();
-        d.now = reap;
-        let a = d.send(Event::Tick);
-        let stop = d.p.stop_hook();
-        assert!(a.contains(&Action::Post(stop.clone())), "{:?}", d.log);
-        let a = d.send(Event::Posted {
-            hook: stop,
-            result: Err(Failure::Transient {
-                status: Some(500),
-                retry_after: None,
-                error: "HTTP 500".into(),
-            }),
-        });
-        assert!(exits(&a), "{:?}", d.log);
-        assert_eq!(d.spooled_hooks, vec!["subagent-stop"]);
-    }
-
-    /// Case 4: `--once` offline on more than 2,048 lines spools them all and the due stop.
-    #[test]
-    fn once_offline_spools_every_line_and_the_due_stop() {
-        let mut lines = vec![meta(), started()];
-        lines.extend(
-            (0..3000).map(|i| ev(&format!(r#"{{"type":"agent_message","message":"m{i}"}}"#))),
-        );
-        lines.push(complete());
-        let mut d = Driver::new(false, true, &lines);
-        d.at(600.0);
-        d.identify(0);
-        d.p.begin_once(d.now);
-        let a = d.send(Event::Tick);
-        assert!(exits(&a), "{:?}", d.log);
-        assert_eq!(d.spooled_lines.len(), 3003);
-        assert_eq!(d.spooled_hooks, vec!["subagent-stop"]);
-    }
-
-    /// Case 4: `--once` with the server unreachable spools the lines and the due stop and
-    /// ends (exit 0), within seconds.
-    #[test]
-    fn once_with_an_unreachable_server_spools_and_ends() {
-        let mut d = Driver::new(true, true, &child_turn());
-        d.at(600.0);
-        d.identify(0);
-        d.p.begin_once(d.now);
-        d.send(Event::Tick);
-        let mut t = 600.0;
-        let mut ended = false;
-        while t < 620.0 && !ended {
-            d.send(Event::Watermark(Err(Failure::Transient {
-                status: None,
-                retry_after: None,
-                error: "failed to connect".into(),
-            })));
-            t =
-                d.p.next_wake(d.now)
-                    .map_or(t + 1.0, |w| w.duration_since(t0()).as_secs_f64());
-            ended = exits(&d.tick(t));
-        }
-        assert!(ended, "{:?}", d.log);
-        assert!(
-            t <= 600.0 + ONCE_STALL.as_secs_f64() + 0.01,
-            "took until {t}"
-        );
-        assert_eq!(d.spooled_lines, vec![0, 1, 2]);
-        assert_eq!(d.spooled_hooks, vec!["subagent-stop"]);
-    }
-
-    /// Case 6: offline, the resume line handed over by the shell (spool or offline
-    /// watermark) is where spooling starts.
-    #[test]
-    fn offline_resume_starts_after_what_was_handed_over() {
-        let mut d = Driver::new(false, false, &child_turn());
-        d.identify(2);
-        assert_eq!(d.spooled_lines, vec![2]);
-    }
-
-    /// Case 7: a server refusing every batch is paced after the first few halvings.
-    #[test]
-    fn permanent_refusals_are_paced() {
-        let lines: Vec<String> = (0..64)
-            .map(|i| ev(&format!(r#"{{"type":"x{i}"}}"#)))
-            .collect();
-        let mut d = Driver::new(true, false, &[meta()]);
-        d.identify(0);
-        d.append(&lines);
-        let mut a = d.send(Event::Watermark(Ok(Watermark::Empty)));
-        let mut sends = 0;
-        let mut immediate = 0;
-        let start = d.now;
-        while d.now < start.plus(Duration::from_secs(60)) {
-            if let Some(generation) = sent(&a) {
-                sends += 1;
-                a = d.send(Event::Shipped {
-                    generation,
-                    result: Err(Failure::Rejected {
-                        status: 400,
-                        body_snippet: "bad".into(),
-                    }),
-                });
-                if sent(&a).is_some() {
-                    immediate += 1;
-                }
-            } else {
-                let Some(next) = d.p.next_wake(d.now) else {
-                    break;
-                };
-                d.now = next.max(d.now.plus(Duration::from_millis(1)));
-                a = d.send(Event::Tick);
-            }
-        }
-        assert!(
-            immediate <= FREE_HALVINGS as usize + 1,
-            "{immediate} unpaced retries"
-        );
-        assert!(sends < 40, "{sends} requests in a minute");
-        assert!(!d.spooled_lines.is_empty(), "refused lines are spooled");
-    }
-
-    /// Case 7: `404` from the transcript route is a wrong URL: retried with backoff, the lines
-    /// are kept (not split, not spooled as refused).
-    #[test]
-    fn a_wrong_server_path_is_retried_not_refused() {
-        let mut d = Driver::new(true, false, &child_turn());
-        d.identify(0);
-        let a = d.send(Event::Watermark(Ok(Watermark::Empty)));
-        let generation = sent(&a).unwrap();
-        let a = d.send(Event::Shipped {
-            generation,
-            result: Err(Failure::WrongPath {
-                status: 404,
-                url: "http://h/kcap/hooks/transcript".into(),
-            }),
-        });
-        assert!(sent(&a).is_none() && d.spooled_lines.is_empty());
-        let wake = d.p.next_wake(d.now).unwrap();
-        assert!(wake > d.now);
-    }
-
-    /// Case 8: SIGTERM with a hung server: everything unconfirmed is spooled and the watcher
-    /// is gone within 4 s.
-    #[test]
-    fn shutdown_with_a_hung_server_spools_within_the_budget() {
-        let mut d = Driver::new(true, false, &child_turn());
-        d.identify(0);
-        let a = d.send(Event::Watermark(Ok(Watermark::Empty)));
-        assert!(sent(&a).is_some());
-        d.at(10.0);
-        d.send(Event::Signal("SIGTERM"));
-        let mut t = 10.0;
-        let mut ended = false;
-        while !ended && t < 20.0 {
-            t =
-                d.p.next_wake(d.now)
-                    .unwrap()
-                    .duration_since(t0())
-                    .as_secs_f64();
-            ended = exits(&d.tick(t));
-        }
-        assert!(ended && t - 10.0 <= 4.0, "ended {ended} after {}", t - 10.0);
-        assert_eq!(d.spooled_lines, vec![0, 1, 2]);
-    }
-}
+mod tests;
