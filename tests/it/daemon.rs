@@ -368,7 +368,32 @@ fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its
     want.sort();
     assert_eq!(procs, want);
 
-    // `status --json` names every descendant, held by kcap-watch supervise.
+    // `status --json` names every descendant, held by kcap-watch supervise. Each supervisor
+    // lists a newly claimed child in its status file within S3's 2 s pacing: wait for that.
+    for (ids, tree) in &trees {
+        let own_status = w
+            .config
+            .join(format!("kcap-watch/status/{}.supervise.json", ids.key()));
+        let listed = || {
+            let Ok(bytes) = std::fs::read(&own_status) else {
+                return false;
+            };
+            let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
+                return false;
+            };
+            tree.iter().all(|d| {
+                let key = format!("{}-{}", ids.key(), bare(&d.id));
+                v["keys"]
+                    .as_array()
+                    .is_some_and(|ks| ks.iter().any(|k| k["key"] == key))
+            })
+        };
+        assert!(
+            wait_for(WAIT, listed),
+            "{} never listed every child",
+            own_status.display()
+        );
+    }
     let out = support::bin::run(
         {
             let mut c = kcap_watch(&w.config);
@@ -398,16 +423,7 @@ fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its
             assert_eq!(k["agent_id"], bare(&d.id));
             let sup = if ids.n == 1 { sup1 } else { sup2 };
             assert_eq!(k["pid"], sup, "{k:#}");
-            // Named as kcap-watch's once the supervisor writes its status file (the host's
-            // telemetry); until then its keys read as any live holder's.
-            let own_status = w
-                .config
-                .join(format!("kcap-watch/status/{}.supervise.json", ids.key()));
-            if own_status.exists() {
-                assert_eq!(k["holder"], "kcap-watch supervise", "{k:#}");
-            } else {
-                assert_eq!(k["holder"], "kcap CLI", "{k:#}");
-            }
+            assert_eq!(k["holder"], "kcap-watch supervise", "{k:#}");
         }
     }
     // Each session watcher is the kcap CLI's.
@@ -671,8 +687,6 @@ fn parse_xml(xml: &str) -> Vec<String> {
 /// re-engages it, so the kcap CLI's session watcher (which re-ensures a watcher whenever the
 /// child's rollout advances) never finds the key free and every later line is shipped.
 #[test]
-#[ignore = "waits for revision-3 S2.7 (supervise as a long-lived host, built on the host branch): \
-            today a reaped child releases its key and its later lines are not shipped"]
 fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free() {
     let w = World::new();
     let s1 = Ids { n: 1 };
