@@ -14,7 +14,7 @@
 //! `<key>.pid` (its own pid and start token), `<key>.started` and `<key>.heartbeat` exactly
 //! as `watch` does ([`WatcherFiles`]), so the spawner sees a live watcher and starts none.
 //! Keys left alone are re-checked on every poll ([`Ownership::recheck`]) and taken over once
-//! their watcher is gone. One thread beats the heartbeat of every owned key every 2 s, on
+//! their watcher is gone. One thread beats the heartbeat of every owned key every 10 s, on
 //! its own, so nothing on the runtime can let one go stale (a stale heartbeat would make
 //! the spawner SIGTERM the supervisor, and with it every child).
 

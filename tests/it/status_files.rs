@@ -4,6 +4,9 @@
 //! side (`<session>.supervise.json`, one line per child, `held` after a reap) is checked in
 //! `supervise::reengaged_child_after_reap_is_shipped_in_full`.
 
+// Unix only: each test asks for a clean exit with SIGTERM, which Windows does not have.
+#![cfg(unix)]
+
 use crate::support;
 
 use std::path::{Path, PathBuf};
