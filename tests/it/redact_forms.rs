@@ -264,6 +264,7 @@ leak_tests! {
     form_node_raw_headers: r#"{"rawHeaders": ["Host", "x.io", "Authorization", "Bearer RawHdr9Zq", "Cookie", "sid=RawCookie9Z"]}"# => ["RawHdr9Zq", "RawCookie9Z"];
     form_python_auth_tuple: "requests.get(url, auth=('alice', 'PyAuthPw9Z'))" => ["PyAuthPw9Z"];
     form_curl_u_text: "curl -u admin:CurlPw9Z https://api.example.com" => ["CurlPw9Z"];
+    form_htpasswd_twice_on_one_line: "token REDACTED]htpasswd -b f u HtOne9Z htpasswd -b f u HtTwo9Z" => ["HtOne9Z", "HtTwo9Z"];
     form_curl_u_argv: r#"["curl", "-u", "admin:CurlArgvPw9Z", "https://api.example.com"]"# => ["CurlArgvPw9Z"];
     form_ssh_keygen_n: "ssh-keygen -t ed25519 -N KeygenPw9Z -f id" => ["KeygenPw9Z"];
     form_htpasswd_b: "htpasswd -b .htpasswd admin HtPw9Z" => ["HtPw9Z"];

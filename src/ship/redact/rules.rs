@@ -635,6 +635,7 @@ pub(crate) static RULES: &[Rule] = &[
         &[
             "htpasswd -bc .htpasswd admin HtPw123",
             "htpasswd -nb admin HtPw456",
+            "htpasswd -b f u Pw8 htpasswd -b f u Pw9",
         ],
         &["htpasswd -c .htpasswd admin"],
     ),
@@ -1212,10 +1213,33 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
 /// (no file with `-n`).
 fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let Some(m) = caps.get(0) else { return };
+    // The match runs to the end of the command line, which can hold a second `htpasswd -b`
+    // (`... Pw8 htpasswd -b f u Pw9`): each one is its own command with its own password
+    // (the second leaked when only the first was read).
+    let s = m.as_str();
+    let b = s.as_bytes();
+    // A command word stands alone (`.htpasswd`, the usual file name, is not one).
+    let mut starts: Vec<usize> = memchr::memmem::find_iter(b, b"htpasswd")
+        .filter(|&i| {
+            let end = i + "htpasswd".len();
+            (i == 0 || b[i - 1].is_ascii_whitespace())
+                && (end == b.len() || b[end].is_ascii_whitespace())
+        })
+        .collect();
+    if starts.first() != Some(&0) {
+        starts.insert(0, 0);
+    }
+    starts.push(s.len());
+    for w in starts.windows(2) {
+        htpasswd_command(m.start() + w[0], &s[w[0]..w[1]], text, out);
+    }
+}
+
+/// One `htpasswd` command: `s` starts with the command word and lies at `offset` in `text`.
+fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usize>>) {
     let mut flags = String::new();
     let mut positional: Vec<Range<usize>> = Vec::new();
     let mut i = 0;
-    let s = m.as_str();
     let bytes = s.as_bytes();
     // Skip the command word itself.
     i += "htpasswd".len();
@@ -1239,7 +1263,7 @@ fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
         if word.starts_with('-') && positional.is_empty() {
             flags.push_str(word);
         } else {
-            positional.push(m.start() + a.min(b)..m.start() + b);
+            positional.push(offset + a.min(b)..offset + b);
         }
     }
     if !flags.contains('b') {
