@@ -21,25 +21,11 @@ use support::harness::{
 const W: Duration = Duration::from_secs(30);
 
 fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    harness::spool_records(path)
 }
 
 fn numbers(records: &[Value]) -> Vec<u64> {
-    records
-        .iter()
-        .flat_map(|r| {
-            r["line_numbers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.as_u64().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    harness::record_line_numbers(records)
 }
 
 fn transcript_spool(sb: &Sandbox) -> PathBuf {

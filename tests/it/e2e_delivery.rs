@@ -22,28 +22,14 @@ use support::{FakeKcap, Fault};
 const W: Duration = Duration::from_secs(20);
 
 fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    harness::spool_records(path)
 }
 
 fn spooled_numbers(sb: &Sandbox) -> Vec<u64> {
     let path = sb
         .config
         .join(format!("transcript-spool/{SESSION_ND}.transcript.jsonl"));
-    records(&path)
-        .iter()
-        .flat_map(|r| {
-            r["line_numbers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.as_u64().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    harness::record_line_numbers(&records(&path))
 }
 
 fn hook_routes(sb: &Sandbox) -> Vec<String> {

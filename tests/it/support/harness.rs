@@ -619,3 +619,27 @@ impl Drop for Forwarder {
         }
     }
 }
+
+/// The JSON records of a spool file (transcript, hook or refused), one a line; missing: none.
+pub fn spool_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Every `line_numbers` entry of transcript-format records, in order.
+pub fn record_line_numbers(records: &[serde_json::Value]) -> Vec<u64> {
+    records
+        .iter()
+        .flat_map(|r| {
+            r["line_numbers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_u64().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
