@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::Settings;
+use crate::host::ownership::{KeyFiles, Verdict};
 use crate::platform::proc_info;
 use crate::ship::spool;
 use crate::status_file::{self, KeyStatus, SkippedSession, StatusFile, TakenSession, Writer};
-use crate::supervise::ownership::{KeyFiles, Verdict};
 use crate::time::Ts;
 
 /// The version of the `--json` shape.

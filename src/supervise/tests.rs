@@ -9,9 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 use proptest::prelude::*;
 
 use super::discover::{CodexLayout, Day, Discovery, Found, ThreadFacts, Tree};
-use super::ownership::{Claim, Ownership, Verdict, judge};
-use super::wake::DirWatcher;
 use crate::files::{HEARTBEAT_EVERY, HEARTBEAT_MAX_AGE, Heartbeat, WatcherFiles, watcher_key};
+use crate::host::notifier::Notifier;
+use crate::host::ownership::{Claim, Ownership, Verdict, judge};
 use crate::time::Ts;
 
 const ROOT: &str = "019fa981-2dca-7000-a000-000000000001";
@@ -363,7 +363,7 @@ async fn a_child_in_a_day_directory_created_while_running_is_found() {
     let home = Home::new();
     let mut discovery = home.discovery();
     assert!(discovery.scan(SystemTime::now()).is_empty());
-    let mut notifier = DirWatcher::start(false);
+    let mut notifier = Notifier::start(false);
     assert_eq!(notifier.polling_because(), None);
     notifier.sync(&discovery.watch_dirs());
 
@@ -397,7 +397,7 @@ async fn opening_and_listing_watched_paths_wakes_nothing() {
     std::fs::create_dir_all(&sentinel).unwrap();
     let rollout = quiet.join("rollout-a.jsonl");
     std::fs::write(&rollout, "{}\n").unwrap();
-    let mut notifier = DirWatcher::start(false);
+    let mut notifier = Notifier::start(false);
     notifier.sync(&[quiet.clone(), sentinel.clone()]);
 
     for _ in 0..3 {
@@ -450,8 +450,8 @@ fn at(s: i64) -> Ts {
     Ts::from_millis(1_800_000_000_000 + s * 1000)
 }
 
-fn alive_with(token: &'static str) -> impl FnOnce(u32) -> super::ownership::Probe {
-    move |_| super::ownership::Probe {
+fn alive_with(token: &'static str) -> impl FnOnce(u32) -> crate::host::ownership::Probe {
+    move |_| crate::host::ownership::Probe {
         alive: true,
         token: Some(token.to_owned()),
     }
@@ -499,7 +499,7 @@ fn judge_follows_the_kcap_cli_rule() {
         judge(pid, Some(at(0)), None, at(1), alive_with("mac:1")),
         Verdict::Alive { pid: 42 }
     );
-    let dead = |_| super::ownership::Probe {
+    let dead = |_| crate::host::ownership::Probe {
         alive: false,
         token: None,
     };
@@ -598,7 +598,7 @@ fn a_child_held_by_a_live_watcher_is_left_alone_and_taken_over_when_it_dies() {
     let holder = Holder::start(&dir, &k);
     let holder_pid = holder.0.id();
 
-    let mut ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start(&dir).unwrap();
     assert_eq!(
         ownership.want(&k, Ts::now()).unwrap(),
         Claim::Held {
@@ -650,7 +650,7 @@ fn a_key_whose_spawn_lock_is_taken_waits_for_the_spawner() {
     // The kcap CLI's spawner deciding about this key right now.
     let spawner = fs::File::create(dir.join(format!("{k}.spawnlock"))).unwrap();
     spawner.try_lock().unwrap();
-    let mut ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start(&dir).unwrap();
     assert_eq!(ownership.want(&k, Ts::now()).unwrap(), Claim::Busy);
     assert!(!dir.join(format!("{k}.pid")).exists());
     drop(spawner);
@@ -698,7 +698,7 @@ fn every_owned_key_stays_alive_by_the_kcap_cli_rule() {
     let dir = tmp.path().to_path_buf();
     // The thread beats at a tenth of a second here so that three periods pass quickly; the
     // real period is checked against S5's bound below.
-    let mut ownership = Ownership::start_beating_every(&dir, Duration::from_millis(100)).unwrap();
+    let ownership = Ownership::start_beating_every(&dir, Duration::from_millis(100)).unwrap();
     let keys = [key(CHILD), key(GRANDCHILD), key(LEGACY)];
     for k in &keys {
         assert_eq!(ownership.want(k, Ts::now()).unwrap(), Claim::Owned);
