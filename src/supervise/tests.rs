@@ -750,3 +750,67 @@ fn the_heartbeat_period_meets_revision_3_s5() {
     // Not faster than needed either: each beat is a rename per key, all day long.
     assert!(HEARTBEAT_EVERY >= Duration::from_secs(5));
 }
+
+// ---------------------------------------------------------------------------------------
+// The host ended from outside
+
+/// Waits (on the runtime, so the host runs meanwhile) until `ready` holds, for at most 20 s.
+async fn until_ready(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 18: the supervisor's shutdown is passed in, so a test ends it in-process (no signal):
+/// its child ends as on SIGTERM (offline, its lines go to the spool), its key's files and the
+/// status file are removed, and `run_until` returns.
+#[tokio::test(flavor = "current_thread")]
+async fn a_supervisor_ends_through_the_injected_shutdown_with_its_children() {
+    use crate::status_file::{Writer, read, status_path};
+    let home = Home::new();
+    let session = home.session();
+    home.rollout("2026-07-28", CHILD, &child_meta(CHILD, ROOT, ROOT));
+    let config = home._tmp.path().join("config");
+    let settings = crate::config::Settings::with_defaults(config.clone());
+    let watchers = settings.watcher_dir.clone();
+    let opts = super::run::SuperviseOptions {
+        rollout: session,
+        session_id: None,
+        with_session: false,
+        parent_pid: None,
+    };
+    let (tx, shutdown) = crate::host::shutdown::Shutdown::channel();
+    let host = tokio::spawn(super::run::run_until(
+        opts,
+        settings,
+        std::sync::Arc::new(crate::host::clock::SystemClock),
+        shutdown,
+    ));
+    let child_key = watcher_key(&bare(ROOT), Some(&bare(CHILD)));
+    let status = status_path(&config, &bare(ROOT), Writer::Supervise);
+    until_ready("the status file to list the child", || {
+        read(&status)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.keys.iter().any(|k| k.key == child_key))
+    })
+    .await;
+    assert!(watchers.join(format!("{child_key}.pid")).exists());
+
+    tx.send("SIGTERM").await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), host).await;
+    ended
+        .expect("the supervisor ended within the shutdown budget")
+        .unwrap()
+        .unwrap();
+    assert!(!status.exists(), "the status file is removed at the end");
+    assert!(
+        !watchers.join(format!("{child_key}.pid")).exists(),
+        "the child's key is released"
+    );
+    let spooled =
+        crate::ship::spool::scan_spooled_lines(&config, &bare(ROOT), Some(&bare(CHILD))).unwrap();
+    assert_eq!(spooled.highest, Some(1), "the child's two lines are spooled");
+}
