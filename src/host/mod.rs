@@ -97,11 +97,7 @@ impl Hub {
         let client = match &settings.server {
             Some(url) => {
                 let token = Credentials::from_settings(&settings, url);
-                Some(KcapClient::new(
-                    url,
-                    token,
-                    Deadlines::scaled(settings.retry_scale()),
-                )?)
+                Some(KcapClient::new(url, token, Deadlines::default())?)
             }
             None => None,
         };

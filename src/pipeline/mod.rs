@@ -177,9 +177,6 @@ pub(crate) struct PipelineConfig {
     pub lifetime: Option<Duration>,
     pub max_pause_credit: Duration,
     pub stop_retry: Duration,
-    /// The retry pacing's share of real time (1.0 but under the test-only
-    /// `KCAP_WATCH_RETRY_SECOND_MS`).
-    pub retry_scale: f64,
 }
 
 impl PipelineConfig {
@@ -191,7 +188,6 @@ impl PipelineConfig {
             lifetime: settings.lifetime,
             max_pause_credit: settings.max_pause_credit,
             stop_retry: settings.stop_retry,
-            retry_scale: settings.retry_scale(),
         }
     }
 
@@ -200,10 +196,6 @@ impl PipelineConfig {
             Role::Child => self.child,
             Role::Session => self.session,
         }
-    }
-
-    fn paced(&self, d: Duration) -> Duration {
-        d.mul_f64(self.retry_scale)
     }
 }
 
@@ -216,14 +208,6 @@ struct Request {
 }
 
 impl Request {
-    /// No request made yet, retries paced at the settings' (test-only) retry scale.
-    fn paced(config: &PipelineConfig) -> Request {
-        Request {
-            backoff: Backoff::scaled(config.retry_scale),
-            ..Request::default()
-        }
-    }
-
     fn ready(&self, now: Ts) -> bool {
         !self.in_flight && self.retry_at.is_none_or(|t| t <= now)
     }
@@ -331,11 +315,8 @@ impl Pipeline {
             .map(|l| Ceiling::new(started, l, settings.max_pause_credit));
         let file_seen = seeded.is_some();
         let (state, folded_to, partial) = seeded.unwrap_or_else(|| (State::new(), 0, false));
-        let (watermark_req, ship_req, spool_req) = (
-            Request::paced(&settings),
-            Request::paced(&settings),
-            Request::paced(&settings),
-        );
+        let (watermark_req, ship_req, spool_req) =
+            (Request::default(), Request::default(), Request::default());
         Pipeline {
             online: settings.online,
             settings,
@@ -640,7 +621,7 @@ impl Pipeline {
                     self.unauthorized_logged = true;
                 }
                 self.token_refused = true;
-                self.settings.paced(UNAUTHORIZED_RETRY)
+                UNAUTHORIZED_RETRY
             }
             Failure::WrongPath { status, url } => {
                 if !self.wrong_path_logged {

@@ -50,20 +50,6 @@ pub struct Deadlines {
     pub hook: Duration,
 }
 
-impl Deadlines {
-    /// The default deadlines `scale` times as long, never below 1 s (the test-only
-    /// `KCAP_WATCH_RETRY_SECOND_MS`: a hanging server is noticed in seconds).
-    pub fn scaled(scale: f64) -> Deadlines {
-        let d = Deadlines::default();
-        let s = |t: Duration| t.mul_f64(scale).max(Duration::from_secs(1)).min(t);
-        Deadlines {
-            watermark: s(d.watermark),
-            transcript: s(d.transcript),
-            hook: s(d.hook),
-        }
-    }
-}
-
 impl Default for Deadlines {
     fn default() -> Self {
         Deadlines {
@@ -471,15 +457,6 @@ fn scrub(text: String, token: Option<&Token>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scaled_deadlines_shrink_but_never_below_a_second() {
-        let d = Deadlines::scaled(0.1);
-        assert_eq!(d.watermark, Duration::from_secs(1));
-        assert_eq!(d.transcript, Duration::from_secs(3));
-        assert_eq!(d.hook, Duration::from_secs(1));
-        assert_eq!(Deadlines::scaled(1.0), Deadlines::default());
-    }
 
     #[test]
     fn retry_after_seconds_and_dates() {

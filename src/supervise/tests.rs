@@ -812,5 +812,9 @@ async fn a_supervisor_ends_through_the_injected_shutdown_with_its_children() {
     );
     let spooled =
         crate::ship::spool::scan_spooled_lines(&config, &bare(ROOT), Some(&bare(CHILD))).unwrap();
-    assert_eq!(spooled.highest, Some(1), "the child's two lines are spooled");
+    assert_eq!(
+        spooled.highest,
+        Some(1),
+        "the child's two lines are spooled"
+    );
 }

@@ -792,6 +792,38 @@ mod tests {
         assert!(!format!("{m:?}").contains("hush"));
     }
 
+    /// `reliability_faults`' 401 case, at the source: after a refusal the token file is read
+    /// again before the next request (the kcap CLI refreshed it), and not before (no file
+    /// read per request).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_refused_token_file_is_read_again_before_the_next_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "tok-expired-0000\n").unwrap();
+        let c = Credentials::with_source(
+            Source::File(file.clone()),
+            String::new(),
+            Err("no WorkOS endpoint".to_owned()),
+        );
+        let now = Ts::now();
+        let sent = |t: Option<Token>| t.map(|t| t.expose().to_owned());
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-expired-0000")
+        );
+        std::fs::write(&file, "tok-fresh-2b7e1516\n").unwrap();
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-expired-0000"),
+            "read once, not before every request"
+        );
+        c.reload();
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-fresh-2b7e1516")
+        );
+    }
+
     #[test]
     fn token_text_is_trimmed_and_must_fit_a_header() {
         assert_eq!(Token::new("  abc\n").unwrap().expose(), "abc");
