@@ -19,7 +19,7 @@ use crate::platform::config_dir::{self, HomeRule};
 use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
 use crate::settings::{self as registry, Resolver, SettingsArgs};
-use crate::ship::auth::MachineCredential;
+use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};
 
 pub use crate::settings::{ConfigError, LogFormat};
 
@@ -109,6 +109,23 @@ impl Settings {
             log_format: LogFormat::default(),
             exclude: Vec::new(),
         }
+    }
+
+    /// The credentials these settings name, for requests to `server_url` (`KCAP_URL`): the
+    /// settings know the auth module's inputs, never the other way round.
+    pub(crate) fn credentials(&self, server_url: &str) -> Credentials {
+        Credentials::new(
+            AuthConfig {
+                env_token: self.token.as_ref().map(|t| t.expose().to_owned()),
+                token_file: self.token_file.clone(),
+                machine: self.machine.clone(),
+                config_dir: self.config_dir.clone(),
+                profile: self.profile.clone(),
+                server_url: server_url.to_owned(),
+                ..AuthConfig::default()
+            }
+            .with_env_overrides(&process_env),
+        )
     }
 
     /// The decision windows for a watcher of `role`: a child's idle window is its reap

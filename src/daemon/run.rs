@@ -16,9 +16,9 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
+use super::DaemonSettings;
 use super::policy::{Ended, Next, Restarts};
 use super::sessions::{self, LaunchFacts, ServerSource};
-use crate::config::Settings;
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
 use crate::host::notifier::Notifier;
@@ -77,7 +77,7 @@ struct Exit {
 }
 
 pub(crate) struct Daemon {
-    settings: Settings,
+    settings: DaemonSettings,
     exe: PathBuf,
     sessions: BTreeMap<String, Session>,
     /// Sessions left alone, with the watcher pid they were judged under and why.
@@ -94,7 +94,7 @@ pub(crate) struct Daemon {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
-pub async fn run(settings: Settings) -> Result<()> {
+pub async fn run(settings: DaemonSettings) -> Result<()> {
     let lock_path = files::daemon_lock_path(&settings.config_dir);
     let _lock = ExclusiveLock::try_take(&lock_path)
         .context("failed to take the daemon lock")?

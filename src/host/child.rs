@@ -18,7 +18,7 @@ use crate::pipeline::{Action, Event, ExitReason, Pipeline, SpoolResult};
 use crate::rollout::Classifier;
 use crate::rollout::lines::LineCursor;
 use crate::ship::LINE_LIMIT;
-use crate::ship::client::Watermark;
+use crate::ship::protocol::Watermark;
 use crate::ship::spool::{self, SpoolOutcome};
 use crate::tail::guard::{Guard, Seen};
 use crate::tail::index::LineIndex;

@@ -39,11 +39,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::{info, warn};
 
 use crate::config::Settings;
+use crate::key::Role;
 use crate::pipeline::{Event, PipelineConfig};
 use crate::platform::process::Incarnation;
 use crate::platform::signals::SignalName;
-use crate::ship::auth::Credentials;
-use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
+use crate::ship::client::{Deadlines, KcapClient};
+use crate::ship::protocol::{Failure, Hook, Watermark};
 use crate::status_file::{KeyStatus, Writer};
 use crate::time::Ts;
 use child::Child;
@@ -96,7 +97,7 @@ impl Hub {
     ) -> Result<(Hub, mpsc::Receiver<(u64, Done)>)> {
         let client = match &settings.server {
             Some(url) => {
-                let token = Credentials::from_settings(&settings, url);
+                let token = settings.credentials(url);
                 Some(KcapClient::new(url, token, Deadlines::default())?)
             }
             None => None,
@@ -110,7 +111,7 @@ impl Hub {
         let (tx, rx) = mpsc::channel(64);
         Ok((
             Hub {
-                pipeline_config: PipelineConfig::from_settings(&settings),
+                pipeline_config: pipeline_config(&settings),
                 settings,
                 clock,
                 client,
@@ -135,6 +136,19 @@ impl Hub {
             let done = request.await;
             let _ = tx.send((slot, done)).await;
         });
+    }
+}
+
+/// What every child's pipeline is given of `settings`: windows and pacing, no server address,
+/// token or path.
+pub(crate) fn pipeline_config(settings: &Settings) -> PipelineConfig {
+    PipelineConfig {
+        online: settings.server.is_some(),
+        child: settings.windows_for(Role::Child),
+        session: settings.windows_for(Role::Session),
+        lifetime: settings.lifetime,
+        max_pause_credit: settings.max_pause_credit,
+        stop_retry: settings.stop_retry,
     }
 }
 

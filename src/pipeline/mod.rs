@@ -14,7 +14,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::Settings;
 use crate::decide::Windows as DecisionWindows;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::fold::State;
@@ -166,8 +165,8 @@ pub(crate) enum Action {
 }
 
 /// What a pipeline needs of the settings, and nothing else: no server address, no token, no
-/// paths. The host builds it once ([`PipelineConfig::from_settings`]) and every child's
-/// pipeline gets a copy.
+/// paths. The host builds it once from the settings (`crate::host::pipeline_config`) and
+/// every child's pipeline gets a copy.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PipelineConfig {
     /// A server is configured: lines are shipped, else spooled.
@@ -180,17 +179,6 @@ pub(crate) struct PipelineConfig {
 }
 
 impl PipelineConfig {
-    pub(crate) fn from_settings(settings: &Settings) -> PipelineConfig {
-        PipelineConfig {
-            online: settings.server.is_some(),
-            child: settings.windows_for(Role::Child),
-            session: settings.windows_for(Role::Session),
-            lifetime: settings.lifetime,
-            max_pause_credit: settings.max_pause_credit,
-            stop_retry: settings.stop_retry,
-        }
-    }
-
     fn windows_for(&self, role: Role) -> DecisionWindows {
         match role {
             Role::Child => self.child,

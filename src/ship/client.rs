@@ -17,7 +17,7 @@
 //!   refusal reaches the caller, which retries later.
 //! - TLS trusts the bundled roots and the operating system's store (with `SSL_CERT_FILE` and
 //!   `SSL_CERT_DIR`); proxies come from the environment, except that loopback is never
-//!   proxied ([`http_client`]).
+//!   proxied (`super::http`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 
 use super::auth::{Credentials, Token, TokenOrigin};
+use super::http::{describe, describe_transport, http_client};
 use super::protocol::parse_last_line;
 pub use super::protocol::{
     Failure, ROUTE_SESSION_END, ROUTE_SUBAGENT_START, ROUTE_SUBAGENT_STOP, SessionEndReason,
@@ -58,21 +59,6 @@ impl Default for Deadlines {
             hook: Duration::from_secs(5),
         }
     }
-}
-
-/// The HTTP client for requests to `target`: redirects not followed, TLS trusting the
-/// bundled roots and the operating system's store (`SSL_CERT_FILE`/`SSL_CERT_DIR` included),
-/// proxies from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY`, except that a loopback
-/// target is never proxied (a proxy elsewhere cannot reach this machine's loopback).
-pub(crate) fn http_client(target: &Url) -> anyhow::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("kcap-watch/", env!("CARGO_PKG_VERSION")))
-        .tls_built_in_root_certs(true);
-    if super::auth::server::is_loopback(target) {
-        builder = builder.no_proxy();
-    }
-    builder.build().context("failed to build the HTTP client")
 }
 
 /// The kcap HTTP client. Cloning is cheap (connection pool and credentials are shared), so
@@ -393,44 +379,6 @@ fn bearer(token: &Token) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).ok()?;
     value.set_sensitive(true);
     Some(value)
-}
-
-/// A transport error as "cause: cause: …", without the URL (the caller names the route);
-/// an untrusted server certificate also says how to trust it.
-pub(crate) fn describe_transport(e: &reqwest::Error, deadline: Duration) -> String {
-    let text = describe(e, deadline);
-    if text.contains("certificate") {
-        format!(
-            "{text} (the server's TLS certificate is not trusted: add its CA to the system \
-             store, or name a PEM file of it in SSL_CERT_FILE)"
-        )
-    } else {
-        text
-    }
-}
-
-fn describe(e: &reqwest::Error, deadline: Duration) -> String {
-    if e.is_timeout() {
-        return format!("no answer within {deadline:?}");
-    }
-    let mut text = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    if e.is_connect() {
-        text.push_str("failed to connect");
-    } else if e.is_body() || e.is_decode() {
-        text.push_str("failed to read the response");
-    } else {
-        text.push_str("failed to send the request");
-    }
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The first bytes of a response body for a log line, on one line.

@@ -184,27 +184,6 @@ impl AuthConfig {
     }
 }
 
-impl Credentials {
-    /// The credentials the settings name, for requests to `server_url` (`KCAP_URL`).
-    pub(crate) fn from_settings(
-        settings: &crate::config::Settings,
-        server_url: &str,
-    ) -> Credentials {
-        Credentials::new(
-            AuthConfig {
-                env_token: settings.token.as_ref().map(|t| t.expose().to_owned()),
-                token_file: settings.token_file.clone(),
-                machine: settings.machine.clone(),
-                config_dir: settings.config_dir.clone(),
-                profile: settings.profile.clone(),
-                server_url: server_url.to_owned(),
-                ..AuthConfig::default()
-            }
-            .with_env_overrides(&crate::config::process_env),
-        )
-    }
-}
-
 enum Source {
     None,
     Env(Token),
