@@ -160,8 +160,8 @@ impl Child {
                 state,
                 turn: p.state().turn.as_str(),
                 lines_on_disk: p.lines_on_disk(),
-                counters: &p.telemetry.counters,
-                lines_spooled: p.lines_spooled,
+                counters: &p.notices.telemetry.counters,
+                lines_spooled: p.delivery.lines_spooled,
                 stop_posted: p.stop_posted(),
                 next_due: p.next_due(),
             }
@@ -613,8 +613,8 @@ impl Child {
             role: id.map(|i| i.role.as_str()),
             lines_folded: state.counters.lines,
             resume_line: self.pipeline.watermark().map(|w| w.resume_line()),
-            lines_shipped: self.pipeline.lines_shipped,
-            lines_spooled: self.pipeline.lines_spooled,
+            lines_shipped: self.pipeline.delivery.lines_shipped,
+            lines_spooled: self.pipeline.delivery.lines_spooled,
             transcript_spool: session
                 .as_deref()
                 .map(|s| spool::transcript_spool_path(config, s)),
