@@ -194,7 +194,7 @@ pub(crate) trait Membership {
 
     /// Changed paths no child follows (`rescan`: too many, or unknown ones), while the host is
     /// not ending.
-    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool);
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()>;
 
     /// Every poll interval while the host is not ending, before the children's own check.
     fn on_poll(&mut self, host: &mut Host);
@@ -345,7 +345,7 @@ impl Host {
     }
 
     /// The child's safety-net check: what its file holds now, then whatever is due.
-    fn check<M: Membership>(&mut self, members: &mut M, slot: u64) -> Result<()> {
+    pub(crate) fn check<M: Membership>(&mut self, members: &mut M, slot: u64) -> Result<()> {
         let follow = self.follow;
         self.with_child(members, slot, |c, hub| {
             if follow {
@@ -385,7 +385,7 @@ impl Host {
             }
         }
         if self.ending.is_none() {
-            members.on_other_paths(self, others, changes.rescan);
+            members.on_other_paths(self, others, changes.rescan)?;
         }
         Ok(())
     }

@@ -235,7 +235,7 @@ impl Membership for Tree {
     }
 
     /// A held key's rollout may have grown; anything else is discovery's.
-    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) {
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()> {
         let mut others = Vec::new();
         for path in paths {
             let held = self
@@ -253,6 +253,7 @@ impl Membership for Tree {
             found.extend(self.discovery.scan(SystemTime::now()));
         }
         self.on_found(host, found);
+        Ok(())
     }
 
     fn on_poll(&mut self, host: &mut Host) {

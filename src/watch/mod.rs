@@ -125,7 +125,26 @@ impl Membership for Fixed {
         Some(vec![line])
     }
 
-    fn on_other_paths(&mut self, _: &mut Host, _: Vec<PathBuf>, _: bool) {}
+    /// A path that names the rollout by another spelling (a notifier that reports resolved
+    /// paths, as macOS's does for `/var` under `/private/var`) still wakes the child: the
+    /// directory watched is the rollout's own, so its file name is enough.
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, _: bool) -> Result<()> {
+        let Some(name) = host
+            .children
+            .get(&self.slot)
+            .and_then(|c| c.path().file_name().map(|n| n.to_os_string()))
+        else {
+            return Ok(());
+        };
+        if paths
+            .iter()
+            .any(|p| p.file_name() == Some(name.as_os_str()))
+        {
+            let slot = self.slot;
+            host.check(self, slot)?;
+        }
+        Ok(())
+    }
 
     fn on_poll(&mut self, _: &mut Host) {}
 
