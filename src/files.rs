@@ -791,6 +791,35 @@ pub(crate) fn with_context(e: io::Error, context: String) -> io::Error {
 mod tests {
     use super::*;
 
+    /// One thread beats every key (issue 18): a key taken while the thread sleeps out a long
+    /// period is beaten at once, not at the next round (a fresh `watch`'s first beat replaces
+    /// the heartbeat name a killed predecessor's slot still holds), and a removed key is never
+    /// written again.
+    #[test]
+    fn a_key_added_to_a_sleeping_heartbeat_thread_is_beaten_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let beats = Heartbeats::start(Duration::from_secs(3600)).unwrap();
+        let first = dir.path().join("a.heartbeat");
+        let second = dir.path().join("b.heartbeat");
+        let beaten = |p: &Path| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !p.exists() {
+                assert!(Instant::now() < deadline, "{} never beaten", p.display());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        beats.add("a", &first);
+        beaten(&first);
+        beats.add("b", &second);
+        beaten(&second);
+        beats.remove("a");
+        fs::remove_file(&first).unwrap();
+        beats.add("c", &dir.path().join("c.heartbeat"));
+        beaten(&dir.path().join("c.heartbeat"));
+        assert!(!first.exists(), "a removed key is not beaten again");
+        beats.stop();
+    }
+
     #[test]
     fn key_joins_session_and_agent_with_a_dash() {
         assert_eq!(watcher_key("s1", None), "s1");
