@@ -771,9 +771,9 @@ mod tests {
         assert!(!format!("{m:?}").contains("hush"));
     }
 
-    /// `reliability_faults`' 401 case, at the source: after a refusal the token file is read
-    /// again before the next request (the kcap CLI refreshed it), and not before (no file
-    /// read per request).
+    /// Server fault 7 (a 401 until the token file is rewritten), at the source: after a
+    /// refusal the token file is read again before the next request (the kcap CLI refreshed
+    /// it), and not before (no file read per request).
     #[tokio::test(flavor = "current_thread")]
     async fn a_refused_token_file_is_read_again_before_the_next_request() {
         let dir = tempfile::tempdir().unwrap();
