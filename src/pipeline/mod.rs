@@ -280,16 +280,38 @@ struct End {
     last_progress: Ts,
 }
 
+/// A condition said once per streak, not on every retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Once {
+    TokenRefused,
+    WrongServerPath,
+    TranscriptSpoolFull,
+    SpoolFailed,
+    RefusedFull,
+}
+
 /// What the pipeline says about itself: notices for the log and the counters, and which
-/// repeated conditions were already said once.
+/// repeated conditions were already said.
 pub(crate) struct Notices {
-    unauthorized_logged: bool,
-    wrong_path_logged: bool,
-    spool_full_logged: bool,
-    spool_failing_logged: bool,
-    refused_full_logged: bool,
+    /// Conditions said and not cleared since.
+    said: Vec<Once>,
     /// Where notices go: the log lines and the status file's counters.
     pub(crate) telemetry: Telemetry,
+}
+
+impl Notices {
+    /// Emits `notice` unless `condition` was said and has not cleared since.
+    fn once(&mut self, condition: Once, notice: impl FnOnce() -> Notice, now: Ts) {
+        if !self.said.contains(&condition) {
+            self.said.push(condition);
+            self.telemetry.emit(notice(), now);
+        }
+    }
+
+    /// `condition` is over: the next occurrence is said again.
+    fn clear(&mut self, condition: Once) {
+        self.said.retain(|c| *c != condition);
+    }
 }
 
 /// One child's pipeline: the fold and the decisions over it, and its parts.
@@ -378,11 +400,7 @@ impl Pipeline {
                 last_progress: started,
             },
             notices: Notices {
-                unauthorized_logged: false,
-                wrong_path_logged: false,
-                spool_full_logged: false,
-                spool_failing_logged: false,
-                refused_full_logged: false,
+                said: Vec::new(),
                 telemetry: Telemetry::default(),
             },
             now: started,
@@ -638,25 +656,21 @@ impl Pipeline {
     ) -> Duration {
         match f {
             Failure::Unauthorized { status, .. } => {
-                if !self.notices.unauthorized_logged {
-                    // `f` says whether a token was refused or none was sent.
-                    self.notify(Notice::TokenRefused {
-                        status: *status,
-                        failure: f.clone(),
-                    });
-                    self.notices.unauthorized_logged = true;
-                }
+                // `f` says whether a token was refused or none was sent.
+                let notice = || Notice::TokenRefused {
+                    status: *status,
+                    failure: f.clone(),
+                };
+                self.notices.once(Once::TokenRefused, notice, self.now);
                 self.delivery.token_refused = true;
                 UNAUTHORIZED_RETRY
             }
             Failure::WrongPath { status, url } => {
-                if !self.notices.wrong_path_logged {
-                    self.notify(Notice::WrongServerPath {
-                        status: *status,
-                        url: url.clone(),
-                    });
-                    self.notices.wrong_path_logged = true;
-                }
+                let notice = || Notice::WrongServerPath {
+                    status: *status,
+                    url: url.clone(),
+                };
+                self.notices.once(Once::WrongServerPath, notice, self.now);
                 req(self).backoff.next_delay(None)
             }
             Failure::Transient { retry_after, .. } => req(self).backoff.next_delay(*retry_after),
@@ -670,8 +684,8 @@ impl Pipeline {
             Ok(()) => {
                 self.end.last_progress = now;
                 self.delivery.failing_since = None;
-                self.notices.unauthorized_logged = false;
-                self.notices.wrong_path_logged = false;
+                self.notices.clear(Once::TokenRefused);
+                self.notices.clear(Once::WrongServerPath);
                 self.delivery.ship_req.backoff.reset();
                 self.delivery.ship_req.retry_at = None;
                 self.delivery.halvings = 0;
@@ -790,11 +804,9 @@ impl Pipeline {
             match result {
                 SpoolResult::Written => {}
                 SpoolResult::OverCap => {
-                    if !self.notices.refused_full_logged {
-                        let session = self.session_id().to_owned();
-                        self.notify(Notice::RefusedFull { session });
-                        self.notices.refused_full_logged = true;
-                    }
+                    let session = self.session_id().to_owned();
+                    let notice = || Notice::RefusedFull { session };
+                    self.notices.once(Once::RefusedFull, notice, self.now);
                 }
                 SpoolResult::Failed(error) => {
                     self.notify(Notice::RefusedLineNotSpooled { error });
@@ -809,7 +821,7 @@ impl Pipeline {
                 self.end.last_progress = now;
                 self.delivery.spool_req.backoff.reset();
                 self.delivery.spool_req.retry_at = None;
-                self.notices.spool_failing_logged = false;
+                self.notices.clear(Once::SpoolFailed);
                 if let Some(b) = self.delivery.outbox.delivered() {
                     self.delivery.lines_spooled += b.lines.len() as u64;
                     let spooled = Notice::LinesSpooled {
@@ -823,15 +835,12 @@ impl Pipeline {
             }
             SpoolResult::OverCap => {
                 // The needs-import marker hands these lines to an import of the whole file.
-                if let Some(b) = self.delivery.outbox.delivered()
-                    && !self.notices.spool_full_logged
-                {
-                    let full = Notice::TranscriptSpoolFull {
+                if let Some(b) = self.delivery.outbox.delivered() {
+                    let full = || Notice::TranscriptSpoolFull {
                         session,
                         first_line: b.first(),
                     };
-                    self.notify(full);
-                    self.notices.spool_full_logged = true;
+                    self.notices.once(Once::TranscriptSpoolFull, full, self.now);
                 }
                 self.delivery.outbox.skip_to(self.source.fed_to);
             }
@@ -843,15 +852,13 @@ impl Pipeline {
                     .map(|b| b.first())
                     .unwrap_or(0);
                 let delay = self.delivery.spool_req.backoff.next_delay(None);
-                if !self.notices.spool_failing_logged {
-                    self.notify(Notice::SpoolFailed {
-                        session,
-                        first_line: first,
-                        retry_in: delay,
-                        error: e,
-                    });
-                    self.notices.spool_failing_logged = true;
-                }
+                let failed = || Notice::SpoolFailed {
+                    session,
+                    first_line: first,
+                    retry_in: delay,
+                    error: e,
+                };
+                self.notices.once(Once::SpoolFailed, failed, self.now);
                 self.delivery.spool_req.retry_at = Some(now.plus(delay));
             }
         }
