@@ -399,6 +399,9 @@ impl Redactor {
                 for caps in re.captures_iter(slice) {
                     rules::refine(rule, &caps, slice, &mut found);
                 }
+                if rule.multiline {
+                    split_at_markers(slice, &mut found);
+                }
             }
             RuleRef::Provider(p) => p.find(re, slice, &mut found),
         }
@@ -817,14 +820,13 @@ fn ends_with_begin_marker(raw: &[u8]) -> bool {
 /// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
 /// marker was judged when the marker was made, and reading it again differs (the marker is
 /// longer than what it replaced, and a separator may have gone with the value). So redacting
-/// twice gives what redacting once gives, and no marker is ever cut.
+/// twice gives what redacting once gives, and no marker is ever cut. A private key block is
+/// the exception, split around markers before it gets here ([`split_at_markers`]).
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
         return;
     }
-    let markers: Vec<Range<usize>> = memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
-        .map(|at| at..at + REDACTED.len())
-        .collect();
+    let markers = markers_in(text);
     let mut i = first;
     while i < spans.len() {
         let s = &spans[i];
@@ -835,6 +837,38 @@ fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
             i += 1;
         }
     }
+}
+
+fn markers_in(text: &str) -> Vec<Range<usize>> {
+    memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
+        .map(|at| at..at + REDACTED.len())
+        .collect()
+}
+
+/// A span recognised by its shape alone across lines (a private key block) keeps everything
+/// but the markers inside it: its extent does not depend on what a marker replaced, and
+/// dropping it whole (as [`fix_markers`] drops judged values) shipped the key after
+/// `-----BEGIN PRIVATE KEY-----[REDACTED]`.
+fn split_at_markers(text: &str, spans: &mut Vec<Range<usize>>) {
+    if memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
+        return;
+    }
+    let markers = markers_in(text);
+    let mut kept = Vec::with_capacity(spans.len());
+    for s in spans.drain(..) {
+        let mut at = s.start;
+        let k = markers.partition_point(|m| m.end <= s.start);
+        for m in markers[k..].iter().take_while(|m| m.start < s.end) {
+            if at < m.start {
+                kept.push(at..m.start);
+            }
+            at = at.max(m.end);
+        }
+        if at < s.end {
+            kept.push(at..s.end);
+        }
+    }
+    *spans = kept;
 }
 
 /// `text` with every span replaced by the marker (overlapping and touching spans merged).
