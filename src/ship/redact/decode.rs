@@ -49,6 +49,18 @@ impl<'a> Decoded<'a> {
         start..end.max(start)
     }
 
+    /// The decoded offset of raw byte `at`, if it is a literal byte (not part of an escape).
+    pub fn from_raw(&self, at: usize) -> Option<usize> {
+        if self.units.is_empty() {
+            return Some(at);
+        }
+        let at = u32::try_from(at).ok()?;
+        // The last unit starting at or before `at`.
+        let i = self.units.partition_point(|u| u.raw <= at).checked_sub(1)?;
+        let unit = self.units[i];
+        (unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
+    }
+
     /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset
     /// just after the unit holding it.
     fn map(&self, at: usize, end: bool) -> usize {

@@ -149,6 +149,10 @@ pub struct Redactor {
     keyword_rules: Vec<Vec<(u16, bool)>>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
+    /// The keywords holding a byte JSON escapes (`kind: "secret"`), same ids as `keywords`:
+    /// the only ones a decoded string can hold that its raw text does not show
+    /// ([`Redactor::decoded_hits`]).
+    escaped: Option<(AhoCorasick, Vec<u32>)>,
 }
 
 impl Default for Redactor {
@@ -239,10 +243,26 @@ impl Redactor {
             // A few hundred short constant words: far below any automaton size limit.
             .expect("keyword automaton builds");
         let compiled = all_rules().map(|_| OnceLock::new()).collect();
+        let (escaped_words, escaped_ids): (Vec<&str>, Vec<u32>) = words
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20))
+            .map(|(i, w)| (*w, i as u32))
+            .unzip();
+        let escaped = (!escaped_words.is_empty()).then(|| {
+            let ac = AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .ascii_case_insensitive(true)
+                .build(&escaped_words)
+                // A handful of short constant words.
+                .expect("escaped keyword automaton builds");
+            (ac, escaped_ids)
+        });
         Redactor {
             keywords,
             keyword_rules,
             compiled,
+            escaped,
         }
     }
 
@@ -302,6 +322,56 @@ impl Redactor {
             from = m.start() + 1;
         }
         hits
+    }
+
+    /// The keyword hits of `decoded`, the decoding of `text[content]`, from `hits`, those of
+    /// `text`, where `text` hides no ASCII behind an escape ([`decode::hides_ascii`]): a
+    /// keyword then occurs in the decoded text exactly where it occurs in the raw text's
+    /// literal bytes, except the few holding a byte JSON escapes, searched for apart. Saves
+    /// scanning every level of JSON inside JSON again.
+    fn decoded_hits(
+        &self,
+        hits: &[Hit],
+        content: Range<usize>,
+        decoded: &decode::Decoded<'_>,
+    ) -> Vec<Hit> {
+        let first = hits.partition_point(|h| h.at < content.start);
+        let mut out: Vec<Hit> = hits[first..]
+            .iter()
+            .take_while(|h| h.at < content.end)
+            .filter_map(|h| {
+                let at = decoded.from_raw(h.at - content.start)?;
+                let escaped = self
+                    .escaped
+                    .as_ref()
+                    .is_some_and(|(_, ids)| ids.contains(&h.keyword));
+                (!escaped).then_some(Hit {
+                    at,
+                    keyword: h.keyword,
+                })
+            })
+            .collect();
+        if let Some((ac, ids)) = &self.escaped
+            && !decoded.is_identity()
+        {
+            let before = out.len();
+            let text = decoded.text.as_bytes();
+            let mut from = 0;
+            while from < text.len() {
+                let Some(m) = ac.find(Input::new(text).span(from..text.len())) else {
+                    break;
+                };
+                out.push(Hit {
+                    at: m.start(),
+                    keyword: ids[m.pattern().as_usize()],
+                });
+                from = m.start() + 1;
+            }
+            if out.len() > before {
+                out.sort_by_key(|h| h.at);
+            }
+        }
+        out
     }
 
     fn rule(&self, i: u16) -> RuleRef<'static> {
@@ -375,7 +445,11 @@ impl Redactor {
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
             let view = decode::decode(text);
             if !view.is_identity() {
-                let view_hits = self.scan(&view.text);
+                let view_hits = if decode::hides_ascii(text.as_bytes()) {
+                    self.scan(&view.text)
+                } else {
+                    self.decoded_hits(hits, 0..text.len(), &view)
+                };
                 if !view_hits.is_empty() || decode::hides_ascii(view.text.as_bytes()) {
                     let mut inner = Vec::new();
                     self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
@@ -415,15 +489,20 @@ impl Redactor {
 
     /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
     /// else given the text rules. Spans are in `text`.
+    /// `known`: the hits of `text` when `text` hides no ASCII behind an escape.
     fn string_spans(
         &self,
         text: &str,
         content: Range<usize>,
         out: &mut Vec<Range<usize>>,
         depth: usize,
+        known: Option<&[Hit]>,
     ) {
         let decoded = decode::decode(&text[content.clone()]);
-        let hits = self.scan(&decoded.text);
+        let hits = match known {
+            Some(hits) => self.decoded_hits(hits, content.clone(), &decoded),
+            None => self.scan(&decoded.text),
+        };
         let hidden = decode::hides_ascii(decoded.text.as_bytes());
         if hits.is_empty() && !hidden {
             return;
@@ -464,7 +543,7 @@ impl Redactor {
         match toks.first() {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
             Some(Tok::Str(r)) if walk.may_hold(r) => {
-                self.string_spans(text, r.clone(), out, depth);
+                self.string_spans(text, r.clone(), out, depth, (!hidden).then_some(hits));
             }
             _ => {}
         }
@@ -629,8 +708,13 @@ impl Walk<'_> {
                         }
                     } else {
                         if self.may_hold(r) {
-                            self.redactor
-                                .string_spans(self.text, r.clone(), out, self.depth);
+                            self.redactor.string_spans(
+                                self.text,
+                                r.clone(),
+                                out,
+                                self.depth,
+                                (!self.hidden).then_some(self.hits),
+                            );
                         }
                         if let Some(k) = key
                             && let Tok::Key(kr) = &self.toks[k]

@@ -330,3 +330,38 @@ fn a_span_overlapping_an_earlier_marker_still_redacts_what_lies_beside_it() {
         );
     }
 }
+
+proptest::proptest! {
+    /// Reusing the raw text's keyword hits for a decoded string finds what scanning the decoded
+    /// string again finds (the scan it saves runs at every level of JSON in JSON).
+    #[test]
+    fn hits_carried_through_decoding_equal_a_fresh_scan(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "pass", "passw", "token", "ghp_", "sk", "sk-", "task", "auth", "Author", "kind: ",
+            r#"kind: \"secret\""#, r#"\""#, r"\n", r"\\", r"\t", r"\u00e9", r"\ud83d\ude00",
+            "a", "Z", " ", "=", ":", "-", "_", r"\\n", r#"\\\""#, "\\", "xoxb-", "AKIA",
+        ]), 0..40)
+    ) {
+        let r = Redactor::new();
+        let raw = pieces.concat();
+        proptest::prop_assume!(!decode::hides_ascii(raw.as_bytes()));
+        let decoded = decode::decode(&raw);
+        let carried: Vec<(usize, u32)> = r
+            .decoded_hits(&r.scan(&raw), 0..raw.len(), &decoded)
+            .iter()
+            .map(|h| (h.at, h.keyword))
+            .collect();
+        let fresh: Vec<(usize, u32)> =
+            r.scan(&decoded.text).iter().map(|h| (h.at, h.keyword)).collect();
+        // Every hit of a fresh scan, and beyond them only hits of the keywords holding an
+        // escaped byte, which the fresh scan may report through a keyword they hold (`secret`
+        // for `kind: "secret"`, whose rules it carries).
+        for hit in &fresh {
+            proptest::prop_assert!(carried.contains(hit), "{:?}: {:?} missing", raw, hit);
+        }
+        let escaped = &r.escaped.as_ref().expect("the table has escaped keywords").1;
+        for hit in carried.iter().filter(|h| !fresh.contains(h)) {
+            proptest::prop_assert!(escaped.contains(&hit.1), "{:?}: extra {:?}", raw, hit);
+        }
+    }
+}
