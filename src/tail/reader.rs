@@ -99,13 +99,14 @@ impl SizeLimit {
     fn measure(&self, piece: &[u8]) -> u64 {
         match self.unit {
             Unit::Bytes => piece.len() as u64,
-            // The fold cursor measures every byte of the file, so the count runs in blocks
-            // small enough for byte-wide counters (at most 2 per byte, 127 bytes < 256): the
-            // compiler then adds 16 or 32 bytes at a time instead of widening each to 64 bits.
-            // An all-ASCII block (most of a rollout) is one unit a byte, told by a cheaper
-            // test than the count.
+            // The count runs in blocks small enough for byte-wide counters (at most 2 per
+            // byte, 64 bytes < 256): the compiler then adds 16 or 32 bytes at a time instead
+            // of widening each to 64 bits. An all-ASCII piece or block (most of a rollout) is
+            // one unit a byte, told by a cheaper test than the count; 64-byte blocks because
+            // `is_ascii` tests whole vectors and walks any remainder a byte at a time.
+            Unit::Utf16 if piece.is_ascii() => piece.len() as u64,
             Unit::Utf16 => piece
-                .chunks(127)
+                .chunks(64)
                 .map(|block| {
                     if block.is_ascii() {
                         return block.len() as u64;
