@@ -25,6 +25,11 @@
 //! only ASCII is valid JSON, an ASCII byte can never sit inside a multi-byte sequence, so the
 //! line is valid UTF-8 exactly when every maximal run of non-ASCII bytes is, and a run cut by
 //! an ASCII byte (a sequence still open when unchecked bytes follow) is not.
+//!
+//! Where the CPU has AVX2 (looked up once per classifier), the same scan runs compiled for
+//! it: a block is two 32-byte vectors, and the letters after backslashes are checked by a
+//! nibble-table lookup in those vectors rather than one at a time. Both forms are tested
+//! against each other and against serde_json.
 
 use std::sync::LazyLock;
 
