@@ -99,6 +99,13 @@ fn bench(c: &mut Criterion) {
             tool_output_line(NOISY_OUTPUT, kb * 1024),
         ));
     }
+    // The floor: output that holds no keyword of any rule, so only the keyword scan runs.
+    let plain: Vec<&str> = QUIET_OUTPUT
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with("Author") && !l.contains("Task"))
+        .collect();
+    cases.push(("plain_10k".to_owned(), tool_output_line(&plain, 10 * 1024)));
     let with_secret = tool_output_line_ending(
         QUIET_OUTPUT,
         10 * 1024,

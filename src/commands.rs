@@ -210,14 +210,28 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
     let s = &resolved.settings;
     files::check_state_dir(&s.config_dir, "config directory", true)?;
     files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;
-    runtime()?.block_on(crate::daemon::run(resolved.settings))?;
+    let daemon = crate::daemon::DaemonSettings {
+        config_dir: s.config_dir.clone(),
+        watcher_dir: s.watcher_dir.clone(),
+        server: s.server.clone(),
+        profile: s.profile.clone(),
+        codex_home: s.codex_home.clone(),
+        poll_interval: s.poll_interval,
+        force_poll: s.force_poll,
+        exclude: s.exclude.clone(),
+    };
+    runtime()?.block_on(crate::daemon::run(daemon))?;
     Ok(code::OK)
 }
 
 /// `status`: reads, optionally cleans, prints.
 pub fn status(args: StatusArgs, settings: SettingsFn) -> Result<i32> {
     let resolved = settings(&args.settings)?;
-    let report = crate::status::gather(&resolved.settings, args.clean);
+    let dirs = crate::status::StatusDirs {
+        config_dir: resolved.settings.config_dir,
+        watcher_dir: resolved.settings.watcher_dir,
+    };
+    let report = crate::status::gather(&dirs, args.clean);
     let mut rendered = Vec::new();
     if args.json {
         serde_json::to_writer_pretty(&mut rendered, &report)?;

@@ -19,7 +19,7 @@ use crate::platform::config_dir::{self, HomeRule};
 use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
 use crate::settings::{self as registry, Resolver, SettingsArgs};
-use crate::ship::auth::MachineCredential;
+use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};
 
 pub use crate::settings::{ConfigError, LogFormat};
 
@@ -78,8 +78,6 @@ pub struct Settings {
     pub force_poll: bool,
     /// Pause between failed subagent-stop attempts.
     pub stop_retry: Duration,
-    /// How long one second of retry pacing lasts (1 s but in tests; see [`Settings::paced`]).
-    pub retry_second: Duration,
     pub log: String,
     pub log_format: LogFormat,
     /// `KCAP_WATCH_EXCLUDE`: glob patterns on a session's cwd the daemon leaves alone.
@@ -107,22 +105,27 @@ impl Settings {
             poll_interval: registry::POLL_INTERVAL.kind.default,
             force_poll: false,
             stop_retry: registry::STOP_RETRY.kind.default,
-            retry_second: registry::RETRY_SECOND.kind.default,
             log: registry::LOG.kind.default.to_string(),
             log_format: LogFormat::default(),
             exclude: Vec::new(),
         }
     }
 
-    /// The share of real time the watcher's own retry pacing runs at: 1.0 but under the
-    /// test-only `KCAP_WATCH_RETRY_SECOND_MS`.
-    pub fn retry_scale(&self) -> f64 {
-        self.retry_second.as_secs_f64()
-    }
-
-    /// `d` of retry pacing (a backoff delay, the pause after a `401`) at [`Settings::retry_scale`].
-    pub fn paced(&self, d: Duration) -> Duration {
-        d.mul_f64(self.retry_scale())
+    /// The credentials these settings name, for requests to `server_url` (`KCAP_URL`): the
+    /// settings know the auth module's inputs, never the other way round.
+    pub(crate) fn credentials(&self, server_url: &str) -> Credentials {
+        Credentials::new(
+            AuthConfig {
+                env_token: self.token.as_ref().map(|t| t.expose().to_owned()),
+                token_file: self.token_file.clone(),
+                machine: self.machine.clone(),
+                config_dir: self.config_dir.clone(),
+                profile: self.profile.clone(),
+                server_url: server_url.to_owned(),
+                ..AuthConfig::default()
+            }
+            .with_env_overrides(&process_env),
+        )
     }
 
     /// The decision windows for a watcher of `role`: a child's idle window is its reap
@@ -196,7 +199,6 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         poll_interval: r.get(&registry::POLL_INTERVAL)?,
         force_poll: r.get(&registry::FORCE_POLL)?,
         stop_retry: r.get(&registry::STOP_RETRY)?,
-        retry_second: r.get(&registry::RETRY_SECOND)?,
         log: r.get(&registry::LOG)?,
         log_format: r.get(&registry::LOG_FORMAT)?,
         exclude: r
@@ -380,24 +382,6 @@ mod tests {
         assert_eq!(r.settings.stall_after, Some(MAX_WINDOW));
         let r = resolve_env(&[("KCAP_WATCHER_LIFETIME_HOURS", "5124095576030431")]);
         assert_eq!(r.settings.lifetime, Some(MAX_WINDOW));
-    }
-
-    #[test]
-    fn the_test_only_retry_second_scales_pacing_and_is_read_within_its_range() {
-        let r = resolve_env(&[("KCAP_WATCH_RETRY_SECOND_MS", "100")]);
-        assert_eq!(
-            r.settings.paced(Duration::from_secs(60)),
-            Duration::from_secs(6)
-        );
-        let r = resolve_env(&[]);
-        assert_eq!(
-            r.settings.paced(Duration::from_secs(60)),
-            Duration::from_secs(60)
-        );
-        // Never slower than real time.
-        let r = resolve_env(&[("KCAP_WATCH_RETRY_SECOND_MS", "5000")]);
-        assert_eq!(r.settings.retry_second, Duration::from_secs(1));
-        assert!(r.warnings[0].contains("KCAP_WATCH_RETRY_SECOND_MS=\"5000\""));
     }
 
     #[test]

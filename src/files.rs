@@ -15,17 +15,18 @@
 //! link planted between the check and the rename is replaced, its target untouched. Ids that name
 //! files are checked against the kcap CLI's key rule ([`check_id`]) before any path is built.
 //!
-//! The heartbeat gets its own OS thread ([`Heartbeat`]) rather than a task on the runtime: the
-//! spawner kills a watcher whose heartbeat is older than 20 s, and a beat must never wait behind
-//! a hung request, a slow disk read or a huge line.
+//! Heartbeats get their own OS thread ([`Heartbeats`], one for every key the process holds)
+//! rather than a task on the runtime: the spawner kills a watcher whose heartbeat is older than
+//! 20 s, and a beat must never wait behind a hung request, a slow disk read or a huge line.
 
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::time::Ts;
 
@@ -379,7 +380,7 @@ impl WatcherFiles {
 
     /// Clean exit: removes the heartbeat's private files and the lock file (both only ever
     /// ours: the lock is still held), the pid, heartbeat and started files when the pid file
-    /// still names this process, then releases the lock. Stop any [`Heartbeat`] thread first,
+    /// still names this process, then releases the lock. Stop beating its heartbeat first ([`Heartbeats::remove`]),
     /// or it may write the heartbeat file again.
     ///
     /// The pid condition: the spawner writes a successor's pid (and its `.started`) before the
@@ -512,83 +513,162 @@ fn check_file_key(key: &str) -> Result<(), crate::error::UsageError> {
     }
 }
 
-/// Beats the heartbeat file from a dedicated thread until dropped (or [`Heartbeat::stop`]).
+/// One thread beating the heartbeat of every key the process holds, every `every`, until
+/// stopped: `watch` holds one key, `supervise` many, and both own keys the same way
+/// (`crate::host::ownership`).
 ///
 /// A thread rather than a runtime task, because nothing on the runtime may delay a beat: the
 /// spawner replaces a watcher whose heartbeat is 20 s old (`spec/files.md`, "Heartbeat").
 #[derive(Debug)]
-pub struct Heartbeat {
-    stop: Option<mpsc::Sender<()>>,
+pub struct Heartbeats {
+    beats: Arc<Mutex<BTreeMap<String, Beating>>>,
+    /// Wakes the thread to beat a key just added; dropped, it stops the thread.
+    wake: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Heartbeat {
-    /// Writes the wall-clock time (RFC 3339 UTC) to `path` now and then every `every`.
-    pub fn spawn(path: PathBuf, every: Duration) -> Heartbeat {
+/// One key's heartbeat file and whether the thread has beaten it yet.
+#[derive(Debug)]
+struct Beating {
+    file: Beater,
+    beaten: bool,
+}
+
+impl Heartbeats {
+    /// Starts the thread (beating nothing until a key is added).
+    pub fn start(every: Duration) -> io::Result<Heartbeats> {
+        let beats: Arc<Mutex<BTreeMap<String, Beating>>> = Arc::default();
         let (tx, rx) = mpsc::channel::<()>();
-        let spawned = std::thread::Builder::new()
-            .name("kcap-heartbeat".to_owned())
-            .spawn(move || beat_loop(&path, every, &rx));
-        let thread = match spawned {
-            Ok(handle) => Some(handle),
-            Err(e) => {
-                // Only under resource exhaustion; the watcher still works, and the spawner's
-                // staleness check will say so.
-                tracing::error!(
-                    event = "heartbeat_thread_failed",
-                    error = %e,
-                    "failed to start the heartbeat thread: {e}"
-                );
-                None
-            }
-        };
-        Heartbeat {
-            stop: Some(tx),
-            thread,
+        let thread_beats = beats.clone();
+        let thread = std::thread::Builder::new()
+            .name("kcap-heartbeats".to_owned())
+            .spawn(move || beat_loop(&thread_beats, every, &rx))
+            .map_err(|e| with_context(e, "failed to start the heartbeat thread".to_owned()))?;
+        Ok(Heartbeats {
+            beats,
+            wake: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Beats `key`'s heartbeat at `path` now (on the thread) and then with every round.
+    pub fn add(&self, key: &str, path: &Path) {
+        self.lock().insert(
+            key.to_owned(),
+            Beating {
+                file: Beater::new(path),
+                beaten: false,
+            },
+        );
+        if let Some(wake) = &self.wake {
+            let _ = wake.send(());
         }
     }
 
-    /// Stops the thread and waits for it (it never blocks for longer than one write).
+    /// Stops beating `key`. Once this returns no beat writes its file again: the thread holds
+    /// the same lock for a whole round, so a caller may remove the file right after.
+    pub fn remove(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// Stops the thread and waits for it (it never blocks for longer than one round).
     pub fn stop(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
         // Dropping the sender wakes the thread's `recv_timeout` at once.
-        self.stop.take();
+        self.wake.take();
         if let Some(handle) = self.thread.take() {
             let _ = handle.join();
         }
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Beating>> {
+        self.beats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-impl Drop for Heartbeat {
+impl Drop for Heartbeats {
     fn drop(&mut self) {
         self.shutdown();
     }
 }
 
-fn beat_loop(path: &Path, every: Duration, stop: &mpsc::Receiver<()>) {
-    let mut failing = false;
-    let mut beater = Beater::new(path);
-    loop {
-        match beater.beat(Ts::now().rfc3339().as_bytes()) {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!(event = "heartbeat_recovered", path = %path.display(), "heartbeat writes work again");
+/// One heartbeat file beaten from its own [`Heartbeats`] thread until dropped (or
+/// [`Heartbeat::stop`]): a process holding a single key outside the host (a test's stand-in
+/// watcher).
+#[derive(Debug)]
+pub struct Heartbeat(Option<Heartbeats>);
+
+impl Heartbeat {
+    /// Writes the wall-clock time (RFC 3339 UTC) to `path` now and then every `every`.
+    pub fn spawn(path: PathBuf, every: Duration) -> Heartbeat {
+        match Heartbeats::start(every) {
+            Ok(beats) => {
+                beats.add("", &path);
+                Heartbeat(Some(beats))
             }
-            Ok(()) => {}
-            // Logged once per failure streak, not every beat.
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(event = "heartbeat_write_failed", path = %path.display(), error = %e, "{e}");
+            Err(e) => {
+                // Only under resource exhaustion; the watcher still works, and the spawner's
+                // staleness check will say so.
+                tracing::error!(
+                    event = "heartbeat_thread_failed",
+                    error = %e,
+                    "{e}"
+                );
+                Heartbeat(None)
             }
-            Err(_) => {}
         }
-        match stop.recv_timeout(every) {
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            // A message or a dropped sender both mean stop.
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+    }
+
+    /// Stops the thread and waits for it (it never blocks for longer than one write).
+    pub fn stop(mut self) {
+        if let Some(beats) = self.0.take() {
+            beats.stop();
+        }
+    }
+}
+
+/// Beats every key each round, and a key just added at once; a failing key is logged once per
+/// failure streak, not every beat.
+fn beat_loop(beats: &Mutex<BTreeMap<String, Beating>>, every: Duration, wake: &mpsc::Receiver<()>) {
+    let mut failing: HashSet<String> = HashSet::new();
+    let mut round = true;
+    let mut next_round = Instant::now();
+    loop {
+        {
+            let mut beats = beats.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Ts::now();
+            for (key, beating) in beats.iter_mut() {
+                if !round && beating.beaten {
+                    continue;
+                }
+                beating.beaten = true;
+                let path = beating.file.path.display().to_string();
+                match beating.file.beat(now.rfc3339().as_bytes()) {
+                    Ok(()) => {
+                        if failing.remove(key) {
+                            tracing::info!(event = "heartbeat_recovered", key = %key, path = %path, "heartbeat writes work again");
+                        }
+                    }
+                    Err(e) => {
+                        if failing.insert(key.clone()) {
+                            tracing::warn!(event = "heartbeat_write_failed", key = %key, path = %path, error = %e, "{e}");
+                        }
+                    }
+                }
+            }
+            failing.retain(|k| beats.contains_key(k));
+        }
+        if round {
+            next_round = Instant::now() + every;
+        }
+        match wake.recv_timeout(next_round.saturating_duration_since(Instant::now())) {
+            Err(mpsc::RecvTimeoutError::Timeout) => round = true,
+            // A key was added: beat the new ones, keeping the round's pace for the rest.
+            Ok(()) => round = false,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }
@@ -612,6 +692,7 @@ pub fn heartbeat_slots(path: &Path) -> [PathBuf; 3] {
 /// temporary name and renamed over the heartbeat, so readers still only ever see a whole
 /// file, and the replaced inode survives under its private name. Where hard links do not
 /// work, plain atomic writes take over.
+#[derive(Debug)]
 struct Beater {
     path: PathBuf,
     slots: [PathBuf; 3],
@@ -706,24 +787,38 @@ pub(crate) fn with_context(e: io::Error, context: String) -> io::Error {
     io::Error::new(e.kind(), format!("{context}: {e}"))
 }
 
-/// A heartbeat file beaten from someone else's loop: `supervise` beats every owned child's
-/// heartbeat from one thread, with the same inode-saving turns as [`Heartbeat`].
-pub(crate) struct HeartbeatFile(Beater);
-
-impl HeartbeatFile {
-    pub(crate) fn new(path: &Path) -> HeartbeatFile {
-        HeartbeatFile(Beater::new(path))
-    }
-
-    /// Writes `now` (RFC 3339 UTC) to the heartbeat file, atomically.
-    pub(crate) fn beat(&mut self, now: Ts) -> io::Result<()> {
-        self.0.beat(now.rfc3339().as_bytes())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One thread beats every key (issue 18): a key taken while the thread sleeps out a long
+    /// period is beaten at once, not at the next round (a fresh `watch`'s first beat replaces
+    /// the heartbeat name a killed predecessor's slot still holds), and a removed key is never
+    /// written again.
+    #[test]
+    fn a_key_added_to_a_sleeping_heartbeat_thread_is_beaten_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let beats = Heartbeats::start(Duration::from_secs(3600)).unwrap();
+        let first = dir.path().join("a.heartbeat");
+        let second = dir.path().join("b.heartbeat");
+        let beaten = |p: &Path| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !p.exists() {
+                assert!(Instant::now() < deadline, "{} never beaten", p.display());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        beats.add("a", &first);
+        beaten(&first);
+        beats.add("b", &second);
+        beaten(&second);
+        beats.remove("a");
+        fs::remove_file(&first).unwrap();
+        beats.add("c", &dir.path().join("c.heartbeat"));
+        beaten(&dir.path().join("c.heartbeat"));
+        assert!(!first.exists(), "a removed key is not beaten again");
+        beats.stop();
+    }
 
     #[test]
     fn key_joins_session_and_agent_with_a_dash() {

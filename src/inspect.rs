@@ -196,7 +196,6 @@ fn build_report(
         lifetime: None,
         max_pause_credit: std::time::Duration::ZERO,
         stop_retry: std::time::Duration::ZERO,
-        retry_scale: 1.0,
     };
     let pipeline = Pipeline::new(
         config,

@@ -13,6 +13,7 @@ pub mod decide;
 pub mod error;
 pub mod files;
 pub mod fold;
+pub(crate) mod host;
 pub mod inspect;
 pub mod key;
 pub mod logging;

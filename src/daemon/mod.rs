@@ -23,6 +23,25 @@ pub(crate) mod sessions;
 
 pub use run::run;
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the daemon uses of the settings, and nothing more (no token: the supervisors it
+/// starts resolve their own).
+#[derive(Clone, Debug)]
+pub struct DaemonSettings {
+    pub config_dir: PathBuf,
+    pub watcher_dir: PathBuf,
+    /// `KCAP_URL`, for its status file and to judge which sessions are its server's.
+    pub server: Option<String>,
+    pub profile: Option<String>,
+    pub codex_home: Option<PathBuf>,
+    pub poll_interval: Duration,
+    pub force_poll: bool,
+    /// `KCAP_WATCH_EXCLUDE`.
+    pub exclude: Vec<String>,
+}
+
 /// Whether `exe` runs from a build directory (`target/`), where the next build replaces it:
 /// no service may point there.
 pub fn in_build_dir(exe: &std::path::Path) -> bool {

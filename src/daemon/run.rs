@@ -16,15 +16,15 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
+use super::DaemonSettings;
 use super::policy::{Ended, Next, Restarts};
 use super::sessions::{self, LaunchFacts, ServerSource};
-use crate::config::Settings;
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
+use crate::host::notifier::Notifier;
 use crate::platform::{detached, proc_info};
 use crate::status_file::{self, SkippedSession, StatusFile, TakenSession, Writer};
 use crate::supervise::discover::{CodexLayout, Discovery, Found, Header, read_header};
-use crate::supervise::wake::DirWatcher;
 use crate::time::Ts;
 
 /// How long the daemon waits for its supervisors after asking them to end (they spool within
@@ -77,12 +77,12 @@ struct Exit {
 }
 
 pub(crate) struct Daemon {
-    settings: Settings,
+    settings: DaemonSettings,
     exe: PathBuf,
     sessions: BTreeMap<String, Session>,
     /// Sessions left alone, with the watcher pid they were judged under and why.
     skipped: BTreeMap<String, (u32, String)>,
-    notifier: DirWatcher,
+    notifier: Notifier,
     exits_tx: mpsc::UnboundedSender<Exit>,
     exits: mpsc::UnboundedReceiver<Exit>,
     next_generation: u64,
@@ -94,7 +94,7 @@ pub(crate) struct Daemon {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
-pub async fn run(settings: Settings) -> Result<()> {
+pub async fn run(settings: DaemonSettings) -> Result<()> {
     let lock_path = files::daemon_lock_path(&settings.config_dir);
     let _lock = ExclusiveLock::try_take(&lock_path)
         .context("failed to take the daemon lock")?
@@ -114,7 +114,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         sessions::store_server_url(&settings.config_dir, settings.profile.as_deref())
     })
     .map(|(s, _)| s);
-    let notifier = DirWatcher::start(settings.force_poll);
+    let notifier = Notifier::start(settings.force_poll);
     if let Some(why) = notifier.polling_because() {
         info!(event = "polling", "{why}");
     }
@@ -191,7 +191,7 @@ impl Daemon {
             .sessions
             .values()
             .filter_map(|s| match s.supervisor {
-                Supervisor::RestartAt(at) => Some(crate::watch::clock::until(now, at)),
+                Supervisor::RestartAt(at) => Some(crate::host::clock::until(now, at)),
                 _ => None,
             })
             .min();

@@ -2,7 +2,7 @@
 //! (`revision-3.md` S2.1, S2.3).
 //!
 //! A session is watched when `<watchers>/<key>.pid` names a watcher alive by the kcap CLI's
-//! rule ([`crate::supervise::ownership::judge_key`]) and the key is a session key: 32
+//! rule ([`crate::host::ownership::judge_key`]) and the key is a session key: 32
 //! hexadecimal digits, no agent part. What that watcher was started with comes from the
 //! process itself where the OS lets a user read their own processes
 //! ([`crate::platform::proc_info`]): its command line `watch <id> "<path>" ...` names the
@@ -15,9 +15,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::host::ownership::{Verdict, judge_key};
 use crate::platform::proc_info::ProcessLaunch;
 use crate::rollout::header::normalize_id;
-use crate::supervise::ownership::{Verdict, judge_key};
 use crate::time::Ts;
 
 /// A session key: a UUID's 32 hexadecimal digits, no dashes, no agent part.

@@ -23,11 +23,11 @@ use crate::decide::{Ceiling, CeilingStep, Windows};
 use crate::error::UsageError;
 use crate::files::{check_id, watcher_key};
 use crate::fold::State;
+use crate::host::ownership::{KeyFiles, Verdict};
 use crate::rollout::header::{Identity, Role};
 use crate::supervise::discover::{
     CodexLayout, Discovery, Found, Header, ThreadFacts, read_header_timed,
 };
-use crate::supervise::ownership::{KeyFiles, Verdict};
 use crate::time::Ts;
 
 /// What `inspect --tree` was asked.

@@ -15,6 +15,7 @@
 //! expect spooled-lines 0..=2       what was handed over in the end (also: none)
 //! expect spooled-hooks subagent-stop
 //! expect no-wake-before 3          the pipeline does not ask to act before t0 + 3 s
+//! expect wake-within 30            it asks to act again at most 30 s from now
 //! expect never post subagent-stop  no such label, ever
 //! expect exited | running
 //! ```
@@ -154,6 +155,13 @@ fn run(case: &Case) {
                     let t = t0().plus(Duration::from_secs_f64(secs.parse().expect("secs")));
                     let wake = d.p.next_wake(d.now);
                     assert!(wake.is_none_or(|w| w >= t), "{at}: wakes at {wake:?}");
+                }
+                ["wake-within", secs] => {
+                    let t = d
+                        .now
+                        .plus(Duration::from_secs_f64(secs.parse().expect("secs")));
+                    let wake = d.p.next_wake(d.now);
+                    assert!(wake.is_some_and(|w| w <= t), "{at}: wakes at {wake:?}");
                 }
                 ["never", label @ ..] => {
                     let label = label.join(" ");

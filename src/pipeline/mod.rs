@@ -14,7 +14,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::Settings;
 use crate::decide::Windows as DecisionWindows;
 use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
 use crate::fold::State;
@@ -166,8 +165,8 @@ pub(crate) enum Action {
 }
 
 /// What a pipeline needs of the settings, and nothing else: no server address, no token, no
-/// paths. The host builds it once ([`PipelineConfig::from_settings`]) and every child's
-/// pipeline gets a copy.
+/// paths. The host builds it once from the settings (`crate::host::pipeline_config`) and
+/// every child's pipeline gets a copy.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PipelineConfig {
     /// A server is configured: lines are shipped, else spooled.
@@ -177,33 +176,14 @@ pub(crate) struct PipelineConfig {
     pub lifetime: Option<Duration>,
     pub max_pause_credit: Duration,
     pub stop_retry: Duration,
-    /// The retry pacing's share of real time (1.0 but under the test-only
-    /// `KCAP_WATCH_RETRY_SECOND_MS`).
-    pub retry_scale: f64,
 }
 
 impl PipelineConfig {
-    pub(crate) fn from_settings(settings: &Settings) -> PipelineConfig {
-        PipelineConfig {
-            online: settings.server.is_some(),
-            child: settings.windows_for(Role::Child),
-            session: settings.windows_for(Role::Session),
-            lifetime: settings.lifetime,
-            max_pause_credit: settings.max_pause_credit,
-            stop_retry: settings.stop_retry,
-            retry_scale: settings.retry_scale(),
-        }
-    }
-
     fn windows_for(&self, role: Role) -> DecisionWindows {
         match role {
             Role::Child => self.child,
             Role::Session => self.session,
         }
-    }
-
-    fn paced(&self, d: Duration) -> Duration {
-        d.mul_f64(self.retry_scale)
     }
 }
 
@@ -216,14 +196,6 @@ struct Request {
 }
 
 impl Request {
-    /// No request made yet, retries paced at the settings' (test-only) retry scale.
-    fn paced(config: &PipelineConfig) -> Request {
-        Request {
-            backoff: Backoff::scaled(config.retry_scale),
-            ..Request::default()
-        }
-    }
-
     fn ready(&self, now: Ts) -> bool {
         !self.in_flight && self.retry_at.is_none_or(|t| t <= now)
     }
@@ -255,23 +227,19 @@ struct Ending {
     hard_end: Option<Ts>,
 }
 
-/// One child's pipeline.
-pub(crate) struct Pipeline {
-    settings: PipelineConfig,
-    vendor: String,
-    path: PathBuf,
-    online: bool,
-    once: bool,
-    started: Ts,
-    /// The role before the identity is settled (command line), then the settled one.
-    role: Role,
-    identity: Option<Identity>,
-    state: State,
-    ceiling: Option<Ceiling>,
+/// Where the file's lines are: folded, fed to shipping, and whether a partial line is held.
+struct Source {
     file_seen: bool,
     folded_to: u64,
     partial: bool,
     fed_to: u64,
+    /// The shipping cursor must move to `fed_to` before the next text.
+    pending_rewind: bool,
+}
+
+/// Delivery: the watermark, the outbox, the confirmed position, the requests that move them,
+/// refusals, and what went to the spool instead.
+pub(crate) struct Delivery {
     /// Where shipping starts once known (`None`: waiting for the watermark).
     watermark: Option<Watermark>,
     outbox: Outbox,
@@ -284,33 +252,85 @@ pub(crate) struct Pipeline {
     halvings: u32,
     /// Consecutive refused lines not yet logged: (first, last, status).
     refused: Option<(u64, u64, u16)>,
-    unauthorized_logged: bool,
-    wrong_path_logged: bool,
     token_refused: bool,
+    pub(crate) lines_shipped: u64,
+    /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
+    pub(crate) lines_refused: u64,
+    spool_req: Request,
+    pub(crate) lines_spooled: u64,
+    trim_when_idle: bool,
+}
+
+/// The lifecycle requests: the child's start and stop, the session's end.
+struct Hooks {
     start_needed: bool,
     start_in_flight: bool,
     stop: StopProgress,
     stop_in_flight: bool,
     session_end: Option<Hook>,
     session_end_in_flight: bool,
-    spool_req: Request,
-    spool_full_logged: bool,
-    spool_failing_logged: bool,
-    /// The last answer that moved anything (for `--once`'s stall bound).
-    last_progress: Ts,
-    trim_when_idle: bool,
+    stop_spooled: bool,
+}
+
+/// The shutdown phases, once begun, and what bounds `--once`.
+struct End {
     ending: Option<Ending>,
     done: bool,
-    /// The shipping cursor must move to `fed_to` before the next text.
-    pending_rewind: bool,
-    stop_spooled: bool,
-    pub(crate) lines_shipped: u64,
-    pub(crate) lines_spooled: u64,
-    /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
-    pub(crate) lines_refused: u64,
-    refused_full_logged: bool,
+    /// The last answer that moved anything (for `--once`'s stall bound).
+    last_progress: Ts,
+}
+
+/// A condition said once per streak, not on every retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Once {
+    TokenRefused,
+    WrongServerPath,
+    TranscriptSpoolFull,
+    SpoolFailed,
+    RefusedFull,
+}
+
+/// What the pipeline says about itself: notices for the log and the counters, and which
+/// repeated conditions were already said.
+pub(crate) struct Notices {
+    /// Conditions said and not cleared since.
+    said: Vec<Once>,
     /// Where notices go: the log lines and the status file's counters.
     pub(crate) telemetry: Telemetry,
+}
+
+impl Notices {
+    /// Emits `notice` unless `condition` was said and has not cleared since.
+    fn once(&mut self, condition: Once, notice: impl FnOnce() -> Notice, now: Ts) {
+        if !self.said.contains(&condition) {
+            self.said.push(condition);
+            self.telemetry.emit(notice(), now);
+        }
+    }
+
+    /// `condition` is over: the next occurrence is said again.
+    fn clear(&mut self, condition: Once) {
+        self.said.retain(|c| *c != condition);
+    }
+}
+
+/// One child's pipeline: the fold and the decisions over it, and its parts.
+pub(crate) struct Pipeline {
+    settings: PipelineConfig,
+    vendor: String,
+    path: PathBuf,
+    once: bool,
+    started: Ts,
+    /// The role before the identity is settled (command line), then the settled one.
+    role: Role,
+    identity: Option<Identity>,
+    state: State,
+    ceiling: Option<Ceiling>,
+    source: Source,
+    pub(crate) delivery: Delivery,
+    hooks: Hooks,
+    end: End,
+    pub(crate) notices: Notices,
     /// The `now` of the event being handled (notices are stamped with it).
     now: Ts,
 }
@@ -331,13 +351,7 @@ impl Pipeline {
             .map(|l| Ceiling::new(started, l, settings.max_pause_credit));
         let file_seen = seeded.is_some();
         let (state, folded_to, partial) = seeded.unwrap_or_else(|| (State::new(), 0, false));
-        let (watermark_req, ship_req, spool_req) = (
-            Request::paced(&settings),
-            Request::paced(&settings),
-            Request::paced(&settings),
-        );
         Pipeline {
-            online: settings.online,
             settings,
             vendor,
             path,
@@ -347,42 +361,48 @@ impl Pipeline {
             identity: None,
             state,
             ceiling,
-            file_seen,
-            folded_to,
-            partial,
-            fed_to: 0,
-            watermark: None,
-            outbox: Outbox::new(0),
-            generation: 0,
-            watermark_req,
-            ship_req,
-            recheck_watermark: false,
-            failing_since: None,
-            halvings: 0,
-            refused: None,
-            unauthorized_logged: false,
-            wrong_path_logged: false,
-            token_refused: false,
-            start_needed: false,
-            start_in_flight: false,
-            stop: StopProgress::default(),
-            stop_in_flight: false,
-            session_end: None,
-            session_end_in_flight: false,
-            spool_req,
-            spool_full_logged: false,
-            spool_failing_logged: false,
-            last_progress: started,
-            trim_when_idle: false,
-            ending: None,
-            done: false,
-            pending_rewind: false,
-            stop_spooled: false,
-            lines_shipped: 0,
-            lines_spooled: 0,
-            lines_refused: 0,
-            refused_full_logged: false,
-            telemetry: Telemetry::default(),
+            source: Source {
+                file_seen,
+                folded_to,
+                partial,
+                fed_to: 0,
+                pending_rewind: false,
+            },
+            delivery: Delivery {
+                watermark: None,
+                outbox: Outbox::new(0),
+                generation: 0,
+                watermark_req: Request::default(),
+                ship_req: Request::default(),
+                recheck_watermark: false,
+                failing_since: None,
+                halvings: 0,
+                refused: None,
+                token_refused: false,
+                lines_shipped: 0,
+                lines_refused: 0,
+                spool_req: Request::default(),
+                lines_spooled: 0,
+                trim_when_idle: false,
+            },
+            hooks: Hooks {
+                start_needed: false,
+                start_in_flight: false,
+                stop: StopProgress::default(),
+                stop_in_flight: false,
+                session_end: None,
+                session_end_in_flight: false,
+                stop_spooled: false,
+            },
+            end: End {
+                ending: None,
+                done: false,
+                last_progress: started,
+            },
+            notices: Notices {
+                said: Vec::new(),
+                telemetry: Telemetry::default(),
+            },
             now: started,
         }
     }
@@ -400,28 +420,28 @@ impl Pipeline {
     }
 
     pub(crate) fn watermark(&self) -> Option<Watermark> {
-        self.watermark
+        self.delivery.watermark
     }
 
     /// The child's stop was acknowledged (or spooled): it latches for the process.
     pub(crate) fn stop_posted(&self) -> bool {
-        self.stop.posted
+        self.hooks.stop.posted
     }
 
     /// A pipeline that follows a child again in the process that already stopped it
     /// (`revision-3.md` S2.7): the stop stays latched, none is posted again.
     pub(crate) fn latch_stop(&mut self) {
-        self.stop.posted = true;
+        self.hooks.stop.posted = true;
     }
 
     /// The line the next [`Event::Text`] must start at, while the pipeline wants more text:
     /// shipping has a start, the outbox has room, and lines are folded that were not fed.
     pub(crate) fn wants_text(&self) -> bool {
-        !self.done
+        !self.end.done
             && self.identity.is_some()
-            && self.watermark.is_some()
-            && self.outbox.has_room()
-            && self.fed_to < self.folded_to
+            && self.delivery.watermark.is_some()
+            && self.delivery.outbox.has_room()
+            && self.source.fed_to < self.source.folded_to
     }
 
     /// Every due time this pipeline acts on, in one place (the decide functions' only caller).
@@ -430,7 +450,7 @@ impl Pipeline {
             &self.state,
             self.role,
             &self.windows(),
-            self.stop,
+            self.hooks.stop,
             self.started,
             self.ceiling.as_ref(),
         )
@@ -442,7 +462,7 @@ impl Pipeline {
 
     /// When the pipeline next wants a [`Event::Tick`] (`None`: only events wake it).
     pub(crate) fn next_wake(&self, now: Ts) -> Option<Ts> {
-        if self.done {
+        if self.end.done {
             return None;
         }
         let mut next: Option<Ts> = None;
@@ -453,16 +473,21 @@ impl Pipeline {
         };
         if self.identity.is_some() {
             at(self
+                .delivery
                 .watermark_req
                 .retry_at
-                .filter(|_| !self.watermark_req.in_flight));
-            at(self.ship_req.retry_at.filter(|_| !self.ship_req.in_flight));
-            at(self.spool_req.retry_at);
+                .filter(|_| !self.delivery.watermark_req.in_flight));
+            at(self
+                .delivery
+                .ship_req
+                .retry_at
+                .filter(|_| !self.delivery.ship_req.in_flight));
+            at(self.delivery.spool_req.retry_at);
         }
-        match &self.ending {
+        match &self.end.ending {
             None => {
                 let due = self.due();
-                let stop_actionable = !self.stop_in_flight
+                let stop_actionable = !self.hooks.stop_in_flight
                     && self.identity.is_some()
                     && self.lines_through_turn_end();
                 at(due.subagent_stop.filter(|_| stop_actionable));
@@ -483,7 +508,7 @@ impl Pipeline {
                 }
                 at(e.hard_end);
                 if e.ship_until.is_none() && e.step != Step::Spool {
-                    at(Some(self.last_progress.plus(ONCE_STALL)));
+                    at(Some(self.end.last_progress.plus(ONCE_STALL)));
                 }
                 if e.step == Step::Lifecycle && self.stop_attempt_wanted() {
                     at(self.due().subagent_stop);
@@ -497,18 +522,18 @@ impl Pipeline {
     pub(crate) fn handle(&mut self, event: Event, now: Ts) -> Vec<Action> {
         self.now = now;
         let mut out = Vec::new();
-        if self.done {
+        if self.end.done {
             return out;
         }
         match event {
             Event::Folded { lines, partial } => {
-                self.file_seen = true;
-                self.partial = partial;
+                self.source.file_seen = true;
+                self.source.partial = partial;
                 for line in &lines {
                     if let Some(observed) = line.observed() {
                         self.state.apply(observed, now);
                     }
-                    self.folded_to = line.number + 1;
+                    self.source.folded_to = line.number + 1;
                 }
             }
             Event::Identified {
@@ -522,7 +547,7 @@ impl Pipeline {
             }
             Event::Watermark(result) => self.on_watermark(result, now),
             Event::Shipped { generation, result } => {
-                if generation == self.generation {
+                if generation == self.delivery.generation {
                     self.on_shipped(result, now, &mut out);
                 }
             }
@@ -540,7 +565,7 @@ impl Pipeline {
     fn on_identified(&mut self, identity: Identity, offline_resume: u64) {
         self.role = identity.role;
         self.identity = Some(identity);
-        if !self.online {
+        if !self.settings.online {
             let watermark = match offline_resume.checked_sub(1) {
                 Some(n) => Watermark::Line(n),
                 None => Watermark::Empty,
@@ -552,18 +577,18 @@ impl Pipeline {
     /// Shipping (re)starts at the watermark's resume line.
     fn resume_at(&mut self, watermark: Watermark) {
         let resume = watermark.resume_line();
-        self.watermark = Some(watermark);
-        self.generation += 1;
-        self.ship_req.in_flight = false;
-        self.ship_req.retry_at = None;
-        self.halvings = 0;
-        self.outbox.rewind(resume);
-        self.fed_to = resume;
-        self.pending_rewind = true;
+        self.delivery.watermark = Some(watermark);
+        self.delivery.generation += 1;
+        self.delivery.ship_req.in_flight = false;
+        self.delivery.ship_req.retry_at = None;
+        self.delivery.halvings = 0;
+        self.delivery.outbox.rewind(resume);
+        self.source.fed_to = resume;
+        self.source.pending_rewind = true;
     }
 
     fn on_text(&mut self, lines: Vec<Line>, next: u64) {
-        let confirmed = self.outbox.confirmed_to();
+        let confirmed = self.delivery.outbox.confirmed_to();
         for line in &lines {
             if line.number < confirmed || line.blank {
                 continue;
@@ -572,52 +597,52 @@ impl Pipeline {
                 Some(t) if !line.oversize => redactor().redact_line(t),
                 _ => crate::ship::redact::oversize_placeholder(line.len),
             };
-            self.outbox.push(ShipLine::new(line.number, &text));
+            self.delivery.outbox.push(ShipLine::new(line.number, &text));
         }
-        self.fed_to = self.fed_to.max(next);
+        self.source.fed_to = self.source.fed_to.max(next);
         // Blank lines between shipped ones are confirmed with them.
-        self.outbox.skip_to(self.fed_to);
+        self.delivery.outbox.skip_to(self.source.fed_to);
     }
 
     fn on_watermark(&mut self, result: Result<Watermark, Failure>, now: Ts) {
-        self.watermark_req.in_flight = false;
+        self.delivery.watermark_req.in_flight = false;
         match result {
             Ok(w) => {
-                self.last_progress = now;
-                self.watermark_req.backoff.reset();
-                self.watermark_req.retry_at = None;
+                self.end.last_progress = now;
+                self.delivery.watermark_req.backoff.reset();
+                self.delivery.watermark_req.retry_at = None;
                 let resume = w.resume_line();
                 self.notify(Notice::Watermark {
                     resume_line: resume,
                 });
-                let first = self.watermark.is_none();
-                self.recheck_watermark = false;
+                let first = self.delivery.watermark.is_none();
+                self.delivery.recheck_watermark = false;
                 if first {
                     self.resume_at(w);
                     if w == Watermark::NotFound && self.role == Role::Child {
-                        self.start_needed = true;
+                        self.hooks.start_needed = true;
                     }
-                } else if resume < self.outbox.confirmed_to() {
+                } else if resume < self.delivery.outbox.confirmed_to() {
                     // The server lost lines it had acknowledged: resend from its resume line,
                     // once per healed failure (a server that skips trailing lines would
                     // otherwise make this loop forever).
                     self.notify(Notice::WatermarkBehind {
                         resume_line: resume,
-                        acknowledged_to: self.outbox.confirmed_to(),
+                        acknowledged_to: self.delivery.outbox.confirmed_to(),
                     });
                     self.resume_at(w);
                 }
             }
             Err(f) => {
-                let delay = self.failure_delay(&f, |p| &mut p.watermark_req);
+                let delay = self.failure_delay(&f, |p| &mut p.delivery.watermark_req);
                 self.notify(Notice::WatermarkFailed {
                     failure: f,
                     retry_in: delay,
                 });
-                self.watermark_req.retry_at = Some(now.plus(delay));
-                if self.watermark.is_some() {
+                self.delivery.watermark_req.retry_at = Some(now.plus(delay));
+                if self.delivery.watermark.is_some() {
                     // The check before resending failed: no batch goes out until it answers.
-                    self.recheck_watermark = true;
+                    self.delivery.recheck_watermark = true;
                 }
             }
         }
@@ -631,25 +656,21 @@ impl Pipeline {
     ) -> Duration {
         match f {
             Failure::Unauthorized { status, .. } => {
-                if !self.unauthorized_logged {
-                    // `f` says whether a token was refused or none was sent.
-                    self.notify(Notice::TokenRefused {
-                        status: *status,
-                        failure: f.clone(),
-                    });
-                    self.unauthorized_logged = true;
-                }
-                self.token_refused = true;
-                self.settings.paced(UNAUTHORIZED_RETRY)
+                // `f` says whether a token was refused or none was sent.
+                let notice = || Notice::TokenRefused {
+                    status: *status,
+                    failure: f.clone(),
+                };
+                self.notices.once(Once::TokenRefused, notice, self.now);
+                self.delivery.token_refused = true;
+                UNAUTHORIZED_RETRY
             }
             Failure::WrongPath { status, url } => {
-                if !self.wrong_path_logged {
-                    self.notify(Notice::WrongServerPath {
-                        status: *status,
-                        url: url.clone(),
-                    });
-                    self.wrong_path_logged = true;
-                }
+                let notice = || Notice::WrongServerPath {
+                    status: *status,
+                    url: url.clone(),
+                };
+                self.notices.once(Once::WrongServerPath, notice, self.now);
                 req(self).backoff.next_delay(None)
             }
             Failure::Transient { retry_after, .. } => req(self).backoff.next_delay(*retry_after),
@@ -658,23 +679,23 @@ impl Pipeline {
     }
 
     fn on_shipped(&mut self, result: Result<(), Failure>, now: Ts, out: &mut Vec<Action>) {
-        self.ship_req.in_flight = false;
+        self.delivery.ship_req.in_flight = false;
         match result {
             Ok(()) => {
-                self.last_progress = now;
-                self.failing_since = None;
-                self.unauthorized_logged = false;
-                self.wrong_path_logged = false;
-                self.ship_req.backoff.reset();
-                self.ship_req.retry_at = None;
-                self.halvings = 0;
-                if let Some(b) = self.outbox.delivered() {
+                self.end.last_progress = now;
+                self.delivery.failing_since = None;
+                self.notices.clear(Once::TokenRefused);
+                self.notices.clear(Once::WrongServerPath);
+                self.delivery.ship_req.backoff.reset();
+                self.delivery.ship_req.retry_at = None;
+                self.delivery.halvings = 0;
+                if let Some(b) = self.delivery.outbox.delivered() {
                     // A backlog leaves the allocator holding its peak; hand it back once the
                     // outbox drains (an idle watcher should stay small). `memory` trims once
                     // enough was shipped, counted over every child of the process.
                     crate::platform::memory::note_shipped(b.bytes());
-                    self.trim_when_idle = true;
-                    self.lines_shipped += b.lines.len() as u64;
+                    self.delivery.trim_when_idle = true;
+                    self.delivery.lines_shipped += b.lines.len() as u64;
                     let shipped = Notice::BatchShipped {
                         first: b.first(),
                         last: b.last(),
@@ -683,42 +704,42 @@ impl Pipeline {
                     };
                     self.notify(shipped);
                 }
-                self.outbox.skip_to(self.fed_to);
+                self.delivery.outbox.skip_to(self.source.fed_to);
                 self.flush_refused_log();
             }
             Err(Failure::Rejected {
                 status,
                 body_snippet,
-            }) => match self.outbox.refused() {
+            }) => match self.delivery.outbox.refused() {
                 Some(Refusal::Split) => {
-                    self.halvings += 1;
-                    if self.halvings == 1 {
+                    self.delivery.halvings += 1;
+                    if self.delivery.halvings == 1 {
                         self.notify(Notice::BatchRefused {
                             status,
                             body_snippet,
                         });
                     }
-                    if self.halvings > FREE_HALVINGS {
-                        let delay = self.ship_req.backoff.next_delay(None);
-                        self.ship_req.retry_at = Some(now.plus(delay));
+                    if self.delivery.halvings > FREE_HALVINGS {
+                        let delay = self.delivery.ship_req.backoff.next_delay(None);
+                        self.delivery.ship_req.retry_at = Some(now.plus(delay));
                     }
                 }
                 Some(Refusal::Isolated(line)) => {
                     let n = line.number;
                     self.notify(Notice::LineRefused { line: n, status });
-                    match self.refused {
+                    match self.delivery.refused {
                         Some((first, last, s)) if last + 1 == n || s == status && last < n => {
-                            self.refused = Some((first, n, s));
+                            self.delivery.refused = Some((first, n, s));
                         }
                         _ => {
                             self.flush_refused_log();
-                            self.refused = Some((n, n, status));
+                            self.delivery.refused = Some((n, n, status));
                         }
                     }
                     self.spool_refused(line, out);
-                    if self.halvings >= FREE_HALVINGS {
-                        let delay = self.ship_req.backoff.next_delay(None);
-                        self.ship_req.retry_at = Some(now.plus(delay));
+                    if self.delivery.halvings >= FREE_HALVINGS {
+                        let delay = self.delivery.ship_req.backoff.next_delay(None);
+                        self.delivery.ship_req.retry_at = Some(now.plus(delay));
                     }
                 }
                 None => {}
@@ -726,24 +747,24 @@ impl Pipeline {
             Err(f) => {
                 // Once per failure streak (never in a loop): the watermark is read again
                 // before the next attempt.
-                if self.failing_since.is_none() {
-                    self.recheck_watermark = true;
+                if self.delivery.failing_since.is_none() {
+                    self.delivery.recheck_watermark = true;
                 }
-                self.failing_since.get_or_insert(now);
-                let delay = self.failure_delay(&f, |p| &mut p.ship_req);
+                self.delivery.failing_since.get_or_insert(now);
+                let delay = self.failure_delay(&f, |p| &mut p.delivery.ship_req);
                 if !matches!(f, Failure::Unauthorized { .. } | Failure::WrongPath { .. }) {
                     self.notify(Notice::ShipFailed {
                         failure: f,
                         retry_in: delay,
                     });
                 }
-                self.ship_req.retry_at = Some(now.plus(delay));
+                self.delivery.ship_req.retry_at = Some(now.plus(delay));
             }
         }
     }
 
     fn flush_refused_log(&mut self) {
-        if let Some((first, last, status)) = self.refused.take() {
+        if let Some((first, last, status)) = self.delivery.refused.take() {
             self.notify(Notice::LinesRefused {
                 first,
                 last,
@@ -779,15 +800,13 @@ impl Pipeline {
             // A refused line's record (set aside in `refused/`, S4.1): the line is skipped
             // either way, already logged with its number; past the file's cap it is only
             // counted.
-            self.lines_refused += 1;
+            self.delivery.lines_refused += 1;
             match result {
                 SpoolResult::Written => {}
                 SpoolResult::OverCap => {
-                    if !self.refused_full_logged {
-                        let session = self.session_id().to_owned();
-                        self.notify(Notice::RefusedFull { session });
-                        self.refused_full_logged = true;
-                    }
+                    let session = self.session_id().to_owned();
+                    let notice = || Notice::RefusedFull { session };
+                    self.notices.once(Once::RefusedFull, notice, self.now);
                 }
                 SpoolResult::Failed(error) => {
                     self.notify(Notice::RefusedLineNotSpooled { error });
@@ -795,16 +814,16 @@ impl Pipeline {
             }
             return;
         }
-        self.spool_req.in_flight = false;
+        self.delivery.spool_req.in_flight = false;
         let session = self.session_id().to_owned();
         match result {
             SpoolResult::Written => {
-                self.last_progress = now;
-                self.spool_req.backoff.reset();
-                self.spool_req.retry_at = None;
-                self.spool_failing_logged = false;
-                if let Some(b) = self.outbox.delivered() {
-                    self.lines_spooled += b.lines.len() as u64;
+                self.end.last_progress = now;
+                self.delivery.spool_req.backoff.reset();
+                self.delivery.spool_req.retry_at = None;
+                self.notices.clear(Once::SpoolFailed);
+                if let Some(b) = self.delivery.outbox.delivered() {
+                    self.delivery.lines_spooled += b.lines.len() as u64;
                     let spooled = Notice::LinesSpooled {
                         first: b.first(),
                         last: b.last(),
@@ -812,35 +831,35 @@ impl Pipeline {
                     };
                     self.notify(spooled);
                 }
-                self.outbox.skip_to(self.fed_to);
+                self.delivery.outbox.skip_to(self.source.fed_to);
             }
             SpoolResult::OverCap => {
                 // The needs-import marker hands these lines to an import of the whole file.
-                if let Some(b) = self.outbox.delivered()
-                    && !self.spool_full_logged
-                {
-                    let full = Notice::TranscriptSpoolFull {
+                if let Some(b) = self.delivery.outbox.delivered() {
+                    let full = || Notice::TranscriptSpoolFull {
                         session,
                         first_line: b.first(),
                     };
-                    self.notify(full);
-                    self.spool_full_logged = true;
+                    self.notices.once(Once::TranscriptSpoolFull, full, self.now);
                 }
-                self.outbox.skip_to(self.fed_to);
+                self.delivery.outbox.skip_to(self.source.fed_to);
             }
             SpoolResult::Failed(e) => {
-                let first = self.outbox.in_flight().map(|b| b.first()).unwrap_or(0);
-                let delay = self.spool_req.backoff.next_delay(None);
-                if !self.spool_failing_logged {
-                    self.notify(Notice::SpoolFailed {
-                        session,
-                        first_line: first,
-                        retry_in: delay,
-                        error: e,
-                    });
-                    self.spool_failing_logged = true;
-                }
-                self.spool_req.retry_at = Some(now.plus(delay));
+                let first = self
+                    .delivery
+                    .outbox
+                    .in_flight()
+                    .map(|b| b.first())
+                    .unwrap_or(0);
+                let delay = self.delivery.spool_req.backoff.next_delay(None);
+                let failed = || Notice::SpoolFailed {
+                    session,
+                    first_line: first,
+                    retry_in: delay,
+                    error: e,
+                };
+                self.notices.once(Once::SpoolFailed, failed, self.now);
+                self.delivery.spool_req.retry_at = Some(now.plus(delay));
             }
         }
     }
@@ -854,8 +873,8 @@ impl Pipeline {
     ) {
         match (&hook, result) {
             (Hook::SubagentStart(_), result) => {
-                self.start_in_flight = false;
-                self.start_needed = false;
+                self.hooks.start_in_flight = false;
+                self.hooks.start_needed = false;
                 match result {
                     Ok(()) => self.notify(Notice::SubagentStartPosted),
                     Err(failure) => {
@@ -865,32 +884,32 @@ impl Pipeline {
                 }
             }
             (Hook::SubagentStop(_), Ok(())) => {
-                self.stop_in_flight = false;
-                self.stop.posted = true;
+                self.hooks.stop_in_flight = false;
+                self.hooks.stop.posted = true;
                 self.notify(Notice::SubagentStopPosted);
             }
             (Hook::SubagentStop(_), Err(f)) => {
-                self.stop_in_flight = false;
+                self.hooks.stop_in_flight = false;
                 if let Failure::Unauthorized { .. } = f {
-                    self.token_refused = true;
+                    self.delivery.token_refused = true;
                 }
                 let retry_in = self.settings.stop_retry;
                 self.notify(Notice::SubagentStopFailed {
                     failure: f,
                     retry_in,
                 });
-                self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
+                self.hooks.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
             }
             (Hook::SessionEnd(_), result) => {
-                self.session_end_in_flight = false;
+                self.hooks.session_end_in_flight = false;
                 match result {
                     Ok(()) => {
                         self.notify(Notice::SessionEndPosted);
-                        self.session_end = None;
+                        self.hooks.session_end = None;
                     }
                     Err(failure) => {
                         self.notify(Notice::SessionEndFailed { failure });
-                        if let Some(h) = self.session_end.take() {
+                        if let Some(h) = self.hooks.session_end.take() {
                             out.push(Action::SpoolHook(h));
                         }
                     }
@@ -904,17 +923,17 @@ impl Pipeline {
         let session = self.session_id().to_owned();
         if let (Hook::SubagentStop(_), false) = (hook, result == SpoolResult::Written) {
             // Tried again at the next attempt time (and at the end).
-            self.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
+            self.hooks.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
         }
         match result {
             SpoolResult::Written => {
                 self.notify(Notice::HookSpooled { route });
                 if let Hook::SubagentStop(_) = hook {
-                    self.stop.posted = true;
-                    self.stop_spooled = true;
+                    self.hooks.stop.posted = true;
+                    self.hooks.stop_spooled = true;
                 }
                 if let Hook::SessionEnd(_) = hook {
-                    self.session_end = None;
+                    self.hooks.session_end = None;
                 }
             }
             SpoolResult::OverCap => self.notify(Notice::HookSpoolFull { route, session }),
@@ -937,21 +956,23 @@ impl Pipeline {
     /// only then may a lifecycle request go out (never ahead of its transcript).
     fn lines_through_turn_end(&self) -> bool {
         match self.state.turn_end_line {
-            Some(end) => self.watermark.is_some() && self.outbox.confirmed_to() > end,
+            Some(end) => {
+                self.delivery.watermark.is_some() && self.delivery.outbox.confirmed_to() > end
+            }
             None => true,
         }
     }
 
     /// Every complete line folded is confirmed.
     fn all_confirmed(&self) -> bool {
-        self.watermark.is_some()
-            && self.outbox.is_idle()
-            && self.fed_to >= self.folded_to
-            && self.outbox.confirmed_to() >= self.folded_to.min(self.fed_to)
+        self.delivery.watermark.is_some()
+            && self.delivery.outbox.is_idle()
+            && self.source.fed_to >= self.source.folded_to
+            && self.delivery.outbox.confirmed_to() >= self.source.folded_to.min(self.source.fed_to)
     }
 
     fn stop_attempt_wanted(&self) -> bool {
-        self.role == Role::Child && !self.stop.posted && !self.stop_in_flight
+        self.role == Role::Child && !self.hooks.stop.posted && !self.hooks.stop_in_flight
     }
 
     fn stop_hook(&self) -> Hook {
@@ -982,32 +1003,37 @@ impl Pipeline {
     /// A due stop: posted online (off the loop), spooled offline.
     fn attempt_stop(&mut self, out: &mut Vec<Action>) {
         let hook = self.stop_hook();
-        if self.online && !self.spooling() {
-            self.stop_in_flight = true;
+        if self.settings.online && !self.spooling() {
+            self.hooks.stop_in_flight = true;
             self.reload_if_refused(out);
             out.push(Action::Post(hook));
         } else {
             out.push(Action::SpoolHook(hook));
             // Written or not, the answer comes back synchronously; a failed spool is retried
             // at the next attempt time.
-            self.stop.next_attempt = None;
+            self.hooks.stop.next_attempt = None;
         }
     }
 
     /// After a `401`/`403` the token is re-read right before the next request: re-read at the
     /// refusal, a token the kcap CLI refreshed during the minute's wait would be missed.
     fn reload_if_refused(&mut self, out: &mut Vec<Action>) {
-        if std::mem::take(&mut self.token_refused) {
+        if std::mem::take(&mut self.delivery.token_refused) {
             out.push(Action::ReloadToken);
         }
     }
 
     fn spooling(&self) -> bool {
-        !self.online || self.ending.as_ref().is_some_and(|e| e.step == Step::Spool)
+        !self.settings.online
+            || self
+                .end
+                .ending
+                .as_ref()
+                .is_some_and(|e| e.step == Step::Spool)
     }
 
     fn begin_ending(&mut self, reason: ExitReason, now: Ts) {
-        if let Some(e) = &mut self.ending {
+        if let Some(e) = &mut self.end.ending {
             // A signal during `--once` bounds it like any shutdown.
             if matches!(reason, ExitReason::Signal(_)) && e.hard_end.is_none() {
                 e.ship_until = Some(now.plus(SHIP_UNTIL));
@@ -1026,7 +1052,7 @@ impl Pipeline {
             } else {
                 SessionEndReason::ParentExited
             };
-            self.session_end = Some(Hook::SessionEnd(session_end_body(
+            self.hooks.session_end = Some(Hook::SessionEnd(session_end_body(
                 self.session_id(),
                 &self.path,
                 id.and_then(|i| i.cwd.as_deref()).unwrap_or(""),
@@ -1036,8 +1062,8 @@ impl Pipeline {
         }
         let once = reason == ExitReason::OnceDone;
         // `--once` is bounded by the server's progress from here on.
-        self.last_progress = now;
-        self.ending = Some(Ending {
+        self.end.last_progress = now;
+        self.end.ending = Some(Ending {
             reason,
             began: now,
             step: if signal {
@@ -1053,32 +1079,32 @@ impl Pipeline {
 
     /// Moves everything that moves without waiting.
     fn step(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if self.pending_rewind {
-            self.pending_rewind = false;
-            out.push(Action::ReadFrom(self.fed_to));
+        if self.source.pending_rewind {
+            self.source.pending_rewind = false;
+            out.push(Action::ReadFrom(self.source.fed_to));
         }
-        if let Some(Watermark::Line(n)) = self.watermark
-            && self.online
-            && self.file_seen
-            && n.saturating_add(1) > self.folded_to
+        if let Some(Watermark::Line(n)) = self.delivery.watermark
+            && self.settings.online
+            && self.source.file_seen
+            && n.saturating_add(1) > self.source.folded_to
         {
-            self.done = true;
+            self.end.done = true;
             out.push(Action::Rewritten(
                 "the server holds more lines than the file",
             ));
             return;
         }
-        if self.ending.is_none() {
+        if self.end.ending.is_none() {
             self.decide(now, out);
         }
-        if self.ending.is_some() {
+        if self.end.ending.is_some() {
             self.advance_ending(now, out);
-            if self.done {
+            if self.end.done {
                 return;
             }
         }
         self.requests(now, out);
-        if self.outbox.is_idle() && std::mem::take(&mut self.trim_when_idle) {
+        if self.delivery.outbox.is_idle() && std::mem::take(&mut self.delivery.trim_when_idle) {
             out.push(Action::TrimMemory);
         }
     }
@@ -1090,7 +1116,7 @@ impl Pipeline {
             self.warn_stall(now);
         }
         if due.subagent_stop.is_some_and(|t| t <= now)
-            && !self.stop_in_flight
+            && !self.hooks.stop_in_flight
             && self.identity.is_some()
             && self.lines_through_turn_end()
         {
@@ -1114,7 +1140,7 @@ impl Pipeline {
                                 )
                             })
                             .unwrap_or_default();
-                        self.telemetry.emit(
+                        self.notices.telemetry.emit(
                             Notice::PauseExtensionGranted {
                                 grant: g.grant,
                                 total_granted: g.total_granted,
@@ -1127,7 +1153,7 @@ impl Pipeline {
                     }
                     CeilingStep::Fire => {
                         let msg = c.exit_message(&self.state.pauses, now);
-                        self.telemetry.emit(
+                        self.notices.telemetry.emit(
                             Notice::LifetimeCeiling {
                                 message: msg.clone(),
                             },
@@ -1181,14 +1207,16 @@ impl Pipeline {
             return;
         }
         loop {
-            let Some(e) = &self.ending else { return };
+            let Some(e) = &self.end.ending else { return };
             let (began, step, hard_end) = (e.began, e.step, e.hard_end);
             let out_of_time = match e.ship_until {
                 Some(t) => now >= t,
-                None => now >= self.last_progress.plus(ONCE_STALL),
+                None => now >= self.end.last_progress.plus(ONCE_STALL),
             };
             let next = match step {
-                Step::WaitPartial if !self.partial || now >= began.plus(PARTIAL_LINE_WAIT) => {
+                Step::WaitPartial
+                    if !self.source.partial || now >= began.plus(PARTIAL_LINE_WAIT) =>
+                {
                     Step::Ship
                 }
                 // Offline too: a spool that keeps failing must not hold the end forever.
@@ -1201,13 +1229,13 @@ impl Pipeline {
                     Step::Lifecycle
                 }
                 Step::Ship => break,
-                Step::Lifecycle if !self.online => Step::Spool,
+                Step::Lifecycle if !self.settings.online => Step::Spool,
                 Step::Lifecycle => {
-                    if !self.ending.as_ref().is_some_and(|e| e.posted) {
+                    if !self.end.ending.as_ref().is_some_and(|e| e.posted) {
                         self.post_owed_hooks(now, out);
                     }
-                    let pending = self.stop_in_flight || self.session_end_in_flight;
-                    if !pending && !self.stop_owed(now) && self.session_end.is_none() {
+                    let pending = self.hooks.stop_in_flight || self.hooks.session_end_in_flight;
+                    if !pending && !self.stop_owed(now) && self.hooks.session_end.is_none() {
                         self.finish(out);
                         return;
                     }
@@ -1227,7 +1255,7 @@ impl Pipeline {
                     if hard_end.is_some_and(|t| now >= t) {
                         self.notify(Notice::ShutdownBudgetSpent {
                             session: self.session_id().to_owned(),
-                            first_line: self.outbox.confirmed_to(),
+                            first_line: self.delivery.outbox.confirmed_to(),
                         });
                         self.finish(out);
                         return;
@@ -1238,7 +1266,7 @@ impl Pipeline {
             if next == Step::Spool {
                 self.enter_spool(now, out);
             }
-            if let Some(e) = &mut self.ending {
+            if let Some(e) = &mut self.end.ending {
                 e.step = next;
             }
         }
@@ -1248,43 +1276,43 @@ impl Pipeline {
     /// watermark everything does (resending is harmless, losing a line is not). Requests in
     /// flight are abandoned (their answers are ignored).
     fn enter_spool(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if let Some(e) = &mut self.ending
+        if let Some(e) = &mut self.end.ending
             && e.hard_end.is_none()
         {
             // `--once`: a spool that keeps failing does not keep it alive either.
             e.hard_end = Some(now.plus(SHUTDOWN_BUDGET - SHIP_UNTIL));
         }
-        if self.watermark.is_none() {
+        if self.delivery.watermark.is_none() {
             self.resume_at(Watermark::Empty);
-            self.pending_rewind = false;
-            out.push(Action::ReadFrom(self.fed_to));
+            self.source.pending_rewind = false;
+            out.push(Action::ReadFrom(self.source.fed_to));
         } else {
-            let confirmed = self.outbox.confirmed_to();
-            let unconfirmed = self.outbox.take_unconfirmed();
-            self.outbox.rewind(confirmed);
+            let confirmed = self.delivery.outbox.confirmed_to();
+            let unconfirmed = self.delivery.outbox.take_unconfirmed();
+            self.delivery.outbox.rewind(confirmed);
             for l in unconfirmed {
-                self.outbox.push(l);
+                self.delivery.outbox.push(l);
             }
-            self.generation += 1;
-            self.ship_req = Request::default();
+            self.delivery.generation += 1;
+            self.delivery.ship_req = Request::default();
         }
-        self.stop_in_flight = false;
-        self.session_end_in_flight = false;
+        self.hooks.stop_in_flight = false;
+        self.hooks.session_end_in_flight = false;
     }
 
     /// Online, once every line is confirmed: the stop (due, or owed at this exit) and the
     /// session end, one attempt each within the budget.
     fn post_owed_hooks(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if let Some(e) = &mut self.ending {
+        if let Some(e) = &mut self.end.ending {
             e.posted = true;
         }
-        if self.stop_owed(now) && !self.stop_in_flight {
-            self.stop_in_flight = true;
+        if self.stop_owed(now) && !self.hooks.stop_in_flight {
+            self.hooks.stop_in_flight = true;
             self.reload_if_refused(out);
             out.push(Action::Post(self.stop_hook()));
         }
-        if let Some(h) = &self.session_end {
-            self.session_end_in_flight = true;
+        if let Some(h) = &self.hooks.session_end {
+            self.hooks.session_end_in_flight = true;
             out.push(Action::Post(h.clone()));
         }
     }
@@ -1296,10 +1324,10 @@ impl Pipeline {
             self.warn_stall(now);
         }
         if self.role == Role::Session && due.idle_end.is_some_and(|t| t <= now) {
-            if let Some(e) = &mut self.ending {
+            if let Some(e) = &mut self.end.ending {
                 e.reason = ExitReason::IdleTimeout;
             }
-            self.session_end = Some(Hook::SessionEnd(session_end_body(
+            self.hooks.session_end = Some(Hook::SessionEnd(session_end_body(
                 self.session_id(),
                 &self.path,
                 self.identity
@@ -1315,7 +1343,7 @@ impl Pipeline {
     /// Whether a stop is due now (or owed at this exit, R4.4) and not acknowledged: the one
     /// place the exit consults the lifecycle decisions.
     fn stop_owed(&self, now: Ts) -> bool {
-        let end = match self.ending.as_ref().map(|e| &e.reason) {
+        let end = match self.end.ending.as_ref().map(|e| &e.reason) {
             Some(ExitReason::IdleReap | ExitReason::IdleTimeout) => decide::WatcherEnd::Idle,
             Some(ExitReason::LifetimeCeiling(_)) => decide::WatcherEnd::LifetimeCeiling,
             Some(ExitReason::ParentExited) => decide::WatcherEnd::ParentExited,
@@ -1326,7 +1354,7 @@ impl Pipeline {
             &self.state,
             self.role,
             self.windows().stop_grace,
-            self.stop,
+            self.hooks.stop,
             end,
             now,
         )
@@ -1345,7 +1373,7 @@ impl Pipeline {
                 });
             }
         }
-        if let Some(h) = self.session_end.clone() {
+        if let Some(h) = self.hooks.session_end.clone() {
             out.push(Action::SpoolHook(h));
         }
     }
@@ -1353,6 +1381,7 @@ impl Pipeline {
     fn finish(&mut self, out: &mut Vec<Action>) {
         self.flush_refused_log();
         let reason = self
+            .end
             .ending
             .as_ref()
             .map(|e| e.reason.clone())
@@ -1360,7 +1389,7 @@ impl Pipeline {
         self.notify(Notice::WatcherExiting {
             reason: reason.as_str(),
         });
-        self.done = true;
+        self.end.done = true;
         out.push(Action::Exit(reason));
     }
 
@@ -1371,55 +1400,60 @@ impl Pipeline {
             return;
         }
         let spooling = self.spooling();
-        if self.online && !spooling {
+        if self.settings.online && !spooling {
             // After a failure, the check waits for the batch's own retry time.
-            let wants_watermark = self.watermark.is_none()
-                || (self.recheck_watermark && self.ship_req.retry_at.is_none_or(|t| t <= now));
-            if wants_watermark && self.watermark_req.ready(now) {
-                self.watermark_req.in_flight = true;
-                self.watermark_req.retry_at = None;
+            let wants_watermark = self.delivery.watermark.is_none()
+                || (self.delivery.recheck_watermark
+                    && self.delivery.ship_req.retry_at.is_none_or(|t| t <= now));
+            if wants_watermark && self.delivery.watermark_req.ready(now) {
+                self.delivery.watermark_req.in_flight = true;
+                self.delivery.watermark_req.retry_at = None;
                 self.reload_if_refused(out);
                 out.push(Action::AskWatermark);
             }
-            if self.start_needed && !self.start_in_flight {
-                self.start_in_flight = true;
+            if self.hooks.start_needed && !self.hooks.start_in_flight {
+                self.hooks.start_in_flight = true;
                 out.push(Action::Post(self.start_hook()));
             }
-            if self.watermark.is_none() || self.recheck_watermark || self.start_needed {
+            if self.delivery.watermark.is_none()
+                || self.delivery.recheck_watermark
+                || self.hooks.start_needed
+            {
                 return;
             }
-            if self.ship_req.ready(now) {
+            if self.delivery.ship_req.ready(now) {
                 let session = self.session_id().to_owned();
                 let agent = self.agent_id().map(str::to_owned);
-                let body = match self.outbox.in_flight() {
+                let body = match self.delivery.outbox.in_flight() {
                     Some(b) => Some(b.body(&session, agent.as_deref(), &self.vendor)),
                     None => self
+                        .delivery
                         .outbox
                         .next_batch()
                         .map(|b| b.body(&session, agent.as_deref(), &self.vendor)),
                 };
                 if let Some(body) = body {
-                    self.ship_req.in_flight = true;
-                    self.ship_req.retry_at = None;
+                    self.delivery.ship_req.in_flight = true;
+                    self.delivery.ship_req.retry_at = None;
                     self.reload_if_refused(out);
                     out.push(Action::Send {
-                        generation: self.generation,
+                        generation: self.delivery.generation,
                         body,
                     });
                 }
             }
-        } else if self.watermark.is_some() && self.spool_req.ready(now) {
+        } else if self.delivery.watermark.is_some() && self.delivery.spool_req.ready(now) {
             // Offline, and at the end: each line goes to the spool as soon as it is read. The
             // answer comes back synchronously, so one record at a time.
-            let batch = match self.outbox.in_flight() {
+            let batch = match self.delivery.outbox.in_flight() {
                 Some(b) => Some(b.lines.clone()),
-                None => self.outbox.next_batch().map(|b| b.lines.clone()),
+                None => self.delivery.outbox.next_batch().map(|b| b.lines.clone()),
             };
             if let Some(lines) = batch
                 && let Some(record) = self.batch_of(&lines)
             {
-                self.spool_req.in_flight = true;
-                self.spool_req.retry_at = None;
+                self.delivery.spool_req.in_flight = true;
+                self.delivery.spool_req.retry_at = None;
                 out.push(Action::SpoolLines {
                     batch: record,
                     refused: false,
@@ -1434,16 +1468,16 @@ impl Pipeline {
 
     /// Says what happened: a log line and the counters (see [`crate::telemetry`]).
     fn notify(&mut self, notice: Notice) {
-        self.telemetry.emit(notice, self.now);
+        self.notices.telemetry.emit(notice, self.now);
     }
 
     /// The earliest decision due, by name (`inspect`'s names), while running.
     pub(crate) fn next_due(&self) -> Option<(&'static str, Ts)> {
-        if self.done || self.ending.is_some() {
+        if self.end.done || self.end.ending.is_some() {
             return None;
         }
         let due = self.due();
-        let stop = due.subagent_stop.filter(|_| !self.stop.posted);
+        let stop = due.subagent_stop.filter(|_| !self.hooks.stop.posted);
         [
             ("subagent_stop", stop),
             ("idle_end", due.idle_end),
@@ -1465,7 +1499,7 @@ impl Pipeline {
             &self.state,
             self.role,
             self.windows().stop_grace,
-            self.stop,
+            self.hooks.stop,
             end,
             now,
         )
@@ -1473,18 +1507,18 @@ impl Pipeline {
 
     /// Complete lines folded from the file.
     pub(crate) fn lines_on_disk(&self) -> u64 {
-        self.folded_to
+        self.source.folded_to
     }
 
     /// The pipeline is ending (a signal, the parent's exit, a reap...).
     pub(crate) fn is_ending(&self) -> bool {
-        self.ending.is_some()
+        self.end.ending.is_some()
     }
 
     /// What became of the stop, for `--once`'s summary.
     pub(crate) fn stop_summary(&self, now: Ts) -> Option<String> {
-        match (self.role, self.stop.posted) {
-            (Role::Child, true) if !self.stop_spooled => Some("posted".into()),
+        match (self.role, self.hooks.stop.posted) {
+            (Role::Child, true) if !self.hooks.stop_spooled => Some("posted".into()),
             (Role::Child, true) => Some("spooled".into()),
             (Role::Child, false) => Some(match self.due().subagent_stop {
                 Some(t) if t <= now => "due, not delivered".into(),

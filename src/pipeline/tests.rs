@@ -49,10 +49,10 @@ struct Driver {
 
 impl Driver {
     fn new(online: bool, once: bool, lines: &[String]) -> Driver {
-        let mut settings = Settings::with_defaults(PathBuf::from("/nonexistent"));
+        let mut settings = crate::config::Settings::with_defaults(PathBuf::from("/nonexistent"));
         settings.server = online.then(|| "http://127.0.0.1:9".to_string());
         let p = Pipeline::new(
-            PipelineConfig::from_settings(&settings),
+            crate::host::pipeline_config(&settings),
             "codex".into(),
             PathBuf::from("/r/rollout.jsonl"),
             Role::Session,

@@ -153,18 +153,6 @@ registry! {
         "Pause between failed subagent-stop attempts: the spec's 60 s, lowered by tests that \
          exercise a failing server in seconds instead of minutes.",
     );
-    RETRY_SECOND: Millis = Setting::hidden(
-        "KCAP_WATCH_RETRY_SECOND_MS",
-        Millis {
-            min: Duration::from_millis(10),
-            max: Duration::from_secs(1),
-            default: Duration::from_secs(1),
-        },
-        "Test-only: how long one second of the watcher's own retry pacing lasts. Backoff \
-         delays, request deadlines (never below 1 s) and the pause after a 401 are scaled by \
-         it; a server's Retry-After is not. Suites that exercise a failing server set 100 to \
-         run ten times faster.",
-    );
     WATCH_EXCLUDE: OptionalText = Setting::env_only(
         "KCAP_WATCH_EXCLUDE",
         OptionalText { absent: "none", what: "glob patterns separated as PATH is" },

@@ -32,8 +32,6 @@ pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 pub(crate) struct Backoff {
     builder: ExponentialBuilder,
     steps: ExponentialBackoff,
-    /// Share of real time the computed delays take (1.0 but in tests, `Settings::retry_scale`).
-    scale: f64,
 }
 
 impl Default for Backoff {
@@ -52,16 +50,6 @@ impl Backoff {
         Backoff {
             builder,
             steps: builder.build(),
-            scale: 1.0,
-        }
-    }
-
-    /// A backoff whose computed delays are `scale` times as long (the test-only
-    /// `KCAP_WATCH_RETRY_SECOND_MS`); a server's `Retry-After` is still honoured in full.
-    pub fn scaled(scale: f64) -> Backoff {
-        Backoff {
-            scale,
-            ..Backoff::new()
         }
     }
 
@@ -76,8 +64,7 @@ impl Backoff {
             .unwrap_or(MAX_DELAY)
             .clamp(MIN_DELAY, MAX_DELAY);
         let spread = u64::try_from((envelope - MIN_DELAY).as_millis()).unwrap_or(0);
-        let computed =
-            (MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread))).mul_f64(self.scale);
+        let computed = MIN_DELAY + Duration::from_millis(fastrand::u64(0..=spread));
         match retry_after {
             Some(asked) => computed.max(asked.min(MAX_RETRY_AFTER)),
             None => computed,
@@ -103,15 +90,9 @@ mod tests {
     }
 
     #[test]
-    fn a_scaled_backoff_shrinks_its_own_delays_but_not_a_retry_after() {
-        let mut b = Backoff::scaled(0.1);
-        let delays: Vec<Duration> = (0..100).map(|_| b.next_delay(None)).collect();
-        assert_eq!(delays[0], MIN_DELAY / 10);
-        assert!(
-            delays
-                .iter()
-                .all(|d| *d <= MAX_DELAY / 10 && *d >= MIN_DELAY / 10)
-        );
+    fn a_retry_after_longer_than_the_computed_delay_wins() {
+        let mut b = Backoff::new();
+        assert_eq!(b.next_delay(None), MIN_DELAY);
         assert_eq!(
             b.next_delay(Some(Duration::from_secs(3))),
             Duration::from_secs(3)

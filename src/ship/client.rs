@@ -17,7 +17,7 @@
 //!   refusal reaches the caller, which retries later.
 //! - TLS trusts the bundled roots and the operating system's store (with `SSL_CERT_FILE` and
 //!   `SSL_CERT_DIR`); proxies come from the environment, except that loopback is never
-//!   proxied ([`http_client`]).
+//!   proxied (`super::http`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 
 use super::auth::{Credentials, Token, TokenOrigin};
+use super::http::{describe, describe_transport, http_client};
 use super::protocol::parse_last_line;
 pub use super::protocol::{
     Failure, ROUTE_SESSION_END, ROUTE_SUBAGENT_START, ROUTE_SUBAGENT_STOP, SessionEndReason,
@@ -50,20 +51,6 @@ pub struct Deadlines {
     pub hook: Duration,
 }
 
-impl Deadlines {
-    /// The default deadlines `scale` times as long, never below 1 s (the test-only
-    /// `KCAP_WATCH_RETRY_SECOND_MS`: a hanging server is noticed in seconds).
-    pub fn scaled(scale: f64) -> Deadlines {
-        let d = Deadlines::default();
-        let s = |t: Duration| t.mul_f64(scale).max(Duration::from_secs(1)).min(t);
-        Deadlines {
-            watermark: s(d.watermark),
-            transcript: s(d.transcript),
-            hook: s(d.hook),
-        }
-    }
-}
-
 impl Default for Deadlines {
     fn default() -> Self {
         Deadlines {
@@ -72,21 +59,6 @@ impl Default for Deadlines {
             hook: Duration::from_secs(5),
         }
     }
-}
-
-/// The HTTP client for requests to `target`: redirects not followed, TLS trusting the
-/// bundled roots and the operating system's store (`SSL_CERT_FILE`/`SSL_CERT_DIR` included),
-/// proxies from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY`, except that a loopback
-/// target is never proxied (a proxy elsewhere cannot reach this machine's loopback).
-pub(crate) fn http_client(target: &Url) -> anyhow::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("kcap-watch/", env!("CARGO_PKG_VERSION")))
-        .tls_built_in_root_certs(true);
-    if super::auth::server::is_loopback(target) {
-        builder = builder.no_proxy();
-    }
-    builder.build().context("failed to build the HTTP client")
 }
 
 /// The kcap HTTP client. Cloning is cheap (connection pool and credentials are shared), so
@@ -409,44 +381,6 @@ fn bearer(token: &Token) -> Option<HeaderValue> {
     Some(value)
 }
 
-/// A transport error as "cause: cause: …", without the URL (the caller names the route);
-/// an untrusted server certificate also says how to trust it.
-pub(crate) fn describe_transport(e: &reqwest::Error, deadline: Duration) -> String {
-    let text = describe(e, deadline);
-    if text.contains("certificate") {
-        format!(
-            "{text} (the server's TLS certificate is not trusted: add its CA to the system \
-             store, or name a PEM file of it in SSL_CERT_FILE)"
-        )
-    } else {
-        text
-    }
-}
-
-fn describe(e: &reqwest::Error, deadline: Duration) -> String {
-    if e.is_timeout() {
-        return format!("no answer within {deadline:?}");
-    }
-    let mut text = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    if e.is_connect() {
-        text.push_str("failed to connect");
-    } else if e.is_body() || e.is_decode() {
-        text.push_str("failed to read the response");
-    } else {
-        text.push_str("failed to send the request");
-    }
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// The first bytes of a response body for a log line, on one line.
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(SNIPPET_BYTES)]);
@@ -471,15 +405,6 @@ fn scrub(text: String, token: Option<&Token>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scaled_deadlines_shrink_but_never_below_a_second() {
-        let d = Deadlines::scaled(0.1);
-        assert_eq!(d.watermark, Duration::from_secs(1));
-        assert_eq!(d.transcript, Duration::from_secs(3));
-        assert_eq!(d.hook, Duration::from_secs(1));
-        assert_eq!(Deadlines::scaled(1.0), Deadlines::default());
-    }
 
     #[test]
     fn retry_after_seconds_and_dates() {

@@ -4,6 +4,7 @@ pub mod auth;
 pub(crate) mod backoff;
 pub mod client;
 pub(crate) mod handed_over;
+pub(crate) mod http;
 pub mod outbox;
 pub mod protocol;
 pub mod redact;

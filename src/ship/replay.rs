@@ -26,9 +26,9 @@ use tracing::{error, info, warn};
 
 use crate::config::Settings;
 use crate::ship::TranscriptBatch;
-use crate::ship::auth::Credentials;
 use crate::ship::backoff::Backoff;
-use crate::ship::client::{Deadlines, Failure, KcapClient};
+use crate::ship::client::{Deadlines, KcapClient};
+use crate::ship::protocol::Failure;
 use crate::ship::refused;
 use crate::ship::spool::{self, Draining, HookRecord};
 use crate::time::Ts;
@@ -88,7 +88,7 @@ pub(crate) async fn replay(
     url: &str,
     session: Option<&str>,
 ) -> Result<ReplayReport> {
-    let token = Credentials::from_settings(settings, url);
+    let token = settings.credentials(url);
     let client = KcapClient::new(url, token, Deadlines::default())?;
     let sessions = match session {
         Some(s) => vec![s.to_string()],

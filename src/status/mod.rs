@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::Settings;
+use crate::host::ownership::{KeyFiles, Verdict};
 use crate::platform::proc_info;
 use crate::ship::spool;
 use crate::status_file::{self, KeyStatus, SkippedSession, StatusFile, TakenSession, Writer};
-use crate::supervise::ownership::{KeyFiles, Verdict};
 use crate::time::Ts;
 
 /// The version of the `--json` shape.
@@ -90,8 +89,15 @@ pub struct StaleFile {
     pub why: String,
 }
 
+/// What `status` reads: the two state directories, nothing else (no server, no token).
+#[derive(Clone, Debug)]
+pub struct StatusDirs {
+    pub config_dir: PathBuf,
+    pub watcher_dir: PathBuf,
+}
+
 /// Reads everything; with `clean`, removes the stale files it may first.
-pub fn gather(settings: &Settings, clean: bool) -> StatusReport {
+pub fn gather(settings: &StatusDirs, clean: bool) -> StatusReport {
     let now = Ts::now();
     let mut report = StatusReport {
         version: VERSION,
@@ -325,7 +331,7 @@ fn session_report(config_dir: &Path, session_id: String, keys: Vec<KeyReport>) -
 /// watcher that opened it meanwhile starts over on a fresh file). A stale status file of a
 /// supervisor or the daemon goes when that one's lock can be taken.
 fn clean_stale(
-    settings: &Settings,
+    settings: &StatusDirs,
     stale_keys: &BTreeMap<String, Vec<PathBuf>>,
     stale_status: &[(PathBuf, String, Writer)],
 ) -> Vec<String> {

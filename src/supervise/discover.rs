@@ -399,9 +399,6 @@ struct Listing {
 /// timestamps can give an entry created just after a listing the same mtime as before it.
 const RACY_MTIME: Duration = Duration::from_secs(2);
 
-/// How many paths one notification batch may name before a full scan is cheaper.
-pub(crate) const MAX_EVENT_PATHS: usize = 4096;
-
 /// The scanner: the directories to look at, every rollout classified so far, and the tree.
 #[derive(Debug)]
 pub(crate) struct Discovery {

@@ -1,49 +1,43 @@
 //! `supervise`: one process for every descendant sub-agent of one session (issue 14,
 //! `revision-2.md` R8).
 //!
-//! This module holds the parts of the supervisor that do not depend on the per-child
-//! pipeline:
+//! `supervise` is the host (`crate::host`) with a discovered membership:
 //!
 //! - [`discover`]: which rollouts belong to the session's tree (children, grandchildren,
 //!   ...), found as they appear under `<CODEX_HOME>`, followed across Codex's archive rename.
-//! - [`ownership`]: owning each child's key beside the kcap CLI (its spawn lock, the key's
-//!   `.lock`, `.pid`, `.started`, `.heartbeat`), leaving alone keys another live watcher
-//!   holds and taking them over when it is gone, with one heartbeat thread for all keys.
-//! - [`wake`]: the one change notifier, over the directories discovery names.
-//! - [`run`]: the dispatcher wiring them to one `watch` child shell per owned descendant.
+//! - [`run`]: the membership ([`run::run_until`]): each descendant found is wanted through the
+//!   hub's key ownership (`crate::host::ownership`: beside the kcap CLI, leaving alone keys
+//!   another live watcher holds and taking them over when it is gone), and an owned one gets a
+//!   child of the host.
 //!
 //! `inspect --tree` (`crate::inspect::tree`) runs one [`discover::Discovery::scan`] and
-//! [`ownership::KeyFiles::judge`] per descendant, without owning or watching anything.
+//! `KeyFiles::judge` per descendant, without owning or watching anything.
 //!
-//! # How the `supervise` command wires them
+//! # How the `supervise` membership uses the host
 //!
 //! ```text
 //! layout    = CodexLayout::for_session(rollout, codex_home)        // exit 2 on Err
 //! root      = the session id (--session-id, else the rollout header's own id)
 //! discovery = Discovery::new(layout, root)
-//! ownership = Ownership::start(watcher_dir)?                        // heartbeat thread
-//! notifier  = DirWatcher::start(force_poll)
-//! loop (one select!):
-//!   notifier.changed()  => c = notifier.take();
-//!                          paths of owned children → wake their pipelines;
-//!                          the rest → discovery.on_paths(paths, now);
-//!                          c.rescan → discovery.scan(now)
-//!   poll tick (KCAP_WATCH_POLL_MS) => discovery.scan(now); ownership.recheck(now);
-//!                          every pipeline gets its safety-net check
-//!   after each of the two: notifier.sync(&discovery.watch_dirs())
+//! host      = Host::new(settings, ..)   // hub (keys + heartbeat thread), notifier, status
+//! host loop (one select!), calling the membership:
+//!   changed paths the host's children do not follow → on_other_paths:
+//!                          a held key's rollout → check_held; the rest → discovery.on_paths;
+//!                          rescan → discovery.scan(now); then notifier.sync(watch_dirs)
+//!   poll tick (KCAP_WATCH_POLL_MS) → on_poll: discovery.scan(now); keys.recheck(now)
+//!                          (every child gets its safety-net check from the host)
 //!   Found::Joined{thread_id, ..} → key = watcher_key(root, Some(thread_id));
-//!                          ownership.want(key, now): Owned → start the child pipeline
+//!                          keys.want(key, now): Owned → a child of the host
 //!                          (session_id = root, agent_id = thread_id, R8); Held/Busy →
 //!                          nothing, recheck() later returns the key once it is ours
-//!   Found::Moved{..}     → tell that child's pipeline its new path (R3: not a rewrite)
-//!   a pipeline ends      → ownership.release(key)
-//!   shutdown             → pipelines finish within the budget, then ownership.shutdown()
+//!   Found::Moved{..}     → the member's path (the child's guard follows the open file: R3)
+//!   a pipeline ends      → settle: keys.release(key), or hold it when reaped (S2.7)
+//!   a child fails        → that child alone ends, its key released
+//!   shutdown             → the host tells every child; the end is when none is left
 //! ```
 
 pub(crate) mod discover;
-pub(crate) mod ownership;
 pub(crate) mod run;
-pub(crate) mod wake;
 
 #[cfg(test)]
 mod tests;

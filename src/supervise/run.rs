@@ -1,11 +1,12 @@
-//! The `supervise` dispatcher: one `select!` over every owned descendant's [`Child`].
+//! `supervise`: the host (`crate::host`) with a membership discovered from a session's tree.
 //!
-//! The per-child shell is `watch`'s own ([`crate::watch::Child`]): the same pipeline, file
-//! reading, requests, spools and endings. What this loop adds is the many: discovery finds
-//! descendants, [`Ownership`] decides which of them are ours, the one [`DirWatcher`] routes a
-//! changed path to the child that follows it (or to discovery), request answers come back
-//! tagged with the child's slot, and an error in one child (a rewritten file, an unreadable
-//! rollout) ends that child only: its key is released and the others go on.
+//! The per-child shell is the host's own ([`Child`]): the same pipeline, file reading,
+//! requests, spools and endings as `watch`. What this membership adds is the many: discovery
+//! finds descendants, the hub's key ownership decides which of them are ours (the kcap CLI's
+//! rule, beside its spawner), the host routes a changed path to the child that follows it and
+//! hands the rest to discovery, and an error in one child (a rewritten file, an unreadable
+//! rollout) ends that child only: its key is released and the others go on. A child reaped
+//! or at its lifetime ceiling keeps its key, and is followed again when its rollout grows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -13,23 +14,21 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
 use super::discover::{CodexLayout, Discovery, Found, Header, ThreadFacts, read_header};
-use super::ownership::{Claim, Ownership};
-use super::wake::DirWatcher;
 use crate::config::Settings;
 use crate::error::{RolloutRewritten, UsageError};
 use crate::files;
+use crate::host::child::{Child, Files, WatchOptions};
+use crate::host::clock::Clock;
+use crate::host::ownership::Claim;
+use crate::host::shutdown::Shutdown;
+use crate::host::{Ending, Host, Membership};
 use crate::key::{Identity, Role, normalize_id};
-use crate::pipeline::Event;
+use crate::pipeline::{Event, ExitReason};
 use crate::status_file::KeyStatus;
 use crate::time::Ts;
-use crate::watch::clock::{Clock, until};
-use crate::watch::shutdown::Shutdown;
-use crate::watch::status::StatusWriter;
-use crate::watch::{Child, Done, ExitReason, Files, Hub, WatchOptions};
 
 /// What `supervise` was asked to do.
 #[derive(Clone, Debug)]
@@ -47,12 +46,6 @@ pub struct SuperviseOptions {
 struct Member {
     agent_id: Option<String>,
     path: PathBuf,
-}
-
-/// A running child and the key it owns.
-struct Slot {
-    key: String,
-    child: Child,
 }
 
 /// A child whose pipeline ended by reap or at its lifetime ceiling (`revision-3.md` S2.7):
@@ -123,96 +116,71 @@ pub async fn run_until(
         &session_id,
         Some("supervisor"),
     ));
-    let ownership = Ownership::start(&settings.watcher_dir).with_context(|| {
+    // The directory spawn locks are taken in, before any key is wanted.
+    files::ensure_private_dir(&settings.watcher_dir).with_context(|| {
         format!(
             "failed to start owning keys in {}",
             settings.watcher_dir.display()
         )
     })?;
-    let notifier = DirWatcher::start(settings.force_poll);
-    if let Some(why) = notifier.polling_because() {
-        info!(event = "polling", "{why}");
+    // The parent as it is now: a pid the system later gives to another process counts as
+    // the parent having exited.
+    let parent = opts
+        .parent_pid
+        .map(crate::platform::process::Incarnation::observe);
+    if parent.is_some() {
+        // Closing the terminal the session was started from must not end the supervisor
+        // (the parent decides when it ends).
+        if let Err(e) = crate::platform::signals::detach_from_terminal() {
+            warn!(
+                event = "detach_failed",
+                "failed to leave the terminal's session: {e}"
+            );
+        }
     }
-    let (hub, rx) = Hub::new(settings, clock)?;
-    let started = hub.clock.now();
-    let mut status = StatusWriter::new(
-        hub.settings.config_dir.clone(),
-        crate::status_file::Writer::Supervise,
-        hub.settings.server.clone(),
-    );
-    status.set_key(&session_id, &session_id);
-    let mut sup = Supervisor {
+    let mut host = Host::new(settings, clock, crate::status_file::Writer::Supervise, true)?;
+    let started = host.hub.clock.now();
+    host.status.set_key(&session_id, &session_id);
+    let mut tree = Tree {
         discovery: Discovery::new(layout, &root_thread),
-        ownership,
-        notifier,
-        hub,
-        rx,
         session_id,
         session_path,
         with_session: opts.with_session,
-        parent_pid: opts.parent_pid,
         started,
-        slots: BTreeMap::new(),
+        keys: BTreeMap::new(),
         held: BTreeMap::new(),
         members: HashMap::new(),
         done: HashSet::new(),
-        next_slot: 0,
-        ending: None,
-        status,
     };
-    let result = sup.run(shutdown).await;
-    sup.status.remove();
-    for (_, mut slot) in std::mem::take(&mut sup.slots) {
-        slot.child.release();
-    }
-    sup.ownership.shutdown();
+    let result = host.run(&mut tree, shutdown, parent).await;
+    host.close();
     result
 }
 
-struct Supervisor {
+/// The session's tree as the host's membership.
+struct Tree {
     discovery: Discovery,
-    ownership: Ownership,
-    notifier: DirWatcher,
-    hub: Hub,
-    rx: mpsc::Receiver<(u64, Done)>,
     /// The root session's id: every descendant's `session_id` (R8).
     session_id: String,
     session_path: PathBuf,
     with_session: bool,
-    parent_pid: Option<u32>,
     started: Ts,
-    slots: BTreeMap<u64, Slot>,
+    /// The key each running child owns, by slot.
+    keys: BTreeMap<u64, String>,
     /// Keys kept without a pipeline, by key (never counted as live for the idle end).
     held: BTreeMap<String, Held>,
     /// Every key found, by key (owned, waiting or done).
     members: HashMap<String, Member>,
     /// Keys whose child ended here: never started again by this process.
     done: HashSet<String>,
-    next_slot: u64,
-    /// Why the supervisor is ending (a signal or the parent's exit), once it is.
-    ending: Option<Event>,
-    status: StatusWriter,
 }
 
-impl Supervisor {
-    async fn run(&mut self, shutdown: Shutdown) -> Result<()> {
-        let mut signals = shutdown
-            .arm()
-            .context("failed to install a signal handler")?;
-        // The parent as it is now: a pid the system later gives to another process counts as
-        // the parent having exited.
-        let parent = self
-            .parent_pid
-            .map(crate::platform::process::Incarnation::observe);
-        if parent.is_some() {
-            // Closing the terminal the session was started from must not end the supervisor
-            // (the parent decides when it ends).
-            if let Err(e) = crate::platform::signals::detach_from_terminal() {
-                warn!(
-                    event = "detach_failed",
-                    "failed to leave the terminal's session: {e}"
-                );
-            }
+impl Membership for Tree {
+    type End = ();
+
+    fn start(&mut self, host: &mut Host) -> Result<()> {
+        if let Some(why) = host.notifier.polling_because() {
+            info!(event = "polling", "{why}");
         }
         info!(
             event = "supervisor_started",
@@ -231,167 +199,105 @@ impl Supervisor {
                     path: self.session_path.clone(),
                 },
             );
-            self.want(&key);
+            self.want(host, &key);
         }
-        self.scan();
-        let mut poll = tokio::time::interval(self.hub.settings.poll_interval);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            self.reap_ended();
-            if self.ending.is_some() && self.slots.is_empty() {
-                info!(event = "supervisor_ended", "every child has ended");
-                return Ok(());
-            }
-            let now = self.hub.clock.now();
-            if self.ending.is_none() && self.is_idle(now) {
-                info!(
-                    event = "supervisor_ended",
-                    reason = "idle",
-                    "no child is live and the session has been idle for its window"
-                );
-                return Ok(());
-            }
-            let lines = self.key_statuses();
-            self.status.update(lines, now);
-            let next = self
-                .slots
-                .values()
-                .filter_map(|s| s.child.next_wake(now))
-                .chain(self.status.next_due())
-                .min()
-                .unwrap_or(now.plus(crate::time::MAX_WINDOW));
-            let sleep = tokio::time::sleep(until(now, next));
-            tokio::select! {
-                _ = self.notifier.changed() => self.on_changes(),
-                _ = poll.tick() => {
-                    if self.ending.is_none() {
-                        self.scan();
-                        for key in self.ownership.recheck(self.hub.clock.now()) {
-                            self.start_child(&key, false);
-                        }
-                        let held: Vec<String> = self.held.keys().cloned().collect();
-                        for key in held {
-                            self.check_held(&key);
-                        }
-                    }
-                    let slots: Vec<u64> = self.slots.keys().copied().collect();
-                    for slot in slots {
-                        self.with_child(slot, |c, hub| {
-                            c.on_file_change(hub)?;
-                            c.dispatch(hub, Event::Tick)
-                        });
-                    }
-                    if self.ending.is_none()
-                        && let Some(parent) = &parent
-                        && !parent.running()
-                    {
-                        let pid = parent.pid();
-                        info!(event = "parent_exited", pid, "parent process {pid} exited");
-                        self.end_all(Event::ParentExited);
-                    }
-                }
-                Some((slot, done)) = self.rx.recv() => {
-                    self.with_child(slot, |c, hub| c.dispatch(hub, done.into_event()));
-                }
-                _ = sleep => {
-                    let now = self.hub.clock.now();
-                    let due: Vec<u64> = self
-                        .slots
-                        .iter()
-                        .filter(|(_, s)| s.child.next_wake(now).is_some_and(|t| t <= now))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for slot in due {
-                        self.with_child(slot, |c, hub| {
-                            // A partial last line may have completed (the shutdown waits for it).
-                            c.on_file_change(hub)?;
-                            c.dispatch(hub, Event::Tick)
-                        });
-                    }
-                }
-                name = signals.recv() => self.end_all(Event::Signal(name)),
-            }
-        }
+        self.scan(host);
+        Ok(())
     }
 
-    /// Tells every child the process is ending; each finishes as `watch` would (R3, R4.4).
-    fn end_all(&mut self, event: Event) {
-        let why = match &event {
-            Event::Signal(name) => *name,
-            _ => "parent_exited",
-        };
-        info!(
-            event = "supervisor_ending",
-            why,
-            children = self.slots.len(),
-            "ending every child ({why})"
-        );
-        let slots: Vec<u64> = self.slots.keys().copied().collect();
-        for slot in slots {
-            let event = match &event {
-                Event::Signal(name) => Event::Signal(name),
-                _ => Event::ParentExited,
-            };
-            self.with_child(slot, |c, hub| {
-                // What was appended just before is part of what ends with it.
-                c.on_file_change(hub)?;
-                c.dispatch(hub, event)
-            });
+    fn settle(&mut self, host: &mut Host, now: Ts) -> Result<Option<()>> {
+        self.reap_ended(host);
+        if host.ending.is_some() && host.children.is_empty() {
+            info!(event = "supervisor_ended", "every child has ended");
+            return Ok(Some(()));
         }
-        self.ending = Some(event);
-    }
-
-    /// Routes changed paths: a followed rollout wakes its child, anything else is discovery's.
-    fn on_changes(&mut self) {
-        let changes = self.notifier.take();
-        if changes.failed {
-            warn!(
-                event = "polling",
-                "file notification failed; relying on polling every {:?}",
-                self.hub.settings.poll_interval
+        if host.ending.is_none() && self.is_idle(host, now) {
+            info!(
+                event = "supervisor_ended",
+                reason = "idle",
+                "no child is live and the session has been idle for its window"
             );
+            return Ok(Some(()));
         }
+        Ok(None)
+    }
+
+    /// Every child followed, then every key held without a pipeline.
+    fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>> {
+        let mut lines: Vec<KeyStatus> = host
+            .children
+            .values()
+            .filter_map(|c| c.key_status())
+            .collect();
+        lines.extend(self.held.values().filter_map(|h| h.status.clone()));
+        lines.sort_by(|a, b| a.key.cmp(&b.key));
+        Some(lines)
+    }
+
+    /// A held key's rollout may have grown; anything else is discovery's.
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()> {
         let mut others = Vec::new();
-        for path in changes.paths {
-            let slot = self
-                .slots
-                .iter()
-                .find(|(_, s)| s.child.path() == path)
-                .map(|(id, _)| *id);
-            if let Some(slot) = slot {
-                self.with_child(slot, |c, hub| {
-                    c.on_file_change(hub)?;
-                    c.dispatch(hub, Event::Tick)
-                });
-                continue;
-            }
+        for path in paths {
             let held = self
                 .held
                 .keys()
                 .find(|k| self.held_path(k).is_some_and(|p| p == path))
                 .cloned();
             match held {
-                Some(key) if self.ending.is_none() => self.check_held(&key),
-                Some(_) => {}
+                Some(key) => self.check_held(host, &key),
                 None => others.push(path),
             }
         }
-        if self.ending.is_some() {
-            return;
-        }
         let mut found = self.discovery.on_paths(&others, SystemTime::now());
-        if changes.rescan {
+        if rescan {
             found.extend(self.discovery.scan(SystemTime::now()));
         }
-        self.on_found(found);
+        self.on_found(host, found);
+        Ok(())
     }
 
-    fn scan(&mut self) {
+    fn on_poll(&mut self, host: &mut Host) {
+        self.scan(host);
+        for key in host.hub.keys.recheck(host.hub.clock.now()) {
+            self.start_child(host, &key, false);
+        }
+        let held: Vec<String> = self.held.keys().cloned().collect();
+        for key in held {
+            self.check_held(host, &key);
+        }
+    }
+
+    fn on_ending(&mut self, host: &Host, why: Ending) {
+        let why = why.as_str();
+        info!(
+            event = "supervisor_ending",
+            why,
+            children = host.children.len(),
+            "ending every child ({why})"
+        );
+    }
+
+    fn child_failed(
+        &mut self,
+        host: &mut Host,
+        slot: u64,
+        _child: Child,
+        error: anyhow::Error,
+    ) -> Result<()> {
+        if let Some(key) = self.keys.remove(&slot) {
+            self.key_failed(host, &key, &error);
+        }
+        Ok(())
+    }
+}
+
+impl Tree {
+    fn scan(&mut self, host: &mut Host) {
         let found = self.discovery.scan(SystemTime::now());
-        self.on_found(found);
+        self.on_found(host, found);
     }
 
-    fn on_found(&mut self, found: Vec<Found>) {
+    fn on_found(&mut self, host: &mut Host, found: Vec<Found>) {
         for f in found {
             match f {
                 Found::Joined {
@@ -409,7 +315,7 @@ impl Supervisor {
                             path,
                         },
                     );
-                    self.want(&key);
+                    self.want(host, &key);
                 }
                 // The child's own guard follows the open file across the rename (R3).
                 Found::Moved { thread_id, to, .. } => {
@@ -420,20 +326,20 @@ impl Supervisor {
                 }
             }
         }
-        self.notifier.sync(&self.discovery.watch_dirs());
+        host.notifier.sync(&self.discovery.watch_dirs());
     }
 
     /// Tries to own `key`; starts its child when it is ours.
-    fn want(&mut self, key: &str) {
+    fn want(&mut self, host: &mut Host, key: &str) {
         if self.done.contains(key) {
             return;
         }
         if self.held.contains_key(key) {
-            self.check_held(key);
+            self.check_held(host, key);
             return;
         }
-        match self.ownership.want(key, self.hub.clock.now()) {
-            Ok(Claim::Owned) => self.start_child(key, false),
+        match host.hub.keys.want(key, host.hub.clock.now()) {
+            Ok(Claim::Owned) => self.start_child(host, key, false),
             Ok(Claim::Held { pid }) => {
                 info!(event = "child_held", key = %key, pid = pid.unwrap_or(0), "{key} is held by another live watcher; re-checking every poll");
             }
@@ -462,7 +368,7 @@ impl Supervisor {
     /// resuming at the server's watermark, its stop still latched when it was posted. Shorter
     /// than when its pipeline ended: the file was rewritten, and the key is released as
     /// `watch` exits 3 on a rewrite.
-    fn check_held(&mut self, key: &str) {
+    fn check_held(&mut self, host: &mut Host, key: &str) {
         let (Some(held), Some(path)) = (self.held.get(key), self.held_path(key)) else {
             return;
         };
@@ -484,24 +390,20 @@ impl Supervisor {
                 path.display()
             );
             self.done.insert(key.to_owned());
-            self.ownership.release(key);
+            host.hub.keys.release(key);
             return;
         }
         info!(event = "child_reengaged", key = %key, path = %path.display(), "{key} grew after its pipeline ended; following it again");
-        self.start_child(key, stop_latched);
+        self.start_child(host, key, stop_latched);
     }
 
     /// Starts following an owned key; `stop_latched`: this process already stopped the child.
-    fn start_child(&mut self, key: &str, stop_latched: bool) {
-        if !self.ownership.is_owned(key) || self.slots.values().any(|s| s.key == key) {
+    fn start_child(&mut self, host: &mut Host, key: &str, stop_latched: bool) {
+        if !host.hub.keys.is_owned(key) || self.keys.values().any(|k| k == key) {
             return;
         }
-        let Some(path) = self.held_path(key) else {
-            self.ownership.release(key);
-            return;
-        };
-        let Some(member) = self.members.get(key) else {
-            self.ownership.release(key);
+        let (Some(path), Some(member)) = (self.held_path(key), self.members.get(key)) else {
+            host.hub.keys.release(key);
             return;
         };
         let opts = WatchOptions {
@@ -518,118 +420,87 @@ impl Supervisor {
             vendor: "codex".to_string(),
             once: false,
         };
-        let slot = self.next_slot;
-        self.next_slot += 1;
-        let started = Child::new(slot, opts, &self.hub, Files::Supervised).and_then(|mut c| {
+        let slot = host.next_slot();
+        let started = Child::new(slot, opts, &host.hub, Files::Supervised).and_then(|mut c| {
             if stop_latched {
                 c.latch_stop();
             }
-            c.start(&self.hub)?;
-            c.dispatch(&self.hub, Event::Tick)?;
+            c.start(&host.hub)?;
+            c.dispatch(&host.hub, Event::Tick)?;
             Ok(c)
         });
         match started {
             Ok(child) => {
-                self.slots.insert(
-                    slot,
-                    Slot {
-                        key: key.to_owned(),
-                        child,
-                    },
-                );
+                host.children.insert(slot, child);
+                self.keys.insert(slot, key.to_owned());
             }
-            Err(e) => self.child_failed(key, &e),
+            Err(e) => self.key_failed(host, key, &e),
         }
     }
 
-    /// Runs `f` on one child; an error ends that child only.
-    fn with_child(&mut self, slot: u64, f: impl FnOnce(&mut Child, &Hub) -> Result<()>) {
-        let Some(s) = self.slots.get_mut(&slot) else {
-            // An answer for a child that already ended.
-            return;
-        };
-        if let Err(e) = f(&mut s.child, &self.hub) {
-            let key = s.key.clone();
-            if let Some(mut s) = self.slots.remove(&slot) {
-                s.child.release();
-            }
-            self.child_failed(&key, &e);
-        }
-    }
-
-    fn child_failed(&mut self, key: &str, e: &anyhow::Error) {
+    fn key_failed(&mut self, host: &mut Host, key: &str, e: &anyhow::Error) {
         // A rewrite was logged as `rollout_rewritten` where it was found.
         if !e.chain().any(|c| c.is::<RolloutRewritten>()) {
             error!(event = "child_failed", key = %key, "child {key} ended: {e:#}");
         }
         self.done.insert(key.to_owned());
-        self.ownership.release(key);
+        host.hub.keys.release(key);
     }
 
     /// Releases the key of every child whose pipeline ended, except one reaped or at its
     /// ceiling: that key is held, its rollout watched for growth (S2.7).
-    fn reap_ended(&mut self) {
-        let ended: Vec<u64> = self
-            .slots
+    fn reap_ended(&mut self, host: &mut Host) {
+        let ended: Vec<u64> = host
+            .children
             .iter()
-            .filter(|(_, s)| s.child.exit.is_some())
-            .map(|(id, _)| *id)
+            .filter(|(_, c)| c.exit.is_some())
+            .map(|(slot, _)| *slot)
             .collect();
         for slot in ended {
-            if let Some(mut s) = self.slots.remove(&slot) {
-                let exit = s.child.exit.take();
-                let reason = exit.as_ref().map(|r| r.as_str()).unwrap_or("");
-                info!(event = "child_ended", key = %s.key, reason, "child {} ended ({reason})", s.key);
-                s.child.release();
-                let keep = self.ending.is_none()
-                    && matches!(
-                        exit,
-                        Some(ExitReason::IdleReap | ExitReason::LifetimeCeiling(_))
-                    );
-                if keep {
-                    info!(event = "child_kept", key = %s.key, "keeping {} and watching its rollout for more lines", s.key);
-                    let held = Held {
-                        len: s.child.bytes_read(),
-                        stop_latched: s.child.stop_posted(),
-                        status: s.child.key_status().map(|mut k| {
-                            k.state = "held".to_owned();
-                            k.next_due = None;
-                            k
-                        }),
-                    };
-                    self.held.insert(s.key.clone(), held);
-                    // Lines written while the pipeline was ending are growth already.
-                    self.check_held(&s.key);
-                } else {
-                    self.done.insert(s.key.clone());
-                    self.ownership.release(&s.key);
-                }
+            let (Some(mut child), Some(key)) =
+                (host.children.remove(&slot), self.keys.remove(&slot))
+            else {
+                continue;
+            };
+            let exit = child.exit.take();
+            let reason = exit.as_ref().map(|r| r.as_str()).unwrap_or("");
+            info!(event = "child_ended", key = %key, reason, "child {key} ended ({reason})");
+            let keep = host.ending.is_none()
+                && matches!(
+                    exit,
+                    Some(ExitReason::IdleReap | ExitReason::LifetimeCeiling(_))
+                );
+            if keep {
+                info!(event = "child_kept", key = %key, "keeping {key} and watching its rollout for more lines");
+                let held = Held {
+                    len: child.bytes_read(),
+                    stop_latched: child.stop_posted(),
+                    status: child.key_status().map(|mut k| {
+                        k.state = "held".to_owned();
+                        k.next_due = None;
+                        k
+                    }),
+                };
+                self.held.insert(key.clone(), held);
+                // Lines written while the pipeline was ending are growth already.
+                self.check_held(host, &key);
+            } else {
+                self.done.insert(key.clone());
+                host.hub.keys.release(&key);
             }
         }
     }
 
-    /// The status file's lines: every child followed, then every key held without a pipeline.
-    fn key_statuses(&self) -> Vec<KeyStatus> {
-        let mut lines: Vec<KeyStatus> = self
-            .slots
-            .values()
-            .filter_map(|s| s.child.key_status())
-            .collect();
-        lines.extend(self.held.values().filter_map(|h| h.status.clone()));
-        lines.sort_by(|a, b| a.key.cmp(&b.key));
-        lines
-    }
-
     /// No child runs or waits for another watcher, and the session's rollout has not changed
     /// for its idle window (counted from the supervisor's start at the earliest).
-    fn is_idle(&self, now: Ts) -> bool {
-        if !self.slots.is_empty() || self.ownership.waiting().next().is_some() {
+    fn is_idle(&self, host: &Host, now: Ts) -> bool {
+        if !host.children.is_empty() || host.hub.keys.is_waiting() {
             return false;
         }
         let changed = std::fs::metadata(&self.session_path)
             .and_then(|m| m.modified())
             .map(Ts::from_system)
             .unwrap_or(self.started);
-        now >= changed.max(self.started).plus(self.hub.settings.idle_end)
+        now >= changed.max(self.started).plus(host.hub.settings.idle_end)
     }
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 use proptest::prelude::*;
 
 use super::discover::{CodexLayout, Day, Discovery, Found, ThreadFacts, Tree};
-use super::ownership::{Claim, Ownership, Verdict, judge};
-use super::wake::DirWatcher;
 use crate::files::{HEARTBEAT_EVERY, HEARTBEAT_MAX_AGE, Heartbeat, WatcherFiles, watcher_key};
+use crate::host::notifier::Notifier;
+use crate::host::ownership::{Claim, Ownership, Verdict, judge};
 use crate::time::Ts;
 
 const ROOT: &str = "019fa981-2dca-7000-a000-000000000001";
@@ -363,7 +363,7 @@ async fn a_child_in_a_day_directory_created_while_running_is_found() {
     let home = Home::new();
     let mut discovery = home.discovery();
     assert!(discovery.scan(SystemTime::now()).is_empty());
-    let mut notifier = DirWatcher::start(false);
+    let mut notifier = Notifier::start(false);
     assert_eq!(notifier.polling_because(), None);
     notifier.sync(&discovery.watch_dirs());
 
@@ -397,7 +397,7 @@ async fn opening_and_listing_watched_paths_wakes_nothing() {
     std::fs::create_dir_all(&sentinel).unwrap();
     let rollout = quiet.join("rollout-a.jsonl");
     std::fs::write(&rollout, "{}\n").unwrap();
-    let mut notifier = DirWatcher::start(false);
+    let mut notifier = Notifier::start(false);
     notifier.sync(&[quiet.clone(), sentinel.clone()]);
 
     for _ in 0..3 {
@@ -450,8 +450,8 @@ fn at(s: i64) -> Ts {
     Ts::from_millis(1_800_000_000_000 + s * 1000)
 }
 
-fn alive_with(token: &'static str) -> impl FnOnce(u32) -> super::ownership::Probe {
-    move |_| super::ownership::Probe {
+fn alive_with(token: &'static str) -> impl FnOnce(u32) -> crate::host::ownership::Probe {
+    move |_| crate::host::ownership::Probe {
         alive: true,
         token: Some(token.to_owned()),
     }
@@ -499,7 +499,7 @@ fn judge_follows_the_kcap_cli_rule() {
         judge(pid, Some(at(0)), None, at(1), alive_with("mac:1")),
         Verdict::Alive { pid: 42 }
     );
-    let dead = |_| super::ownership::Probe {
+    let dead = |_| crate::host::ownership::Probe {
         alive: false,
         token: None,
     };
@@ -598,7 +598,7 @@ fn a_child_held_by_a_live_watcher_is_left_alone_and_taken_over_when_it_dies() {
     let holder = Holder::start(&dir, &k);
     let holder_pid = holder.0.id();
 
-    let mut ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start(&dir).unwrap();
     assert_eq!(
         ownership.want(&k, Ts::now()).unwrap(),
         Claim::Held {
@@ -650,7 +650,7 @@ fn a_key_whose_spawn_lock_is_taken_waits_for_the_spawner() {
     // The kcap CLI's spawner deciding about this key right now.
     let spawner = fs::File::create(dir.join(format!("{k}.spawnlock"))).unwrap();
     spawner.try_lock().unwrap();
-    let mut ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start(&dir).unwrap();
     assert_eq!(ownership.want(&k, Ts::now()).unwrap(), Claim::Busy);
     assert!(!dir.join(format!("{k}.pid")).exists());
     drop(spawner);
@@ -698,7 +698,7 @@ fn every_owned_key_stays_alive_by_the_kcap_cli_rule() {
     let dir = tmp.path().to_path_buf();
     // The thread beats at a tenth of a second here so that three periods pass quickly; the
     // real period is checked against S5's bound below.
-    let mut ownership = Ownership::start_beating_every(&dir, Duration::from_millis(100)).unwrap();
+    let ownership = Ownership::start_beating_every(&dir, Duration::from_millis(100)).unwrap();
     let keys = [key(CHILD), key(GRANDCHILD), key(LEGACY)];
     for k in &keys {
         assert_eq!(ownership.want(k, Ts::now()).unwrap(), Claim::Owned);
@@ -749,4 +749,72 @@ fn the_heartbeat_period_meets_revision_3_s5() {
     assert!(HEARTBEAT_EVERY + Duration::from_secs(5) <= HEARTBEAT_MAX_AGE);
     // Not faster than needed either: each beat is a rename per key, all day long.
     assert!(HEARTBEAT_EVERY >= Duration::from_secs(5));
+}
+
+// ---------------------------------------------------------------------------------------
+// The host ended from outside
+
+/// Waits (on the runtime, so the host runs meanwhile) until `ready` holds, for at most 20 s.
+async fn until_ready(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 18: the supervisor's shutdown is passed in, so a test ends it in-process (no signal):
+/// its child ends as on SIGTERM (offline, its lines go to the spool), its key's files and the
+/// status file are removed, and `run_until` returns.
+#[tokio::test(flavor = "current_thread")]
+async fn a_supervisor_ends_through_the_injected_shutdown_with_its_children() {
+    use crate::status_file::{Writer, read, status_path};
+    let home = Home::new();
+    let session = home.session();
+    home.rollout("2026-07-28", CHILD, &child_meta(CHILD, ROOT, ROOT));
+    let config = home._tmp.path().join("config");
+    let settings = crate::config::Settings::with_defaults(config.clone());
+    let watchers = settings.watcher_dir.clone();
+    let opts = super::run::SuperviseOptions {
+        rollout: session,
+        session_id: None,
+        with_session: false,
+        parent_pid: None,
+    };
+    let (tx, shutdown) = crate::host::shutdown::Shutdown::channel();
+    let host = tokio::spawn(super::run::run_until(
+        opts,
+        settings,
+        std::sync::Arc::new(crate::host::clock::SystemClock),
+        shutdown,
+    ));
+    let child_key = watcher_key(&bare(ROOT), Some(&bare(CHILD)));
+    let status = status_path(&config, &bare(ROOT), Writer::Supervise);
+    until_ready("the status file to list the child", || {
+        read(&status)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.keys.iter().any(|k| k.key == child_key))
+    })
+    .await;
+    assert!(watchers.join(format!("{child_key}.pid")).exists());
+
+    tx.send("SIGTERM").await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), host).await;
+    ended
+        .expect("the supervisor ended within the shutdown budget")
+        .unwrap()
+        .unwrap();
+    assert!(!status.exists(), "the status file is removed at the end");
+    assert!(
+        !watchers.join(format!("{child_key}.pid")).exists(),
+        "the child's key is released"
+    );
+    let spooled =
+        crate::ship::spool::scan_spooled_lines(&config, &bare(ROOT), Some(&bare(CHILD))).unwrap();
+    assert_eq!(
+        spooled.highest,
+        Some(1),
+        "the child's two lines are spooled"
+    );
 }

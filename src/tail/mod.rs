@@ -10,7 +10,6 @@
 pub(crate) mod guard;
 pub(crate) mod index;
 pub mod reader;
-pub(crate) mod wake;
 
 pub use reader::{LineEnd, LineReader, LineSink, SizeLimit};
 

@@ -1,170 +1,30 @@
-//! The shell around child [`Pipeline`]s: one dispatcher in the style of cargo-nextest's
-//! runner. `watch` runs it over one child; `supervise` (`crate::supervise::run`) hosts one
-//! [`Child`] per descendant behind the same [`Hub`] (one HTTP client, bounded requests, one
-//! answer channel keyed by child). `select!` turns what happened (file changes, request answers, timers, signals, the
-//! parent's exit) into an event, the pipeline answers synchronously with actions, and the
-//! shell performs them (spawned requests, spool writes) and feeds their outcomes back. There
-//! are no sub-loops: `--once` and shutdown are phases of the pipeline, driven by this loop.
+//! `watch`: the host (`crate::host`) with a fixed membership of one child.
 //!
-//! Nothing slow runs on the loop: HTTP requests are spawned tasks that report back by
-//! channel, and the heartbeat beats on its own thread, so a hung server or a huge line never
-//! stalls file reading, timers or the heartbeat.
+//! What is `watch`'s own is policy: the child takes its key itself once the header names it
+//! (exit 75 when another watcher holds it), its notifier watches the rollout's parent
+//! directory, any error of the child ends the process (exit 2 or 3), the pipeline's own end
+//! (idle, reap, lifetime ceiling, `--once` done) ends the process with its [`ExitReason`], and
+//! the status file lists the one key once it is known (never for `--once`).
 
-pub mod clock;
-pub mod shutdown;
-pub(crate) mod status;
-
-use std::collections::VecDeque;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use tokio::sync::{Semaphore, mpsc};
+use anyhow::Result;
 use tracing::{info, warn};
 
 use crate::config::Settings;
-use crate::error::{LockHeld, RolloutRewritten, UsageError};
-use crate::files::{self, AcquireError, HEARTBEAT_EVERY, Heartbeat, WatcherFiles};
-use crate::fold::seed::{LineTimes, seed};
-use crate::key::{Identity, MissingKey, Role, missing_key, normalize_id};
-use crate::pipeline::{Action, Event, Pipeline, PipelineConfig, SpoolResult};
+use crate::host::child::{Child, Files};
+use crate::host::{Ending, Host, Membership};
+use crate::pipeline::Event;
 use crate::platform::process::Incarnation;
-use crate::rollout::Classifier;
-use crate::rollout::lines::LineCursor;
-use crate::ship::LINE_LIMIT;
-use crate::ship::auth::Credentials;
-use crate::ship::client::{Deadlines, Failure, Hook, KcapClient, Watermark};
-use crate::ship::spool::{self, SpoolOutcome};
-use crate::tail::guard::{Guard, Seen};
-use crate::tail::index::LineIndex;
-use crate::tail::wake::{Mode, Wakeups};
+use crate::status_file::KeyStatus;
 use crate::time::Ts;
-use clock::{Clock, until};
+use clock::Clock;
 use shutdown::Shutdown;
-use status::StatusWriter;
 
+pub use crate::host::child::{Summary, WatchOptions};
+pub use crate::host::{clock, shutdown};
 pub use crate::pipeline::ExitReason;
-
-/// What `watch` was asked to do.
-#[derive(Clone, Debug)]
-pub struct WatchOptions {
-    pub rollout: PathBuf,
-    pub session_id: Option<String>,
-    pub agent_id: Option<String>,
-    pub role: Option<Role>,
-    pub parent_pid: Option<u32>,
-    pub cwd: Option<String>,
-    pub vendor: String,
-    pub once: bool,
-}
-
-/// What the watcher did, for `--once`'s summary and the tests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Summary {
-    pub session_id: Option<String>,
-    pub agent_id: Option<String>,
-    pub role: Option<&'static str>,
-    pub lines_folded: u64,
-    pub resume_line: Option<u64>,
-    pub lines_shipped: u64,
-    pub lines_spooled: u64,
-    pub transcript_spool: Option<PathBuf>,
-    pub hook_spool: Option<PathBuf>,
-    /// What became of the child's stop (`None` for a session): posted, spooled (with the
-    /// hook spool's path), or when it would be due.
-    pub stop: Option<String>,
-    pub turn: &'static str,
-}
-
-/// Answers of spawned request tasks.
-pub(crate) enum Done {
-    Watermark(Result<Watermark, Failure>),
-    Shipped(u64, Result<(), Failure>),
-    Posted(Hook, Result<(), Failure>),
-}
-
-impl Done {
-    pub(crate) fn into_event(self) -> Event {
-        match self {
-            Done::Watermark(result) => Event::Watermark(result),
-            Done::Shipped(generation, result) => Event::Shipped { generation, result },
-            Done::Posted(hook, result) => Event::Posted { hook, result },
-        }
-    }
-}
-
-/// Requests in flight at once, over every child of the process: a burst from many children
-/// queues here instead of opening one connection each.
-pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 8;
-
-/// What every child of one process shares: settings, the clock, one HTTP client (one
-/// connection pool), the bound on requests in flight, and the channel request tasks answer
-/// on, each answer tagged with its child's slot.
-pub(crate) struct Hub {
-    pub settings: Settings,
-    /// What every child's pipeline is given of the settings (no secret in it).
-    pub pipeline_config: PipelineConfig,
-    pub clock: Arc<dyn Clock>,
-    pub client: Option<KcapClient>,
-    tx: mpsc::Sender<(u64, Done)>,
-    limit: Arc<Semaphore>,
-}
-
-impl Hub {
-    pub(crate) fn new(
-        settings: Settings,
-        clock: Arc<dyn Clock>,
-    ) -> Result<(Hub, mpsc::Receiver<(u64, Done)>)> {
-        let client = match &settings.server {
-            Some(url) => {
-                let token = Credentials::from_settings(&settings, url);
-                Some(KcapClient::new(
-                    url,
-                    token,
-                    Deadlines::scaled(settings.retry_scale()),
-                )?)
-            }
-            None => None,
-        };
-        let (tx, rx) = mpsc::channel(64);
-        Ok((
-            Hub {
-                pipeline_config: PipelineConfig::from_settings(&settings),
-                settings,
-                clock,
-                client,
-                tx,
-                limit: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
-            },
-            rx,
-        ))
-    }
-
-    /// Runs `request` as a task once a request slot is free; its answer goes to `slot`.
-    fn spawn<F>(&self, slot: u64, request: F)
-    where
-        F: std::future::Future<Output = Done> + Send + 'static,
-    {
-        let tx = self.tx.clone();
-        let limit = self.limit.clone();
-        tokio::spawn(async move {
-            // Never closed: the semaphore lives as long as the hub.
-            let _permit = limit.acquire_owned().await.ok();
-            let done = request.await;
-            let _ = tx.send((slot, done)).await;
-        });
-    }
-}
-
-/// The open rollout: the fold cursor, the shipping cursor and what guards against rewriting.
-struct Tail {
-    file: File,
-    guard: Guard,
-    fold: LineCursor,
-    ship: LineCursor,
-    index: LineIndex,
-}
 
 /// Runs a watcher until it ends as designed (or fails); `SIGTERM`/`SIGINT` end it.
 pub async fn run(
@@ -196,729 +56,102 @@ pub async fn run_until(
             ),
         }
     }
-    let (hub, mut rx) = Hub::new(settings, clock)?;
-    let mut child = Child::new(0, opts, &hub, Files::Own)?;
-    let mut status = StatusWriter::new(
-        hub.settings.config_dir.clone(),
-        crate::status_file::Writer::Watch,
-        hub.settings.server.clone(),
-    );
-    let result = run_one(&mut child, &hub, &mut rx, parent, &mut status, shutdown).await;
-    // Before the key's lock goes: a file outliving its writer's key would be stale at once.
-    status.remove();
-    child.release();
-    let summary = child.summary(&hub);
-    result.map(|r| (r, summary))
+    let once = opts.once;
+    let mut host = Host::new(settings, clock, crate::status_file::Writer::Watch, !once)?;
+    let slot = host.next_slot();
+    let child = Child::new(slot, opts, &host.hub, Files::Own)?;
+    host.children.insert(slot, child);
+    let mut fixed = Fixed { slot, once };
+    let result = host.run(&mut fixed, shutdown, parent).await;
+    host.close();
+    let summary = host
+        .children
+        .get(&slot)
+        .map(|c| c.summary(&host.hub))
+        .unwrap_or_default();
+    result.map(|reason| (reason, summary))
 }
 
-/// The dispatcher over one child: its file's wake-ups, the poll, request answers, its next
-/// due time, signals and the parent's exit.
-async fn run_one(
-    child: &mut Child,
-    hub: &Hub,
-    rx: &mut mpsc::Receiver<(u64, Done)>,
-    parent: Option<Incarnation>,
-    status: &mut StatusWriter,
-    shutdown: Shutdown,
-) -> Result<ExitReason> {
-    // First: settling the identity may already spool a large file offline, and a SIGTERM
-    // meanwhile must end the watcher through the pipeline, not kill it.
-    let mut signals = shutdown
-        .arm()
-        .context("failed to install a signal handler")?;
-    let settings = &hub.settings;
-    let wake = Wakeups::start(&child.path, settings.force_poll);
-    if let Mode::Poll(why) = wake.mode() {
-        if settings.force_poll {
-            info!(event = "polling", path = %child.path.display(), "{why}");
-        } else {
-            warn!(event = "polling", path = %child.path.display(), "{why}");
-        }
-    }
-    child.start(hub)?;
-    let once = child.opts.once;
-    let mut poll = tokio::time::interval(settings.poll_interval);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    child.dispatch(hub, Event::Tick)?;
-    loop {
-        if let Some(reason) = child.exit.take() {
-            return Ok(reason);
-        }
-        let now = hub.clock.now();
-        if !once && let (Some(key), Some(line)) = (child.key(), child.key_status()) {
-            status.set_key(&key, &line.session_id);
-            status.update(vec![line], now);
-        }
-        let next = child
-            .next_wake(now)
-            .into_iter()
-            .chain(status.next_due())
-            .min()
-            .unwrap_or(now.plus(crate::time::MAX_WINDOW));
-        let sleep = tokio::time::sleep(until(now, next));
-        let event = tokio::select! {
-            _ = wake.notified(), if !once => {
-                if wake.take_failure() {
-                    warn!(event = "polling", "file notification failed; relying on polling every {:?}", settings.poll_interval);
-                }
-                child.on_file_change(hub)?;
-                Event::Tick
-            }
-            _ = poll.tick() => {
-                if !once {
-                    child.on_file_change(hub)?;
-                }
-                match &parent {
-                    Some(parent) if !parent.running() => {
-                        let pid = parent.pid();
-                        info!(event = "parent_exited", pid, "parent process {pid} exited");
-                        Event::ParentExited
-                    }
-                    _ => Event::Tick,
-                }
-            }
-            Some((_, done)) = rx.recv() => done.into_event(),
-            _ = sleep => {
-                if !once {
-                    // A partial last line may have completed (the shutdown waits for it).
-                    child.on_file_change(hub)?;
-                }
-                Event::Tick
-            }
-            name = signals.recv() => Event::Signal(name),
-        };
-        if matches!(event, Event::Signal(_) | Event::ParentExited) && !once {
-            // What was appended just before the signal is part of what ends with it.
-            child.on_file_change(hub)?;
-        }
-        child.dispatch(hub, event)?;
-    }
-}
-
-/// Who holds the child's key files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Files {
-    /// `watch`: the child takes its lock and beats its own heartbeat once its key is known.
-    Own,
-    /// `supervise`: the supervisor's `Ownership` owns the key before the child starts.
-    Supervised,
-}
-
-/// One child's shell state: its open rollout, its pipeline, and where shipping starts.
-pub(crate) struct Child {
-    /// The slot request answers are tagged with.
+/// One child for the life of the process.
+struct Fixed {
     slot: u64,
-    opts: WatchOptions,
-    path: PathBuf,
-    tail: Option<Tail>,
-    pipeline: Pipeline,
-    /// Where the shipping cursor starts when the file is opened later.
-    ship_from: u64,
-    settled: bool,
-    key_files: Files,
-    files: Option<WatcherFiles>,
-    heartbeat: Option<Heartbeat>,
-    /// Set when the pipeline asked to end.
-    pub exit: Option<ExitReason>,
+    once: bool,
 }
 
-impl Child {
-    pub(crate) fn new(slot: u64, opts: WatchOptions, hub: &Hub, key_files: Files) -> Result<Child> {
-        let clock = &hub.clock;
-        let started = clock.now();
-        let path = std::path::absolute(&opts.rollout).with_context(|| {
-            format!("failed to resolve rollout path {}", opts.rollout.display())
-        })?;
-        if let Ok(meta) = std::fs::metadata(&path) {
-            crate::tail::require_regular_file(&path, &meta)?;
-        }
-        let tail = open_and_seed(&path, clock.now())?;
-        let seeded = tail.as_ref().map(|(_, state)| state.clone());
-        let role = match opts.role {
-            Some(r) => r,
-            None if opts.agent_id.is_some() => Role::Child,
-            None => Role::Session,
+impl Membership for Fixed {
+    type End = ExitReason;
+
+    fn start(&mut self, host: &mut Host) -> Result<()> {
+        let Some(child) = host.children.get(&self.slot) else {
+            return Ok(());
         };
-        let pipeline = Pipeline::new(
-            hub.pipeline_config,
-            opts.vendor.clone(),
-            path.clone(),
-            role,
-            opts.once,
-            started,
-            seeded,
-        );
-        Ok(Child {
-            slot,
-            opts,
-            path,
-            tail: tail.map(|(t, _)| t),
-            pipeline,
-            ship_from: 0,
-            settled: false,
-            key_files,
-            files: None,
-            heartbeat: None,
-            exit: None,
+        let path = child.path().to_path_buf();
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let failed = host.notifier.sync(std::slice::from_ref(&dir));
+        let settings = &host.hub.settings;
+        if let Some(why) = host.notifier.polling_because() {
+            if settings.force_poll {
+                info!(event = "polling", path = %path.display(), "{why}");
+            } else {
+                warn!(event = "polling", path = %path.display(), "{why}");
+            }
+        } else if let Some((dir, e)) = failed.first() {
+            warn!(event = "polling", path = %path.display(), "cannot watch directory {} ({e}); polling instead", dir.display());
+        }
+        let slot = self.slot;
+        host.with_child(self, slot, |c, hub| {
+            c.start(hub)?;
+            c.dispatch(hub, Event::Tick)
         })
     }
 
-    /// The rollout's current path (it changes when Codex archives it).
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    fn settle(&mut self, host: &mut Host, _now: Ts) -> Result<Option<ExitReason>> {
+        Ok(host
+            .children
+            .get_mut(&self.slot)
+            .and_then(|c| c.exit.take()))
     }
 
-    /// The watcher key, once the identity is settled.
-    pub(crate) fn key(&self) -> Option<String> {
-        let id = self.pipeline.identity()?;
-        Some(files::watcher_key(
-            id.session_id.as_deref()?,
-            id.agent_id.as_deref(),
-        ))
+    fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>> {
+        if self.once {
+            return None;
+        }
+        let child = host.children.get(&self.slot)?;
+        let (key, line) = (child.key()?, child.key_status()?);
+        host.status.set_key(&key, &line.session_id);
+        Some(vec![line])
     }
 
-    /// This child's line of the status file (`None` before its key is known).
-    pub(crate) fn key_status(&self) -> Option<crate::status_file::KeyStatus> {
-        let id = self.pipeline.identity()?;
-        let key = self.key()?;
-        let p = &self.pipeline;
-        let state = if p.is_ending() { "ending" } else { "following" };
-        Some(
-            status::KeyFigures {
-                key: &key,
-                session_id: id.session_id.as_deref().unwrap_or(""),
-                agent_id: id.agent_id.as_deref(),
-                rollout: &self.path,
-                state,
-                turn: p.state().turn.as_str(),
-                lines_on_disk: p.lines_on_disk(),
-                counters: &p.telemetry.counters,
-                lines_spooled: p.lines_spooled,
-                stop_posted: p.stop_posted(),
-                next_due: p.next_due(),
-            }
-            .status(),
-        )
-    }
-
-    /// The child's stop latched in this pipeline (see [`Pipeline::latch_stop`]).
-    pub(crate) fn stop_posted(&self) -> bool {
-        self.pipeline.stop_posted()
-    }
-
-    pub(crate) fn latch_stop(&mut self) {
-        self.pipeline.latch_stop();
-    }
-
-    /// Bytes of the rollout read so far (complete lines and a held partial one): a file longer
-    /// than this has grown since.
-    pub(crate) fn bytes_read(&self) -> u64 {
-        self.tail
-            .as_ref()
-            .map_or(0, |t| t.fold.offset() + t.fold.partial_bytes())
-    }
-
-    /// When this child next needs a [`Event::Tick`].
-    pub(crate) fn next_wake(&self, now: Ts) -> Option<Ts> {
-        self.pipeline.next_wake(now)
-    }
-
-    /// Settles the identity (taking the key's files in `watch`), logs the start and checks
-    /// what `--once` needs.
-    pub(crate) fn start(&mut self, hub: &Hub) -> Result<()> {
-        self.settle_identity(hub)?;
-        let id = self.pipeline.identity();
-        info!(
-            event = "watcher_started",
-            path = %self.path.display(),
-            role = self.pipeline.role().as_str(),
-            session_id = id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
-            agent_id = id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
-            online = hub.client.is_some(),
-            "watching {}",
-            self.path.display()
-        );
-        if self.opts.once {
-            if self.tail.is_none() {
-                return Err(UsageError(format!(
-                    "cannot read rollout {}: no such file",
-                    self.path.display()
-                ))
-                .into());
-            }
-            if self.pipeline.identity().is_none() {
-                let missing = self.missing_key().unwrap_or(MissingKey::NoHeader);
-                return Err(UsageError(missing.message(&self.path)).into());
-            }
-            self.pipeline.begin_once(hub.clock.now());
-        } else if self.tail.is_none() {
-            info!(event = "waiting_for_file", path = %self.path.display(), "rollout does not exist yet; waiting for it");
+    /// A path that names the rollout by another spelling (a notifier that reports resolved
+    /// paths, as macOS's does for `/var` under `/private/var`) still wakes the child: the
+    /// directory watched is the rollout's own, so its file name is enough.
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, _: bool) -> Result<()> {
+        let Some(name) = host
+            .children
+            .get(&self.slot)
+            .and_then(|c| c.path().file_name().map(|n| n.to_os_string()))
+        else {
+            return Ok(());
+        };
+        if paths
+            .iter()
+            .any(|p| p.file_name() == Some(name.as_os_str()))
+        {
+            let slot = self.slot;
+            host.check(self, slot)?;
         }
         Ok(())
     }
 
-    /// Hands `event` to the pipeline and performs its actions, feeding their outcomes back,
-    /// then feeds it text while it wants more.
-    pub(crate) fn dispatch(&mut self, hub: &Hub, event: Event) -> Result<()> {
-        let mut queue = VecDeque::from([event]);
-        loop {
-            while let Some(event) = queue.pop_front() {
-                let actions = self.pipeline.handle(event, hub.clock.now());
-                for action in actions {
-                    if let Some(outcome) = self.perform(hub, action)? {
-                        queue.push_back(outcome);
-                    }
-                }
-            }
-            match self.read_text()? {
-                Some(text) => queue.push_back(text),
-                None => return Ok(()),
-            }
-        }
-    }
+    fn on_poll(&mut self, _: &mut Host) {}
 
-    /// The next lines for shipping, with their text, while the pipeline wants them.
-    fn read_text(&mut self) -> Result<Option<Event>> {
-        let Some(t) = &mut self.tail else {
-            return Ok(None);
-        };
-        // Never past the fold: a line is shipped only once the fold has read it, so the
-        // rewrite guard (which checks the file up to the fold's position) covers every shipped
-        // line. Reading to the end of the file instead shipped lines appended since the fold's
-        // last read, and a truncation back to the fold's position then went unnoticed, with
-        // lines on the server that the file no longer holds (issue 20, item 8).
-        let behind = t.fold.next_number().saturating_sub(t.ship.next_number());
-        if !self.pipeline.wants_text() || behind == 0 {
-            return Ok(None);
-        }
-        let from = t.ship.next_number();
-        let (lines, _) = t
-            .ship
-            .read(&t.file, behind.min(256) as usize)
-            .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
-        let next = t.ship.next_number();
-        if next == from {
-            // Not one line (blank ones count): the file holds fewer lines than the fold read,
-            // it shrank since. The guard says so at the next check; an empty batch fed here
-            // would be asked for again at once, for ever, and the loop would never get back to
-            // that check.
-            return Ok(None);
-        }
-        Ok(Some(Event::Text { lines, next }))
-    }
+    fn on_ending(&mut self, _: &Host, _: Ending) {}
 
-    fn perform(&mut self, hub: &Hub, action: Action) -> Result<Option<Event>> {
-        let now = hub.clock.now();
-        let slot = self.slot;
-        match action {
-            Action::AskWatermark => {
-                let (Some(client), Some(id)) = (hub.client.clone(), self.pipeline.identity())
-                else {
-                    return Ok(None);
-                };
-                let session = id.session_id.clone().unwrap_or_default();
-                let agent = id.agent_id.clone();
-                hub.spawn(slot, async move {
-                    Done::Watermark(client.watermark(&session, agent.as_deref()).await)
-                });
-            }
-            Action::Send { generation, body } => {
-                if let Some(client) = hub.client.clone() {
-                    hub.spawn(slot, async move {
-                        Done::Shipped(generation, client.post_transcript(body).await)
-                    });
-                }
-            }
-            Action::Post(hook) => {
-                if let Some(client) = hub.client.clone() {
-                    hub.spawn(slot, async move {
-                        let res = client.post_lifecycle(&hook).await;
-                        Done::Posted(hook, res)
-                    });
-                }
-            }
-            Action::SpoolLines {
-                batch,
-                refused: true,
-            } => {
-                let result = match crate::ship::refused::set_aside(&hub.settings.config_dir, &batch)
-                {
-                    Ok(crate::ship::refused::SetAside::Written) => SpoolResult::Written,
-                    Ok(crate::ship::refused::SetAside::OverCap) => SpoolResult::OverCap,
-                    Err(e) => SpoolResult::Failed(e.to_string()),
-                };
-                return Ok(Some(Event::LinesSpooled {
-                    refused: true,
-                    result,
-                }));
-            }
-            Action::SpoolLines { batch, refused } => {
-                let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now) {
-                    Ok(SpoolOutcome::Written { .. }) => {
-                        if let Some(last) = batch.line_numbers.last()
-                            && let Err(e) = crate::ship::handed_over::advance(
-                                &hub.settings.config_dir,
-                                &batch.session_id,
-                                batch.agent_id.as_deref(),
-                                last + 1,
-                            )
-                        {
-                            warn!(
-                                event = "offline_watermark_failed",
-                                "failed to record the offline watermark: {e}"
-                            );
-                        }
-                        SpoolResult::Written
-                    }
-                    Ok(SpoolOutcome::OverCap { .. }) => SpoolResult::OverCap,
-                    Err(e) => SpoolResult::Failed(e.to_string()),
-                };
-                return Ok(Some(Event::LinesSpooled { refused, result }));
-            }
-            Action::SpoolHook(hook) => {
-                let session = self
-                    .pipeline
-                    .identity()
-                    .and_then(|i| i.session_id.clone())
-                    .unwrap_or_default();
-                let result = match spool::append_hook(
-                    &hub.settings.config_dir,
-                    &session,
-                    hook.route(),
-                    hook.body(),
-                ) {
-                    Ok(SpoolOutcome::Written { .. }) => SpoolResult::Written,
-                    Ok(SpoolOutcome::OverCap { .. }) => SpoolResult::OverCap,
-                    Err(e) => SpoolResult::Failed(e.to_string()),
-                };
-                return Ok(Some(Event::HookSpooled { hook, result }));
-            }
-            Action::ReadFrom(line) => {
-                self.ship_from = line;
-                if let Some(t) = &mut self.tail {
-                    let (at, offset) = t.index.locate(line);
-                    t.ship = LineCursor::text(offset, at, LINE_LIMIT);
-                }
-            }
-            Action::ReloadToken => {
-                if let Some(c) = &hub.client {
-                    c.reload_token(now);
-                }
-            }
-            Action::TrimMemory => crate::platform::memory::release_freed(),
-            Action::Rewritten(why) => return Err(self.rewritten(why)),
-            Action::Exit(reason) => self.exit = Some(reason),
-        }
-        Ok(None)
-    }
-
-    /// Re-checks the file and folds what is new; settles the identity once the header is there.
-    pub(crate) fn on_file_change(&mut self, hub: &Hub) -> Result<()> {
-        if self.tail.is_none() {
-            match std::fs::metadata(&self.path) {
-                Ok(meta) => crate::tail::require_regular_file(&self.path, &meta)?,
-                Err(_) => return Ok(()),
-            }
-            // The file appeared after the watcher started: its lines are new, observed now.
-            let Ok(file) = File::open(&self.path) else {
-                return Ok(());
-            };
-            info!(event = "file_appeared", path = %self.path.display(), "rollout appeared");
-            let guard = Guard::new(&file)
-                .with_context(|| format!("failed to stat {}", self.path.display()))?;
-            let index = LineIndex::new();
-            let (at, offset) = index.locate(self.ship_from);
-            self.tail = Some(Tail {
-                file,
-                guard,
-                fold: LineCursor::fold(0, 0, LINE_LIMIT, Classifier::without_timestamps()),
-                ship: LineCursor::text(offset, at, LINE_LIMIT),
-                index,
-            });
-        }
-        let Some(t) = &mut self.tail else {
-            return Ok(());
-        };
-        let seen = t.guard.check(&t.file, &self.path, t.fold.offset());
-        match seen {
-            Err(why) => return Err(self.rewritten(why)),
-            Ok(Seen::Unchanged) => return Ok(()),
-            Ok(Seen::Archived(path)) => {
-                self.path = path.clone();
-                self.dispatch(hub, Event::Moved(path))?;
-            }
-            Ok(Seen::Changed) => {}
-        }
-        loop {
-            let Some(t) = &mut self.tail else {
-                return Ok(());
-            };
-            let (lines, st) = t
-                .fold
-                .read(&t.file, 4096)
-                .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
-            for line in &lines {
-                t.index.record(line.number, line.start);
-            }
-            t.guard.remember(&t.file, t.fold.offset());
-            let partial = t.fold.partial_bytes() > 0;
-            self.dispatch(hub, Event::Folded { lines, partial })?;
-            if st.at_eof {
-                break;
-            }
-        }
-        self.settle_identity(hub)
-    }
-
-    /// Determines the identity (header overridden by the command line) and, once the key is
-    /// known, takes the lock, writes the process files and starts shipping.
-    fn settle_identity(&mut self, hub: &Hub) -> Result<()> {
-        if self.settled {
-            return Ok(());
-        }
-        let header = self.pipeline.state().identity.clone();
-        let header_known = header.is_some();
-        let mut id = header.unwrap_or_else(Identity::unknown);
-        if let Some(s) = &self.opts.session_id {
-            id.session_id = Some(normalize_id(s));
-        }
-        if let Some(a) = &self.opts.agent_id {
-            id.agent_id = Some(normalize_id(a));
-        }
-        if let Some(r) = self.opts.role {
-            id.role = r;
-        }
-        if !header_known && self.opts.agent_id.is_some() && self.opts.role.is_none() {
-            id.role = Role::Child;
-        }
-        if id.role == Role::Child && id.agent_type.is_none() {
-            id.agent_type = Some("subagent".into());
-        }
-        if let Some(cwd) = &self.opts.cwd {
-            id.cwd = Some(cwd.clone());
-        }
-        let complete = match id.role {
-            Role::Child => id.session_id.is_some() && id.agent_id.is_some(),
-            Role::Session => id.session_id.is_some(),
-        };
-        if !complete {
-            // A header that can never name the key (a review child without a parent) is a
-            // command-line error now, not a wait that lasts forever.
-            return match self.missing_key() {
-                Some(m) if !m.may_resolve_itself() => Err(UsageError(m.message(&self.path)).into()),
-                _ => Ok(()),
-            };
-        }
-        if id.role == Role::Session {
-            id.agent_id = None;
-        }
-        self.settled = true;
-        let (Some(session), agent) = (id.session_id.clone(), id.agent_id.clone()) else {
-            return Ok(());
-        };
-        if self.key_files == Files::Own {
-            self.acquire_files(hub, &session, agent.as_deref())?;
-        }
-        let offline_resume = if hub.client.is_none() {
-            self.offline_resume(hub, &session, agent.as_deref())
-        } else {
-            0
-        };
-        self.dispatch(
-            hub,
-            Event::Identified {
-                identity: id,
-                offline_resume,
-            },
-        )
-    }
-
-    /// What keeps the key unknown: the header (its role overridden by `--role`) and the ids
-    /// the command line gave.
-    fn missing_key(&self) -> Option<MissingKey> {
-        let mut header = self.pipeline.state().identity.clone();
-        if let (Some(h), Some(r)) = (&mut header, self.opts.role) {
-            h.role = r;
-        }
-        missing_key(
-            header.as_ref(),
-            self.opts.session_id.is_some(),
-            self.opts.agent_id.is_some(),
-        )
-    }
-
-    /// Offline, shipping resumes one past the highest line ever handed over: in the spool now,
-    /// or recorded when it was spooled or replayed.
-    fn offline_resume(&self, hub: &Hub, session: &str, agent: Option<&str>) -> u64 {
-        let config = &hub.settings.config_dir;
-        let spooled = match spool::highest_spooled_line(config, session, agent) {
-            Ok(n) => n.map_or(0, |n| n + 1),
-            Err(e) => {
-                warn!(
-                    event = "spool_unreadable",
-                    "failed to read the transcript spool: {e}"
-                );
-                0
-            }
-        };
-        let recorded = match crate::ship::handed_over::read(config, session, agent) {
-            Ok(n) => n.unwrap_or(0),
-            Err(e) => {
-                warn!(
-                    event = "offline_watermark_unreadable",
-                    "failed to read the offline watermark: {e}"
-                );
-                0
-            }
-        };
-        spooled.max(recorded)
-    }
-
-    fn acquire_files(&mut self, hub: &Hub, session: &str, agent: Option<&str>) -> Result<()> {
-        // Ids from the rollout's header name files too (R5): the kcap CLI's key rule, or exit 2.
-        files::check_id("session id", session)?;
-        if let Some(agent) = agent {
-            files::check_id("agent id", agent)?;
-        }
-        let key = files::watcher_key(session, agent);
-        match WatcherFiles::acquire(&hub.settings.watcher_dir, &key, hub.clock.now()) {
-            Ok(f) => {
-                self.heartbeat = Some(Heartbeat::spawn(
-                    f.heartbeat_path().to_path_buf(),
-                    HEARTBEAT_EVERY,
-                ));
-                self.files = Some(f);
-                crate::logging::attach_file(&files::log_file_path(
-                    &hub.settings.config_dir,
-                    session,
-                    agent,
-                ));
-                Ok(())
-            }
-            Err(AcquireError::Held { key, holder_pid }) => Err(LockHeld { key, holder_pid }.into()),
-            Err(e) => Err(anyhow::Error::new(e).context(format!(
-                "failed to take the watcher lock in {}",
-                hub.settings.watcher_dir.display()
-            ))),
-        }
-    }
-
-    fn rewritten(&self, why: &'static str) -> anyhow::Error {
-        let watermark = match self.pipeline.watermark() {
-            Some(Watermark::Line(n)) => Some(n),
-            _ => None,
-        };
-        let lines = self.pipeline.state().counters.lines;
-        tracing::error!(
-            event = "rollout_rewritten",
-            path = %self.path.display(),
-            watermark = watermark.map(|w| w as i64).unwrap_or(-1),
-            lines,
-            "rollout {} was rewritten ({why}); shipping nothing more",
-            self.path.display()
-        );
-        RolloutRewritten {
-            path: self.path.clone(),
-            watermark,
-            lines,
-            why,
-        }
-        .into()
-    }
-
-    pub(crate) fn release(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.stop();
-        }
-        if let Some(f) = self.files.take() {
-            f.release();
-        }
-    }
-
-    fn summary(&self, hub: &Hub) -> Summary {
-        let id = self.pipeline.identity();
-        let session = id.and_then(|i| i.session_id.clone());
-        let config = &hub.settings.config_dir;
-        let hook_spool = session
-            .as_deref()
-            .map(|s| spool::hook_spool_path(config, s));
-        let stop = self.pipeline.stop_summary(hub.clock.now()).map(|s| {
-            if s == "spooled" {
-                format!(
-                    "spooled to {}",
-                    hook_spool.as_deref().unwrap_or(Path::new("-")).display()
-                )
-            } else {
-                s
-            }
-        });
-        let state = self.pipeline.state();
-        Summary {
-            session_id: session.clone(),
-            agent_id: id.and_then(|i| i.agent_id.clone()),
-            role: id.map(|i| i.role.as_str()),
-            lines_folded: state.counters.lines,
-            resume_line: self.pipeline.watermark().map(|w| w.resume_line()),
-            lines_shipped: self.pipeline.lines_shipped,
-            lines_spooled: self.pipeline.lines_spooled,
-            transcript_spool: session
-                .as_deref()
-                .map(|s| spool::transcript_spool_path(config, s)),
-            hook_spool,
-            stop,
-            turn: state.turn.as_str(),
-        }
+    fn child_failed(&mut self, _: &mut Host, _: u64, _: Child, error: anyhow::Error) -> Result<()> {
+        // The process is the child: its error is the process's (exit 2, 3 or 75).
+        Err(error)
     }
 }
-
-/// What seeding folded: the state, the complete lines, whether a partial last line is held.
-type Folded = (crate::fold::State, u64, bool);
-
-/// Opens the rollout (if it exists) and folds every complete line on disk, observed at the
-/// file's modification time (never later than now).
-fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(UsageError(format!("cannot read rollout {}: {e}", path.display())).into());
-        }
-    };
-    let meta = file
-        .metadata()
-        .with_context(|| format!("failed to stat {}", path.display()))?;
-    let mtime = meta.modified().map(Ts::from_system).unwrap_or(now).min(now);
-    let t0 = std::time::Instant::now();
-    let seeded = seed(&file, LineTimes::All(mtime), LINE_LIMIT)
-        .with_context(|| format!("failed to read rollout {}", path.display()))?;
-    info!(
-        event = "seeded",
-        lines = seeded.state.counters.lines,
-        bytes = seeded.state.counters.bytes,
-        ms = t0.elapsed().as_millis() as u64,
-        "seeded {} lines ({} bytes) from disk",
-        seeded.state.counters.lines,
-        seeded.state.counters.bytes
-    );
-    let mut guard =
-        Guard::new(&file).with_context(|| format!("failed to stat {}", path.display()))?;
-    guard.remember(&file, seeded.cursor.offset());
-    let folded = (
-        seeded.state,
-        seeded.cursor.next_number(),
-        seeded.cursor.partial_bytes() > 0,
-    );
-    Ok(Some((
-        Tail {
-            file,
-            guard,
-            fold: seeded.cursor,
-            ship: LineCursor::text(0, 0, LINE_LIMIT),
-            index: seeded.index,
-        },
-        folded,
-    )))
-}
-
-#[cfg(test)]
-mod tests;

@@ -35,7 +35,6 @@ mod redact_oracle;
 mod redact_props;
 mod redact_table;
 mod redact_v2_props;
-mod reliability_faults;
 mod reliability_soak;
 mod scenarios;
 mod security;

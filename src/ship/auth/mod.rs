@@ -184,27 +184,6 @@ impl AuthConfig {
     }
 }
 
-impl Credentials {
-    /// The credentials the settings name, for requests to `server_url` (`KCAP_URL`).
-    pub(crate) fn from_settings(
-        settings: &crate::config::Settings,
-        server_url: &str,
-    ) -> Credentials {
-        Credentials::new(
-            AuthConfig {
-                env_token: settings.token.as_ref().map(|t| t.expose().to_owned()),
-                token_file: settings.token_file.clone(),
-                machine: settings.machine.clone(),
-                config_dir: settings.config_dir.clone(),
-                profile: settings.profile.clone(),
-                server_url: server_url.to_owned(),
-                ..AuthConfig::default()
-            }
-            .with_env_overrides(&crate::config::process_env),
-        )
-    }
-}
-
 enum Source {
     None,
     Env(Token),
@@ -790,6 +769,38 @@ mod tests {
             client_secret: "hush".into(),
         };
         assert!(!format!("{m:?}").contains("hush"));
+    }
+
+    /// Server fault 7 (a 401 until the token file is rewritten), at the source: after a
+    /// refusal the token file is read again before the next request (the kcap CLI refreshed
+    /// it), and not before (no file read per request).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_refused_token_file_is_read_again_before_the_next_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "tok-expired-0000\n").unwrap();
+        let c = Credentials::with_source(
+            Source::File(file.clone()),
+            String::new(),
+            Err("no WorkOS endpoint".to_owned()),
+        );
+        let now = Ts::now();
+        let sent = |t: Option<Token>| t.map(|t| t.expose().to_owned());
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-expired-0000")
+        );
+        std::fs::write(&file, "tok-fresh-2b7e1516\n").unwrap();
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-expired-0000"),
+            "read once, not before every request"
+        );
+        c.reload();
+        assert_eq!(
+            sent(c.bearer(now).await).as_deref(),
+            Some("tok-fresh-2b7e1516")
+        );
     }
 
     #[test]

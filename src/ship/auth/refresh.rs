@@ -161,7 +161,7 @@ fn form(pairs: &[(&str, &str)]) -> String {
 
 async fn post(url: &str, content_type: &str, body: String) -> Result<TokenAnswer, String> {
     let target = Url::parse(url).map_err(|e| format!("failed to use {}: {e}", shown(url)))?;
-    let http = super::super::client::http_client(&target)
+    let http = crate::ship::http::http_client(&target)
         .map_err(|e| format!("failed to build the HTTP client: {e:#}"))?;
     let response = http
         .post(target)
@@ -175,7 +175,7 @@ async fn post(url: &str, content_type: &str, body: String) -> Result<TokenAnswer
             format!(
                 "failed to reach {}: {}",
                 shown(url),
-                super::super::client::describe_transport(&e, DEADLINE)
+                crate::ship::http::describe_transport(&e, DEADLINE)
             )
         })?;
     let status = response.status();

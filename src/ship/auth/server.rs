@@ -46,26 +46,7 @@ pub(crate) fn same_server(left: &str, right: &str) -> bool {
     }
 }
 
-/// A host that never leaves the machine: 127.0.0.0/8, `::1` and `localhost`.
-pub(crate) fn is_loopback(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    match bare.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
-        Ok(std::net::IpAddr::V6(ip)) => {
-            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-        Err(_) => {
-            let host = host.to_ascii_lowercase();
-            host == "localhost" || host.ends_with(".localhost")
-        }
-    }
-}
+pub(crate) use crate::ship::http::is_loopback;
 
 /// An endpoint override (`KCAP_WORKOS_*`): `https` anywhere, or `http` on loopback only,
 /// because the request carries a credential (the kcap CLI's rule for its own override).

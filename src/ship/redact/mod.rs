@@ -15,8 +15,8 @@
 //!   may span lines on the whole string). A rule's regex is compiled the first time one of its
 //!   keywords is seen, so an idle watcher holds none.
 //!
-//! Most lines hold no keyword: they cost one lowercase copy and one keyword scan, and are
-//! returned untouched.
+//! Most lines hold no keyword: they cost one pass of a keyword DFA (case-insensitive, no
+//! copy of the line) and are returned untouched.
 
 mod decode;
 mod json;
@@ -24,11 +24,10 @@ pub(crate) mod providers;
 pub(crate) mod rules;
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::{LazyLock, OnceLock};
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
 use memchr::{memchr, memmem, memrchr};
 use regex::Regex;
 
@@ -143,8 +142,11 @@ struct Hit {
 pub struct Redactor {
     /// Every keyword of both tables, lowercase, searched in a lowercased copy.
     keywords: AhoCorasick,
-    /// For each keyword, the rules (indexes into the combined table) it starts.
-    keyword_rules: Vec<Vec<u16>>,
+    /// For each keyword, the rules (indexes into the combined table) it starts, each with
+    /// whether it may be skipped for a hit inside a word (a token rule whose match would start
+    /// at the hit and so follow a letter or digit, which [`providers::ProviderRule::find`]
+    /// rejects).
+    keyword_rules: Vec<Vec<(u16, bool)>>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
 }
@@ -187,8 +189,52 @@ impl Redactor {
         for w in STRUCTURE_KEYWORDS {
             add(w, None);
         }
+        // The scan reports, at each position, only the keyword that ends first (see
+        // [`Redactor::scan`]), so a keyword stands for every keyword holding it: `pass` also
+        // starts the rules of `passw`. A token rule ([`providers::ProviderRule::token_at_keyword`])
+        // may be skipped for a hit inside a word only where the hit starts where the rule's
+        // keyword does, that is where every keyword of the rule holding the hit starts with it.
+        let all: Vec<RuleRef<'static>> = all_rules().collect();
+        let keyword_rules = words
+            .iter()
+            .map(|inner| {
+                let mut rules: Vec<(u16, bool)> = Vec::new();
+                for (outer, outer_rules) in words.iter().zip(&keyword_rules) {
+                    if !outer.contains(inner) {
+                        continue;
+                    }
+                    for &r in outer_rules {
+                        let (token, keywords) = match all[r as usize] {
+                            RuleRef::Provider(p) => (p.token_at_keyword(), p.keywords),
+                            RuleRef::Core(c) => (false, c.keywords),
+                        };
+                        let skip = token
+                            && keywords
+                                .iter()
+                                .filter(|k| k.contains(inner))
+                                .all(|k| k.starts_with(inner));
+                        rules.push((r, skip));
+                    }
+                }
+                rules.sort_unstable();
+                // A rule reached twice is skipped only if both ways allow it.
+                rules.dedup_by(|b, a| {
+                    if a.0 == b.0 {
+                        a.1 &= b.1;
+                        true
+                    } else {
+                        false
+                    }
+                });
+                rules
+            })
+            .collect();
         let keywords = AhoCorasick::builder()
             .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(true)
+            // A full DFA: one table lookup per byte, with no case-folded copy of the line. A
+            // few hundred short words make a table of a few hundred KiB.
+            .kind(Some(AhoCorasickKind::DFA))
             .build(&words)
             // A few hundred short constant words: far below any automaton size limit.
             .expect("keyword automaton builds");
@@ -237,28 +283,25 @@ impl Redactor {
         apply(text, spans)
     }
 
-    /// Every keyword occurrence in `text`, in order of position.
+    /// Every position where a keyword starts, in order, with the keyword that ends first
+    /// there. A keyword that holds another one (`passw` holds `pass`) is stood for by the one
+    /// it holds, whose rules include its own ([`Redactor::new`]); every other overlap is found
+    /// because the search goes on from the byte after each hit's start.
     fn scan(&self, text: &str) -> Vec<Hit> {
-        thread_local! {
-            static LOWER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        let mut hits = Vec::new();
+        let mut from = 0;
+        while from < text.len() {
+            let input = Input::new(text).span(from..text.len());
+            let Some(m) = self.keywords.find(input) else {
+                break;
+            };
+            hits.push(Hit {
+                at: m.start(),
+                keyword: m.pattern().as_u32(),
+            });
+            from = m.start() + 1;
         }
-        LOWER.with_borrow_mut(|lower| {
-            lower.clear();
-            lower.extend(text.bytes().map(|b| b.to_ascii_lowercase()));
-            let hits: Vec<Hit> = self
-                .keywords
-                .find_overlapping_iter(&lower[..])
-                .map(|m| Hit {
-                    at: m.start(),
-                    keyword: m.pattern().as_u32(),
-                })
-                .collect();
-            if lower.capacity() > 1 << 20 {
-                // Do not keep a huge line's buffer around for the rest of the process.
-                *lower = Vec::new();
-            }
-            hits
-        })
+        hits
     }
 
     fn rule(&self, i: u16) -> RuleRef<'static> {
@@ -291,8 +334,16 @@ impl Redactor {
     ) {
         let first = out.len();
         let mut runs: Vec<(u16, usize, usize)> = Vec::new();
+        let bytes = text.as_bytes();
         for hit in hits {
-            for &r in &self.keyword_rules[hit.keyword as usize] {
+            // A token never continues a word (`TaskStarted` holds `sk`, a Twilio key's prefix),
+            // and a token rule's match starts at a keyword: its rules need not run for a hit
+            // inside a word. Other rules still do.
+            let in_word = hit.at > 0 && bytes[hit.at - 1].is_ascii_alphanumeric();
+            for &(r, token) in &self.keyword_rules[hit.keyword as usize] {
+                if in_word && token {
+                    continue;
+                }
                 let (multi, bare) = match self.rule(r) {
                     RuleRef::Core(rule) => (rule.multiline, rule.bare),
                     RuleRef::Provider(_) => (false, true),
@@ -303,7 +354,6 @@ impl Redactor {
                 if multi {
                     runs.push((r, 0, text.len()));
                 } else {
-                    let bytes = text.as_bytes();
                     let start = memrchr(b'\n', &bytes[..hit.at]).map_or(0, |o| o + 1);
                     let end = memchr(b'\n', &bytes[hit.at..]).map_or(bytes.len(), |o| hit.at + o);
                     runs.push((r, start, end));
@@ -338,11 +388,19 @@ impl Redactor {
     fn run_rule(&self, r: u16, text: &str, window: Range<usize>, out: &mut Vec<Range<usize>>) {
         let re = self.regex(r);
         let slice = &text[window.clone()];
+        // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so without
+        // the capture machinery, which allocates its slots on every call.
+        if !re.is_match(slice) {
+            return;
+        }
         let mut found = Vec::new();
         match self.rule(r) {
             RuleRef::Core(rule) => {
                 for caps in re.captures_iter(slice) {
                     rules::refine(rule, &caps, slice, &mut found);
+                }
+                if rule.multiline {
+                    split_at_markers(slice, &mut found);
                 }
             }
             RuleRef::Provider(p) => p.find(re, slice, &mut found),
@@ -762,14 +820,13 @@ fn ends_with_begin_marker(raw: &[u8]) -> bool {
 /// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
 /// marker was judged when the marker was made, and reading it again differs (the marker is
 /// longer than what it replaced, and a separator may have gone with the value). So redacting
-/// twice gives what redacting once gives, and no marker is ever cut.
+/// twice gives what redacting once gives, and no marker is ever cut. A private key block is
+/// the exception, split around markers before it gets here ([`split_at_markers`]).
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
         return;
     }
-    let markers: Vec<Range<usize>> = memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
-        .map(|at| at..at + REDACTED.len())
-        .collect();
+    let markers = markers_in(text);
     let mut i = first;
     while i < spans.len() {
         let s = &spans[i];
@@ -780,6 +837,38 @@ fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
             i += 1;
         }
     }
+}
+
+fn markers_in(text: &str) -> Vec<Range<usize>> {
+    memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
+        .map(|at| at..at + REDACTED.len())
+        .collect()
+}
+
+/// A span recognised by its shape alone across lines (a private key block) keeps everything
+/// but the markers inside it: its extent does not depend on what a marker replaced, and
+/// dropping it whole (as [`fix_markers`] drops judged values) shipped the key after
+/// `-----BEGIN PRIVATE KEY-----[REDACTED]`.
+fn split_at_markers(text: &str, spans: &mut Vec<Range<usize>>) {
+    if memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
+        return;
+    }
+    let markers = markers_in(text);
+    let mut kept = Vec::with_capacity(spans.len());
+    for s in spans.drain(..) {
+        let mut at = s.start;
+        let k = markers.partition_point(|m| m.end <= s.start);
+        for m in markers[k..].iter().take_while(|m| m.start < s.end) {
+            if at < m.start {
+                kept.push(at..m.start);
+            }
+            at = at.max(m.end);
+        }
+        if at < s.end {
+            kept.push(at..s.end);
+        }
+    }
+    *spans = kept;
 }
 
 /// `text` with every span replaced by the marker (overlapping and touching spans merged).

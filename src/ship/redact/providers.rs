@@ -83,6 +83,31 @@ impl ProviderRule {
             .expect("provider rule pattern compiles")
     }
 
+    /// Whether every match starts with one of the keywords and is bound by the word edge of
+    /// [`Self::find`]: no group `s`, and the pattern opens with letters, digits, `_` or `-`
+    /// that begin with every keyword (`SK[0-9a-fA-F]{32}` and `sk`). Such a rule need not run
+    /// for a keyword found inside a word.
+    pub(crate) fn token_at_keyword(&self) -> bool {
+        // An alternation could start a match elsewhere; a group `s` sets its own edge.
+        if self.pattern.contains("(?P<s>")
+            || self.pattern.contains('|')
+            || self.id == "kubernetes-secret-data"
+        {
+            return false;
+        }
+        let literal = self
+            .pattern
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(self.pattern.len());
+        let mut head = &self.pattern[..literal];
+        // A quantifier makes the literal's last character optional.
+        if self.pattern[literal..].starts_with(['?', '*', '{']) {
+            head = &head[..head.len().saturating_sub(1)];
+        }
+        let head = head.to_ascii_lowercase();
+        !self.keywords.is_empty() && self.keywords.iter().all(|k| head.starts_with(k))
+    }
+
     /// Pushes the byte ranges of this rule's secrets in `text` (decoded text: JSON escapes
     /// already resolved) to `out`. `re` is [`Self::compile`]'s regex.
     pub(crate) fn find(&self, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {

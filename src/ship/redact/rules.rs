@@ -598,7 +598,17 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "password-flag",
         "command-line",
-        &["--", "-pass", "-pwd", "-token", "-secret", "-key"],
+        // The name words the pattern requires, not `--`: most `--` in tool output are rules,
+        // arrows and diff markers, and each would run this rule for nothing.
+        &[
+            "pass",
+            "pwd",
+            "token",
+            "secret",
+            "api-key",
+            "apikey",
+            "access-key",
+        ],
         r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
         &[

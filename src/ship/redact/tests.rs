@@ -308,3 +308,25 @@ fn an_idle_redactor_has_compiled_nothing() {
     );
     assert!(r.compiled.iter().all(|c| c.get().is_none()));
 }
+
+/// A secret-bearing span that overlaps an earlier `[REDACTED]` loses only the marker's part:
+/// once dropped whole, which shipped the private key (found by `redact_v2_props`), and the
+/// second pass redacted what the first had shipped.
+#[test]
+fn a_span_overlapping_an_earlier_marker_still_redacts_what_lies_beside_it() {
+    let r = Redactor::new();
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecretbody\n-----END RSA PRIVATE KEY-----\n";
+    let cases = [
+        format!("token [REDACTED-----BEGIN PRIVATE KEY-----[REDACTED]{pem}"),
+        format!(r#"{{"output":"token [REDACTED-----BEGIN PRIVATE KEY-----[REDACTED]{pem}"#),
+    ];
+    for input in cases {
+        let once = r.redact_line(input.as_bytes());
+        assert!(!once.contains("MIIEsecretbody"), "{input:?} -> {once:?}");
+        assert_eq!(
+            r.redact_line(once.as_bytes()),
+            once,
+            "redacting {input:?} twice"
+        );
+    }
+}

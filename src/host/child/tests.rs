@@ -2,7 +2,10 @@
 //! pure tests cannot reach.
 
 use super::*;
-use crate::watch::clock::SystemClock;
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::host::clock::SystemClock;
 
 const META: &str = r#"{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{"id":"0199aaaa-0000-7000-8000-000000000001","cwd":"/w"}}"#;
 const SESSION: &str = "0199aaaa000070008000000000000001";

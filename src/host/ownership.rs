@@ -1,4 +1,8 @@
-//! Owning child keys beside the kcap CLI (`revision-2.md` R8, `spec/files.md`).
+//! Owning keys: the one way the host holds a key, for `watch`'s one child and `supervise`'s
+//! many (`revision-2.md` R8, `spec/files.md`).
+//!
+//! `watch` takes its key with its lock alone ([`Ownership::take`]; held by another watcher, it
+//! exits 75): the kcap CLI's spawner started it, holding the spawn lock meanwhile.
 //!
 //! The kcap CLI's spawner (`WatcherManager.EnsureWatcherRunning`) starts a watcher for a key
 //! unless the one it knows is alive by its rule: the pid on line 1 of `<key>.pid` names a
@@ -18,17 +22,16 @@
 //! its own, so nothing on the runtime can let one go stale (a stale heartbeat would make
 //! the spawner SIGTERM the supervisor, and with it every child).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
-use std::thread::JoinHandle;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::files::{
-    AcquireError, HEARTBEAT_EVERY, HeartbeatFile, WatcherFiles, ensure_private_dir, open_private,
-    private_options, process_alive, process_start_token, with_context,
+    AcquireError, HEARTBEAT_EVERY, Heartbeats, WatcherFiles, open_private, private_options,
+    process_alive, process_start_token, with_context,
 };
 use crate::time::Ts;
 
@@ -162,70 +165,84 @@ pub(crate) enum Claim {
     Busy,
 }
 
-/// Every child key this process owns or waits for, and the heartbeat thread.
+/// Every key this process owns or waits for, and the one heartbeat thread beating them.
+///
+/// Shared by every child of the host ([`super::Hub`]), so its methods take `&self`: `watch`'s
+/// child takes its one key when its header names it ([`Ownership::take`]), `supervise` claims
+/// each descendant's key beside the kcap CLI ([`Ownership::want`]).
 pub(crate) struct Ownership {
     dir: PathBuf,
+    keys: Mutex<Keys>,
+    beats: Heartbeats,
+}
+
+#[derive(Default)]
+struct Keys {
     owned: HashMap<String, WatcherFiles>,
     /// Keys held by another watcher (or mid-decision by the spawner), by key.
     waiting: BTreeMap<String, Claim>,
-    beats: Arc<Mutex<BTreeMap<String, HeartbeatFile>>>,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl Ownership {
-    /// Starts the heartbeat thread over `<watchers>` (created 0700 when missing).
+    /// Starts the heartbeat thread over `<watchers>` (the directory is made when a key is
+    /// taken).
     pub fn start(watcher_dir: &Path) -> io::Result<Ownership> {
         Ownership::start_beating_every(watcher_dir, HEARTBEAT_EVERY)
     }
 
-    pub(super) fn start_beating_every(
+    pub(crate) fn start_beating_every(
         watcher_dir: &Path,
         every: Duration,
     ) -> io::Result<Ownership> {
-        ensure_private_dir(watcher_dir)?;
-        let beats: Arc<Mutex<BTreeMap<String, HeartbeatFile>>> = Arc::default();
-        let (tx, rx) = mpsc::channel::<()>();
-        let thread_beats = beats.clone();
-        let thread = std::thread::Builder::new()
-            .name("kcap-heartbeats".to_owned())
-            .spawn(move || beat_loop(&thread_beats, every, &rx))
-            .map_err(|e| with_context(e, "failed to start the heartbeat thread".to_owned()))?;
         Ok(Ownership {
             dir: watcher_dir.to_path_buf(),
-            owned: HashMap::new(),
-            waiting: BTreeMap::new(),
-            beats,
-            stop: Some(tx),
-            thread: Some(thread),
+            keys: Mutex::default(),
+            beats: Heartbeats::start(every)?,
         })
     }
 
+    fn keys(&self) -> std::sync::MutexGuard<'_, Keys> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn is_owned(&self, key: &str) -> bool {
-        self.owned.contains_key(key)
+        self.keys().owned.contains_key(key)
     }
 
-    /// Keys waiting for another watcher to go, with the last answer.
-    pub fn waiting(&self) -> impl Iterator<Item = (&str, &Claim)> {
-        self.waiting.iter().map(|(k, c)| (k.as_str(), c))
+    /// Whether some key waits for another watcher to go.
+    pub fn is_waiting(&self) -> bool {
+        !self.keys().waiting.is_empty()
     }
 
-    /// Tries to own `key` now. When another watcher holds it (or the spawner is deciding),
-    /// the key is remembered and [`Ownership::recheck`] tries again.
-    pub fn want(&mut self, key: &str, now: Ts) -> io::Result<Claim> {
+    /// Takes `key` the way `watch` does: its lock or nothing (no spawn lock: the kcap CLI's
+    /// spawner may hold it while it starts this very process), then its files and heartbeat.
+    pub fn take(&self, key: &str, now: Ts) -> Result<(), AcquireError> {
+        if self.is_owned(key) {
+            return Ok(());
+        }
+        let files = WatcherFiles::acquire(&self.dir, key, now)?;
+        self.hold(key, files);
+        Ok(())
+    }
+
+    /// Tries to own `key` now, as the kcap CLI's spawner would decide. When another watcher
+    /// holds it (or the spawner is deciding), the key is remembered and
+    /// [`Ownership::recheck`] tries again.
+    pub fn want(&self, key: &str, now: Ts) -> io::Result<Claim> {
         let claim = self.claim(key, now)?;
+        let mut keys = self.keys();
         if claim == Claim::Owned {
-            self.waiting.remove(key);
+            keys.waiting.remove(key);
         } else {
-            self.waiting.insert(key.to_owned(), claim.clone());
+            keys.waiting.insert(key.to_owned(), claim.clone());
         }
         Ok(claim)
     }
 
     /// Tries every waiting key again; returns the keys owned now. Call it every poll
     /// interval: a key whose watcher died is then taken over within one interval.
-    pub fn recheck(&mut self, now: Ts) -> Vec<String> {
-        let keys: Vec<String> = self.waiting.keys().cloned().collect();
+    pub fn recheck(&self, now: Ts) -> Vec<String> {
+        let keys: Vec<String> = self.keys().waiting.keys().cloned().collect();
         let mut taken = Vec::new();
         for key in keys {
             match self.want(&key, now) {
@@ -241,38 +258,39 @@ impl Ownership {
 
     /// Stops owning `key` (its pipeline ended): no more beats, then its pid, started and
     /// heartbeat files are removed and the lock released. Also forgets a waiting key.
-    pub fn release(&mut self, key: &str) {
-        self.waiting.remove(key);
-        // Removed under the lock the beat loop holds for a whole round, so no beat can
-        // recreate the heartbeat file after `release` removed it.
-        self.beats
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-        if let Some(files) = self.owned.remove(key) {
+    pub fn release(&self, key: &str) {
+        let files = {
+            let mut keys = self.keys();
+            keys.waiting.remove(key);
+            keys.owned.remove(key)
+        };
+        // Before the files go: no beat can recreate the heartbeat file after this.
+        self.beats.remove(key);
+        if let Some(files) = files {
             files.release();
         }
     }
 
-    /// Releases every owned key and stops the heartbeat thread.
-    pub fn shutdown(mut self) {
-        self.release_all();
-    }
+    /// Releases every owned key and stops the heartbeat thread (`Drop` does both).
+    #[cfg(test)]
+    pub fn shutdown(self) {}
 
-    fn release_all(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let keys: Vec<String> = self.owned.keys().cloned().collect();
+    /// Releases every owned key (the heartbeat thread goes on for keys taken later).
+    pub fn release_all(&self) {
+        let keys: Vec<String> = self.keys().owned.keys().cloned().collect();
         for key in keys {
             self.release(&key);
         }
-        self.waiting.clear();
+        self.keys().waiting.clear();
     }
 
-    fn claim(&mut self, key: &str, now: Ts) -> io::Result<Claim> {
-        if self.owned.contains_key(key) {
+    fn hold(&self, key: &str, files: WatcherFiles) {
+        self.beats.add(key, files.heartbeat_path());
+        self.keys().owned.insert(key.to_owned(), files);
+    }
+
+    fn claim(&self, key: &str, now: Ts) -> io::Result<Claim> {
+        if self.is_owned(key) {
             return Ok(Claim::Owned);
         }
         let Some(_spawn_lock) = SpawnLock::try_take(&self.dir, key)? else {
@@ -286,11 +304,7 @@ impl Ownership {
         }
         match WatcherFiles::acquire(&self.dir, key, now) {
             Ok(files) => {
-                self.beats
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(key.to_owned(), HeartbeatFile::new(files.heartbeat_path()));
-                self.owned.insert(key.to_owned(), files);
+                self.hold(key, files);
                 tracing::info!(event = "child_owned", key = %key, "owning {key}");
                 Ok(Claim::Owned)
             }
@@ -336,40 +350,6 @@ impl SpawnLock {
                 e,
                 format!("failed to lock {}", path.display()),
             )),
-        }
-    }
-}
-
-fn beat_loop(
-    beats: &Mutex<BTreeMap<String, HeartbeatFile>>,
-    every: Duration,
-    stop: &mpsc::Receiver<()>,
-) {
-    let mut failing: HashSet<String> = HashSet::new();
-    loop {
-        {
-            let mut beats = beats.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Ts::now();
-            for (key, file) in beats.iter_mut() {
-                match file.beat(now) {
-                    Ok(()) => {
-                        if failing.remove(key) {
-                            tracing::info!(event = "heartbeat_recovered", key = %key, "heartbeat writes for {key} work again");
-                        }
-                    }
-                    // Logged once per failure streak, not every beat.
-                    Err(e) => {
-                        if failing.insert(key.clone()) {
-                            tracing::warn!(event = "heartbeat_write_failed", key = %key, error = %e, "{e}");
-                        }
-                    }
-                }
-            }
-            failing.retain(|k| beats.contains_key(k));
-        }
-        match stop.recv_timeout(every) {
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }

@@ -1,11 +1,13 @@
-//! One change-notification watcher for the whole supervisor.
+//! The host's one change notifier, for one child or many.
 //!
 //! A single `notify` watcher (one inotify instance on Linux) watches, non-recursively, the
-//! directories discovery names ([`super::discover::Discovery::watch_dirs`]): the date
-//! directories from the session's day on, the directories new date directories appear in,
-//! and `archived_sessions`. Every child rollout lives in one of them, so the same events
-//! also wake the child pipelines: the dispatcher routes each changed path to the pipeline
-//! that follows it, and hands the rest to discovery.
+//! directories the host's membership names: for `watch`, the rollout's parent directory (the
+//! file may not exist yet, and may be renamed or replaced); for `supervise`, the directories
+//! discovery names (`crate::supervise::discover::Discovery::watch_dirs`: the date directories
+//! from the session's day on, the directories new date directories appear in, and
+//! `archived_sessions`); for the daemon, the session directories. Every followed rollout lives
+//! in one of them, so the host routes each changed path to the pipeline that follows it, and
+//! hands the rest to its membership (discovery).
 //!
 //! Events are only hints. They are collected as a set of paths (a burst of appends to one
 //! file is one entry) behind one coalesced wake-up; past [`MAX_EVENT_PATHS`] distinct paths
@@ -26,9 +28,10 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 
-use super::discover::MAX_EVENT_PATHS;
+/// How many paths one notification batch may name before a full scan is cheaper.
+pub(crate) const MAX_EVENT_PATHS: usize = 4096;
 
-/// What changed since the last [`DirWatcher::take`].
+/// What changed since the last [`Notifier::take`].
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes {
     /// Paths named by events, each once.
@@ -51,8 +54,8 @@ fn is_mere_access(kind: &EventKind) -> bool {
     matches!(kind, EventKind::Access(a) if *a != AccessKind::Close(AccessMode::Write))
 }
 
-/// The supervisor's one notifier.
-pub(crate) struct DirWatcher {
+/// The host's one notifier.
+pub(crate) struct Notifier {
     watcher: Option<notify::RecommendedWatcher>,
     watched: BTreeSet<PathBuf>,
     inbox: Arc<Mutex<Inbox>>,
@@ -61,12 +64,12 @@ pub(crate) struct DirWatcher {
     polling_because: Option<String>,
 }
 
-impl DirWatcher {
+impl Notifier {
     /// Starts the notifier, or polling only when `force_poll` is set or it cannot start.
-    pub fn start(force_poll: bool) -> DirWatcher {
+    pub fn start(force_poll: bool) -> Notifier {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let wake = Arc::new(Notify::new());
-        let mut this = DirWatcher {
+        let mut this = Notifier {
             watcher: None,
             watched: BTreeSet::new(),
             inbox: inbox.clone(),
@@ -119,10 +122,12 @@ impl DirWatcher {
     }
 
     /// Watches exactly `dirs` (adding new ones, dropping ones no longer wanted). A directory
-    /// that cannot be watched (not there yet) is tried again on the next call.
-    pub fn sync(&mut self, dirs: &[PathBuf]) {
+    /// that cannot be watched (not there yet) is tried again on the next call; the ones that
+    /// failed this time are returned with why.
+    pub fn sync(&mut self, dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
+        let mut failed = Vec::new();
         let Some(watcher) = self.watcher.as_mut() else {
-            return;
+            return failed;
         };
         let wanted: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
         for gone in self
@@ -145,9 +150,11 @@ impl DirWatcher {
                 }
                 Err(e) => {
                     tracing::debug!(event = "watch_dir_failed", dir = %dir.display(), error = %e, "cannot watch {} yet: {e}", dir.display());
+                    failed.push((dir, e.to_string()));
                 }
             }
         }
+        failed
     }
 
     /// The directories watched now.

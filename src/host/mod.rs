@@ -1,0 +1,435 @@
+//! The host: one `select!` loop hosting one or many child pipelines, in the style of
+//! cargo-nextest's runner, as Vector's `FileServer::run` serves one file or thousands.
+//!
+//! `watch` is the host with a fixed membership of one child (`crate::watch`), `supervise` the
+//! host with a membership discovered from a session's tree (`crate::supervise::run`). What
+//! differs between them is a [`Membership`]: which children there are, what ends the process,
+//! what an error in one child does, and what the status file lists. Everything else is here,
+//! once:
+//!
+//! - the [`Hub`] every child shares: settings, clock, one HTTP client, the bound on requests
+//!   in flight, the channel request tasks answer on, and the keys the process holds
+//!   ([`ownership::Ownership`]: one heartbeat thread for every key);
+//! - one [`notifier::Notifier`] whose changed paths are routed to the child following each
+//!   path, the rest to the membership;
+//! - the safety-net poll, the parent's exit, the earliest due time of any child, and the
+//!   shutdown, passed in ([`shutdown::Shutdown`]: signals in the binary, a channel in tests,
+//!   as mini-redis's `server::run(listener, shutdown)` takes it);
+//! - the status file ([`status::StatusWriter`]).
+//!
+//! `select!` turns what happened into an event, the child's pipeline answers synchronously with
+//! actions, and the child's shell ([`child::Child`]) performs them (spawned requests, spool
+//! writes) and feeds their outcomes back. There are no sub-loops: `--once` and shutdown are
+//! phases of the pipeline, driven by this loop. Nothing slow runs on the loop: requests are
+//! spawned tasks, heartbeats beat on their own thread.
+
+pub(crate) mod child;
+pub mod clock;
+pub(crate) mod notifier;
+pub(crate) mod ownership;
+pub mod shutdown;
+pub(crate) mod status;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::key::Role;
+use crate::pipeline::{Event, PipelineConfig};
+use crate::platform::process::Incarnation;
+use crate::platform::signals::SignalName;
+use crate::ship::client::{Deadlines, KcapClient};
+use crate::ship::protocol::{Failure, Hook, Watermark};
+use crate::status_file::{KeyStatus, Writer};
+use crate::time::Ts;
+use child::Child;
+use clock::{Clock, until};
+use notifier::Notifier;
+use ownership::Ownership;
+use shutdown::Shutdown;
+use status::StatusWriter;
+
+/// Answers of spawned request tasks.
+pub(crate) enum Done {
+    Watermark(Result<Watermark, Failure>),
+    Shipped(u64, Result<(), Failure>),
+    Posted(Hook, Result<(), Failure>),
+}
+
+impl Done {
+    pub(crate) fn into_event(self) -> Event {
+        match self {
+            Done::Watermark(result) => Event::Watermark(result),
+            Done::Shipped(generation, result) => Event::Shipped { generation, result },
+            Done::Posted(hook, result) => Event::Posted { hook, result },
+        }
+    }
+}
+
+/// Requests in flight at once, over every child of the process: a burst from many children
+/// queues here instead of opening one connection each.
+pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 8;
+
+/// What every child of one process shares: settings, the clock, one HTTP client (one
+/// connection pool), the bound on requests in flight, the channel request tasks answer on
+/// (each answer tagged with its child's slot), and the keys the process holds.
+pub(crate) struct Hub {
+    pub settings: Settings,
+    /// What every child's pipeline is given of the settings (no secret in it).
+    pub pipeline_config: PipelineConfig,
+    pub clock: Arc<dyn Clock>,
+    pub client: Option<KcapClient>,
+    /// Every key the process owns, beaten by one heartbeat thread.
+    pub keys: Ownership,
+    tx: mpsc::Sender<(u64, Done)>,
+    limit: Arc<Semaphore>,
+}
+
+impl Hub {
+    pub(crate) fn new(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Hub, mpsc::Receiver<(u64, Done)>)> {
+        let client = match &settings.server {
+            Some(url) => {
+                let token = settings.credentials(url);
+                Some(KcapClient::new(url, token, Deadlines::default())?)
+            }
+            None => None,
+        };
+        let keys = Ownership::start(&settings.watcher_dir).with_context(|| {
+            format!(
+                "failed to start owning keys in {}",
+                settings.watcher_dir.display()
+            )
+        })?;
+        let (tx, rx) = mpsc::channel(64);
+        Ok((
+            Hub {
+                pipeline_config: pipeline_config(&settings),
+                settings,
+                clock,
+                client,
+                keys,
+                tx,
+                limit: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+            },
+            rx,
+        ))
+    }
+
+    /// Runs `request` as a task once a request slot is free; its answer goes to `slot`.
+    fn spawn<F>(&self, slot: u64, request: F)
+    where
+        F: std::future::Future<Output = Done> + Send + 'static,
+    {
+        let tx = self.tx.clone();
+        let limit = self.limit.clone();
+        tokio::spawn(async move {
+            // Never closed: the semaphore lives as long as the hub.
+            let _permit = limit.acquire_owned().await.ok();
+            let done = request.await;
+            let _ = tx.send((slot, done)).await;
+        });
+    }
+}
+
+/// What every child's pipeline is given of `settings`: windows and pacing, no server address,
+/// token or path.
+pub(crate) fn pipeline_config(settings: &Settings) -> PipelineConfig {
+    PipelineConfig {
+        online: settings.server.is_some(),
+        child: settings.windows_for(Role::Child),
+        session: settings.windows_for(Role::Session),
+        lifetime: settings.lifetime,
+        max_pause_credit: settings.max_pause_credit,
+        stop_retry: settings.stop_retry,
+    }
+}
+
+/// Why the host is ending, once it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Signal(SignalName),
+    ParentExited,
+}
+
+impl Ending {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Ending::Signal(name) => name,
+            Ending::ParentExited => "parent_exited",
+        }
+    }
+
+    fn event(self) -> Event {
+        match self {
+            Ending::Signal(name) => Event::Signal(name),
+            Ending::ParentExited => Event::ParentExited,
+        }
+    }
+}
+
+/// What a host's members are and what they mean for the process: `watch`'s fixed one child or
+/// `supervise`'s discovered tree. The host calls these from its one loop.
+pub(crate) trait Membership {
+    /// What the host returns when it ends as designed.
+    type End;
+
+    /// Before the loop, once the shutdown is armed: the first children, the directories to
+    /// watch.
+    fn start(&mut self, host: &mut Host) -> Result<()>;
+
+    /// At the top of every turn: reaps children whose pipeline ended, and says whether the
+    /// host ends now.
+    fn settle(&mut self, host: &mut Host, now: Ts) -> Result<Option<Self::End>>;
+
+    /// The status file's lines now (`None`: nothing to write yet).
+    fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>>;
+
+    /// Changed paths no child follows (`rescan`: too many, or unknown ones), while the host is
+    /// not ending.
+    fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()>;
+
+    /// Every poll interval while the host is not ending, before the children's own check.
+    fn on_poll(&mut self, host: &mut Host);
+
+    /// The host starts ending: every child is about to be told.
+    fn on_ending(&mut self, host: &Host, why: Ending);
+
+    /// `child` failed with `error` and left the host: `Err` ends the host with that error,
+    /// `Ok` lets the other children go on.
+    fn child_failed(
+        &mut self,
+        host: &mut Host,
+        slot: u64,
+        child: Child,
+        error: anyhow::Error,
+    ) -> Result<()>;
+}
+
+/// The loop's state: the hub, the notifier, the status file and the children by slot.
+pub(crate) struct Host {
+    pub hub: Hub,
+    rx: mpsc::Receiver<(u64, Done)>,
+    pub notifier: Notifier,
+    pub status: StatusWriter,
+    pub children: BTreeMap<u64, Child>,
+    next_slot: u64,
+    /// Why the host is ending, once it is.
+    pub ending: Option<Ending>,
+    /// Whether children follow their files (`watch --once` reads what is on disk only).
+    follow: bool,
+}
+
+impl Host {
+    /// A host over `settings`, writing the status file as `writer`; `follow`: children follow
+    /// their files for more lines.
+    pub(crate) fn new(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+        writer: Writer,
+        follow: bool,
+    ) -> Result<Host> {
+        let notifier = Notifier::start(settings.force_poll);
+        let (hub, rx) = Hub::new(settings, clock)?;
+        let status = StatusWriter::new(
+            hub.settings.config_dir.clone(),
+            writer,
+            hub.settings.server.clone(),
+        );
+        Ok(Host {
+            hub,
+            rx,
+            notifier,
+            status,
+            children: BTreeMap::new(),
+            next_slot: 0,
+            ending: None,
+            follow,
+        })
+    }
+
+    /// The slot the next child is to be given.
+    pub(crate) fn next_slot(&mut self) -> u64 {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        slot
+    }
+
+    /// Runs the loop until the membership ends it (or a child's error does).
+    pub(crate) async fn run<M: Membership>(
+        &mut self,
+        members: &mut M,
+        shutdown: Shutdown,
+        parent: Option<Incarnation>,
+    ) -> Result<M::End> {
+        // First: a child's start may already spool a large file offline, and a SIGTERM
+        // meanwhile must end it through its pipeline, not kill it.
+        let mut signals = shutdown
+            .arm()
+            .context("failed to install a signal handler")?;
+        members.start(self)?;
+        let mut poll = tokio::time::interval(self.hub.settings.poll_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let now = self.hub.clock.now();
+            if let Some(end) = members.settle(self, now)? {
+                return Ok(end);
+            }
+            if let Some(lines) = members.status(self) {
+                self.status.update(lines, now);
+            }
+            let next = self
+                .children
+                .values()
+                .filter_map(|c| c.next_wake(now))
+                .chain(self.status.next_due())
+                .min()
+                .unwrap_or(now.plus(crate::time::MAX_WINDOW));
+            let sleep = tokio::time::sleep(until(now, next));
+            tokio::select! {
+                _ = self.notifier.changed(), if self.follow => self.on_changes(members)?,
+                _ = poll.tick() => self.on_poll(members, parent.as_ref())?,
+                Some((slot, done)) = self.rx.recv() => {
+                    self.with_child(members, slot, |c, hub| c.dispatch(hub, done.into_event()))?;
+                }
+                _ = sleep => {
+                    let now = self.hub.clock.now();
+                    let due: Vec<u64> = self
+                        .children
+                        .iter()
+                        .filter(|(_, c)| c.next_wake(now).is_some_and(|t| t <= now))
+                        .map(|(slot, _)| *slot)
+                        .collect();
+                    for slot in due {
+                        // A partial last line may have completed (the shutdown waits for it).
+                        self.check(members, slot)?;
+                    }
+                }
+                name = signals.recv() => self.end_all(members, Ending::Signal(name))?,
+            }
+        }
+    }
+
+    /// Clean exit: the status file goes before the keys' locks do (a file outliving its
+    /// writer's key would be stale at once), then every key is released.
+    pub(crate) fn close(&mut self) {
+        self.status.remove();
+        self.hub.keys.release_all();
+    }
+
+    /// Runs `f` on one child; an error takes the child out and is the membership's to judge.
+    pub(crate) fn with_child<M: Membership>(
+        &mut self,
+        members: &mut M,
+        slot: u64,
+        f: impl FnOnce(&mut Child, &Hub) -> Result<()>,
+    ) -> Result<()> {
+        let Some(child) = self.children.get_mut(&slot) else {
+            // An answer for a child that already ended.
+            return Ok(());
+        };
+        match f(child, &self.hub) {
+            Ok(()) => Ok(()),
+            Err(e) => match self.children.remove(&slot) {
+                Some(child) => members.child_failed(self, slot, child, e),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The child's safety-net check: what its file holds now, then whatever is due.
+    pub(crate) fn check<M: Membership>(&mut self, members: &mut M, slot: u64) -> Result<()> {
+        let follow = self.follow;
+        self.with_child(members, slot, |c, hub| {
+            if follow {
+                c.on_file_change(hub)?;
+            }
+            c.dispatch(hub, Event::Tick)
+        })
+    }
+
+    /// Routes changed paths: a followed rollout wakes its child, anything else is the
+    /// membership's.
+    fn on_changes<M: Membership>(&mut self, members: &mut M) -> Result<()> {
+        let changes = self.notifier.take();
+        if changes.failed {
+            warn!(
+                event = "polling",
+                "file notification failed; relying on polling every {:?}",
+                self.hub.settings.poll_interval
+            );
+        }
+        let mut others = Vec::new();
+        for path in changes.paths {
+            let slot = self
+                .children
+                .iter()
+                .find(|(_, c)| c.path() == path)
+                .map(|(slot, _)| *slot);
+            match slot {
+                Some(slot) => self.check(members, slot)?,
+                None => others.push(path),
+            }
+        }
+        if changes.rescan {
+            // Events that named no path (or too many): any child's file may have changed.
+            for slot in self.slots() {
+                self.check(members, slot)?;
+            }
+        }
+        if self.ending.is_none() {
+            members.on_other_paths(self, others, changes.rescan)?;
+        }
+        Ok(())
+    }
+
+    /// The poll: the parent's exit, the membership's own checks, every child's safety net.
+    fn on_poll<M: Membership>(
+        &mut self,
+        members: &mut M,
+        parent: Option<&Incarnation>,
+    ) -> Result<()> {
+        if self.ending.is_none() {
+            if let Some(parent) = parent
+                && !parent.running()
+            {
+                let pid = parent.pid();
+                info!(event = "parent_exited", pid, "parent process {pid} exited");
+                return self.end_all(members, Ending::ParentExited);
+            }
+            members.on_poll(self);
+        }
+        for slot in self.slots() {
+            self.check(members, slot)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every child the process is ending; each finishes as `watch` would (R3, R4.4).
+    fn end_all<M: Membership>(&mut self, members: &mut M, why: Ending) -> Result<()> {
+        members.on_ending(self, why);
+        self.ending = Some(why);
+        let follow = self.follow;
+        for slot in self.slots() {
+            self.with_child(members, slot, |c, hub| {
+                // What was appended just before is part of what ends with it.
+                if follow {
+                    c.on_file_change(hub)?;
+                }
+                c.dispatch(hub, why.event())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn slots(&self) -> Vec<u64> {
+        self.children.keys().copied().collect()
+    }
+}
