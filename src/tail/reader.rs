@@ -99,13 +99,14 @@ impl SizeLimit {
     fn measure(&self, piece: &[u8]) -> u64 {
         match self.unit {
             Unit::Bytes => piece.len() as u64,
-            // The fold cursor measures every byte of the file, so the count runs in blocks
-            // small enough for byte-wide counters (at most 2 per byte, 127 bytes < 256): the
-            // compiler then adds 16 or 32 bytes at a time instead of widening each to 64 bits.
-            // An all-ASCII block (most of a rollout) is one unit a byte, told by a cheaper
-            // test than the count.
+            // The count runs in blocks small enough for byte-wide counters (at most 2 per
+            // byte, 64 bytes < 256): the compiler then adds 16 or 32 bytes at a time instead
+            // of widening each to 64 bits. An all-ASCII piece or block (most of a rollout) is
+            // one unit a byte, told by a cheaper test than the count; 64-byte blocks because
+            // `is_ascii` tests whole vectors and walks any remainder a byte at a time.
+            Unit::Utf16 if piece.is_ascii() => piece.len() as u64,
             Unit::Utf16 => piece
-                .chunks(127)
+                .chunks(64)
                 .map(|block| {
                     if block.is_ascii() {
                         return block.len() as u64;
@@ -354,7 +355,13 @@ impl LineReader {
         // text it keeps), and only for a line that can be oversize: no byte counts more than
         // two units, so the last piece of a line of at most half the limit in bytes is not
         // counted (an earlier piece is, as its bytes are gone once the buffer is reused).
-        if !self.gives_text && (!last || self.partial_len.saturating_mul(2) > self.limit.max) {
+        // Once the count is past the limit by more than a BOM and a `\r` can take back, the
+        // line is oversize whatever follows: the rest of a line of many MB (a screenshot, a
+        // `compacted` record) is not counted, which was a tenth of seeding.
+        if !self.gives_text
+            && (!last || self.partial_len.saturating_mul(2) > self.limit.max)
+            && self.measured <= self.oversize_count()
+        {
             self.measured += self.limit.measure(seg);
         }
         self.last_byte = seg.last().copied();
@@ -366,6 +373,12 @@ impl LineReader {
                 self.text = Vec::new();
             }
         }
+    }
+
+    /// A streamed count above this makes the line oversize whatever its BOM and `\r` (what
+    /// [`LineReader::complete`] takes off before comparing with the limit).
+    fn oversize_count(&self) -> u64 {
+        self.limit.max + self.limit.bom() + 1
     }
 
     fn complete<S: LineSink + ?Sized>(&mut self, end: u64, sink: &mut S) {
@@ -586,6 +599,42 @@ mod tests {
                 "11 replacement characters"
             );
         }
+    }
+
+    /// The streamed count stops once a line is surely oversize; around the limit, with a BOM,
+    /// a `\r` and characters of two units, and when every piece of a line is counted (the file
+    /// grows a few bytes per read), it must still agree with the exact count of the text.
+    #[test]
+    fn the_streamed_count_agrees_with_the_text_around_the_limit() {
+        let limit = SizeLimit::utf16_units(40);
+        let mut file = String::from("\u{FEFF}");
+        for units in 36..=46 {
+            for tail in ["", "\r"] {
+                file.push_str(&"a".repeat(units - 4));
+                file.push_str("😀😀");
+                file.push_str(tail);
+                file.push('\n');
+            }
+        }
+        file.push_str(&"b".repeat(1000));
+        file.push('\n');
+        let want: Vec<bool> = read_all(file.as_bytes(), &mut LineReader::new(0, 0, limit))
+            .iter()
+            .map(|l| l.oversize)
+            .collect();
+        assert_eq!(
+            want.iter().filter(|&&o| !o).count(),
+            10,
+            "36 to 40 units, both ends"
+        );
+        let mut r = LineReader::without_text(0, 0, limit);
+        let mut sink = Record::default();
+        for end in (0..=file.len()).step_by(3).chain([file.len()]) {
+            r.read(&file.as_bytes()[..end], usize::MAX, &mut sink)
+                .unwrap();
+        }
+        let got: Vec<bool> = sink.lines.iter().map(|l| l.oversize).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
