@@ -50,7 +50,7 @@ impl<'a> Decoded<'a> {
     }
 
     /// The decoded offset of raw byte `at`, if it is a literal byte (not part of an escape).
-    pub fn from_raw(&self, at: usize) -> Option<usize> {
+    pub fn decoded_at(&self, at: usize) -> Option<usize> {
         if self.units.is_empty() {
             return Some(at);
         }

@@ -340,7 +340,7 @@ impl Redactor {
             .iter()
             .take_while(|h| h.at < content.end)
             .filter_map(|h| {
-                let at = decoded.from_raw(h.at - content.start)?;
+                let at = decoded.decoded_at(h.at - content.start)?;
                 let escaped = self
                     .escaped
                     .as_ref()
