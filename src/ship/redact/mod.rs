@@ -771,7 +771,11 @@ impl Walk<'_> {
 
     fn key_spans(&self, kr: Range<usize>, out: &mut Vec<Range<usize>>) {
         let decoded = decode::decode(&self.text[kr.clone()]);
-        let hits = self.redactor.scan(&decoded.text);
+        let hits = if self.hidden {
+            self.redactor.scan(&decoded.text)
+        } else {
+            self.redactor.decoded_hits(self.hits, kr.clone(), &decoded)
+        };
         let mut inner = Vec::new();
         self.redactor
             .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true);
@@ -783,17 +787,21 @@ impl Walk<'_> {
 
     /// `{"name": "Authorization", "value": "..."}` (HAR, fetch logs): the value goes.
     fn header_pair(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
-        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
-            Some(Tok::Key(r)) => self.text[r.clone()].to_ascii_lowercase(),
-            _ => String::new(),
+        // Raw key text, compared without case (no allocation: this runs for every object).
+        let key_is = |k: Option<usize>, names: &[&str]| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) => {
+                let key = &self.text[r.clone()];
+                names.iter().any(|n| key.eq_ignore_ascii_case(n))
+            }
+            _ => false,
         };
         let named = kids.iter().any(|&(k, v)| {
-            matches!(key(k).as_str(), "name" | "key" | "header" | "field")
+            key_is(k, &["name", "key", "header", "field"])
                 && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && rules::is_header(&self.decoded(r)))
         });
         if named {
             for (i, &(k, _)) in kids.iter().enumerate() {
-                if matches!(key(k).as_str(), "value" | "values") {
+                if key_is(k, &["value", "values"]) {
                     forced[i] = true;
                 }
             }
