@@ -1609,13 +1609,19 @@ impl Blocks for Avx2 {
 
 /// Bits of the escape-letter classes in the nibble tables of [`block_masks_avx2`]: a byte is
 /// in a class when both its low-nibble and its high-nibble entries hold the class's bit.
+#[cfg(target_arch = "x86_64")]
 const ESC_2X: u8 = 1; // `"` `/`
+#[cfg(target_arch = "x86_64")]
 const ESC_5X: u8 = 2; // `\`
+#[cfg(target_arch = "x86_64")]
 const ESC_6X: u8 = 4; // `b` `f` `n`
+#[cfg(target_arch = "x86_64")]
 const ESC_7X: u8 = 8; // `r` `t`
+#[cfg(target_arch = "x86_64")]
 const ESC_U: u8 = 16; // `u`
 
 /// Entry `n`: the classes with a member whose low nibble is `n`.
+#[cfg(target_arch = "x86_64")]
 const ESC_LOW: [u8; 16] = {
     let mut t = [0; 16];
     t[0x2] = ESC_2X | ESC_6X | ESC_7X;
@@ -1629,6 +1635,7 @@ const ESC_LOW: [u8; 16] = {
 };
 
 /// Entry `n`: the classes with a member whose high nibble is `n`.
+#[cfg(target_arch = "x86_64")]
 const ESC_HIGH: [u8; 16] = {
     let mut t = [0; 16];
     t[0x2] = ESC_2X;
