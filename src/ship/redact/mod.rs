@@ -142,11 +142,16 @@ struct Hit {
 pub struct Redactor {
     /// Every keyword of both tables, lowercase, searched in a lowercased copy.
     keywords: AhoCorasick,
+    /// The keywords, lowercase, in the automaton's order.
+    words: Vec<&'static str>,
     /// For each keyword, the rules (indexes into the combined table) it starts, each with
-    /// whether it may be skipped for a hit inside a word (a token rule whose match would start
-    /// at the hit and so follow a letter or digit, which [`providers::ProviderRule::find`]
-    /// rejects).
+    /// whether it may be skipped for an occurrence inside a word (a token rule whose match
+    /// would start there and so follow a letter or digit, which
+    /// [`providers::ProviderRule::find`] rejects).
     keyword_rules: Vec<Vec<(u16, bool)>>,
+    /// For each keyword, the other keywords holding it and at which offsets: where the scan
+    /// reports it, one of those may occur too ([`Redactor::occurrences`]).
+    holders: Vec<Vec<(u32, usize)>>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
     /// The keywords holding a byte JSON escapes (`kind: "secret"`), same ids as `keywords`:
@@ -193,44 +198,43 @@ impl Redactor {
         for w in STRUCTURE_KEYWORDS {
             add(w, None);
         }
-        // The scan reports, at each position, only the keyword that ends first (see
-        // [`Redactor::scan`]), so a keyword stands for every keyword holding it: `pass` also
-        // starts the rules of `passw`. A token rule ([`providers::ProviderRule::token_at_keyword`])
-        // may be skipped for a hit inside a word only where the hit starts where the rule's
-        // keyword does, that is where every keyword of the rule holding the hit starts with it.
+        // Per keyword, its rules, each with whether it may be skipped for an occurrence inside
+        // a word ([`providers::ProviderRule::token_at_keyword`]: its match would start there,
+        // after a letter or digit, which [`providers::ProviderRule::find`] rejects).
         let all: Vec<RuleRef<'static>> = all_rules().collect();
-        let keyword_rules = words
+        let keyword_rules = keyword_rules
+            .iter()
+            .map(|rules| {
+                rules
+                    .iter()
+                    .map(|&r| {
+                        let token = match all[r as usize] {
+                            RuleRef::Provider(p) => p.token_at_keyword(),
+                            RuleRef::Core(_) => false,
+                        };
+                        (r, token)
+                    })
+                    .collect()
+            })
+            .collect();
+        // The scan reports, at each position, only the keyword that ends first (see
+        // [`Redactor::scan`]); a keyword holding a reported one (`passw` holds `pass`) is found
+        // by checking the text around the hit for it, at each offset it holds the hit.
+        let holders = words
             .iter()
             .map(|inner| {
-                let mut rules: Vec<(u16, bool)> = Vec::new();
-                for (outer, outer_rules) in words.iter().zip(&keyword_rules) {
-                    if !outer.contains(inner) {
+                let mut found = Vec::new();
+                for (j, outer) in words.iter().enumerate() {
+                    if outer == inner || outer.len() < inner.len() {
                         continue;
                     }
-                    for &r in outer_rules {
-                        let (token, keywords) = match all[r as usize] {
-                            RuleRef::Provider(p) => (p.token_at_keyword(), p.keywords),
-                            RuleRef::Core(c) => (false, c.keywords),
-                        };
-                        let skip = token
-                            && keywords
-                                .iter()
-                                .filter(|k| k.contains(inner))
-                                .all(|k| k.starts_with(inner));
-                        rules.push((r, skip));
+                    for offset in 0..=outer.len() - inner.len() {
+                        if outer.as_bytes()[offset..].starts_with(inner.as_bytes()) {
+                            found.push((j as u32, offset));
+                        }
                     }
                 }
-                rules.sort_unstable();
-                // A rule reached twice is skipped only if both ways allow it.
-                rules.dedup_by(|b, a| {
-                    if a.0 == b.0 {
-                        a.1 &= b.1;
-                        true
-                    } else {
-                        false
-                    }
-                });
-                rules
+                found
             })
             .collect();
         let keywords = AhoCorasick::builder()
@@ -260,7 +264,9 @@ impl Redactor {
         });
         Redactor {
             keywords,
+            words,
             keyword_rules,
+            holders,
             compiled,
             escaped,
         }
@@ -322,6 +328,30 @@ impl Redactor {
             from = m.start() + 1;
         }
         hits
+    }
+
+    /// Every keyword occurrence the hits stand for, as (start, keyword): each hit, and each
+    /// keyword holding a hit's keyword that the text around the hit spells
+    /// ([`Redactor::scan`] reports only the keyword ending first). Exact: a keyword holding
+    /// `pass` runs its rules only where it occurs, not wherever `pass` does.
+    fn occurrences(&self, bytes: &[u8], hits: &[Hit]) -> Vec<(usize, u32)> {
+        let mut out = Vec::with_capacity(hits.len());
+        for hit in hits {
+            out.push((hit.at, hit.keyword));
+            for &(outer, offset) in &self.holders[hit.keyword as usize] {
+                let Some(start) = hit.at.checked_sub(offset) else {
+                    continue;
+                };
+                let word = self.words[outer as usize].as_bytes();
+                if bytes
+                    .get(start..start + word.len())
+                    .is_some_and(|t| t.eq_ignore_ascii_case(word))
+                {
+                    out.push((start, outer));
+                }
+            }
+        }
+        out
     }
 
     /// The keyword hits of `decoded`, the decoding of `text[content]`, from `hits`, those of
@@ -405,12 +435,12 @@ impl Redactor {
         let first = out.len();
         let mut runs: Vec<(u16, usize, usize)> = Vec::new();
         let bytes = text.as_bytes();
-        for hit in hits {
+        for (at, keyword) in self.occurrences(bytes, hits) {
             // A token never continues a word (`TaskStarted` holds `sk`, a Twilio key's prefix),
-            // and a token rule's match starts at a keyword: its rules need not run for a hit
-            // inside a word. Other rules still do.
-            let in_word = hit.at > 0 && bytes[hit.at - 1].is_ascii_alphanumeric();
-            for &(r, token) in &self.keyword_rules[hit.keyword as usize] {
+            // and a token rule's match starts at its keyword: its rules need not run for an
+            // occurrence inside a word. Other rules still do.
+            let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+            for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
                     continue;
                 }
@@ -424,8 +454,8 @@ impl Redactor {
                 if multi {
                     runs.push((r, 0, text.len()));
                 } else {
-                    let start = memrchr(b'\n', &bytes[..hit.at]).map_or(0, |o| o + 1);
-                    let end = memchr(b'\n', &bytes[hit.at..]).map_or(bytes.len(), |o| hit.at + o);
+                    let start = memrchr(b'\n', &bytes[..at]).map_or(0, |o| o + 1);
+                    let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
                     runs.push((r, start, end));
                 }
             }

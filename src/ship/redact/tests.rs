@@ -365,3 +365,54 @@ proptest::proptest! {
         }
     }
 }
+
+/// The scan reports `pass` where `password` starts; the rules of the keywords holding it
+/// (`passw`) run where the text spells them, and not for `passed`, while a fresh overlapping
+/// search would find them at the same places.
+#[test]
+fn keywords_holding_a_reported_one_are_found_exactly_where_they_occur() {
+    let r = Redactor::new();
+    let text = "the Password was passed to pass";
+    let id = |w: &str| r.words.iter().position(|k| *k == w).expect("a keyword") as u32;
+    let found = r.occurrences(text.as_bytes(), &r.scan(text));
+    assert!(found.contains(&(4, id("passw"))), "{found:?}");
+    assert!(
+        !found.iter().any(|&(at, k)| at >= 13 && k == id("passw")),
+        "{found:?}"
+    );
+    // Every keyword occurrence an overlapping search finds is among them.
+    let lower = text.to_ascii_lowercase();
+    for (k, word) in r.words.iter().enumerate() {
+        for (at, _) in lower.match_indices(word) {
+            assert!(found.contains(&(at, k as u32)), "{word} at {at}: {found:?}");
+        }
+    }
+}
+
+proptest::proptest! {
+    /// The hits and the keywords holding them are every keyword occurrence an overlapping
+    /// search finds, so no rule misses text that holds its keyword.
+    #[test]
+    fn occurrences_are_every_keyword_occurrence(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "pass", "PASSW", "ord", "token", "-token", "sk", "sk-", "ta", "auth", "or",
+            "ghp_", "gh", "xox", "b-", "akia", "a3t", "q~", ":aa", "/bot", "secret", "s", "e",
+            " ", "=", "_", "-", "private key", "-----end", "kind: ", "\"secret\"",
+        ]), 0..40)
+    ) {
+        let r = Redactor::new();
+        let text = pieces.concat();
+        let found = r.occurrences(text.as_bytes(), &r.scan(&text));
+        let lower = text.to_ascii_lowercase();
+        for (k, word) in r.words.iter().enumerate() {
+            for at in 0..=lower.len().saturating_sub(word.len()) {
+                if lower.as_bytes()[at..].starts_with(word.as_bytes()) {
+                    proptest::prop_assert!(
+                        found.contains(&(at, k as u32)),
+                        "{:?}: {} at {} missing", text, word, at
+                    );
+                }
+            }
+        }
+    }
+}
