@@ -315,18 +315,12 @@ impl Redactor {
     /// because the search goes on from the byte after each hit's start.
     fn scan(&self, text: &str) -> Vec<Hit> {
         let mut hits = Vec::new();
-        let mut from = 0;
-        while from < text.len() {
-            let input = Input::new(text).span(from..text.len());
-            let Some(m) = self.keywords.find(input) else {
-                break;
-            };
+        each_start(&self.keywords, text.as_bytes(), |at, keyword| {
             hits.push(Hit {
-                at: m.start(),
-                keyword: m.pattern().as_u32(),
+                at,
+                keyword: keyword as u32,
             });
-            from = m.start() + 1;
-        }
+        });
         hits
     }
 
@@ -385,18 +379,12 @@ impl Redactor {
             && !decoded.is_identity()
         {
             let before = out.len();
-            let text = decoded.text.as_bytes();
-            let mut from = 0;
-            while from < text.len() {
-                let Some(m) = ac.find(Input::new(text).span(from..text.len())) else {
-                    break;
-                };
+            each_start(ac, decoded.text.as_bytes(), |at, i| {
                 out.push(Hit {
-                    at: m.start(),
-                    keyword: ids[m.pattern().as_usize()],
+                    at,
+                    keyword: ids[i],
                 });
-                from = m.start() + 1;
-            }
+            });
             if out.len() > before {
                 out.sort_by_key(|h| h.at);
             }
@@ -916,6 +904,20 @@ impl Walk<'_> {
                 }
             }
         }
+    }
+}
+
+/// Calls `hit(start, pattern)` for every position where one of `ac`'s patterns starts, with
+/// the pattern that ends first there (`MatchKind::Standard`), searching on from the byte after
+/// each start so that overlapping occurrences are not skipped.
+fn each_start(ac: &AhoCorasick, text: &[u8], mut hit: impl FnMut(usize, usize)) {
+    let mut from = 0;
+    while from < text.len() {
+        let Some(m) = ac.find(Input::new(text).span(from..text.len())) else {
+            break;
+        };
+        hit(m.start(), m.pattern().as_usize());
+        from = m.start() + 1;
     }
 }
 
