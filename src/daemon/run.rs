@@ -5,7 +5,12 @@
 //!
 //! Idle it does what one idle `watch` does at most: nothing between events but one poll
 //! every few seconds (five times the poll interval), and a status file written at most
-//! every 2 s while something changed and every 60 s otherwise.
+//! every 2 s while something changed and every 60 s otherwise. The watcher directory is
+//! never idle (every held key's heartbeat is rewritten every 10 s, by the kcap CLI's
+//! watchers and by every supervisor for each child), so the notifier drops every change
+//! there but a session's pid file before the loop is woken ([`wakes_daemon`]). Its own
+//! status and log files are elsewhere (`<config>/kcap-watch/status`, `<config>/logs`), not
+//! watched.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -114,7 +119,7 @@ pub async fn run(settings: DaemonSettings) -> Result<()> {
         sessions::store_server_url(&settings.config_dir, settings.profile.as_deref())
     })
     .map(|(s, _)| s);
-    let notifier = Notifier::start(settings.force_poll);
+    let notifier = daemon_notifier(&settings.watcher_dir, settings.force_poll);
     if let Some(why) = notifier.polling_because() {
         info!(event = "polling", "{why}");
     }
@@ -207,13 +212,10 @@ impl Daemon {
         let changes = self.notifier.take();
         let dir = self.settings.watcher_dir.clone();
         let session_files_changed = changes.rescan
-            || changes.paths.iter().any(|p| {
-                p.parent() == Some(dir.as_path())
-                    && p.file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| n.strip_suffix(".pid"))
-                        .is_some_and(sessions::is_session_key)
-            });
+            || changes
+                .paths
+                .iter()
+                .any(|p| p.parent() == Some(dir.as_path()) && is_session_pid_file(p));
         if session_files_changed {
             self.refresh(Ts::now());
         }
@@ -732,6 +734,31 @@ impl Dormant {
     }
 }
 
+/// The daemon's notifier: of the watcher directory, only sessions' pid files wake the loop
+/// ([`wakes_daemon`]).
+fn daemon_notifier(watcher_dir: &Path, force_poll: bool) -> Notifier {
+    let dir = watcher_dir.to_path_buf();
+    Notifier::start_filtered(force_poll, move |path| wakes_daemon(&dir, path))
+}
+
+/// Whether a change to `path` can matter to the daemon. In the watcher directory only a
+/// session's pid file does (a session appears, is handed to another watcher, or ends); the
+/// rest there changes all the time while idle (each held key's heartbeat every 10 s, child
+/// keys' pid, started and spawn-lock files), and the poll catches anything a pid file's
+/// change alone does not settle. Elsewhere (a resting session's rollout directories) it is
+/// discovery's to judge.
+fn wakes_daemon(watcher_dir: &Path, path: &Path) -> bool {
+    path.parent() != Some(watcher_dir) || is_session_pid_file(path)
+}
+
+/// `<session>.pid`, with a session key (no agent part).
+fn is_session_pid_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".pid"))
+        .is_some_and(sessions::is_session_key)
+}
+
 /// How a supervisor process ended.
 fn ended_of(status: std::process::ExitStatus) -> Ended {
     if let Some(code) = status.code() {
@@ -755,4 +782,61 @@ pub(crate) fn in_build_dir(path: &Path) -> bool {
                 || dir.join("debug").is_dir()
                 || dir.join("release").is_dir())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
+    const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
+
+    /// Idle, the watcher directory never rests: the kcap CLI's watchers and every supervisor
+    /// rewrite each key's heartbeat every 10 s (10 sessions of 10 children: ~10 a second),
+    /// and a child key's pid, started and spawn-lock files come and go. None of it is the
+    /// daemon's business (only a session's pid file is), and none of it may wake its loop:
+    /// the notifier drops those paths before waking anyone.
+    #[tokio::test]
+    async fn only_a_session_pid_file_in_the_watcher_directory_reaches_the_loop() {
+        let tmp = tempfile::tempdir().unwrap();
+        let watchers = tmp.path().join("watchers");
+        std::fs::create_dir_all(&watchers).unwrap();
+        let mut notifier = daemon_notifier(&watchers, false);
+        assert_eq!(notifier.polling_because(), None);
+        assert!(notifier.sync(std::slice::from_ref(&watchers)).is_empty());
+
+        let child_key = format!("{SESSION}-{CHILD}");
+        let beat = Ts::now().rfc3339();
+        for _ in 0..3 {
+            for key in [SESSION, child_key.as_str()] {
+                // As supervisors beat (temporary file, then rename) and as the kcap CLI's
+                // own watchers do (rewritten in place).
+                files::write_atomic(&watchers.join(format!("{key}.heartbeat")), beat.as_bytes())
+                    .unwrap();
+                std::fs::write(watchers.join(format!("{key}.heartbeat")), &beat).unwrap();
+            }
+        }
+        for suffix in ["pid", "started", "spawnlock", "lock"] {
+            std::fs::write(watchers.join(format!("{child_key}.{suffix}")), "1").unwrap();
+        }
+        std::fs::remove_file(watchers.join(format!("{child_key}.spawnlock"))).unwrap();
+
+        // One inotify queue delivers in order: once the session's pid file is in, everything
+        // above was delivered (or dropped).
+        let pid = watchers.join(format!("{SESSION}.pid"));
+        files::write_atomic(&pid, b"1\ntoken").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut paths = std::collections::BTreeSet::new();
+        while !paths.contains(&pid) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                tokio::time::timeout(left, notifier.changed()).await.is_ok(),
+                "no notification for the session's pid file"
+            );
+            let changes = notifier.take();
+            assert!(!changes.rescan, "a heartbeat asked for a rescan");
+            paths.extend(changes.paths);
+        }
+        assert_eq!(paths.into_iter().collect::<Vec<_>>(), vec![pid]);
+    }
 }

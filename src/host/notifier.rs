@@ -19,9 +19,15 @@
 //! rollout reads, and treating those as changes fed a loop (a listing's open woke a
 //! listing) that kept a core busy while every child was idle. Such access events are
 //! dropped; only a close after writing is kept.
+//!
+//! The owner may also name which paths matter to it ([`Notifier::start_filtered`]); the rest
+//! are dropped in the notification thread, before anyone is woken. The daemon watches the
+//! kcap CLI's watcher directory for sessions' pid files, where every held key's heartbeat is
+//! rewritten every 10 s (about ten a second with 10 sessions of 10 children): without the
+//! filter, each woke its loop.
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use notify::event::{AccessKind, AccessMode};
@@ -67,6 +73,15 @@ pub(crate) struct Notifier {
 impl Notifier {
     /// Starts the notifier, or polling only when `force_poll` is set or it cannot start.
     pub fn start(force_poll: bool) -> Notifier {
+        Notifier::start_filtered(force_poll, |_| true)
+    }
+
+    /// [`Notifier::start`], keeping only the paths `wanted` accepts: an event none of whose
+    /// paths it accepts wakes nobody. An event without paths (a rescan) is always kept.
+    pub fn start_filtered(
+        force_poll: bool,
+        wanted: impl Fn(&Path) -> bool + Send + 'static,
+    ) -> Notifier {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let wake = Arc::new(Notify::new());
         let mut this = Notifier {
@@ -80,9 +95,17 @@ impl Notifier {
             this.polling_because = Some("polling forced by KCAP_WATCH_FORCE_POLL".into());
             return this;
         }
-        let handler = move |res: notify::Result<notify::Event>| {
-            if res.as_ref().is_ok_and(|e| is_mere_access(&e.kind)) {
-                return;
+        let handler = move |mut res: notify::Result<notify::Event>| {
+            if let Ok(event) = &mut res {
+                if is_mere_access(&event.kind) {
+                    return;
+                }
+                if !event.paths.is_empty() {
+                    event.paths.retain(|p| wanted(p));
+                    if event.paths.is_empty() {
+                        return;
+                    }
+                }
             }
             let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
             match res {
