@@ -5,11 +5,12 @@
 # every command it ran: one file (seeding vs `wc -l`, one line per second with the one-time
 # rule compilation apart, latency, idle memory, throughput, CPU per shipped MiB and peak RSS
 # against round 1 and Fluent Bit), many files (`supervise` with 50 and 200 children beside
-# Fluent Bit) and the machine (the daemon with 10 sessions of 10 children). With --baseline,
+# Fluent Bit) and the machine (the daemon with 10 sessions of 10 children, each session under
+# a stand-in for the kcap CLI's session watcher, examples/kcap_session.rs). With --baseline,
 # an earlier commit of kcap-watch itself is built and measured side by side (before/after).
 #
 #   benches/compare.sh [--quick] [--keep] [--size 500MB] [--baseline REV [--keep-baseline]]
-#                      [--supervise-only] [--fluent-bit PATH] [--children "50 200"]
+#                      [--supervise-only | --daemon-only] [--fluent-bit PATH] [--children "50 200"]
 #
 # --quick:      a 50 MB file, fewer runs and shorter windows (a few minutes).
 # --keep:       keep the work directory (rollouts, logs, latency samples) and print its path.
@@ -17,15 +18,16 @@
 #               under ${TMPDIR:-/tmp} with its own target directory, and measure its binary
 #               beside this one; both are deleted afterwards unless --keep-baseline.
 # --supervise-only: run only the many-files scenarios (supervise, Fluent Bit, the daemon).
+# --daemon-only: run only the daemon scenario (the machine).
 # --fluent-bit PATH: the Fluent Bit binary to compare with (default: $FLUENT_BIT, else
 #               `fluent-bit` on PATH; README "Performance" says how to build it). Without one,
 #               its columns say "not built" and the targets are checked against round 1 where
 #               the issue allows it.
 # --children "50 200": the supervise scenario's child counts (one scenario each).
 #
-# Needs bash, git, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the two
-# examples it uses (examples/gen_rollout.rs, examples/sink_server.rs) itself; the baseline
-# binary is driven with this tree's examples.
+# Needs bash, git, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the three
+# examples it uses (examples/gen_rollout.rs, examples/sink_server.rs, examples/kcap_session.rs)
+# itself; the baseline binary is driven with this tree's examples.
 set -euo pipefail
 
 QUICK=0
@@ -34,6 +36,7 @@ SIZE_OVERRIDE=""
 BASE_REV=""
 KEEP_BASE=0
 SUPERVISE_ONLY=0
+DAEMON_ONLY=0
 FLUENT_BIT=${FLUENT_BIT:-}
 SUP_SIZES="50 200"
 while (($#)); do
@@ -41,6 +44,7 @@ while (($#)); do
     --quick) QUICK=1 ;;
     --keep) KEEP=1 ;;
     --supervise-only) SUPERVISE_ONLY=1 ;;
+    --daemon-only) SUPERVISE_ONLY=1 DAEMON_ONLY=1 ;;
     --size)
         SIZE_OVERRIDE="$2"
         shift
@@ -59,7 +63,7 @@ while (($#)); do
         shift
         ;;
     -h | --help)
-        sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -88,12 +92,13 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-echo "== building (cargo build --release --bin kcap-watch --example gen_rollout --example sink_server)" >&2
-cargo build --release --quiet --bin kcap-watch --example gen_rollout --example sink_server
+echo "== building (cargo build --release --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session)" >&2
+cargo build --release --quiet --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session
 TARGET=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 BIN=$TARGET/release/kcap-watch
 GEN=$TARGET/release/examples/gen_rollout
 SINK=$TARGET/release/examples/sink_server
+KSESSION=$TARGET/release/examples/kcap_session
 
 # Fluent Bit, for the comparisons of issues 17 and 21 (tail -> http, same files, same sink).
 if [[ -z $FLUENT_BIT ]] && command -v fluent-bit >/dev/null; then
@@ -289,9 +294,9 @@ log "machine: $MACHINE; commit $REV; work dir $WORK${BASE_BIN:+; baseline $BASE_
 # table gives medians.
 
 if ((QUICK)); then
-    SUP_RATE=250 SUP_ACTIVE=30 SUP_IDLE=20 SUP_CHILD_SIZE=32KB SUP_ROUNDS=1
+    SUP_RATE=250 SUP_ACTIVE=30 SUP_IDLE=20 SUP_CHILD_SIZE=32KB SUP_ROUNDS=1 DAEMON_EVERY_MS=100
 else
-    SUP_RATE=250 SUP_ACTIVE=30 SUP_IDLE=60 SUP_CHILD_SIZE=32KB SUP_ROUNDS=3
+    SUP_RATE=250 SUP_ACTIVE=30 SUP_IDLE=60 SUP_CHILD_SIZE=32KB SUP_ROUNDS=3 DAEMON_EVERY_MS=200
 fi
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -318,13 +323,15 @@ sup_heartbeat_age() {
 }
 ticks_per_min() { awk -v a="$1" -v b="$2" -v hz="$CLK_TCK" -v s="$3" 'BEGIN {printf "%.3f", (b-a)/hz * 60/s}'; }
 
-# A session of N children (SUP_CHILD_SIZE each) under DIR/codex/sessions/<today>; sets
-# SUP_SESSION, SUP_KIDS (paths) and SUP_KID_LINES (their lines in total).
-make_session() { # dir n seed
-    local dir=$1 n=$2 seed=$3 day date_dir tmp root id parent f i
+# A session of N children (SUP_CHILD_SIZE each) under DIR/codex/sessions/<today> (the
+# children in KIDS-DIR instead when given, to be written there later); sets SUP_SESSION,
+# SUP_KIDS (paths) and SUP_KID_LINES (their lines in total).
+make_session() { # dir n seed [kids-dir]
+    local dir=$1 n=$2 seed=$3 day date_dir tmp root id parent f i kids_dir
     day=$(date -u +%Y/%m/%d)
     date_dir=$dir/codex/sessions/$day
-    mkdir -p "$date_dir"
+    kids_dir=${4:-$date_dir}
+    mkdir -p "$date_dir" "$kids_dir"
     tmp=$dir/gen.tmp
     "$GEN" --size 64KB --seed "$seed" --role session --end open --out "$tmp"
     root=$(head -n1 "$tmp" | jq -r .payload.id)
@@ -336,7 +343,7 @@ make_session() { # dir n seed
         "$GEN" --size "$SUP_CHILD_SIZE" --seed $((seed * 1000 + i)) --role child --end open --out "$tmp"
         id=$(head -n1 "$tmp" | jq -r .payload.id)
         parent=$(head -n1 "$tmp" | jq -r .payload.parent_thread_id)
-        f=$date_dir/rollout-$(date -u +%Y-%m-%dT%H-%M-%S)-$id.jsonl
+        f=$kids_dir/rollout-$(date -u +%Y-%m-%dT%H-%M-%S)-$id.jsonl
         # The generator names a random parent; make it the session's thread.
         sed "s/$parent/$root/g" "$tmp" >"$f"
         SUP_KIDS+=("$f")
@@ -458,54 +465,99 @@ bench_many() { # n
 # Median of column K of a rounds file ("nan" when empty).
 col() { awk -v k="$2" '{print $k}' "$1" | median; }
 
-# The daemon (issue 19, 3/5): 10 sessions of 10 idle children each, all shipped, then idle.
+# The daemon (issue 19, 3/5), as a kcap user runs it: 10 Codex sessions, each watched by a
+# stand-in for the kcap CLI's session watcher (`kcap_session watch`: its pid, started and
+# heartbeat files, its command line naming the session's rollout, KCAP_URL and CODEX_HOME in
+# its environment; nothing given to the daemon but KCAP_CONFIG_DIR). The daemon starts a
+# supervisor per session; then 10 sub-agents per session appear one at a time, every
+# DAEMON_EVERY_MS (`kcap_session children`: header written in one write, then the rest), each
+# timed from its header's write to its key's pid file (the claim). Once every line is at the
+# sink, SUP_IDLE s idle (the stand-ins and supervisors beating every key's heartbeat).
+# Measured over every kcap-watch process (the daemon and its descendants): utime+stime over
+# the idle phase, PSS at its end, and the daemon's own context switches (its wake-ups).
 bench_daemon() {
-    DAEMON_PSS="" DAEMON_CPU=""
+    DAEMON_PSS="" DAEMON_CPU="" DAEMON_WHY=""
     if ! "$BIN" daemon --help >/dev/null 2>&1; then
-        log "the machine: no \`kcap-watch daemon\` command in this build, skipped"
+        DAEMON_WHY="no \`kcap-watch daemon\` command in this build"
+        log "the machine: $DAEMON_WHY, skipped"
         return 0
     fi
-    local dir=$WORK/daemon s i total=0 pid pids p t0 t1 help flags=() j
-    log "the machine: daemon with 10 sessions x 10 idle children"
+    local dir=$WORK/daemon s total=0 pid pids p t0 t1 x0 x1 key day_dir n_sup
+    local -a standins=() staged=() sessions=()
+    log "the machine: daemon, 10 sessions (each under a kcap CLI stand-in) x 10 sub-agents appearing one at a time"
     mkdir -p "$dir/cfg"
+    : >"$dir/staged.list"
     for ((s = 0; s < 10; s++)); do
-        make_session "$dir" 10 $((700 + s))
+        make_session "$dir" 10 $((700 + s)) "$dir/staged"
         total=$((total + SUP_KID_LINES))
+        sessions+=("$SUP_SESSION")
+        # Child i of every session before child i+1 of any: sessions' sub-agents interleave.
+        for ((p = 0; p < ${#SUP_KIDS[@]}; p++)); do echo "$p $s ${SUP_KIDS[p]}" >>"$dir/staged.list"; done
     done
-    help=$("$BIN" daemon --help 2>&1)
-    # Pass only the benchmark flags this daemon takes (its interface is its own).
-    for ((j = 0; j < ${#WATCH_FLAGS[@]}; j += 2)); do
-        grep -q -- "${WATCH_FLAGS[j]}" <<<"$help" && flags+=("${WATCH_FLAGS[j]}" "${WATCH_FLAGS[j + 1]}")
-    done
-    grep -q -- "--codex-home" <<<"$help" && flags+=(--codex-home "$dir/codex")
+    mapfile -t staged < <(sort -k1,1n -k2,2n "$dir/staged.list" | cut -d' ' -f3-)
+    day_dir=$(dirname "$SUP_SESSION")
     start_sink daemon --done-after-lines "$total" --done-file "$dir/done"
-    cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> CODEX_HOME=<CODEX_HOME> $BIN daemon ${flags[*]}   # 10 sessions x 10 children ($SUP_CHILD_SIZE each) under <CODEX_HOME>/sessions"
-    KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$dir/cfg CODEX_HOME=$dir/codex KCAP_LOG=info \
-        "$BIN" daemon "${flags[@]}" >"$dir/daemon.out" 2>"$dir/daemon.err" &
+    for f in "${sessions[@]}"; do
+        key=$(head -n1 "$f" | jq -r .payload.id)
+        KCAP_URL=$SINK_URL KCAP_CONFIG_DIR=$dir/cfg CODEX_HOME=$dir/codex \
+            "$KSESSION" watch "$key" "$f" >>"$dir/standins.out" 2>&1 &
+        standins+=($!)
+        PIDS+=($!)
+    done
+    cmd "KCAP_URL=<sink> KCAP_CONFIG_DIR=<tmp> CODEX_HOME=<CODEX_HOME> $KSESSION watch <session id> <session rollout>   # x10: the kcap CLI's session watcher (pid, started, heartbeat every 10 s)"
+    cmd "KCAP_CONFIG_DIR=<tmp> $BIN daemon   # started after the stand-ins, before any sub-agent"
+    KCAP_CONFIG_DIR=$dir/cfg KCAP_LOG=info "$BIN" daemon >"$dir/daemon.out" 2>"$dir/daemon.err" &
     pid=$!
     PIDS+=("$pid")
-    # The daemon starts a supervisor per session the kcap CLI watches, found from the kcap
-    # CLI's session watcher processes; without them (this script starts none yet) it ships
-    # nothing, and the row says so rather than measuring an empty daemon.
-    if ! wait_for_file "$dir/done" 120; then
-        DAEMON_PSS="n/a (no lines shipped in 120 s: the daemon finds sessions through the kcap CLI's session watchers, which this script does not start yet)"
+    # Every session's supervisor up (its status file written) before the first sub-agent.
+    local deadline=$(($(now_us) + 60000000))
+    while :; do
+        n_sup=$(find "$dir/cfg/kcap-watch/status" -name '*.supervise.json' 2>/dev/null | wc -l)
+        ((n_sup >= 10)) && break
+        if (($(now_us) > deadline)) || ! kill -0 "$pid" 2>/dev/null; then
+            DAEMON_WHY="$n_sup of 10 supervisors started within 60 s (see $dir/daemon.err)"
+            log "the machine: $DAEMON_WHY"
+            tail -n 20 "$dir/daemon.err" >&2 || true
+            break
+        fi
+        sleep 0.1
+    done
+    if [[ -z $DAEMON_WHY ]]; then
+        sleep 2
+        cmd "$KSESSION children --watchers <tmp>/watchers --into <CODEX_HOME>/sessions/<today> --every-ms $DAEMON_EVERY_MS <100 staged sub-agent rollouts, $SUP_CHILD_SIZE each>   # header written -> <session>-<child>.pid, per child"
+        "$KSESSION" children --watchers "$dir/cfg/watchers" --into "$day_dir" --every-ms "$DAEMON_EVERY_MS" \
+            "${staged[@]}" >"$dir/claims.txt"
+        DAEMON_CLAIMED=$(grep -vc timeout "$dir/claims.txt" || true)
+        DAEMON_CLAIM_MED=$(grep -v timeout "$dir/claims.txt" | awk '{print $2}' | median)
+        DAEMON_CLAIM_MAX=$(grep -v timeout "$dir/claims.txt" | awk '{print $2}' | sort -g | tail -1)
+        if ! wait_for_file "$dir/done" 180; then
+            DAEMON_WHY="not every line at the sink within 180 s ($(curl -fsS "$SINK_URL/stats" | jq .lines) of $total)"
+        fi
     fi
+    DAEMON_LINES=$(curl -fsS "$SINK_URL/stats" | jq .lines)
+    DAEMON_TOTAL=$total
     sleep 5
-    # Every kcap-watch process: the daemon and its descendants.
+    # Every kcap-watch process: the daemon and its descendants (the detached supervisors are
+    # still its children).
     descendants() { local q; echo "$1"; for q in $(pgrep -P "$1"); do descendants "$q"; done; }
     pids=$(descendants "$pid")
     t0=0
     for p in $pids; do t0=$((t0 + $(sup_ticks "$p"))); done
+    x0=$(sup_ctxt "$pid")
     sleep "$SUP_IDLE"
+    x1=$(sup_ctxt "$pid")
     pids=$(descendants "$pid")
     t1=0
     for p in $pids; do t1=$((t1 + $(sup_ticks "$p"))); done
     DAEMON_CPU=$(ticks_per_min "$t0" "$t1" "$SUP_IDLE")
-    [[ -z $DAEMON_PSS ]] && DAEMON_PSS=$(for p in $pids; do pss_kib "$p"; done | awk '{t += $1} END {print t + 0}')
+    DAEMON_CTX=$(awk -v a="$x0" -v b="$x1" -v s="$SUP_IDLE" 'BEGIN {printf "%.0f", (b - a) * 60 / s}')
+    DAEMON_PSS=$(for p in $pids; do pss_kib "$p"; done | awk '{t += $1} END {print t + 0}')
     DAEMON_PROCS=$(wc -w <<<"$pids")
+    DAEMON_ERRORS=$(cat "$dir/daemon.err" "$dir"/cfg/logs/*.log 2>/dev/null | grep -c '"level":"ERROR"\| ERROR ' || true)
     stop_pid "$pid"
+    for p in "${standins[@]}"; do stop_pid "$p"; done
     stop_pid "$SINK_PID"
-    ((KEEP)) || rm -rf "$dir/codex"
+    ((KEEP)) || rm -rf "$dir/codex" "$dir/staged"
 }
 
 holds() { awk "BEGIN {exit !($1)}" 2>/dev/null && echo yes || echo "**no**"; }
@@ -548,31 +600,38 @@ print_many_table() {
     echo "| ERROR log lines (supervise, every round) | | ${MANY_ERRORS:-0} | — | 0 | $(holds "${MANY_ERRORS:-0} == 0") |"
     echo
     echo "(CPU from /proc/PID/stat at $CLK_TCK ticks/s, scaled to a minute; context switches from the threads alive at each snapshot; latency: each appended line carries its write time, the sink logs its arrival.)"
+}
+
+print_daemon_table() {
     echo
-    echo "the machine: the daemon with 10 sessions of 10 children each ($SUP_CHILD_SIZE), all shipped, then $SUP_IDLE s idle"
+    echo "the machine: the daemon, 10 Codex sessions each under a stand-in for the kcap CLI's session watcher (examples/kcap_session.rs), 10 sub-agents per session appearing one every $DAEMON_EVERY_MS ms ($SUP_CHILD_SIZE each), all shipped, then $SUP_IDLE s idle"
     echo
     echo "| what | daemon | target | holds |"
     echo "|---|---|---|---|"
     if [[ -z $DAEMON_CPU ]]; then
-        echo "| total PSS of every kcap-watch process | n/a (no daemon command) | < 100 MiB | n/a |"
-        echo "| total idle CPU, s per minute | n/a (no daemon command) | < 0.2 | n/a |"
-    elif [[ $DAEMON_PSS == n/a* ]]; then
-        echo "| total PSS of every kcap-watch process | $DAEMON_PSS | < 100 MiB | n/a |"
-        echo "| total idle CPU, s per minute | (not measured) | < 0.2 | n/a |"
-    else
-        echo "| total PSS of every kcap-watch process ($DAEMON_PROCS) | $(mib_of_kib "$DAEMON_PSS") MiB | < 100 MiB | $(holds "$DAEMON_PSS < 102400") |"
-        echo "| total idle CPU, s per minute | $DAEMON_CPU | < 0.2 | $(holds "$DAEMON_CPU < 0.2") |"
+        echo "| every kcap-watch process | n/a ($DAEMON_WHY) | — | n/a |"
+        return 0
     fi
+    [[ -n $DAEMON_WHY ]] && echo "| **scenario incomplete** | $DAEMON_WHY | — | **no** |"
+    echo "| lines at the sink (of $DAEMON_TOTAL) | $DAEMON_LINES | all | $(holds "$DAEMON_LINES >= $DAEMON_TOTAL") |"
+    if [[ -n ${DAEMON_CLAIM_MED:-} && $DAEMON_CLAIM_MED != nan ]]; then
+        echo "| sub-agent header written → its key claimed (\`<session>-<child>.pid\`), $DAEMON_CLAIMED of 100 claimed | median $(r2 "$DAEMON_CLAIM_MED") ms, max $(r2 "$DAEMON_CLAIM_MAX") ms | 100 ms | median $(holds "$DAEMON_CLAIM_MED <= 100"), max $(holds "$DAEMON_CLAIM_MAX <= 100"); all claimed $(holds "$DAEMON_CLAIMED >= 100") |"
+    fi
+    echo "| total PSS of every kcap-watch process ($DAEMON_PROCS: the daemon and its supervisors), idle | $(mib_of_kib "$DAEMON_PSS") MiB | < 100 MiB | $(holds "$DAEMON_PSS < 102400") |"
+    echo "| total idle CPU of every kcap-watch process, s per minute | $DAEMON_CPU | < 0.2 | $(holds "$DAEMON_CPU < 0.2") |"
+    echo "| the daemon's context switches (wake-ups) while idle, per minute | $DAEMON_CTX | — | — |"
+    echo "| ERROR log lines (daemon and supervisors) | $DAEMON_ERRORS | 0 | $(holds "$DAEMON_ERRORS == 0") |"
 }
 
 if ((SUPERVISE_ONLY)); then
-    for n in $SUP_SIZES; do bench_many "$n"; done
+    ((DAEMON_ONLY)) || for n in $SUP_SIZES; do bench_many "$n"; done
     bench_daemon
     echo
-    echo "kcap-watch many-files performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
+    echo "kcap-watch $( ((DAEMON_ONLY)) && echo "daemon" || echo "many-files") performance, $(date -u +%Y-%m-%dT%H:%MZ), commit $REV$( ((QUICK)) && echo ', QUICK mode')"
     echo "machine: $MACHINE"
     echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine shares its 2 cores)"
-    print_many_table
+    ((DAEMON_ONLY)) || print_many_table
+    print_daemon_table
     echo
     echo "Commands run (from $ROOT):"
     for c in "${CMDS[@]}"; do echo "  $c"; done
@@ -972,6 +1031,7 @@ echo "| peak RSS (VmHWM) while shipping the $SIZE_MB MiB file | $(mib_of_kib "$T
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
 print_many_table
+print_daemon_table
 echo
 echo "Raw samples:"
 echo "  inspect --json wall s: $(cut -d' ' -f1 "$WORK/seed.inspect" | tr '\n' ' ')"
