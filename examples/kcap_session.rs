@@ -117,10 +117,9 @@ fn children(watchers: &Path, into: &Path, every: Duration, staged: &[PathBuf]) -
         let header: serde_json::Value = serde_json::from_slice(&text[..end])
             .with_context(|| format!("{}: the header is not JSON", path.display()))?;
         let payload = &header["payload"];
-        let (Some(child), Some(parent)) = (
-            payload["id"].as_str(),
-            payload["parent_thread_id"].as_str(),
-        ) else {
+        let (Some(child), Some(parent)) =
+            (payload["id"].as_str(), payload["parent_thread_id"].as_str())
+        else {
             bail!("{}: the header names no id and parent", path.display());
         };
         let key = watcher_key(&bare(parent), Some(&bare(child)));
