@@ -278,7 +278,16 @@ impl Daemon {
     /// Takes every newly watched session, forgets sessions no longer watched whose
     /// supervisor has ended.
     fn refresh(&mut self, now: Ts) {
-        let watched = match sessions::watched(&self.settings.watcher_dir, now) {
+        // A session whose supervisor runs is kept, watched or not (the supervisor's end is
+        // what lets it go), so it is not judged again: those verdicts were most of the idle
+        // poll's file reads.
+        let sessions = &self.sessions;
+        let running = |key: &str| {
+            sessions
+                .get(key)
+                .is_some_and(|s| matches!(s.supervisor, Supervisor::Running { .. }))
+        };
+        let watched = match sessions::watched(&self.settings.watcher_dir, now, running) {
             Ok(w) => w,
             Err(e) => {
                 warn!(

@@ -46,8 +46,15 @@ pub(crate) struct Watched {
     pub pid: u32,
 }
 
-/// Every watched session in `watcher_dir` at `now`, by key. A missing directory is none.
-pub(crate) fn watched(watcher_dir: &Path, now: Ts) -> io::Result<Vec<Watched>> {
+/// Every watched session in `watcher_dir` at `now`, by key, but those `settled` names: the
+/// caller's decision about them stands whatever the kcap CLI's verdict, so they are not
+/// judged (each verdict reads three files and the process's start). A missing directory is
+/// none.
+pub(crate) fn watched(
+    watcher_dir: &Path,
+    now: Ts,
+    settled: impl Fn(&str) -> bool,
+) -> io::Result<Vec<Watched>> {
     let entries = match fs::read_dir(watcher_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -59,7 +66,7 @@ pub(crate) fn watched(watcher_dir: &Path, now: Ts) -> io::Result<Vec<Watched>> {
         let Some(key) = name.to_str().and_then(|n| n.strip_suffix(".pid")) else {
             continue;
         };
-        if !is_session_key(key) {
+        if !is_session_key(key) || settled(key) {
             continue;
         }
         if let Verdict::Alive { pid } = judge_key(watcher_dir, key, now) {
@@ -277,6 +284,42 @@ mod tests {
         assert_eq!(
             LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
             None
+        );
+    }
+
+    #[test]
+    fn watched_sessions_are_alive_session_keys_and_settled_ones_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let token = crate::files::process_start_token(me).unwrap();
+        let now = Ts::now();
+        let other = "029fa9812dca7a319c553b1f0e6d2a01";
+        let child = format!("{KEY}-019fa9816ea27b028d115c2e9f7a4b02");
+        for key in [KEY, other, child.as_str()] {
+            let file = |suffix: &str| dir.path().join(format!("{key}.{suffix}"));
+            fs::write(file("pid"), format!("{me}\n{token}")).unwrap();
+            fs::write(file("started"), now.rfc3339()).unwrap();
+            fs::write(file("heartbeat"), now.rfc3339()).unwrap();
+        }
+        let keys = |settled: &dyn Fn(&str) -> bool| -> Vec<String> {
+            watched(dir.path(), now, settled)
+                .unwrap()
+                .into_iter()
+                .map(|w| {
+                    assert_eq!(w.pid, me);
+                    w.key
+                })
+                .collect()
+        };
+        // A child key is never a session.
+        assert_eq!(keys(&|_| false), vec![KEY.to_string(), other.to_string()]);
+        assert_eq!(keys(&|k| k == KEY), vec![other.to_string()]);
+        // A pid file naming a process that is not running is no watched session.
+        fs::write(dir.path().join(format!("{other}.pid")), "4194305\nlx:x:1").unwrap();
+        assert_eq!(keys(&|_| false), vec![KEY.to_string()]);
+        assert_eq!(
+            watched(&dir.path().join("missing"), now, |_| false).unwrap(),
+            vec![]
         );
     }
 
