@@ -100,8 +100,12 @@ impl LaunchFacts {
             .and_then(|(i, _)| {
                 let id = args.get(i + 1)?;
                 let path = args.get(i + 2)?;
-                (normalize_id(id).eq_ignore_ascii_case(key) && !path.starts_with('-'))
-                    .then(|| PathBuf::from(path))
+                // A relative path is relative to that process's directory, not the daemon's:
+                // it names nothing here, and the lookup under CODEX_HOME is used instead.
+                (normalize_id(id).eq_ignore_ascii_case(key)
+                    && !path.starts_with('-')
+                    && Path::new(path).is_absolute())
+                .then(|| PathBuf::from(path))
             });
         LaunchFacts {
             rollout,
@@ -313,6 +317,9 @@ mod tests {
             LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
             None
         );
+        // A relative path names a file in the daemon's directory, not the watcher's.
+        let relative = launch(&["kcap", "watch", KEY, "rollout-x.jsonl"], &[]);
+        assert_eq!(LaunchFacts::from_launch(&relative, KEY).rollout, None);
     }
 
     #[test]
