@@ -574,5 +574,11 @@ mod tests {
         for n in samples {
             assert!(known.contains(&n.event()), "{n:?}");
         }
+        // Every lifecycle route's two events, whichever notice carries them.
+        for kind in Lifecycle::ALL {
+            for event in [kind.posted_event(), kind.failed_event()] {
+                assert!(known.contains(&event), "{kind:?}: {event}");
+            }
+        }
     }
 }
