@@ -100,8 +100,12 @@ impl LaunchFacts {
             .and_then(|(i, _)| {
                 let id = args.get(i + 1)?;
                 let path = args.get(i + 2)?;
-                (normalize_id(id).eq_ignore_ascii_case(key) && !path.starts_with('-'))
-                    .then(|| PathBuf::from(path))
+                // A relative path is relative to that process's directory, not the daemon's:
+                // it names nothing here, and the lookup under CODEX_HOME is used instead.
+                (normalize_id(id).eq_ignore_ascii_case(key)
+                    && !path.starts_with('-')
+                    && Path::new(path).is_absolute())
+                .then(|| PathBuf::from(path))
             });
         LaunchFacts {
             rollout,
@@ -109,6 +113,41 @@ impl LaunchFacts {
             config_dir: launch.var("KCAP_CONFIG_DIR").map(PathBuf::from),
             codex_home: launch.var("CODEX_HOME").map(PathBuf::from),
         }
+    }
+}
+
+/// What a candidate rollout's first line says about it being session `key`'s.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RolloutCheck {
+    /// A `session_meta` naming `key` as its thread, with the session's `cwd` when it has one.
+    Names { cwd: Option<String> },
+    /// No complete first line yet: Codex writes the header lazily.
+    NotYet,
+    /// Another thread's rollout (a symbolic link or a command line naming another session's
+    /// file), or no rollout at all: never the session's.
+    Not(String),
+}
+
+/// Reads `path`'s header (its first line only: nothing else of another session is read) and
+/// says whether it is session `key`'s rollout.
+pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
+    use crate::supervise::discover::{Header, read_header};
+    match read_header(path) {
+        Ok(Header::Meta(meta)) => {
+            let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();
+            if id.eq_ignore_ascii_case(key) {
+                RolloutCheck::Names { cwd: meta.cwd }
+            } else if id.is_empty() {
+                RolloutCheck::Not(format!("{} names no thread id", path.display()))
+            } else {
+                RolloutCheck::Not(format!("{} is the rollout of thread {id}", path.display()))
+            }
+        }
+        Ok(Header::NotYet) => RolloutCheck::NotYet,
+        Ok(Header::NotRollout) => {
+            RolloutCheck::Not(format!("{} is not a Codex rollout", path.display()))
+        }
+        Err(e) => RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
     }
 }
 
@@ -278,6 +317,9 @@ mod tests {
             LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
             None
         );
+        // A relative path names a file in the daemon's directory, not the watcher's.
+        let relative = launch(&["kcap", "watch", KEY, "rollout-x.jsonl"], &[]);
+        assert_eq!(LaunchFacts::from_launch(&relative, KEY).rollout, None);
     }
 
     #[test]
@@ -296,6 +338,42 @@ mod tests {
             Some(("https://store".into(), ServerSource::TokenStore))
         );
         assert_eq!(choose_server(None, None, || None), None);
+    }
+
+    #[test]
+    fn a_rollout_is_the_sessions_only_when_its_header_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = |id: &str| {
+            format!(
+                "{{\"timestamp\":\"2026-07-28T10:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"{id}\",\"cwd\":\"/src\"}}}}\n"
+            )
+        };
+        let ours = dir.path().join("ours.jsonl");
+        fs::write(&ours, meta(&dashed(KEY))).unwrap();
+        assert_eq!(
+            check_rollout(&ours, KEY),
+            RolloutCheck::Names {
+                cwd: Some("/src".into())
+            }
+        );
+        let other = dir.path().join("other.jsonl");
+        fs::write(&other, meta("029fa981-2dca-7a31-9c55-3b1f0e6d2a01")).unwrap();
+        assert!(
+            matches!(check_rollout(&other, KEY), RolloutCheck::Not(why) if why.contains("029fa9812dca7a319c553b1f0e6d2a01"))
+        );
+        // A header still being written, or no file at all.
+        let partial = dir.path().join("partial.jsonl");
+        fs::write(&partial, &meta(KEY)[..40]).unwrap();
+        assert_eq!(check_rollout(&partial, KEY), RolloutCheck::NotYet);
+        assert!(matches!(
+            check_rollout(&dir.path().join("missing.jsonl"), KEY),
+            RolloutCheck::Not(_)
+        ));
+        let not_codex = dir.path().join("notes.txt");
+        fs::write(&not_codex, "hello\n").unwrap();
+        assert!(
+            matches!(check_rollout(&not_codex, KEY), RolloutCheck::Not(why) if why.contains("not a Codex rollout"))
+        );
     }
 
     #[test]
