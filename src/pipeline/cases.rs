@@ -231,12 +231,12 @@ fn run(case: &Case) {
                 let hook = match *which {
                     "stop" => d.p.stop_hook(),
                     "start" => d.p.start_hook(),
-                    "session-end" => d
-                        .p
-                        .hooks
-                        .owed(Lifecycle::SessionEnd)
-                        .cloned()
-                        .unwrap_or_else(|| panic!("{at}: no session end owed")),
+                    "session-end" => {
+                        d.p.hooks
+                            .owed(Lifecycle::SessionEnd)
+                            .cloned()
+                            .unwrap_or_else(|| panic!("{at}: no session end owed"))
+                    }
                     other => panic!("{at}: {other}"),
                 };
                 let result = match result {
