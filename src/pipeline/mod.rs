@@ -424,13 +424,13 @@ impl Pipeline {
             .is_some()
             .then(|| self.delivery.next_retry())
             .flatten();
-        let decisions: [Option<Ts>; 4] = match self.end.step() {
+        let moves = match self.end.step() {
             None => {
                 let due = self.due();
                 let stop_actionable = !self.hooks.in_flight(Lifecycle::SubagentStop)
                     && self.identity.is_some()
                     && self.lines_through_turn_end();
-                [
+                vec![
                     due.subagent_stop.filter(|_| stop_actionable),
                     due.idle_end,
                     due.stall_warning,
@@ -441,10 +441,10 @@ impl Pipeline {
                 let stop = (step == Step::Lifecycle && self.stop_attempt_wanted())
                     .then(|| self.due().subagent_stop)
                     .flatten();
-                [self.end.next_wake(now), stop, None, None]
+                vec![self.end.next_wake(now), stop]
             }
         };
-        std::iter::once(retry).chain(decisions).flatten().min()
+        moves.into_iter().chain([retry]).flatten().min()
     }
 
     /// Handles one event at `now`; the actions are to be performed in order.
