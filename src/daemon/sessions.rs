@@ -132,6 +132,12 @@ pub(crate) enum RolloutCheck {
 /// says whether it is session `key`'s rollout.
 pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
     use crate::supervise::discover::{Header, read_header};
+    // Opening a named pipe would block the daemon until some writer opened it.
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return RolloutCheck::Not(format!("{} is not a regular file", path.display())),
+        Err(e) => return RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
+    }
     match read_header(path) {
         Ok(Header::Meta(meta)) => {
             let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();
@@ -164,10 +170,15 @@ pub(crate) fn find_rollout(codex_home: &Path, key: &str) -> Option<PathBuf> {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with("rollout-") && name.to_ascii_lowercase().ends_with(&suffix) {
-                let mtime = e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                // Only a regular file (or a link to one) can be a rollout: a named pipe
+                // would hang whoever opened it.
+                let Ok(meta) = fs::metadata(e.path()) else {
+                    continue;
+                };
+                if !meta.is_file() {
+                    continue;
+                }
+                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 out.push((mtime, e.path()));
             }
         }
@@ -373,6 +384,33 @@ mod tests {
         fs::write(&not_codex, "hello\n").unwrap();
         assert!(
             matches!(check_rollout(&not_codex, KEY), RolloutCheck::Not(why) if why.contains("not a Codex rollout"))
+        );
+    }
+
+    /// A named pipe where a rollout would be is never opened (which would block until some
+    /// writer opened it, hanging the daemon).
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_where_a_rollout_would_be_is_never_opened() {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join("sessions/2026/07/28");
+        fs::create_dir_all(&day).unwrap();
+        let fifo = day.join(format!("rollout-2026-07-28T10-00-00-{}.jsonl", dashed(KEY)));
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (h, f) = (home.path().to_path_buf(), fifo.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((find_rollout(&h, KEY), check_rollout(&f, KEY)));
+        });
+        let (found, check) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("opened the named pipe and blocked");
+        assert_eq!(found, None);
+        assert!(
+            matches!(&check, RolloutCheck::Not(why) if why.contains("not a regular file")),
+            "{check:?}"
         );
     }
 

@@ -159,15 +159,32 @@ impl World {
 
     /// The daemon, with no KCAP_URL of its own: the server comes from the session watchers.
     fn daemon(&self, log: &str) -> Child {
+        self.daemon_with(log, &[])
+    }
+
+    /// [`World::daemon`] with more variables set.
+    fn daemon_with(&self, log: &str, env: &[(&str, &str)]) -> Child {
         let mut c = kcap_watch(&self.config);
         c.env_remove("CODEX_HOME")
             .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
             .env("KCAP_WATCH_POLL_MS", "100")
             .env("KCAP_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
             .arg("daemon")
             .stdout(Stdio::null())
             .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
         c.spawn().unwrap()
+    }
+
+    /// Waits until the stand-in of every session in `ids` has written its pid file.
+    fn standins_started(&self, ids: &[Ids]) {
+        let watchers = self.config.join("watchers");
+        assert!(
+            wait_for(WAIT, || ids
+                .iter()
+                .all(|i| watchers.join(format!("{}.pid", i.key())).exists())),
+            "the stand-ins did not start"
+        );
     }
 
     fn daemon_status(&self) -> Option<Value> {
@@ -587,21 +604,12 @@ fn a_session_whose_rollout_appears_after_its_watcher_is_taken_once_it_does_and_n
     let _stand1 = w.standin(s1, &r1);
     let _stand2 = w.standin(s2, &r2);
     let watchers = w.config.join("watchers");
-    assert!(wait_for(WAIT, || watchers
-        .join(format!("{}.pid", s1.key()))
-        .exists()
-        && watchers.join(format!("{}.pid", s2.key())).exists()));
-    let mut c = kcap_watch(&w.config);
-    c.env_remove("CODEX_HOME")
-        .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
-        .env("KCAP_WATCH_POLL_MS", "100")
-        .env("KCAP_LOG_FORMAT", "json")
-        // Session 2's cwd (set below) is excluded; session 1's is not.
-        .env("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")
-        .arg("daemon")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(w.tmp.path().join("daemon.log")).unwrap());
-    let mut daemon = c.spawn().unwrap();
+    w.standins_started(&[s1, s2]);
+    // Session 2's cwd (set below) is excluded; session 1's is not.
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")],
+    );
     let reason = |ids: Ids| {
         w.daemon_status().and_then(|s| {
             s["sessions_skipped"]
@@ -682,19 +690,11 @@ fn a_command_line_naming_another_sessions_rollout_is_not_taken_for_it() {
     let link = w.tmp.path().join("elsewhere.jsonl");
     std::os::unix::fs::symlink(&r2, &link).unwrap();
     let _stand1 = w.standin(s1, &link);
-    let watchers = w.config.join("watchers");
-    assert!(wait_for(WAIT, || watchers
-        .join(format!("{}.pid", s1.key()))
-        .exists()));
-    let mut c = kcap_watch(&w.config);
-    c.env_remove("CODEX_HOME")
-        .env("KCAP_WATCH_POLL_MS", "100")
-        .env("KCAP_LOG_FORMAT", "json")
-        .env("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")
-        .arg("daemon")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(w.tmp.path().join("daemon.log")).unwrap());
-    let mut daemon = c.spawn().unwrap();
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")],
+    );
     // The session is found under CODEX_HOME by its id instead, and excluded by its own cwd.
     assert!(
         wait_for(WAIT, || w.daemon_status().is_some_and(|s| {
@@ -849,19 +849,8 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let r1 = w.session(s1);
     let stand = w.standin(s1, &r1);
     let watchers = w.config.join("watchers");
-    assert!(wait_for(WAIT, || watchers
-        .join(format!("{}.pid", s1.key()))
-        .exists()));
-    let mut c = kcap_watch(&w.config);
-    c.env_remove("CODEX_HOME")
-        .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
-        .env("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")
-        .env("KCAP_WATCH_POLL_MS", "100")
-        .env("KCAP_LOG_FORMAT", "json")
-        .arg("daemon")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(w.tmp.path().join("daemon.log")).unwrap());
-    let mut daemon = c.spawn().unwrap();
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon_with("daemon.log", &[("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")]);
     assert!(
         wait_for(WAIT, || w.supervisor_pid(s1).is_some()),
         "{}",
