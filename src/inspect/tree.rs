@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{InspectRequest, Report, inspect_folded, open_rollout, write_text};
-use crate::decide::{Ceiling, CeilingStep, Windows};
+use super::{InspectRequest, Report, inspect_folded, modelled, open_rollout, write_text};
+use crate::decide::Windows;
 use crate::error::UsageError;
 use crate::files::{check_id, watcher_key};
 use crate::fold::State;
@@ -202,11 +202,12 @@ pub fn inspect_tree(
             .held
             .then(|| watcher.started.as_deref().and_then(Ts::parse_rfc3339))
             .flatten();
-        let lifetime_ceiling = req.lifetime.map(|lifetime| {
+        let lifetime_ceiling = req.lifetime.and_then(|lifetime| {
             ceiling(
                 live_start,
                 lifetime,
                 req.max_pause_credit,
+                &windows_for(Role::Child),
                 state.as_ref(),
                 req.now,
             )
@@ -276,32 +277,33 @@ fn watcher_report(files: &KeyFiles, key: String, now: Ts) -> WatcherReport {
 }
 
 /// The ceiling of the live watcher (started at `live_start`), extended by the pause credit
-/// it has earned by `now`; without one, the ceiling of a watcher started at `now`.
+/// it has earned by `now`; without one, the ceiling of a watcher started at `now`. The
+/// pipeline such a watcher runs says when.
 fn ceiling(
     live_start: Option<Ts>,
     lifetime: Duration,
     cap: Duration,
+    windows: &Windows,
     state: Option<&State>,
     now: Ts,
-) -> CeilingReport {
+) -> Option<CeilingReport> {
     let (started, counted_from) = match live_start {
         Some(at) => (at, "live watcher start"),
         None => (now, "now"),
     };
-    let mut c = Ceiling::new(started, lifetime, cap);
-    let pauses = state.map(|s| s.pauses.as_slice()).unwrap_or_default();
-    // Every grant adds at least a second of a capped credit, so this ends; the bound only
-    // guards against a cap of years.
-    for _ in 0..100_000 {
-        match c.step(pauses, now) {
-            CeilingStep::Granted(_) => continue,
-            CeilingStep::NotYet(_) | CeilingStep::Fire => break,
-        }
-    }
-    CeilingReport {
-        at: c.deadline.rfc3339(),
+    let seeded = state.map(|s| (s.clone(), s.counters.lines, false));
+    let pipeline = modelled(
+        Path::new(""),
+        Role::Child,
+        windows,
+        Some((lifetime, cap)),
+        started,
+        seeded,
+    );
+    Some(CeilingReport {
+        at: pipeline.due_at(now).lifetime_ceiling?.rfc3339(),
         counted_from,
-    }
+    })
 }
 
 /// Prints the tree for people: the root's block, then one block per descendant, indented by
