@@ -304,6 +304,9 @@ fn modelled(
 
 /// Prints the report for people.
 pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    // Agent messages, tool names and paths come from the rollout: each line is written with its
+    // control characters escaped.
+    let out = &mut crate::logging::OneLineWriter::new(out);
     let none = || "-".to_string();
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(none);
     writeln!(out, "rollout        {}", r.path)?;

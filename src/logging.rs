@@ -127,6 +127,11 @@ impl<'a> OneLineWriter<'a> {
         self.out.write_all(escape(line).as_bytes())?;
         self.out.write_all(end.as_bytes())
     }
+
+    /// Lines another `OneLineWriter` already wrote (escaped), as they are.
+    pub(crate) fn write_raw(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.out.write_all(lines)
+    }
 }
 
 fn push_escaped(out: &mut String, c: char) {

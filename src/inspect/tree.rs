@@ -308,7 +308,10 @@ fn ceiling(
 
 /// Prints the tree for people: the root's block, then one block per descendant, indented by
 /// its depth.
-pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<()> {
+pub fn write_tree_text(t: &TreeReport, raw_out: &mut dyn Write) -> std::io::Result<()> {
+    // Every line with its control characters escaped (paths, ids and agent messages are
+    // untrusted text).
+    let out = &mut crate::logging::OneLineWriter::new(raw_out);
     let n = t.descendants.len();
     writeln!(
         out,
@@ -322,7 +325,9 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
         "watchers       {} (liveness judged at {})",
         t.watcher_dir, t.judged_at
     )?;
-    write_text(&t.root, out)?;
+    let mut root = Vec::new();
+    write_text(&t.root, &mut root)?;
+    out.write_raw(&root)?;
     for d in &t.descendants {
         let indent = "    ".repeat(d.depth as usize);
         let kind = d
@@ -339,7 +344,8 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
             d.depth,
             d.parent_id
         )?;
-        let mut block = Vec::new();
+        let mut block_bytes = Vec::new();
+        let block = &mut crate::logging::OneLineWriter::new(&mut block_bytes);
         writeln!(
             block,
             "started        {}",
@@ -376,9 +382,12 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
             writeln!(block, "error          {e}")?;
         }
         if let Some(r) = &d.report {
-            write_text(r, &mut block)?;
+            let mut report = Vec::new();
+            write_text(r, &mut report)?;
+            block.write_raw(&report)?;
         }
-        for line in String::from_utf8_lossy(&block).lines() {
+        // Already escaped: each of these lines is one line of the block.
+        for line in String::from_utf8_lossy(&block_bytes).lines() {
             writeln!(out, "{indent}{line}")?;
         }
     }
