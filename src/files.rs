@@ -117,6 +117,35 @@ pub(crate) fn open_private(options: &OpenOptions, path: &Path) -> io::Result<Fil
     crate::platform::private_file::open(options, path)
 }
 
+/// Reads a small text file someone else may write (the kcap CLI's pid, started and heartbeat
+/// files, a lock's pid): a link is followed, but a named pipe or device at the path is refused
+/// without waiting for a writer, and more than `max` bytes is an error rather than memory.
+pub(crate) fn read_small(path: &Path, max: u64) -> io::Result<String> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(crate::platform::private_file::not_regular(path));
+    }
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(file, max + 1), &mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} holds more than {max} bytes", path.display()),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The most a pid, started, heartbeat or lock file holds (a pid and a start token).
+pub(crate) const SMALL_FILE_MAX: u64 = 4096;
+
 /// Reads a whole file without following a symbolic link at `path`.
 pub(crate) fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
     let mut file = open_private(private_options().read(true), path)?;
@@ -492,7 +521,7 @@ fn pid_file_content(pid: u32) -> String {
 }
 
 fn read_pid_file(path: &Path) -> Option<u32> {
-    let text = fs::read_to_string(path).ok()?;
+    let text = read_small(path, SMALL_FILE_MAX).ok()?;
     text.lines().next()?.trim().parse().ok()
 }
 
@@ -791,6 +820,61 @@ pub(crate) fn with_context(e: io::Error, context: String) -> io::Error {
 mod tests {
     use super::*;
 
+    /// Runs `f` on another thread and fails the test if it has not returned within 20 s (it
+    /// blocked, as opening a named pipe without a writer does).
+    #[cfg(unix)]
+    fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("blocked on a named pipe")
+    }
+
+    /// A named pipe planted where kcap-watch or the kcap CLI keeps a file (a pid file, a
+    /// lock, a status file, a spool) is refused at once: opening it for reading would wait for
+    /// a writer forever, hanging the watcher, `status` or the daemon.
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_at_a_files_path_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "019fa9812dca7a319c553b1f0e6d2a01";
+        for name in [format!("{key}.pid"), format!("{key}.lock"), "x.json".into()] {
+            let c = std::ffi::CString::new(dir.path().join(&name).as_os_str().as_encoded_bytes())
+                .unwrap();
+            // SAFETY: mkfifo with a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        let d = dir.path().to_path_buf();
+        let e = returns(move || read_small(&d.join(format!("{key}.pid")), SMALL_FILE_MAX));
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        let d = dir.path().to_path_buf();
+        let e = returns(move || read_nofollow(&d.join("x.json")));
+        assert!(e.unwrap_err().to_string().contains("not a regular file"));
+        let d = dir.path().to_path_buf();
+        assert!(!returns(move || ExclusiveLock::is_held(
+            &d.join(format!("{key}.lock"))
+        )));
+        let d = dir.path().to_path_buf();
+        let files = returns(move || crate::host::ownership::KeyFiles::read(&d, key));
+        assert_eq!(files.pid_file, None);
+    }
+
+    /// A pid file is a pid and a start token: a huge one is refused, not read into memory.
+    #[test]
+    fn a_huge_small_file_is_refused_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.pid");
+        fs::write(&path, "1".repeat(SMALL_FILE_MAX as usize)).unwrap();
+        assert!(read_small(&path, SMALL_FILE_MAX).is_ok());
+        fs::write(&path, "1".repeat(SMALL_FILE_MAX as usize + 1)).unwrap();
+        assert_eq!(
+            read_small(&path, SMALL_FILE_MAX).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
     /// One thread beats every key (issue 18): a key taken while the thread sleeps out a long
     /// period is beaten at once, not at the next round (a fresh `watch`'s first beat replaces
     /// the heartbeat name a killed predecessor's slot still holds), and a removed key is never
@@ -897,6 +981,6 @@ impl ExclusiveLock {
 
     /// The pid the holder wrote into the file at `path`.
     pub fn holder_pid(path: &Path) -> Option<u32> {
-        fs::read_to_string(path).ok()?.trim().parse().ok()
+        read_small(path, SMALL_FILE_MAX).ok()?.trim().parse().ok()
     }
 }

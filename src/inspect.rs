@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -189,24 +190,15 @@ fn build_report(
     let watcher_start = now;
     // The pipeline a watcher started now would run: its due times and what it would owe are
     // the report's (no lifetime ceiling here: `--tree` reports it per descendant).
-    let config = PipelineConfig {
-        online: false,
-        child: *windows,
-        session: *windows,
-        lifetime: None,
-        max_pause_credit: std::time::Duration::ZERO,
-        stop_retry: std::time::Duration::ZERO,
-    };
-    let pipeline = Pipeline::new(
-        config,
-        String::new(),
-        req.path.to_path_buf(),
+    let pipeline = modelled(
+        req.path,
         identity.role,
-        false,
+        windows,
+        None,
         watcher_start,
         Some((state.clone(), state.counters.lines, partial > 0)),
     );
-    let due = pipeline.due();
+    let due = pipeline.due_at(now);
     let owed = pipeline.owed_at_exit(WatcherEnd::Idle, now);
     let c = state.counters;
     Report {
@@ -280,8 +272,41 @@ fn build_report(
     }
 }
 
+/// The pipeline a watcher of `path` started at `started` would run over what seeding folded
+/// (`lifetime`: its ceiling and the cap on pause credit). It is only asked, never driven:
+/// `inspect` shows what it says is due, so the two cannot drift.
+fn modelled(
+    path: &Path,
+    role: Role,
+    windows: &Windows,
+    lifetime: Option<(Duration, Duration)>,
+    started: Ts,
+    seeded: Option<(State, u64, bool)>,
+) -> Pipeline {
+    let config = PipelineConfig {
+        online: false,
+        child: *windows,
+        session: *windows,
+        lifetime: lifetime.map(|(l, _)| l),
+        max_pause_credit: lifetime.map_or(Duration::ZERO, |(_, cap)| cap),
+        stop_retry: Duration::ZERO,
+    };
+    Pipeline::new(
+        config,
+        String::new(),
+        path.to_path_buf(),
+        role,
+        false,
+        started,
+        seeded,
+    )
+}
+
 /// Prints the report for people.
 pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    // Agent messages, tool names and paths come from the rollout: each line is written with its
+    // control characters escaped.
+    let out = &mut crate::logging::OneLineWriter::new(out);
     let none = || "-".to_string();
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(none);
     writeln!(out, "rollout        {}", r.path)?;

@@ -97,13 +97,41 @@ pub fn fatal_to_file(message: &str) {
 
 /// `text` with every control character written as an escape (`\n`, `\r`, `\t`, `\u{1b}`), for
 /// untrusted text placed in a message meant for one line.
-#[cfg(test)]
 pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         push_escaped(&mut out, c);
     }
     out
+}
+
+/// A writer for a command's own output whose every `writeln!` is one line: control characters
+/// inside it (from a path, a server's error text, an agent's message) are escaped, so none can
+/// forge a line or reach a terminal as an escape sequence.
+pub(crate) struct OneLineWriter<'a> {
+    out: &'a mut dyn Write,
+}
+
+impl<'a> OneLineWriter<'a> {
+    pub(crate) fn new(out: &'a mut dyn Write) -> OneLineWriter<'a> {
+        OneLineWriter { out }
+    }
+
+    /// What `writeln!` calls: the formatted line, escaped, then its newline.
+    pub(crate) fn write_fmt(&mut self, args: std::fmt::Arguments<'_>) -> io::Result<()> {
+        let text = args.to_string();
+        let (line, end) = match text.strip_suffix('\n') {
+            Some(line) => (line, "\n"),
+            None => (text.as_str(), ""),
+        };
+        self.out.write_all(escape(line).as_bytes())?;
+        self.out.write_all(end.as_bytes())
+    }
+
+    /// Lines another `OneLineWriter` already wrote (escaped), as they are.
+    pub(crate) fn write_raw(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.out.write_all(lines)
+    }
 }
 
 fn push_escaped(out: &mut String, c: char) {

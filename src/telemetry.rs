@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::ship::protocol::Failure;
+use crate::ship::protocol::{Failure, Lifecycle};
 use crate::time::Ts;
 
 /// Something a pipeline did or met.
@@ -98,18 +98,16 @@ pub(crate) enum Notice {
         retry_in: Duration,
         error: String,
     },
-    SubagentStartPosted,
-    SubagentStartFailed {
-        failure: Failure,
+    /// The server acknowledged a lifecycle request.
+    HookPosted {
+        kind: Lifecycle,
     },
-    SubagentStopPosted,
-    SubagentStopFailed {
+    /// A post of a lifecycle request failed: it is tried again in `retry_in`, or (`None`)
+    /// spooled.
+    HookFailed {
+        kind: Lifecycle,
         failure: Failure,
-        retry_in: Duration,
-    },
-    SessionEndPosted,
-    SessionEndFailed {
-        failure: Failure,
+        retry_in: Option<Duration>,
     },
     HookSpooled {
         route: &'static str,
@@ -178,12 +176,8 @@ impl Notice {
             | Notice::StopNotSpooled { .. } => "spooled",
             Notice::SpoolFailed { .. } => "spool_failed",
             Notice::RefusedFull { .. } => "refused_full",
-            Notice::SubagentStartPosted => "subagent_start_posted",
-            Notice::SubagentStartFailed { .. } => "subagent_start_failed",
-            Notice::SubagentStopPosted => "subagent_stop_posted",
-            Notice::SubagentStopFailed { .. } => "subagent_stop_failed",
-            Notice::SessionEndPosted => "session_end_posted",
-            Notice::SessionEndFailed { .. } => "session_end_failed",
+            Notice::HookPosted { kind } => kind.posted_event(),
+            Notice::HookFailed { kind, .. } => kind.failed_event(),
             Notice::PauseExtensionGranted { .. } => "pause_extension_granted",
             Notice::LifetimeCeiling { .. } => "lifetime_ceiling",
             Notice::IdleEnd { .. } => "idle_end",
@@ -218,14 +212,8 @@ impl Notice {
                 "transcript spool is full (8 MiB); line {first_line} and later were not kept"
             ),
             Notice::SpoolFailed { error, .. } => format!("failed to spool lines: {error}"),
-            Notice::SubagentStartFailed { failure } => {
-                format!("failed to post subagent-start: {failure}")
-            }
-            Notice::SubagentStopFailed { failure, .. } => {
-                format!("failed to post subagent-stop: {failure}")
-            }
-            Notice::SessionEndFailed { failure } => {
-                format!("failed to post session-end: {failure}")
+            Notice::HookFailed { kind, failure, .. } => {
+                format!("failed to post {}: {failure}", kind.name())
             }
             Notice::HookSpoolFull { route, .. } => format!("hook spool is full; {route} not kept"),
             Notice::HookSpoolFailed { route, error, .. } => {
@@ -404,22 +392,22 @@ pub(crate) fn log(notice: &Notice) {
         } => {
             error!(event, session = %session, first_line, retry_in_ms = retry_in.as_millis() as u64, "failed to spool lines of session {session}: {error}; line {first_line} and later are not kept yet, retrying in {retry_in:?}");
         }
-        Notice::SubagentStartPosted => {
-            info!(event, "posted subagent-start (no stream existed)");
+        Notice::HookPosted { kind } => {
+            info!(event, "posted {}{}", kind.name(), kind.posted_because());
         }
-        Notice::SubagentStartFailed { failure: f } => {
-            warn!(event, error = %f, "failed to post subagent-start: {f}; spooling it");
-        }
-        Notice::SubagentStopPosted => info!(event, "posted subagent-stop"),
-        Notice::SubagentStopFailed {
+        Notice::HookFailed {
+            kind,
             failure: f,
-            retry_in,
+            retry_in: Some(retry_in),
         } => {
-            warn!(event, status = f.status(), error = %f, "failed to post subagent-stop: {f}; retrying in {retry_in:?}");
+            warn!(event, status = f.status(), error = %f, "failed to post {}: {f}; retrying in {retry_in:?}", kind.name());
         }
-        Notice::SessionEndPosted => info!(event, "posted session-end"),
-        Notice::SessionEndFailed { failure: f } => {
-            warn!(event, error = %f, "failed to post session-end: {f}; spooling it");
+        Notice::HookFailed {
+            kind,
+            failure: f,
+            retry_in: None,
+        } => {
+            warn!(event, error = %f, "failed to post {}: {f}; spooling it", kind.name());
         }
         Notice::HookSpooled { route } => info!(event, route, "spooled {route} request"),
         Notice::HookSpoolFull { route, session } => error!(
@@ -523,7 +511,12 @@ mod tests {
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
         assert_eq!(e.at, later);
         // A success is not an error: the last error stays until another one.
-        c.apply(&Notice::SubagentStopPosted, later);
+        c.apply(
+            &Notice::HookPosted {
+                kind: Lifecycle::SubagentStop,
+            },
+            later,
+        );
         assert_eq!(c.last_error, Some(e));
         // The server losing lines moves the confirmed count back.
         c.apply(
@@ -561,9 +554,15 @@ mod tests {
             "watcher_exiting",
         ];
         let samples = [
-            Notice::SubagentStopPosted,
-            Notice::SessionEndPosted,
-            Notice::SubagentStartPosted,
+            Notice::HookPosted {
+                kind: Lifecycle::SubagentStop,
+            },
+            Notice::HookPosted {
+                kind: Lifecycle::SessionEnd,
+            },
+            Notice::HookPosted {
+                kind: Lifecycle::SubagentStart,
+            },
             Notice::HookSpooled {
                 route: "subagent-stop",
             },
@@ -574,6 +573,12 @@ mod tests {
         ];
         for n in samples {
             assert!(known.contains(&n.event()), "{n:?}");
+        }
+        // Every lifecycle route's two events, whichever notice carries them.
+        for kind in Lifecycle::ALL {
+            for event in [kind.posted_event(), kind.failed_event()] {
+                assert!(known.contains(&event), "{kind:?}: {event}");
+            }
         }
     }
 }

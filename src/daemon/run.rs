@@ -23,13 +23,13 @@ use tracing::{error, info, warn};
 
 use super::DaemonSettings;
 use super::policy::{Ended, Next, Restarts};
-use super::sessions::{self, LaunchFacts, ServerSource};
+use super::sessions::{self, LaunchFacts, RolloutCheck, ServerSource};
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
 use crate::host::notifier::Notifier;
 use crate::platform::{detached, proc_info};
 use crate::status_file::{self, SkippedSession, StatusFile, TakenSession, Writer};
-use crate::supervise::discover::{CodexLayout, Discovery, Found, Header, read_header};
+use crate::supervise::discover::{CodexLayout, Discovery, Found};
 use crate::time::Ts;
 
 /// How long the daemon waits for its supervisors after asking them to end (they spool within
@@ -75,6 +75,16 @@ struct Session {
     restarts: Restarts,
 }
 
+/// A session the daemon leaves alone, for now or for as long as its session watcher lives.
+#[derive(Debug)]
+struct Skipped {
+    watcher_pid: u32,
+    reason: String,
+    /// Judged again at each look at the watcher directory (within one safety-net poll):
+    /// Codex creates the rollout, and writes its header, lazily.
+    retry: bool,
+}
+
 struct Exit {
     key: String,
     generation: u64,
@@ -85,8 +95,9 @@ pub(crate) struct Daemon {
     settings: DaemonSettings,
     exe: PathBuf,
     sessions: BTreeMap<String, Session>,
-    /// Sessions left alone, with the watcher pid they were judged under and why.
-    skipped: BTreeMap<String, (u32, String)>,
+    /// Sessions left alone, with the watcher pid they were judged under, why, and whether
+    /// they are looked at again (a rollout not written yet) or not (excluded, no server).
+    skipped: BTreeMap<String, Skipped>,
     notifier: Notifier,
     exits_tx: mpsc::UnboundedSender<Exit>,
     exits: mpsc::UnboundedReceiver<Exit>,
@@ -301,12 +312,12 @@ impl Daemon {
         let live: HashMap<&str, u32> = watched.iter().map(|w| (w.key.as_str(), w.pid)).collect();
         let before = (self.sessions.len(), self.skipped.len());
         self.skipped
-            .retain(|k, (pid, _)| live.get(k.as_str()) == Some(&*pid));
+            .retain(|k, s| live.get(k.as_str()) == Some(&s.watcher_pid));
         self.sessions.retain(|k, s| {
             live.contains_key(k.as_str()) || matches!(s.supervisor, Supervisor::Running { .. })
         });
         for w in &watched {
-            if self.skipped.contains_key(&w.key) {
+            if self.skipped.get(&w.key).is_some_and(|s| !s.retry) {
                 continue;
             }
             if let Some(s) = self.sessions.get_mut(&w.key) {
@@ -330,25 +341,75 @@ impl Daemon {
             .codex_home
             .clone()
             .or_else(|| self.settings.codex_home.clone());
-        let rollout = facts.rollout.clone().filter(|p| p.is_file()).or_else(|| {
-            let home = codex_home.clone().or_else(default_codex_home)?;
-            sessions::find_rollout(&home, key)
-        });
-        let skip = |this: &mut Daemon, reason: String| {
-            info!(event = "session_skipped", key = %key, "leaving session {key} to the kcap CLI: {reason}");
-            this.skipped.insert(key.to_owned(), (watcher_pid, reason));
-            this.dirty = true;
+        // The command line's rollout, else the one under CODEX_HOME, each only when its
+        // header names this session (S2.1: a link or a command line naming another session's
+        // file must not decide the layout or the cwd that KCAP_WATCH_EXCLUDE judges).
+        let mut not_its = Vec::new();
+        let mut its = |path: PathBuf| match sessions::check_rollout(&path, key) {
+            RolloutCheck::Not(why) => {
+                not_its.push(why);
+                None
+            }
+            check => Some((path, check)),
         };
-        let Some(rollout) = rollout else {
-            return skip(
-                self,
-                "no rollout found (the session watcher's command line names none, and none is under CODEX_HOME)".into(),
+        let found = facts
+            .rollout
+            .clone()
+            .filter(|p| p.is_file())
+            .and_then(&mut its)
+            .or_else(|| {
+                let home = codex_home.clone().or_else(default_codex_home)?;
+                sessions::find_rollout(&home, key).and_then(&mut its)
+            });
+        let skip = |this: &mut Daemon, reason: String, retry: bool| {
+            let said = this
+                .skipped
+                .get(key)
+                .is_some_and(|s| s.watcher_pid == watcher_pid && s.reason == reason);
+            if !said {
+                info!(event = "session_skipped", key = %key, retry, "leaving session {key} to the kcap CLI{}: {reason}", if retry { " for now" } else { "" });
+                this.dirty = true;
+            }
+            this.skipped.insert(
+                key.to_owned(),
+                Skipped {
+                    watcher_pid,
+                    reason,
+                    retry,
+                },
             );
         };
-        let cwd = match read_header(&rollout) {
-            Ok(Header::Meta(meta)) => meta.cwd,
+        let Some((rollout, check)) = found else {
+            let reason = if not_its.is_empty() {
+                "no rollout yet (the session watcher's command line names none that exists, and none is under CODEX_HOME)".to_owned()
+            } else {
+                format!("no rollout of it yet: {}", not_its.join("; "))
+            };
+            return skip(self, reason, true);
+        };
+        let header_written = check != RolloutCheck::NotYet;
+        let cwd = match check {
+            RolloutCheck::Names { cwd } => cwd,
             _ => None,
         };
+        if cwd.is_none() && !self.settings.exclude.is_empty() {
+            // Unknown cwd, and patterns to judge it by: never take a session that may be
+            // excluded. A header still to be written is waited for.
+            return if header_written {
+                skip(
+                    self,
+                    "its rollout's header names no cwd to judge by KCAP_WATCH_EXCLUDE".into(),
+                    false,
+                )
+            } else {
+                skip(
+                    self,
+                    "its rollout's header is not written yet, and KCAP_WATCH_EXCLUDE needs its cwd"
+                        .into(),
+                    true,
+                )
+            };
+        }
         if let Some(cwd) = &cwd
             && let Some(pattern) =
                 super::exclude::excluded_by(&self.settings.exclude, cwd).map(str::to_owned)
@@ -356,6 +417,7 @@ impl Daemon {
             return skip(
                 self,
                 format!("its cwd {cwd} matches KCAP_WATCH_EXCLUDE pattern {pattern}"),
+                false,
             );
         }
         let Some((server, source)) = sessions::choose_server(
@@ -371,12 +433,16 @@ impl Daemon {
             return skip(
                 self,
                 "no server: the session watcher has no KCAP_URL, the daemon none, and the active profile's token store no server_url".into(),
+                false,
             );
         };
         if let Some(dir) = &facts.config_dir
             && dir != &self.settings.config_dir
         {
             warn!(event = "config_dir_differs", key = %key, "the session watcher of {key} runs with KCAP_CONFIG_DIR {}; its supervisor uses the daemon's {}", dir.display(), self.settings.config_dir.display());
+        }
+        if self.skipped.remove(key).is_some() {
+            self.dirty = true;
         }
         info!(event = "session_taken", key = %key, rollout = %rollout.display(), server = %server, server_source = source.as_str(), "supervising the sub-agents of session {key}");
         self.sessions.insert(
@@ -685,9 +751,9 @@ impl Daemon {
             sessions_skipped: self
                 .skipped
                 .iter()
-                .map(|(key, (_, reason))| SkippedSession {
+                .map(|(key, s)| SkippedSession {
                     session_id: key.clone(),
-                    reason: reason.clone(),
+                    reason: s.reason.clone(),
                 })
                 .collect(),
         }

@@ -107,8 +107,12 @@ impl LaunchFacts {
             .and_then(|(i, _)| {
                 let id = args.get(i + 1)?;
                 let path = args.get(i + 2)?;
-                (normalize_id(id).eq_ignore_ascii_case(key) && !path.starts_with('-'))
-                    .then(|| PathBuf::from(path))
+                // A relative path is relative to that process's directory, not the daemon's:
+                // it names nothing here, and the lookup under CODEX_HOME is used instead.
+                (normalize_id(id).eq_ignore_ascii_case(key)
+                    && !path.starts_with('-')
+                    && Path::new(path).is_absolute())
+                .then(|| PathBuf::from(path))
             });
         LaunchFacts {
             rollout,
@@ -116,6 +120,47 @@ impl LaunchFacts {
             config_dir: launch.var("KCAP_CONFIG_DIR").map(PathBuf::from),
             codex_home: launch.var("CODEX_HOME").map(PathBuf::from),
         }
+    }
+}
+
+/// What a candidate rollout's first line says about it being session `key`'s.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RolloutCheck {
+    /// A `session_meta` naming `key` as its thread, with the session's `cwd` when it has one.
+    Names { cwd: Option<String> },
+    /// No complete first line yet: Codex writes the header lazily.
+    NotYet,
+    /// Another thread's rollout (a symbolic link or a command line naming another session's
+    /// file), or no rollout at all: never the session's.
+    Not(String),
+}
+
+/// Reads `path`'s header (its first line only: nothing else of another session is read) and
+/// says whether it is session `key`'s rollout.
+pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
+    use crate::supervise::discover::{Header, read_header};
+    // Opening a named pipe would block the daemon until some writer opened it.
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return RolloutCheck::Not(format!("{} is not a regular file", path.display())),
+        Err(e) => return RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
+    }
+    match read_header(path) {
+        Ok(Header::Meta(meta)) => {
+            let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();
+            if id.eq_ignore_ascii_case(key) {
+                RolloutCheck::Names { cwd: meta.cwd }
+            } else if id.is_empty() {
+                RolloutCheck::Not(format!("{} names no thread id", path.display()))
+            } else {
+                RolloutCheck::Not(format!("{} is the rollout of thread {id}", path.display()))
+            }
+        }
+        Ok(Header::NotYet) => RolloutCheck::NotYet,
+        Ok(Header::NotRollout) => {
+            RolloutCheck::Not(format!("{} is not a Codex rollout", path.display()))
+        }
+        Err(e) => RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
     }
 }
 
@@ -132,10 +177,15 @@ pub(crate) fn find_rollout(codex_home: &Path, key: &str) -> Option<PathBuf> {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with("rollout-") && name.to_ascii_lowercase().ends_with(&suffix) {
-                let mtime = e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                // Only a regular file (or a link to one) can be a rollout: a named pipe
+                // would hang whoever opened it.
+                let Ok(meta) = fs::metadata(e.path()) else {
+                    continue;
+                };
+                if !meta.is_file() {
+                    continue;
+                }
+                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 out.push((mtime, e.path()));
             }
         }
@@ -285,6 +335,9 @@ mod tests {
             LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
             None
         );
+        // A relative path names a file in the daemon's directory, not the watcher's.
+        let relative = launch(&["kcap", "watch", KEY, "rollout-x.jsonl"], &[]);
+        assert_eq!(LaunchFacts::from_launch(&relative, KEY).rollout, None);
     }
 
     #[test]
@@ -339,6 +392,69 @@ mod tests {
             Some(("https://store".into(), ServerSource::TokenStore))
         );
         assert_eq!(choose_server(None, None, || None), None);
+    }
+
+    #[test]
+    fn a_rollout_is_the_sessions_only_when_its_header_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = |id: &str| {
+            format!(
+                "{{\"timestamp\":\"2026-07-28T10:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"{id}\",\"cwd\":\"/src\"}}}}\n"
+            )
+        };
+        let ours = dir.path().join("ours.jsonl");
+        fs::write(&ours, meta(&dashed(KEY))).unwrap();
+        assert_eq!(
+            check_rollout(&ours, KEY),
+            RolloutCheck::Names {
+                cwd: Some("/src".into())
+            }
+        );
+        let other = dir.path().join("other.jsonl");
+        fs::write(&other, meta("029fa981-2dca-7a31-9c55-3b1f0e6d2a01")).unwrap();
+        assert!(
+            matches!(check_rollout(&other, KEY), RolloutCheck::Not(why) if why.contains("029fa9812dca7a319c553b1f0e6d2a01"))
+        );
+        // A header still being written, or no file at all.
+        let partial = dir.path().join("partial.jsonl");
+        fs::write(&partial, &meta(KEY)[..40]).unwrap();
+        assert_eq!(check_rollout(&partial, KEY), RolloutCheck::NotYet);
+        assert!(matches!(
+            check_rollout(&dir.path().join("missing.jsonl"), KEY),
+            RolloutCheck::Not(_)
+        ));
+        let not_codex = dir.path().join("notes.txt");
+        fs::write(&not_codex, "hello\n").unwrap();
+        assert!(
+            matches!(check_rollout(&not_codex, KEY), RolloutCheck::Not(why) if why.contains("not a Codex rollout"))
+        );
+    }
+
+    /// A named pipe where a rollout would be is never opened (which would block until some
+    /// writer opened it, hanging the daemon).
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_where_a_rollout_would_be_is_never_opened() {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join("sessions/2026/07/28");
+        fs::create_dir_all(&day).unwrap();
+        let fifo = day.join(format!("rollout-2026-07-28T10-00-00-{}.jsonl", dashed(KEY)));
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (h, f) = (home.path().to_path_buf(), fifo.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((find_rollout(&h, KEY), check_rollout(&f, KEY)));
+        });
+        let (found, check) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("opened the named pipe and blocked");
+        assert_eq!(found, None);
+        assert!(
+            matches!(&check, RolloutCheck::Not(why) if why.contains("not a regular file")),
+            "{check:?}"
+        );
     }
 
     #[test]

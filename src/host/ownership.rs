@@ -121,13 +121,16 @@ pub(crate) struct KeyFiles {
 impl KeyFiles {
     /// Reads `<dir>/<key>.{pid,started,heartbeat}`.
     pub fn read(dir: &Path, key: &str) -> KeyFiles {
-        let read_time = |suffix: &str| {
-            fs::read_to_string(dir.join(format!("{key}.{suffix}")))
-                .ok()
-                .and_then(|t| Ts::parse_rfc3339(&t))
+        let read = |suffix: &str| {
+            crate::files::read_small(
+                &dir.join(format!("{key}.{suffix}")),
+                crate::files::SMALL_FILE_MAX,
+            )
+            .ok()
         };
+        let read_time = |suffix: &str| read(suffix).and_then(|t| Ts::parse_rfc3339(&t));
         KeyFiles {
-            pid_file: fs::read_to_string(dir.join(format!("{key}.pid"))).ok(),
+            pid_file: read("pid"),
             started: read_time("started"),
             heartbeat: read_time("heartbeat"),
         }

@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{InspectRequest, Report, inspect_folded, open_rollout, write_text};
-use crate::decide::{Ceiling, CeilingStep, Windows};
+use super::{InspectRequest, Report, inspect_folded, modelled, open_rollout, write_text};
+use crate::decide::Windows;
 use crate::error::UsageError;
 use crate::files::{check_id, watcher_key};
 use crate::fold::State;
@@ -202,11 +202,12 @@ pub fn inspect_tree(
             .held
             .then(|| watcher.started.as_deref().and_then(Ts::parse_rfc3339))
             .flatten();
-        let lifetime_ceiling = req.lifetime.map(|lifetime| {
+        let lifetime_ceiling = req.lifetime.and_then(|lifetime| {
             ceiling(
                 live_start,
                 lifetime,
                 req.max_pause_credit,
+                &windows_for(Role::Child),
                 state.as_ref(),
                 req.now,
             )
@@ -276,37 +277,41 @@ fn watcher_report(files: &KeyFiles, key: String, now: Ts) -> WatcherReport {
 }
 
 /// The ceiling of the live watcher (started at `live_start`), extended by the pause credit
-/// it has earned by `now`; without one, the ceiling of a watcher started at `now`.
+/// it has earned by `now`; without one, the ceiling of a watcher started at `now`. The
+/// pipeline such a watcher runs says when.
 fn ceiling(
     live_start: Option<Ts>,
     lifetime: Duration,
     cap: Duration,
+    windows: &Windows,
     state: Option<&State>,
     now: Ts,
-) -> CeilingReport {
+) -> Option<CeilingReport> {
     let (started, counted_from) = match live_start {
         Some(at) => (at, "live watcher start"),
         None => (now, "now"),
     };
-    let mut c = Ceiling::new(started, lifetime, cap);
-    let pauses = state.map(|s| s.pauses.as_slice()).unwrap_or_default();
-    // Every grant adds at least a second of a capped credit, so this ends; the bound only
-    // guards against a cap of years.
-    for _ in 0..100_000 {
-        match c.step(pauses, now) {
-            CeilingStep::Granted(_) => continue,
-            CeilingStep::NotYet(_) | CeilingStep::Fire => break,
-        }
-    }
-    CeilingReport {
-        at: c.deadline.rfc3339(),
+    let seeded = state.map(|s| (s.clone(), s.counters.lines, false));
+    let pipeline = modelled(
+        Path::new(""),
+        Role::Child,
+        windows,
+        Some((lifetime, cap)),
+        started,
+        seeded,
+    );
+    Some(CeilingReport {
+        at: pipeline.due_at(now).lifetime_ceiling?.rfc3339(),
         counted_from,
-    }
+    })
 }
 
 /// Prints the tree for people: the root's block, then one block per descendant, indented by
 /// its depth.
-pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<()> {
+pub fn write_tree_text(t: &TreeReport, raw_out: &mut dyn Write) -> std::io::Result<()> {
+    // Every line with its control characters escaped (paths, ids and agent messages are
+    // untrusted text).
+    let out = &mut crate::logging::OneLineWriter::new(raw_out);
     let n = t.descendants.len();
     writeln!(
         out,
@@ -320,7 +325,9 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
         "watchers       {} (liveness judged at {})",
         t.watcher_dir, t.judged_at
     )?;
-    write_text(&t.root, out)?;
+    let mut root = Vec::new();
+    write_text(&t.root, &mut root)?;
+    out.write_raw(&root)?;
     for d in &t.descendants {
         let indent = "    ".repeat(d.depth as usize);
         let kind = d
@@ -337,7 +344,8 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
             d.depth,
             d.parent_id
         )?;
-        let mut block = Vec::new();
+        let mut block_bytes = Vec::new();
+        let block = &mut crate::logging::OneLineWriter::new(&mut block_bytes);
         writeln!(
             block,
             "started        {}",
@@ -374,9 +382,12 @@ pub fn write_tree_text(t: &TreeReport, out: &mut dyn Write) -> std::io::Result<(
             writeln!(block, "error          {e}")?;
         }
         if let Some(r) = &d.report {
-            write_text(r, &mut block)?;
+            let mut report = Vec::new();
+            write_text(r, &mut report)?;
+            block.write_raw(&report)?;
         }
-        for line in String::from_utf8_lossy(&block).lines() {
+        // Already escaped: each of these lines is one line of the block.
+        for line in String::from_utf8_lossy(&block_bytes).lines() {
             writeln!(out, "{indent}{line}")?;
         }
     }

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! online | offline                 how the pipeline is made (first line)
-//! lines meta started complete      the rollout at start (also: msg, x<N> for N filler lines)
+//! lines meta started complete      the rollout at start (also: msg, x<N> for N filler lines,
+//!                                  session-meta for a session's header instead of a child's)
 //! at 0 identify 0 => ask-watermark an event at t0 + 0 s, and the labels that must follow it,
 //!                                  in order (`=> nothing`: no request, spool or exit at all)
 //! at next tick                     `next`: when the pipeline asked to be woken
@@ -22,7 +23,8 @@
 //!
 //! Events: `identify N`; `watermark empty|not-found|line N|fail <status>|fail transport`;
 //! `shipped ok|fail <status>|fail transport|refused <status>` (answers the batch last sent);
-//! `shipped-retry-after <status> <secs>`; `posted stop ok|fail <status>`; `posted start ok`;
+//! `shipped-retry-after <status> <secs>`; `posted stop|start|session-end ok|fail <status>`
+//! (the session end answered is the one the pipeline owes);
 //! `signal`; `parent-exited`; `latch-stop` (a stop this process already posted); `tick`; `append <lines>`; `spool-fails on|off`;
 //! `tick-until-exit <secs>` (ticks whenever the pipeline asks, answering nothing, for at most
 //! that long).
@@ -69,6 +71,10 @@ fn rollout_lines(words: &[&str]) -> Vec<String> {
     for w in words {
         match *w {
             "meta" => out.push(meta()),
+            "session-meta" => out.push(
+                r#"{"type":"session_meta","payload":{"id":"019fa981-2dca-7a31-9c55-3b1f0e6d2a01","cwd":"/home/dev/src/acme-api"}}"#
+                    .into(),
+            ),
             "started" => out.push(started()),
             "complete" => out.push(complete()),
             "msg" => out.push(ev(r#"{"type":"agent_message","message":"working"}"#)),
@@ -225,6 +231,12 @@ fn run(case: &Case) {
                 let hook = match *which {
                     "stop" => d.p.stop_hook(),
                     "start" => d.p.start_hook(),
+                    "session-end" => {
+                        d.p.hooks
+                            .owed(Lifecycle::SessionEnd)
+                            .cloned()
+                            .unwrap_or_else(|| panic!("{at}: no session end owed"))
+                    }
                     other => panic!("{at}: {other}"),
                 };
                 let result = match result {

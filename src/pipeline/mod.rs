@@ -15,20 +15,23 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::decide::Windows as DecisionWindows;
-use crate::decide::{self, Ceiling, CeilingStep, StopProgress, Windows};
-use crate::fold::State;
+use crate::decide::{self, Ceiling, CeilingStep, Grant, Windows};
+use crate::fold::{Pause, State};
 use crate::key::{Identity, Role};
 use crate::rollout::lines::Line;
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
-use crate::ship::outbox::{Outbox, Refusal, ShipLine};
+use crate::ship::outbox::ShipLine;
 use crate::ship::protocol::{
-    Failure, Hook, SessionEndReason, Watermark, session_end_body, subagent_start_body,
+    Failure, Hook, Lifecycle, SessionEndReason, Watermark, session_end_body, subagent_start_body,
     subagent_stop_body,
 };
 use crate::ship::redact::{Redactor, truncate_utf8};
 use crate::telemetry::{Notice, Telemetry};
 use crate::time::Ts;
+use delivery::{Delivery, Heard, Shipped};
+use ending::{End, Step};
+use hooks::{Hooks, Outcome};
 
 /// After `401`/`403`, the token is re-read and the request tried again this much later.
 pub(crate) const UNAUTHORIZED_RETRY: Duration = Duration::from_secs(60);
@@ -187,7 +190,7 @@ impl PipelineConfig {
     }
 }
 
-/// One request kind's progress: in flight, or when to try again.
+/// One request's progress: in flight, or when to try again.
 #[derive(Debug, Default)]
 struct Request {
     in_flight: bool,
@@ -199,32 +202,23 @@ impl Request {
     fn ready(&self, now: Ts) -> bool {
         !self.in_flight && self.retry_at.is_none_or(|t| t <= now)
     }
-}
 
-/// Where the watcher is in ending.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    /// (signal) waiting for a partial last line to complete.
-    WaitPartial,
-    /// Shipping what is on disk.
-    Ship,
-    /// Lines are confirmed: posting the lifecycle requests the end calls for.
-    Lifecycle,
-    /// Out of time or server: spooling what is left, then the due requests.
-    Spool,
-}
+    /// Sent now: in flight, no retry pending.
+    fn sent(&mut self) {
+        self.in_flight = true;
+        self.retry_at = None;
+    }
 
-#[derive(Debug)]
-struct Ending {
-    reason: ExitReason,
-    began: Ts,
-    step: Step,
-    /// The stop and session end were posted once during the ending.
-    posted: bool,
-    /// Ship and post until then (`None`: `--once`, bounded by the server's progress).
-    ship_until: Option<Ts>,
-    /// Gone by then, whatever is left.
-    hard_end: Option<Ts>,
+    /// Answered with a success: the next failure backs off from the start.
+    fn succeeded(&mut self) {
+        self.backoff.reset();
+        self.retry_at = None;
+    }
+
+    /// When it waits to be tried again (`None`: in flight, or not waiting).
+    fn wake(&self) -> Option<Ts> {
+        self.retry_at.filter(|_| !self.in_flight)
+    }
 }
 
 /// Where the file's lines are: folded, fed to shipping, and whether a partial line is held.
@@ -237,47 +231,17 @@ struct Source {
     pending_rewind: bool,
 }
 
-/// Delivery: the watermark, the outbox, the confirmed position, the requests that move them,
-/// refusals, and what went to the spool instead.
-pub(crate) struct Delivery {
-    /// Where shipping starts once known (`None`: waiting for the watermark).
-    watermark: Option<Watermark>,
-    outbox: Outbox,
-    generation: u64,
-    watermark_req: Request,
-    ship_req: Request,
-    /// After a delivery failure the watermark is read once more before the next batch.
-    recheck_watermark: bool,
-    failing_since: Option<Ts>,
-    halvings: u32,
-    /// Consecutive refused lines not yet logged: (first, last, status).
-    refused: Option<(u64, u64, u16)>,
-    token_refused: bool,
-    pub(crate) lines_shipped: u64,
-    /// Lines the server refused (set aside in `refused/`, or only counted past its cap).
-    pub(crate) lines_refused: u64,
-    spool_req: Request,
-    pub(crate) lines_spooled: u64,
-    trim_when_idle: bool,
-}
+impl Source {
+    /// Shipping goes on from line `to`: the cursor moves there before the next text.
+    fn rewind(&mut self, to: u64) {
+        self.fed_to = to;
+        self.pending_rewind = true;
+    }
 
-/// The lifecycle requests: the child's start and stop, the session's end.
-struct Hooks {
-    start_needed: bool,
-    start_in_flight: bool,
-    stop: StopProgress,
-    stop_in_flight: bool,
-    session_end: Option<Hook>,
-    session_end_in_flight: bool,
-    stop_spooled: bool,
-}
-
-/// The shutdown phases, once begun, and what bounds `--once`.
-struct End {
-    ending: Option<Ending>,
-    done: bool,
-    /// The last answer that moved anything (for `--once`'s stall bound).
-    last_progress: Ts,
+    /// Where the shipping cursor must move, once.
+    fn take_rewind(&mut self) -> Option<u64> {
+        std::mem::take(&mut self.pending_rewind).then_some(self.fed_to)
+    }
 }
 
 /// A condition said once per streak, not on every retry.
@@ -300,11 +264,16 @@ pub(crate) struct Notices {
 }
 
 impl Notices {
+    /// Says `notice`, stamped `now`: a log line and the counters (see [`crate::telemetry`]).
+    fn say(&mut self, notice: Notice, now: Ts) {
+        self.telemetry.emit(notice, now);
+    }
+
     /// Emits `notice` unless `condition` was said and has not cleared since.
     fn once(&mut self, condition: Once, notice: impl FnOnce() -> Notice, now: Ts) {
         if !self.said.contains(&condition) {
             self.said.push(condition);
-            self.telemetry.emit(notice(), now);
+            self.say(notice(), now);
         }
     }
 
@@ -314,7 +283,8 @@ impl Notices {
     }
 }
 
-/// One child's pipeline: the fold and the decisions over it, and its parts.
+/// One child's pipeline: the fold and the decisions over it, and its parts. Its methods are
+/// what coordinates the parts; what touches one part only is that part's.
 pub(crate) struct Pipeline {
     settings: PipelineConfig,
     vendor: String,
@@ -368,37 +338,9 @@ impl Pipeline {
                 fed_to: 0,
                 pending_rewind: false,
             },
-            delivery: Delivery {
-                watermark: None,
-                outbox: Outbox::new(0),
-                generation: 0,
-                watermark_req: Request::default(),
-                ship_req: Request::default(),
-                recheck_watermark: false,
-                failing_since: None,
-                halvings: 0,
-                refused: None,
-                token_refused: false,
-                lines_shipped: 0,
-                lines_refused: 0,
-                spool_req: Request::default(),
-                lines_spooled: 0,
-                trim_when_idle: false,
-            },
-            hooks: Hooks {
-                start_needed: false,
-                start_in_flight: false,
-                stop: StopProgress::default(),
-                stop_in_flight: false,
-                session_end: None,
-                session_end_in_flight: false,
-                stop_spooled: false,
-            },
-            end: End {
-                ending: None,
-                done: false,
-                last_progress: started,
-            },
+            delivery: Delivery::new(),
+            hooks: Hooks::default(),
+            end: End::new(started),
             notices: Notices {
                 said: Vec::new(),
                 telemetry: Telemetry::default(),
@@ -425,13 +367,13 @@ impl Pipeline {
 
     /// The child's stop was acknowledged (or spooled): it latches for the process.
     pub(crate) fn stop_posted(&self) -> bool {
-        self.hooks.stop.posted
+        self.hooks.outcome(Lifecycle::SubagentStop).is_some()
     }
 
     /// A pipeline that follows a child again in the process that already stopped it
     /// (`revision-3.md` S2.7): the stop stays latched, none is posted again.
     pub(crate) fn latch_stop(&mut self) {
-        self.hooks.stop.posted = true;
+        self.hooks.latch(Lifecycle::SubagentStop);
     }
 
     /// The line the next [`Event::Text`] must start at, while the pipeline wants more text:
@@ -450,10 +392,22 @@ impl Pipeline {
             &self.state,
             self.role,
             &self.windows(),
-            self.hooks.stop,
+            self.hooks.stop_progress(),
             self.started,
             self.ceiling.as_ref(),
         )
+    }
+
+    /// What is due when, as of `now`: [`Pipeline::due`] with the lifetime ceiling moved by the
+    /// pause credit earned by `now` (a running pipeline moves it at every event; `inspect`,
+    /// which sends none, asks this).
+    pub(crate) fn due_at(&self, now: Ts) -> decide::Due {
+        let mut due = self.due();
+        if let Some(mut c) = self.ceiling {
+            extend_ceiling(&mut c, &self.state.pauses, now, |_| {});
+            due.lifetime_ceiling = Some(c.deadline);
+        }
+        due
     }
 
     fn windows(&self) -> Windows {
@@ -465,57 +419,32 @@ impl Pipeline {
         if self.end.done {
             return None;
         }
-        let mut next: Option<Ts> = None;
-        let mut at = |t: Option<Ts>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        if self.identity.is_some() {
-            at(self
-                .delivery
-                .watermark_req
-                .retry_at
-                .filter(|_| !self.delivery.watermark_req.in_flight));
-            at(self
-                .delivery
-                .ship_req
-                .retry_at
-                .filter(|_| !self.delivery.ship_req.in_flight));
-            at(self.delivery.spool_req.retry_at);
-        }
-        match &self.end.ending {
+        let retry = self
+            .identity
+            .is_some()
+            .then(|| self.delivery.next_retry())
+            .flatten();
+        let moves = match self.end.step() {
             None => {
                 let due = self.due();
-                let stop_actionable = !self.hooks.stop_in_flight
+                let stop_actionable = !self.hooks.in_flight(Lifecycle::SubagentStop)
                     && self.identity.is_some()
                     && self.lines_through_turn_end();
-                at(due.subagent_stop.filter(|_| stop_actionable));
-                at(due.idle_end);
-                at(due.stall_warning);
-                at(due.lifetime_ceiling);
+                vec![
+                    due.subagent_stop.filter(|_| stop_actionable),
+                    due.idle_end,
+                    due.stall_warning,
+                    due.lifetime_ceiling,
+                ]
             }
-            Some(e) => {
-                if e.step == Step::WaitPartial {
-                    // The shell re-reads the file on each tick.
-                    at(Some(
-                        now.plus(Duration::from_millis(50))
-                            .min(e.began.plus(PARTIAL_LINE_WAIT)),
-                    ));
-                }
-                if e.step != Step::Spool {
-                    at(e.ship_until);
-                }
-                at(e.hard_end);
-                if e.ship_until.is_none() && e.step != Step::Spool {
-                    at(Some(self.end.last_progress.plus(ONCE_STALL)));
-                }
-                if e.step == Step::Lifecycle && self.stop_attempt_wanted() {
-                    at(self.due().subagent_stop);
-                }
+            Some(step) => {
+                let stop = (step == Step::Lifecycle && self.stop_attempt_wanted())
+                    .then(|| self.due().subagent_stop)
+                    .flatten();
+                vec![self.end.next_wake(now), stop]
             }
-        }
-        next
+        };
+        moves.into_iter().chain([retry]).flatten().min()
     }
 
     /// Handles one event at `now`; the actions are to be performed in order.
@@ -540,7 +469,10 @@ impl Pipeline {
                 identity,
                 offline_resume,
             } => self.on_identified(identity, offline_resume),
-            Event::Text { lines, next } => self.on_text(lines, next),
+            Event::Text { lines, next } => {
+                self.source.fed_to = self.source.fed_to.max(next);
+                self.delivery.take_text(&lines, self.source.fed_to);
+            }
             Event::Moved(path) => {
                 self.notify(Notice::RolloutArchived { path: path.clone() });
                 self.path = path;
@@ -552,7 +484,19 @@ impl Pipeline {
                 }
             }
             Event::Posted { hook, result } => self.on_posted(hook, result, now, &mut out),
-            Event::LinesSpooled { refused, result } => self.on_lines_spooled(refused, result, now),
+            Event::LinesSpooled { refused, result } => {
+                let session = session_id(self.identity.as_ref());
+                if self.delivery.lines_spooled(
+                    refused,
+                    result,
+                    now,
+                    self.source.fed_to,
+                    session,
+                    &mut self.notices,
+                ) {
+                    self.end.last_progress = now;
+                }
+            }
             Event::HookSpooled { hook, result } => self.on_hook_spooled(&hook, result, now),
             Event::Tick => {}
             Event::Signal(name) => self.begin_ending(ExitReason::Signal(name), now),
@@ -576,294 +520,56 @@ impl Pipeline {
 
     /// Shipping (re)starts at the watermark's resume line.
     fn resume_at(&mut self, watermark: Watermark) {
-        let resume = watermark.resume_line();
-        self.delivery.watermark = Some(watermark);
-        self.delivery.generation += 1;
-        self.delivery.ship_req.in_flight = false;
-        self.delivery.ship_req.retry_at = None;
-        self.delivery.halvings = 0;
-        self.delivery.outbox.rewind(resume);
-        self.source.fed_to = resume;
-        self.source.pending_rewind = true;
-    }
-
-    fn on_text(&mut self, lines: Vec<Line>, next: u64) {
-        let confirmed = self.delivery.outbox.confirmed_to();
-        for line in &lines {
-            if line.number < confirmed || line.blank {
-                continue;
-            }
-            let text = match &line.text {
-                Some(t) if !line.oversize => redactor().redact_line(t),
-                _ => crate::ship::redact::oversize_placeholder(line.len),
-            };
-            self.delivery.outbox.push(ShipLine::new(line.number, &text));
-        }
-        self.source.fed_to = self.source.fed_to.max(next);
-        // Blank lines between shipped ones are confirmed with them.
-        self.delivery.outbox.skip_to(self.source.fed_to);
+        let resume = self.delivery.resume_at(watermark);
+        self.source.rewind(resume);
     }
 
     fn on_watermark(&mut self, result: Result<Watermark, Failure>, now: Ts) {
-        self.delivery.watermark_req.in_flight = false;
-        match result {
-            Ok(w) => {
+        let first = self.delivery.watermark.is_none();
+        match self
+            .delivery
+            .watermark_answered(result, now, &mut self.notices)
+        {
+            Heard::Failed => {}
+            Heard::Kept => self.end.last_progress = now,
+            Heard::ResumeAt(w) => {
                 self.end.last_progress = now;
-                self.delivery.watermark_req.backoff.reset();
-                self.delivery.watermark_req.retry_at = None;
-                let resume = w.resume_line();
-                self.notify(Notice::Watermark {
-                    resume_line: resume,
-                });
-                let first = self.delivery.watermark.is_none();
-                self.delivery.recheck_watermark = false;
-                if first {
-                    self.resume_at(w);
-                    if w == Watermark::NotFound && self.role == Role::Child {
-                        self.hooks.start_needed = true;
-                    }
-                } else if resume < self.delivery.outbox.confirmed_to() {
-                    // The server lost lines it had acknowledged: resend from its resume line,
-                    // once per healed failure (a server that skips trailing lines would
-                    // otherwise make this loop forever).
-                    self.notify(Notice::WatermarkBehind {
-                        resume_line: resume,
-                        acknowledged_to: self.delivery.outbox.confirmed_to(),
-                    });
-                    self.resume_at(w);
+                self.resume_at(w);
+                if first && w == Watermark::NotFound && self.role == Role::Child {
+                    // No stream yet: the child's start goes first.
+                    self.hooks.owe(self.start_hook());
                 }
             }
-            Err(f) => {
-                let delay = self.failure_delay(&f, |p| &mut p.delivery.watermark_req);
-                self.notify(Notice::WatermarkFailed {
-                    failure: f,
-                    retry_in: delay,
-                });
-                self.delivery.watermark_req.retry_at = Some(now.plus(delay));
-                if self.delivery.watermark.is_some() {
-                    // The check before resending failed: no batch goes out until it answers.
-                    self.delivery.recheck_watermark = true;
-                }
-            }
-        }
-    }
-
-    /// The wait before retrying after `f`, with its one-time logs.
-    fn failure_delay(
-        &mut self,
-        f: &Failure,
-        req: impl Fn(&mut Pipeline) -> &mut Request,
-    ) -> Duration {
-        match f {
-            Failure::Unauthorized { status, .. } => {
-                // `f` says whether a token was refused or none was sent.
-                let notice = || Notice::TokenRefused {
-                    status: *status,
-                    failure: f.clone(),
-                };
-                self.notices.once(Once::TokenRefused, notice, self.now);
-                self.delivery.token_refused = true;
-                UNAUTHORIZED_RETRY
-            }
-            Failure::WrongPath { status, url } => {
-                let notice = || Notice::WrongServerPath {
-                    status: *status,
-                    url: url.clone(),
-                };
-                self.notices.once(Once::WrongServerPath, notice, self.now);
-                req(self).backoff.next_delay(None)
-            }
-            Failure::Transient { retry_after, .. } => req(self).backoff.next_delay(*retry_after),
-            Failure::Rejected { .. } => req(self).backoff.next_delay(None),
         }
     }
 
     fn on_shipped(&mut self, result: Result<(), Failure>, now: Ts, out: &mut Vec<Action>) {
-        self.delivery.ship_req.in_flight = false;
-        match result {
-            Ok(()) => {
-                self.end.last_progress = now;
-                self.delivery.failing_since = None;
-                self.notices.clear(Once::TokenRefused);
-                self.notices.clear(Once::WrongServerPath);
-                self.delivery.ship_req.backoff.reset();
-                self.delivery.ship_req.retry_at = None;
-                self.delivery.halvings = 0;
-                if let Some(b) = self.delivery.outbox.delivered() {
-                    // A backlog leaves the allocator holding its peak; hand it back once the
-                    // outbox drains (an idle watcher should stay small). `memory` trims once
-                    // enough was shipped, counted over every child of the process.
-                    crate::platform::memory::note_shipped(b.bytes());
-                    self.delivery.trim_when_idle = true;
-                    self.delivery.lines_shipped += b.lines.len() as u64;
-                    let shipped = Notice::BatchShipped {
-                        first: b.first(),
-                        last: b.last(),
-                        count: b.lines.len(),
-                        bytes: b.bytes(),
-                    };
-                    self.notify(shipped);
-                }
-                self.delivery.outbox.skip_to(self.source.fed_to);
-                self.flush_refused_log();
-            }
-            Err(Failure::Rejected {
-                status,
-                body_snippet,
-            }) => match self.delivery.outbox.refused() {
-                Some(Refusal::Split) => {
-                    self.delivery.halvings += 1;
-                    if self.delivery.halvings == 1 {
-                        self.notify(Notice::BatchRefused {
-                            status,
-                            body_snippet,
-                        });
-                    }
-                    if self.delivery.halvings > FREE_HALVINGS {
-                        let delay = self.delivery.ship_req.backoff.next_delay(None);
-                        self.delivery.ship_req.retry_at = Some(now.plus(delay));
-                    }
-                }
-                Some(Refusal::Isolated(line)) => {
-                    let n = line.number;
-                    self.notify(Notice::LineRefused { line: n, status });
-                    match self.delivery.refused {
-                        Some((first, last, s)) if last + 1 == n || s == status && last < n => {
-                            self.delivery.refused = Some((first, n, s));
-                        }
-                        _ => {
-                            self.flush_refused_log();
-                            self.delivery.refused = Some((n, n, status));
-                        }
-                    }
-                    self.spool_refused(line, out);
-                    if self.delivery.halvings >= FREE_HALVINGS {
-                        let delay = self.delivery.ship_req.backoff.next_delay(None);
-                        self.delivery.ship_req.retry_at = Some(now.plus(delay));
-                    }
-                }
-                None => {}
-            },
-            Err(f) => {
-                // Once per failure streak (never in a loop): the watermark is read again
-                // before the next attempt.
-                if self.delivery.failing_since.is_none() {
-                    self.delivery.recheck_watermark = true;
-                }
-                self.delivery.failing_since.get_or_insert(now);
-                let delay = self.failure_delay(&f, |p| &mut p.delivery.ship_req);
-                if !matches!(f, Failure::Unauthorized { .. } | Failure::WrongPath { .. }) {
-                    self.notify(Notice::ShipFailed {
-                        failure: f,
-                        retry_in: delay,
+        let fed_to = self.source.fed_to;
+        match self
+            .delivery
+            .shipped(result, now, fed_to, &mut self.notices)
+        {
+            Shipped::Confirmed => self.end.last_progress = now,
+            // Set aside in `refused/` (it counts as handed over: the server will not take it,
+            // a person or an import may).
+            Shipped::Refused(line) => {
+                if let Some(batch) = self.batch_of(std::slice::from_ref(&line)) {
+                    out.push(Action::SpoolLines {
+                        batch,
+                        refused: true,
                     });
                 }
-                self.delivery.ship_req.retry_at = Some(now.plus(delay));
             }
-        }
-    }
-
-    fn flush_refused_log(&mut self) {
-        if let Some((first, last, status)) = self.delivery.refused.take() {
-            self.notify(Notice::LinesRefused {
-                first,
-                last,
-                status,
-            });
-        }
-    }
-
-    /// A refused line is set aside in `refused/` (it counts as handed over: the server will not
-    /// take it, a person or an import may).
-    fn spool_refused(&mut self, line: ShipLine, out: &mut Vec<Action>) {
-        if let Some(batch) = self.batch_of(std::slice::from_ref(&line)) {
-            out.push(Action::SpoolLines {
-                batch,
-                refused: true,
-            });
+            Shipped::Waiting => {}
         }
     }
 
     fn batch_of(&self, lines: &[ShipLine]) -> Option<TranscriptBatch> {
-        let id = self.identity.as_ref()?;
-        Some(TranscriptBatch {
-            session_id: id.session_id.clone()?,
-            agent_id: id.agent_id.clone(),
-            vendor: self.vendor.clone(),
-            lines: lines.iter().map(ShipLine::text).collect(),
-            line_numbers: lines.iter().map(|l| l.number).collect(),
-        })
+        batch_of(self.identity.as_ref(), &self.vendor, lines)
     }
 
-    fn on_lines_spooled(&mut self, refused: bool, result: SpoolResult, now: Ts) {
-        if refused {
-            // A refused line's record (set aside in `refused/`, S4.1): the line is skipped
-            // either way, already logged with its number; past the file's cap it is only
-            // counted.
-            self.delivery.lines_refused += 1;
-            match result {
-                SpoolResult::Written => {}
-                SpoolResult::OverCap => {
-                    let session = self.session_id().to_owned();
-                    let notice = || Notice::RefusedFull { session };
-                    self.notices.once(Once::RefusedFull, notice, self.now);
-                }
-                SpoolResult::Failed(error) => {
-                    self.notify(Notice::RefusedLineNotSpooled { error });
-                }
-            }
-            return;
-        }
-        self.delivery.spool_req.in_flight = false;
-        let session = self.session_id().to_owned();
-        match result {
-            SpoolResult::Written => {
-                self.end.last_progress = now;
-                self.delivery.spool_req.backoff.reset();
-                self.delivery.spool_req.retry_at = None;
-                self.notices.clear(Once::SpoolFailed);
-                if let Some(b) = self.delivery.outbox.delivered() {
-                    self.delivery.lines_spooled += b.lines.len() as u64;
-                    let spooled = Notice::LinesSpooled {
-                        first: b.first(),
-                        last: b.last(),
-                        count: b.lines.len(),
-                    };
-                    self.notify(spooled);
-                }
-                self.delivery.outbox.skip_to(self.source.fed_to);
-            }
-            SpoolResult::OverCap => {
-                // The needs-import marker hands these lines to an import of the whole file.
-                if let Some(b) = self.delivery.outbox.delivered() {
-                    let full = || Notice::TranscriptSpoolFull {
-                        session,
-                        first_line: b.first(),
-                    };
-                    self.notices.once(Once::TranscriptSpoolFull, full, self.now);
-                }
-                self.delivery.outbox.skip_to(self.source.fed_to);
-            }
-            SpoolResult::Failed(e) => {
-                let first = self
-                    .delivery
-                    .outbox
-                    .in_flight()
-                    .map(|b| b.first())
-                    .unwrap_or(0);
-                let delay = self.delivery.spool_req.backoff.next_delay(None);
-                let failed = || Notice::SpoolFailed {
-                    session,
-                    first_line: first,
-                    retry_in: delay,
-                    error: e,
-                };
-                self.notices.once(Once::SpoolFailed, failed, self.now);
-                self.delivery.spool_req.retry_at = Some(now.plus(delay));
-            }
-        }
-    }
-
+    /// The answer to a lifecycle request: acknowledged, or failed (tried again later, or
+    /// spooled, as its route's policy says).
     fn on_posted(
         &mut self,
         hook: Hook,
@@ -871,70 +577,50 @@ impl Pipeline {
         now: Ts,
         out: &mut Vec<Action>,
     ) {
-        match (&hook, result) {
-            (Hook::SubagentStart(_), result) => {
-                self.hooks.start_in_flight = false;
-                self.hooks.start_needed = false;
-                match result {
-                    Ok(()) => self.notify(Notice::SubagentStartPosted),
-                    Err(failure) => {
-                        self.notify(Notice::SubagentStartFailed { failure });
-                        out.push(Action::SpoolHook(hook.clone()));
-                    }
-                }
+        let kind = hook.kind();
+        match result {
+            Ok(()) => {
+                self.hooks.posted(kind);
+                self.notify(Notice::HookPosted { kind });
             }
-            (Hook::SubagentStop(_), Ok(())) => {
-                self.hooks.stop_in_flight = false;
-                self.hooks.stop.posted = true;
-                self.notify(Notice::SubagentStopPosted);
-            }
-            (Hook::SubagentStop(_), Err(f)) => {
-                self.hooks.stop_in_flight = false;
-                if let Failure::Unauthorized { .. } = f {
+            Err(failure) => {
+                if let Failure::Unauthorized { .. } = failure {
                     self.delivery.token_refused = true;
                 }
-                let retry_in = self.settings.stop_retry;
-                self.notify(Notice::SubagentStopFailed {
-                    failure: f,
+                let retry_in = self.retry_in(kind);
+                self.notify(Notice::HookFailed {
+                    kind,
+                    failure,
                     retry_in,
                 });
-                self.hooks.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
-            }
-            (Hook::SessionEnd(_), result) => {
-                self.hooks.session_end_in_flight = false;
-                match result {
-                    Ok(()) => {
-                        self.notify(Notice::SessionEndPosted);
-                        self.hooks.session_end = None;
-                    }
-                    Err(failure) => {
-                        self.notify(Notice::SessionEndFailed { failure });
-                        if let Some(h) = self.hooks.session_end.take() {
-                            out.push(Action::SpoolHook(h));
-                        }
-                    }
+                if let Some(h) = self.hooks.failed(kind, retry_in.map(|d| now.plus(d))) {
+                    out.push(Action::SpoolHook(h));
                 }
             }
         }
     }
 
+    /// After a failure, how long until `kind` is tried again (`None`: spooled instead).
+    fn retry_in(&self, kind: Lifecycle) -> Option<Duration> {
+        hooks::policy(kind)
+            .retried
+            .then_some(self.settings.stop_retry)
+    }
+
     fn on_hook_spooled(&mut self, hook: &Hook, result: SpoolResult, now: Ts) {
+        let kind = hook.kind();
         let route = hook.route();
         let session = self.session_id().to_owned();
-        if let (Hook::SubagentStop(_), false) = (hook, result == SpoolResult::Written) {
+        if result != SpoolResult::Written
+            && let Some(d) = self.retry_in(kind)
+        {
             // Tried again at the next attempt time (and at the end).
-            self.hooks.stop.next_attempt = Some(now.plus(self.settings.stop_retry));
+            self.hooks.retry_at(kind, Some(now.plus(d)));
         }
         match result {
             SpoolResult::Written => {
                 self.notify(Notice::HookSpooled { route });
-                if let Hook::SubagentStop(_) = hook {
-                    self.hooks.stop.posted = true;
-                    self.hooks.stop_spooled = true;
-                }
-                if let Hook::SessionEnd(_) = hook {
-                    self.hooks.session_end = None;
-                }
+                self.hooks.spooled(kind);
             }
             SpoolResult::OverCap => self.notify(Notice::HookSpoolFull { route, session }),
             SpoolResult::Failed(error) => self.notify(Notice::HookSpoolFailed {
@@ -946,21 +632,15 @@ impl Pipeline {
     }
 
     fn session_id(&self) -> &str {
-        self.identity
-            .as_ref()
-            .and_then(|i| i.session_id.as_deref())
-            .unwrap_or("")
+        session_id(self.identity.as_ref())
     }
 
     /// Every line through the turn's end is stored by the server or written to the spool:
     /// only then may a lifecycle request go out (never ahead of its transcript).
     fn lines_through_turn_end(&self) -> bool {
-        match self.state.turn_end_line {
-            Some(end) => {
-                self.delivery.watermark.is_some() && self.delivery.outbox.confirmed_to() > end
-            }
-            None => true,
-        }
+        self.state
+            .turn_end_line
+            .is_none_or(|end| self.delivery.holds_through(end))
     }
 
     /// Every complete line folded is confirmed.
@@ -972,116 +652,104 @@ impl Pipeline {
     }
 
     fn stop_attempt_wanted(&self) -> bool {
-        self.role == Role::Child && !self.hooks.stop.posted && !self.hooks.stop_in_flight
+        self.role == Role::Child
+            && !self.stop_posted()
+            && !self.hooks.in_flight(Lifecycle::SubagentStop)
     }
 
-    fn stop_hook(&self) -> Hook {
+    /// The key's fields a lifecycle body names: session, agent, agent type.
+    fn key_fields(&self) -> (&str, &str, &str) {
         let id = self.identity.as_ref();
-        let message = self.state.stop_message();
-        let redacted = redactor().redact_text(&message);
-        Hook::SubagentStop(subagent_stop_body(
-            id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
+        (
+            session_id(id),
             id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
             id.and_then(|i| i.agent_type.as_deref())
                 .unwrap_or("subagent"),
+        )
+    }
+
+    fn stop_hook(&self) -> Hook {
+        let message = self.state.stop_message();
+        let redacted = redactor().redact_text(&message);
+        let (session, agent, agent_type) = self.key_fields();
+        Hook::SubagentStop(subagent_stop_body(
+            session,
+            agent,
+            agent_type,
             &self.path,
             truncate_utf8(&redacted, MAX_STOP_MESSAGE),
         ))
     }
 
     fn start_hook(&self) -> Hook {
-        let id = self.identity.as_ref();
-        Hook::SubagentStart(subagent_start_body(
-            id.and_then(|i| i.session_id.as_deref()).unwrap_or(""),
-            id.and_then(|i| i.agent_id.as_deref()).unwrap_or(""),
-            id.and_then(|i| i.agent_type.as_deref())
-                .unwrap_or("subagent"),
+        let (session, agent, agent_type) = self.key_fields();
+        Hook::SubagentStart(subagent_start_body(session, agent, agent_type, &self.path))
+    }
+
+    fn session_end_hook(&self, why: SessionEndReason, now: Ts) -> Hook {
+        let cwd = self.identity.as_ref().and_then(|i| i.cwd.as_deref());
+        Hook::SessionEnd(session_end_body(
+            self.session_id(),
             &self.path,
+            cwd.unwrap_or(""),
+            why,
+            now,
         ))
+    }
+
+    /// The request owed on `kind`'s route at `now`, not yet handed over: the stop when it is
+    /// due or owed at this exit (the decisions say), any other when it was made owed.
+    fn owed(&self, kind: Lifecycle, now: Ts) -> Option<Hook> {
+        match kind {
+            Lifecycle::SubagentStop => self.stop_owed(now).then(|| self.stop_hook()),
+            _ => self.hooks.owed(kind).cloned(),
+        }
+    }
+
+    /// Posts `hook` (its answer comes back as [`Event::Posted`]).
+    fn post(&mut self, hook: Hook, out: &mut Vec<Action>) {
+        self.hooks.sent(hook.kind());
+        self.delivery.reload_if_refused(out);
+        out.push(Action::Post(hook));
     }
 
     /// A due stop: posted online (off the loop), spooled offline.
     fn attempt_stop(&mut self, out: &mut Vec<Action>) {
         let hook = self.stop_hook();
         if self.settings.online && !self.spooling() {
-            self.hooks.stop_in_flight = true;
-            self.reload_if_refused(out);
-            out.push(Action::Post(hook));
+            self.post(hook, out);
         } else {
             out.push(Action::SpoolHook(hook));
             // Written or not, the answer comes back synchronously; a failed spool is retried
             // at the next attempt time.
-            self.hooks.stop.next_attempt = None;
-        }
-    }
-
-    /// After a `401`/`403` the token is re-read right before the next request: re-read at the
-    /// refusal, a token the kcap CLI refreshed during the minute's wait would be missed.
-    fn reload_if_refused(&mut self, out: &mut Vec<Action>) {
-        if std::mem::take(&mut self.delivery.token_refused) {
-            out.push(Action::ReloadToken);
+            self.hooks.retry_at(Lifecycle::SubagentStop, None);
         }
     }
 
     fn spooling(&self) -> bool {
-        !self.settings.online
-            || self
-                .end
-                .ending
-                .as_ref()
-                .is_some_and(|e| e.step == Step::Spool)
+        !self.settings.online || self.end.step() == Some(Step::Spool)
     }
 
     fn begin_ending(&mut self, reason: ExitReason, now: Ts) {
-        if let Some(e) = &mut self.end.ending {
-            // A signal during `--once` bounds it like any shutdown.
-            if matches!(reason, ExitReason::Signal(_)) && e.hard_end.is_none() {
-                e.ship_until = Some(now.plus(SHIP_UNTIL));
-                e.hard_end = Some(now.plus(SHUTDOWN_BUDGET));
-            }
+        let session_end = match (&reason, self.role) {
+            (ExitReason::IdleTimeout, Role::Session) => Some(SessionEndReason::IdleTimeout),
+            (ExitReason::ParentExited, Role::Session) => Some(SessionEndReason::ParentExited),
+            _ => None,
+        };
+        if !self.end.begin(reason, now) {
             return;
         }
-        let signal = matches!(reason, ExitReason::Signal(_));
-        if let (ExitReason::IdleTimeout | ExitReason::ParentExited, Role::Session) =
-            (&reason, self.role)
+        if let Some(why) = session_end
             && self.identity.is_some()
         {
-            let id = self.identity.as_ref();
-            let why = if reason == ExitReason::IdleTimeout {
-                SessionEndReason::IdleTimeout
-            } else {
-                SessionEndReason::ParentExited
-            };
-            self.hooks.session_end = Some(Hook::SessionEnd(session_end_body(
-                self.session_id(),
-                &self.path,
-                id.and_then(|i| i.cwd.as_deref()).unwrap_or(""),
-                why,
-                now,
-            )));
+            self.hooks.owe(self.session_end_hook(why, now));
         }
-        let once = reason == ExitReason::OnceDone;
-        // `--once` is bounded by the server's progress from here on.
-        self.end.last_progress = now;
-        self.end.ending = Some(Ending {
-            reason,
-            began: now,
-            step: if signal {
-                Step::WaitPartial
-            } else {
-                Step::Ship
-            },
-            posted: false,
-            ship_until: (!once).then(|| now.plus(SHIP_UNTIL)),
-            hard_end: (!once).then(|| now.plus(SHUTDOWN_BUDGET)),
-        });
     }
 
     /// Moves everything that moves without waiting.
     fn step(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if self.source.pending_rewind {
-            self.source.pending_rewind = false;
-            out.push(Action::ReadFrom(self.source.fed_to));
+        if let Some(line) = self.source.take_rewind() {
+            out.push(Action::ReadFrom(line));
         }
         if let Some(Watermark::Line(n)) = self.delivery.watermark
             && self.settings.online
@@ -1094,17 +762,17 @@ impl Pipeline {
             ));
             return;
         }
-        if self.end.ending.is_none() {
+        if !self.end.is_ending() {
             self.decide(now, out);
         }
-        if self.end.ending.is_some() {
+        if self.end.is_ending() {
             self.advance_ending(now, out);
             if self.end.done {
                 return;
             }
         }
         self.requests(now, out);
-        if self.delivery.outbox.is_idle() && std::mem::take(&mut self.delivery.trim_when_idle) {
+        if self.delivery.trim_now() {
             out.push(Action::TrimMemory);
         }
     }
@@ -1116,53 +784,45 @@ impl Pipeline {
             self.warn_stall(now);
         }
         if due.subagent_stop.is_some_and(|t| t <= now)
-            && !self.hooks.stop_in_flight
+            && !self.hooks.in_flight(Lifecycle::SubagentStop)
             && self.identity.is_some()
             && self.lines_through_turn_end()
         {
             self.attempt_stop(out);
         }
         if let Some(c) = &mut self.ceiling {
-            loop {
-                match c.step(&self.state.pauses, now) {
-                    CeilingStep::NotYet(_) => break,
-                    CeilingStep::Granted(g) => {
-                        let pause = self
-                            .state
-                            .pauses
-                            .last()
-                            .map(|p| {
-                                format!(
-                                    "usage_limit_exceeded opened {} until {}",
-                                    p.opened_at,
-                                    p.resets_at
-                                        .map_or_else(|| "unknown".into(), |r| r.rfc3339())
-                                )
-                            })
-                            .unwrap_or_default();
-                        self.notices.telemetry.emit(
-                            Notice::PauseExtensionGranted {
-                                grant: g.grant,
-                                total_granted: g.total_granted,
-                                remaining_cap: g.remaining_cap,
-                                grant_count: g.grant_count,
-                                pause,
-                            },
-                            now,
-                        );
-                    }
-                    CeilingStep::Fire => {
-                        let msg = c.exit_message(&self.state.pauses, now);
-                        self.notices.telemetry.emit(
-                            Notice::LifetimeCeiling {
-                                message: msg.clone(),
-                            },
-                            now,
-                        );
-                        self.begin_ending(ExitReason::LifetimeCeiling(msg), now);
-                        return;
-                    }
-                }
+            let (pauses, notices) = (&self.state.pauses, &mut self.notices);
+            let fired = extend_ceiling(c, pauses, now, |g| {
+                let pause = pauses
+                    .last()
+                    .map(|p| {
+                        format!(
+                            "usage_limit_exceeded opened {} until {}",
+                            p.opened_at,
+                            p.resets_at
+                                .map_or_else(|| "unknown".into(), |r| r.rfc3339())
+                        )
+                    })
+                    .unwrap_or_default();
+                let granted = Notice::PauseExtensionGranted {
+                    grant: g.grant,
+                    total_granted: g.total_granted,
+                    remaining_cap: g.remaining_cap,
+                    grant_count: g.grant_count,
+                    pause,
+                };
+                notices.say(granted, now);
+            });
+            if fired {
+                let message = c.exit_message(&self.state.pauses, now);
+                self.notices.say(
+                    Notice::LifetimeCeiling {
+                        message: message.clone(),
+                    },
+                    now,
+                );
+                self.begin_ending(ExitReason::LifetimeCeiling(message), now);
+                return;
             }
         }
         if due.idle_end.is_some_and(|t| t <= now) {
@@ -1206,17 +866,10 @@ impl Pipeline {
             self.finish(out);
             return;
         }
-        loop {
-            let Some(e) = &self.end.ending else { return };
-            let (began, step, hard_end) = (e.began, e.step, e.hard_end);
-            let out_of_time = match e.ship_until {
-                Some(t) => now >= t,
-                None => now >= self.end.last_progress.plus(ONCE_STALL),
-            };
+        while let Some(step) = self.end.step() {
+            let out_of_time = self.end.out_of_time(now);
             let next = match step {
-                Step::WaitPartial
-                    if !self.source.partial || now >= began.plus(PARTIAL_LINE_WAIT) =>
-                {
+                Step::WaitPartial if self.end.partial_settled(self.source.partial, now) => {
                     Step::Ship
                 }
                 // Offline too: a spool that keeps failing must not hold the end forever.
@@ -1231,11 +884,11 @@ impl Pipeline {
                 Step::Ship => break,
                 Step::Lifecycle if !self.settings.online => Step::Spool,
                 Step::Lifecycle => {
-                    if !self.end.ending.as_ref().is_some_and(|e| e.posted) {
+                    if self.end.take_post_turn() {
                         self.post_owed_hooks(now, out);
                     }
-                    let pending = self.hooks.stop_in_flight || self.hooks.session_end_in_flight;
-                    if !pending && !self.stop_owed(now) && self.hooks.session_end.is_none() {
+                    let pending = self.hooks.any_in_flight();
+                    if !pending && !self.owes_at_end(now) {
                         self.finish(out);
                         return;
                     }
@@ -1252,7 +905,7 @@ impl Pipeline {
                         self.finish(out);
                         return;
                     }
-                    if hard_end.is_some_and(|t| now >= t) {
+                    if self.end.past_hard_end(now) {
                         self.notify(Notice::ShutdownBudgetSpent {
                             session: self.session_id().to_owned(),
                             first_line: self.delivery.outbox.confirmed_to(),
@@ -1266,9 +919,7 @@ impl Pipeline {
             if next == Step::Spool {
                 self.enter_spool(now, out);
             }
-            if let Some(e) = &mut self.end.ending {
-                e.step = next;
-            }
+            self.end.set_step(next);
         }
     }
 
@@ -1276,44 +927,34 @@ impl Pipeline {
     /// watermark everything does (resending is harmless, losing a line is not). Requests in
     /// flight are abandoned (their answers are ignored).
     fn enter_spool(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if let Some(e) = &mut self.end.ending
-            && e.hard_end.is_none()
-        {
-            // `--once`: a spool that keeps failing does not keep it alive either.
-            e.hard_end = Some(now.plus(SHUTDOWN_BUDGET - SHIP_UNTIL));
-        }
+        self.end.bound_spooling(now);
         if self.delivery.watermark.is_none() {
             self.resume_at(Watermark::Empty);
             self.source.pending_rewind = false;
             out.push(Action::ReadFrom(self.source.fed_to));
         } else {
-            let confirmed = self.delivery.outbox.confirmed_to();
-            let unconfirmed = self.delivery.outbox.take_unconfirmed();
-            self.delivery.outbox.rewind(confirmed);
-            for l in unconfirmed {
-                self.delivery.outbox.push(l);
-            }
-            self.delivery.generation += 1;
-            self.delivery.ship_req = Request::default();
+            self.delivery.requeue_unconfirmed();
         }
-        self.hooks.stop_in_flight = false;
-        self.hooks.session_end_in_flight = false;
+        self.hooks.abandon_in_flight();
     }
 
-    /// Online, once every line is confirmed: the stop (due, or owed at this exit) and the
-    /// session end, one attempt each within the budget.
+    /// Whether a request the ending posts is still owed at `now`.
+    fn owes_at_end(&self, now: Ts) -> bool {
+        Lifecycle::ALL
+            .into_iter()
+            .any(|k| hooks::policy(k).at_end && self.owed(k, now).is_some())
+    }
+
+    /// Online, once every line is confirmed: the requests the ending posts (the stop due or
+    /// owed at this exit, the session end), one attempt each within the budget.
     fn post_owed_hooks(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if let Some(e) = &mut self.end.ending {
-            e.posted = true;
-        }
-        if self.stop_owed(now) && !self.hooks.stop_in_flight {
-            self.hooks.stop_in_flight = true;
-            self.reload_if_refused(out);
-            out.push(Action::Post(self.stop_hook()));
-        }
-        if let Some(h) = &self.hooks.session_end {
-            self.hooks.session_end_in_flight = true;
-            out.push(Action::Post(h.clone()));
+        for kind in Lifecycle::ALL {
+            if hooks::policy(kind).at_end
+                && !self.hooks.in_flight(kind)
+                && let Some(hook) = self.owed(kind, now)
+            {
+                self.post(hook, out);
+            }
         }
     }
 
@@ -1324,68 +965,46 @@ impl Pipeline {
             self.warn_stall(now);
         }
         if self.role == Role::Session && due.idle_end.is_some_and(|t| t <= now) {
-            if let Some(e) = &mut self.end.ending {
-                e.reason = ExitReason::IdleTimeout;
-            }
-            self.hooks.session_end = Some(Hook::SessionEnd(session_end_body(
-                self.session_id(),
-                &self.path,
-                self.identity
-                    .as_ref()
-                    .and_then(|i| i.cwd.as_deref())
-                    .unwrap_or(""),
-                SessionEndReason::IdleTimeout,
-                now,
-            )));
+            self.end.set_reason(ExitReason::IdleTimeout);
+            self.hooks
+                .owe(self.session_end_hook(SessionEndReason::IdleTimeout, now));
         }
     }
 
     /// Whether a stop is due now (or owed at this exit, R4.4) and not acknowledged: the one
     /// place the exit consults the lifecycle decisions.
     fn stop_owed(&self, now: Ts) -> bool {
-        let end = match self.end.ending.as_ref().map(|e| &e.reason) {
+        let end = match self.end.reason() {
             Some(ExitReason::IdleReap | ExitReason::IdleTimeout) => decide::WatcherEnd::Idle,
             Some(ExitReason::LifetimeCeiling(_)) => decide::WatcherEnd::LifetimeCeiling,
             Some(ExitReason::ParentExited) => decide::WatcherEnd::ParentExited,
             Some(ExitReason::Signal(_)) => decide::WatcherEnd::Signal,
             Some(ExitReason::OnceDone) | None => decide::WatcherEnd::OnceDone,
         };
-        decide::stop_owed_at_exit(
-            &self.state,
-            self.role,
-            self.windows().stop_grace,
-            self.hooks.stop,
-            end,
-            now,
-        )
-        .is_some()
+        self.owed_at_exit(end, now).is_some()
     }
 
-    /// At the very end: the due stop and the session end go to the hook spool, but only when
-    /// their lines are handed over (never a lifecycle request ahead of its transcript).
+    /// At the very end: the owed requests the ending posts go to the hook spool, but never
+    /// ahead of their lines where their route says so.
     fn spool_owed_hooks(&mut self, now: Ts, out: &mut Vec<Action>) {
-        if self.stop_owed(now) {
-            if self.lines_through_turn_end() {
-                out.push(Action::SpoolHook(self.stop_hook()));
+        for kind in Lifecycle::ALL {
+            let policy = hooks::policy(kind);
+            let Some(hook) = self.owed(kind, now).filter(|_| policy.at_end) else {
+                continue;
+            };
+            if !policy.after_turn_end || self.lines_through_turn_end() {
+                out.push(Action::SpoolHook(hook));
             } else {
                 self.notify(Notice::StopNotSpooled {
                     session: self.session_id().to_owned(),
                 });
             }
         }
-        if let Some(h) = self.hooks.session_end.clone() {
-            out.push(Action::SpoolHook(h));
-        }
     }
 
     fn finish(&mut self, out: &mut Vec<Action>) {
-        self.flush_refused_log();
-        let reason = self
-            .end
-            .ending
-            .as_ref()
-            .map(|e| e.reason.clone())
-            .unwrap_or(ExitReason::OnceDone);
+        self.delivery.flush_refused_log(&mut self.notices, self.now);
+        let reason = self.end.reason().cloned().unwrap_or(ExitReason::OnceDone);
         self.notify(Notice::WatcherExiting {
             reason: reason.as_str(),
         });
@@ -1393,91 +1012,51 @@ impl Pipeline {
         out.push(Action::Exit(reason));
     }
 
-    /// Requests: the watermark, subagent-start, the next batch (or spool record), lifecycle
-    /// posts queued by the ending.
+    /// Requests: the watermark, the requests the lines wait for (subagent-start), the next
+    /// batch (or spool record).
     fn requests(&mut self, now: Ts, out: &mut Vec<Action>) {
         if self.identity.is_none() {
             return;
         }
-        let spooling = self.spooling();
-        if self.settings.online && !spooling {
-            // After a failure, the check waits for the batch's own retry time.
-            let wants_watermark = self.delivery.watermark.is_none()
-                || (self.delivery.recheck_watermark
-                    && self.delivery.ship_req.retry_at.is_none_or(|t| t <= now));
-            if wants_watermark && self.delivery.watermark_req.ready(now) {
-                self.delivery.watermark_req.in_flight = true;
-                self.delivery.watermark_req.retry_at = None;
-                self.reload_if_refused(out);
-                out.push(Action::AskWatermark);
-            }
-            if self.hooks.start_needed && !self.hooks.start_in_flight {
-                self.hooks.start_in_flight = true;
-                out.push(Action::Post(self.start_hook()));
+        if self.settings.online && !self.spooling() {
+            self.delivery.ask_watermark(now, out);
+            for kind in Lifecycle::ALL {
+                if hooks::policy(kind).before_lines
+                    && !self.hooks.in_flight(kind)
+                    && let Some(hook) = self.hooks.owed(kind).cloned()
+                {
+                    self.post(hook, out);
+                }
             }
             if self.delivery.watermark.is_none()
                 || self.delivery.recheck_watermark
-                || self.hooks.start_needed
+                || self.hooks.holds_lines()
             {
                 return;
             }
-            if self.delivery.ship_req.ready(now) {
-                let session = self.session_id().to_owned();
-                let agent = self.agent_id().map(str::to_owned);
-                let body = match self.delivery.outbox.in_flight() {
-                    Some(b) => Some(b.body(&session, agent.as_deref(), &self.vendor)),
-                    None => self
-                        .delivery
-                        .outbox
-                        .next_batch()
-                        .map(|b| b.body(&session, agent.as_deref(), &self.vendor)),
-                };
-                if let Some(body) = body {
-                    self.delivery.ship_req.in_flight = true;
-                    self.delivery.ship_req.retry_at = None;
-                    self.reload_if_refused(out);
-                    out.push(Action::Send {
-                        generation: self.delivery.generation,
-                        body,
-                    });
-                }
-            }
-        } else if self.delivery.watermark.is_some() && self.delivery.spool_req.ready(now) {
-            // Offline, and at the end: each line goes to the spool as soon as it is read. The
-            // answer comes back synchronously, so one record at a time.
-            let batch = match self.delivery.outbox.in_flight() {
-                Some(b) => Some(b.lines.clone()),
-                None => self.delivery.outbox.next_batch().map(|b| b.lines.clone()),
-            };
-            if let Some(lines) = batch
-                && let Some(record) = self.batch_of(&lines)
-            {
-                self.delivery.spool_req.in_flight = true;
-                self.delivery.spool_req.retry_at = None;
-                out.push(Action::SpoolLines {
-                    batch: record,
-                    refused: false,
-                });
-            }
+            let id = self.identity.as_ref();
+            let agent = id.and_then(|i| i.agent_id.as_deref());
+            self.delivery
+                .send_next(now, session_id(id), agent, &self.vendor, out);
+        } else {
+            let (identity, vendor) = (self.identity.as_ref(), &self.vendor);
+            self.delivery
+                .spool_next(now, |lines| batch_of(identity, vendor, lines), out);
         }
-    }
-
-    fn agent_id(&self) -> Option<&str> {
-        self.identity.as_ref().and_then(|i| i.agent_id.as_deref())
     }
 
     /// Says what happened: a log line and the counters (see [`crate::telemetry`]).
     fn notify(&mut self, notice: Notice) {
-        self.notices.telemetry.emit(notice, self.now);
+        self.notices.say(notice, self.now);
     }
 
     /// The earliest decision due, by name (`inspect`'s names), while running.
     pub(crate) fn next_due(&self) -> Option<(&'static str, Ts)> {
-        if self.end.done || self.end.ending.is_some() {
+        if self.end.done || self.end.is_ending() {
             return None;
         }
         let due = self.due();
-        let stop = due.subagent_stop.filter(|_| !self.hooks.stop.posted);
+        let stop = due.subagent_stop.filter(|_| !self.stop_posted());
         [
             ("subagent_stop", stop),
             ("idle_end", due.idle_end),
@@ -1499,7 +1078,7 @@ impl Pipeline {
             &self.state,
             self.role,
             self.windows().stop_grace,
-            self.hooks.stop,
+            self.hooks.stop_progress(),
             end,
             now,
         )
@@ -1512,15 +1091,15 @@ impl Pipeline {
 
     /// The pipeline is ending (a signal, the parent's exit, a reap...).
     pub(crate) fn is_ending(&self) -> bool {
-        self.end.ending.is_some()
+        self.end.is_ending()
     }
 
     /// What became of the stop, for `--once`'s summary.
     pub(crate) fn stop_summary(&self, now: Ts) -> Option<String> {
-        match (self.role, self.hooks.stop.posted) {
-            (Role::Child, true) if !self.hooks.stop_spooled => Some("posted".into()),
-            (Role::Child, true) => Some("spooled".into()),
-            (Role::Child, false) => Some(match self.due().subagent_stop {
+        match (self.role, self.hooks.outcome(Lifecycle::SubagentStop)) {
+            (Role::Child, Some(Outcome::Posted)) => Some("posted".into()),
+            (Role::Child, Some(Outcome::Spooled)) => Some("spooled".into()),
+            (Role::Child, None) => Some(match self.due().subagent_stop {
                 Some(t) if t <= now => "due, not delivered".into(),
                 Some(t) => format!("not due until {t}"),
                 None => format!("not due (turn {})", self.state.turn.as_str()),
@@ -1530,11 +1109,53 @@ impl Pipeline {
     }
 }
 
+/// Moves the lifetime ceiling by every grant of pause credit owed at `now` (`on_grant` hears
+/// each); `true`: it fires. A grant takes all the credit not granted yet (or the rest of the
+/// cap), so at one `now` a second step fires or waits: this ends after two grants at most.
+fn extend_ceiling(
+    c: &mut Ceiling,
+    pauses: &[Pause],
+    now: Ts,
+    mut on_grant: impl FnMut(Grant),
+) -> bool {
+    loop {
+        match c.step(pauses, now) {
+            CeilingStep::NotYet(_) => return false,
+            CeilingStep::Granted(g) => on_grant(g),
+            CeilingStep::Fire => return true,
+        }
+    }
+}
+
+fn session_id(identity: Option<&Identity>) -> &str {
+    identity.and_then(|i| i.session_id.as_deref()).unwrap_or("")
+}
+
+/// A spool record of `lines` under the key (`None`: no session id yet).
+fn batch_of(
+    identity: Option<&Identity>,
+    vendor: &str,
+    lines: &[ShipLine],
+) -> Option<TranscriptBatch> {
+    let id = identity?;
+    Some(TranscriptBatch {
+        session_id: id.session_id.clone()?,
+        agent_id: id.agent_id.clone(),
+        vendor: vendor.to_owned(),
+        lines: lines.iter().map(ShipLine::text).collect(),
+        line_numbers: lines.iter().map(|l| l.number).collect(),
+    })
+}
+
 /// The shared redactor, compiled when the first line is shipped rather than when a pipeline is
 /// made: an idle watcher (or a supervisor of idle children) never pays for the compiled rules.
 fn redactor() -> &'static Redactor {
     crate::ship::redact::global()
 }
+
+mod delivery;
+mod ending;
+mod hooks;
 
 #[cfg(test)]
 mod tests;

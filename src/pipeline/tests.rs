@@ -493,3 +493,36 @@ fn shutdown_with_a_hung_server_spools_within_the_budget() {
     assert!(ended && t - 10.0 <= 4.0, "ended {ended} after {}", t - 10.0);
     assert_eq!(d.spooled_lines, vec![0, 1, 2]);
 }
+
+/// Every lifecycle route is one representation, so a `401` on any of them is a refused token
+/// like a refused batch: the token is re-read right before the next request (here the lines
+/// the failed start held back). Before, only the stop's `401` did this.
+#[test]
+fn a_token_refused_on_a_lifecycle_request_is_reread_before_the_next_request() {
+    let mut d = Driver::new(true, false, &child_turn());
+    d.identify(0);
+    let a = d.send(Event::Watermark(Ok(Watermark::NotFound)));
+    assert!(
+        a.iter()
+            .any(|a| matches!(a, Action::Post(Hook::SubagentStart(_)))),
+        "{a:?}"
+    );
+    let start = d.p.start_hook();
+    let a = d.p.handle(
+        Event::Posted {
+            hook: start.clone(),
+            result: Err(Failure::Unauthorized {
+                status: 401,
+                token_sent: true,
+            }),
+        },
+        d.now,
+    );
+    assert_eq!(a.first(), Some(&Action::SpoolHook(start)), "{a:?}");
+    let reload = a.iter().position(|a| *a == Action::ReloadToken);
+    let send = a.iter().position(|a| matches!(a, Action::Send { .. }));
+    assert!(
+        reload.is_some() && send.is_some() && reload < send,
+        "the token is re-read before the lines go out: {a:?}"
+    );
+}

@@ -36,10 +36,21 @@ pub fn options() -> OpenOptions {
 pub fn open(options: &OpenOptions, path: &Path) -> io::Result<File> {
     match options.open(path) {
         Ok(file) if os::is_link(&file)? => Err(refused(path)),
+        // Only regular files are kept here: a named pipe or a device planted at the path is
+        // refused (the open itself did not wait for a writer: see `os::restrict`).
+        Ok(file) if !file.metadata()?.is_file() => Err(not_regular(path)),
         Ok(file) => Ok(file),
         Err(e) if os::is_link_refusal(&e) => Err(refused(path)),
         Err(e) => Err(e),
     }
+}
+
+/// An error naming `path` as something other than a regular file.
+pub fn not_regular(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{} is not a regular file", path.display()),
+    )
 }
 
 /// A recursive directory builder whose new directories only this user may enter.
@@ -74,7 +85,12 @@ mod os {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 
     pub(super) fn restrict(options: &mut OpenOptions) {
-        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        // O_NONBLOCK: opening a named pipe planted at the path returns at once instead of
+        // waiting for a writer (it is then refused as not a regular file); on a regular file
+        // the flag changes nothing.
+        options
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
 
     pub(super) fn is_link(_file: &File) -> io::Result<bool> {

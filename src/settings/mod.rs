@@ -17,6 +17,64 @@
 
 mod docs;
 pub mod kinds;
+/// Declares the settings flags one command accepts: a type to flatten into its arguments
+/// (it reads as [`SettingsArgs`]). A flag of another command is clap's "unexpected argument"
+/// error naming it (exit 2); variables of settings a command does not use are not read.
+macro_rules! command_settings {
+    ($(#[$attr:meta])* $name:ident: [$($setting:ident),* $(,)?]) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct $name(pub SettingsArgs);
+
+        impl $name {
+            /// The long flags this command accepts, in registry order.
+            pub fn flags() -> Vec<&'static str> {
+                let mine: &[&dyn Entry] = &[$(&$setting),*];
+                SETTINGS
+                    .iter()
+                    .filter(|s| mine.iter().any(|m| m.var() == s.var()))
+                    .filter_map(|s| s.flag())
+                    .collect()
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = SettingsArgs;
+            fn deref(&self) -> &SettingsArgs {
+                &self.0
+            }
+        }
+
+        impl clap::Args for $name {
+            fn augment_args(cmd: clap::Command) -> clap::Command {
+                let flags = $name::flags();
+                cmd.args(
+                    SETTINGS
+                        .iter()
+                        .filter(|s| s.flag().is_some_and(|f| flags.contains(&f)))
+                        .filter_map(|s| s.arg()),
+                )
+            }
+
+            fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+                <$name as clap::Args>::augment_args(cmd)
+            }
+        }
+
+        impl clap::FromArgMatches for $name {
+            fn from_arg_matches(m: &clap::ArgMatches) -> Result<$name, clap::Error> {
+                let mut s = $name::default();
+                s.update_from_arg_matches(m)?;
+                Ok(s)
+            }
+
+            fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+                self.0.update_from(m, &$name::flags())
+            }
+        }
+    };
+}
+
 mod registry;
 
 use std::collections::BTreeMap;
@@ -234,94 +292,6 @@ impl SettingsArgs {
         }
         Ok(())
     }
-}
-
-/// Declares the settings flags one command accepts: a type to flatten into its arguments
-/// (it reads as [`SettingsArgs`]). A flag of another command is clap's "unexpected argument"
-/// error naming it (exit 2); variables of settings a command does not use are not read.
-macro_rules! command_settings {
-    ($(#[$attr:meta])* $name:ident: [$($setting:ident),* $(,)?]) => {
-        $(#[$attr])*
-        #[derive(Debug, Clone, Default, PartialEq, Eq)]
-        pub struct $name(pub SettingsArgs);
-
-        impl $name {
-            /// The long flags this command accepts, in registry order.
-            pub fn flags() -> Vec<&'static str> {
-                let mine: &[&dyn Entry] = &[$(&registry::$setting),*];
-                SETTINGS
-                    .iter()
-                    .filter(|s| mine.iter().any(|m| m.var() == s.var()))
-                    .filter_map(|s| s.flag())
-                    .collect()
-            }
-        }
-
-        impl std::ops::Deref for $name {
-            type Target = SettingsArgs;
-            fn deref(&self) -> &SettingsArgs {
-                &self.0
-            }
-        }
-
-        impl clap::Args for $name {
-            fn augment_args(cmd: clap::Command) -> clap::Command {
-                let flags = $name::flags();
-                cmd.args(
-                    SETTINGS
-                        .iter()
-                        .filter(|s| s.flag().is_some_and(|f| flags.contains(&f)))
-                        .filter_map(|s| s.arg()),
-                )
-            }
-
-            fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-                <$name as clap::Args>::augment_args(cmd)
-            }
-        }
-
-        impl clap::FromArgMatches for $name {
-            fn from_arg_matches(m: &ArgMatches) -> Result<$name, clap::Error> {
-                let mut s = $name::default();
-                s.update_from_arg_matches(m)?;
-                Ok(s)
-            }
-
-            fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-                self.0.update_from(m, &$name::flags())
-            }
-        }
-    };
-}
-
-command_settings! {
-    /// `watch`: everything but the Codex home (it is given its rollout).
-    WatchSettings: [
-        SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, WATCHER_DIR, STOP_GRACE, REAP_AFTER, IDLE_END,
-        STALL_AFTER, LIFETIME, MAX_PAUSE_CREDIT, POLL_INTERVAL, FORCE_POLL, LOG, LOG_FORMAT,
-    ]
-}
-
-command_settings! {
-    /// `supervise`: every setting.
-    SuperviseSettings: [
-        SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, WATCHER_DIR, CODEX_HOME, STOP_GRACE, REAP_AFTER,
-        IDLE_END, STALL_AFTER, LIFETIME, MAX_PAUSE_CREDIT, POLL_INTERVAL, FORCE_POLL, LOG,
-        LOG_FORMAT,
-    ]
-}
-
-command_settings! {
-    /// `inspect`: the decision windows and where `--tree` looks; it ships nothing.
-    InspectSettings: [
-        CONFIG_DIR, WATCHER_DIR, CODEX_HOME, STOP_GRACE, REAP_AFTER, IDLE_END, STALL_AFTER,
-        LIFETIME, MAX_PAUSE_CREDIT, LOG, LOG_FORMAT,
-    ]
-}
-
-command_settings! {
-    /// `replay`: the server, its token and the spools.
-    ReplaySettings: [SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, LOG, LOG_FORMAT]
 }
 
 /// A configuration the watcher cannot run with (exit code 2). The message names the flag or

@@ -20,7 +20,7 @@ use super::kinds::{
     Check, Choice, LogFormat, Millis, OptionalText, OptionalWindow, Path, Switch, Text, TimeUnit,
     Window, Zero,
 };
-use super::{Entry, Setting};
+use super::{Entry, Setting, SettingsArgs};
 
 /// Declares each setting as a `pub static` and lists them all in [`SETTINGS`], so a setting
 /// cannot be declared without being documented.
@@ -173,4 +173,37 @@ registry! {
         "KCAP_LOG_FORMAT", "--log-format", "FORMAT", Choice::new(),
         "Log record format.",
     );
+}
+
+// Which settings each command takes: a new setting is a row above and its name in the lists
+// of the commands that use it. Any other is an error naming it (exit 2).
+
+command_settings! {
+    /// `watch`: everything but the Codex home (it is given its rollout).
+    WatchSettings: [
+        SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, WATCHER_DIR, STOP_GRACE, REAP_AFTER, IDLE_END,
+        STALL_AFTER, LIFETIME, MAX_PAUSE_CREDIT, POLL_INTERVAL, FORCE_POLL, LOG, LOG_FORMAT,
+    ]
+}
+
+command_settings! {
+    /// `supervise`: every setting.
+    SuperviseSettings: [
+        SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, WATCHER_DIR, CODEX_HOME, STOP_GRACE, REAP_AFTER,
+        IDLE_END, STALL_AFTER, LIFETIME, MAX_PAUSE_CREDIT, POLL_INTERVAL, FORCE_POLL, LOG,
+        LOG_FORMAT,
+    ]
+}
+
+command_settings! {
+    /// `inspect`: the decision windows and where `--tree` looks; it ships nothing.
+    InspectSettings: [
+        CONFIG_DIR, WATCHER_DIR, CODEX_HOME, STOP_GRACE, REAP_AFTER, IDLE_END, STALL_AFTER,
+        LIFETIME, MAX_PAUSE_CREDIT, LOG, LOG_FORMAT,
+    ]
+}
+
+command_settings! {
+    /// `replay`: the server, its token and the spools.
+    ReplaySettings: [SERVER, TOKEN_FILE, PROFILE, CONFIG_DIR, LOG, LOG_FORMAT]
 }

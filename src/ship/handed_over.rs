@@ -35,7 +35,7 @@ pub(crate) fn read(
     let Some(path) = path(config_dir, session_id, agent_id) else {
         return Ok(None);
     };
-    match std::fs::read_to_string(&path) {
+    match crate::files::read_small(&path, crate::files::SMALL_FILE_MAX) {
         Ok(text) => Ok(text.trim().parse().ok()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

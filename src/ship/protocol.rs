@@ -164,6 +164,73 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// A lifecycle route: one row of everything the crate knows of it besides its body (its route
+/// under `/hooks/`, the name and the `event`s its log lines carry). The pipeline's policy for
+/// each (when it is sent, what a failure does) is `pipeline::hooks`'s table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    SubagentStart,
+    SubagentStop,
+    SessionEnd,
+}
+
+impl Lifecycle {
+    /// Every route, in the order of [`Lifecycle::index`].
+    pub(crate) const ALL: [Lifecycle; 3] = [
+        Lifecycle::SubagentStart,
+        Lifecycle::SubagentStop,
+        Lifecycle::SessionEnd,
+    ];
+
+    /// Its place in [`Lifecycle::ALL`] (a table of per-route state is indexed by it).
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    pub(crate) fn route(self) -> &'static str {
+        match self {
+            Lifecycle::SubagentStart => ROUTE_SUBAGENT_START,
+            Lifecycle::SubagentStop => ROUTE_SUBAGENT_STOP,
+            Lifecycle::SessionEnd => ROUTE_SESSION_END,
+        }
+    }
+
+    /// How log lines and errors name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Lifecycle::SubagentStart => "subagent-start",
+            Lifecycle::SubagentStop => "subagent-stop",
+            Lifecycle::SessionEnd => "session-end",
+        }
+    }
+
+    /// The `event` of the log line saying the server acknowledged it.
+    pub(crate) fn posted_event(self) -> &'static str {
+        match self {
+            Lifecycle::SubagentStart => "subagent_start_posted",
+            Lifecycle::SubagentStop => "subagent_stop_posted",
+            Lifecycle::SessionEnd => "session_end_posted",
+        }
+    }
+
+    /// The `event` of the log line saying a post of it failed.
+    pub(crate) fn failed_event(self) -> &'static str {
+        match self {
+            Lifecycle::SubagentStart => "subagent_start_failed",
+            Lifecycle::SubagentStop => "subagent_stop_failed",
+            Lifecycle::SessionEnd => "session_end_failed",
+        }
+    }
+
+    /// Why it was posted, when its log line says (` (...)`, or empty).
+    pub(crate) fn posted_because(self) -> &'static str {
+        match self {
+            Lifecycle::SubagentStart => " (no stream existed)",
+            Lifecycle::SubagentStop | Lifecycle::SessionEnd => "",
+        }
+    }
+}
+
 /// A lifecycle request: its route under `/hooks/` and its JSON body, built once (a stop spooled
 /// at exit is byte for byte the one that was posted).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,12 +241,16 @@ pub(crate) enum Hook {
 }
 
 impl Hook {
-    pub(crate) fn route(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> Lifecycle {
         match self {
-            Hook::SubagentStart(_) => ROUTE_SUBAGENT_START,
-            Hook::SubagentStop(_) => ROUTE_SUBAGENT_STOP,
-            Hook::SessionEnd(_) => ROUTE_SESSION_END,
+            Hook::SubagentStart(_) => Lifecycle::SubagentStart,
+            Hook::SubagentStop(_) => Lifecycle::SubagentStop,
+            Hook::SessionEnd(_) => Lifecycle::SessionEnd,
         }
+    }
+
+    pub(crate) fn route(&self) -> &'static str {
+        self.kind().route()
     }
 
     pub(crate) fn body(&self) -> &str {

@@ -122,7 +122,18 @@ pub fn gather(settings: &StatusDirs, clean: bool) -> StatusReport {
     let mut live: Vec<StatusFile> = Vec::new();
     let mut stale_status: Vec<(PathBuf, String, Writer)> = Vec::new();
     let status_dir = status_file::status_dir(&settings.config_dir);
-    for name in list(&status_dir, &mut report.unreadable) {
+    // kcap-watch never writes through a link there (`files::ensure_private_dir`), so one found
+    // there is not followed: `--clean` would otherwise remove files wherever it points.
+    let status_names = if crate::files::refuse_symlink(&status_dir).is_err() {
+        report.unreadable.push(format!(
+            "{}: a symbolic link, not followed",
+            status_dir.display()
+        ));
+        Vec::new()
+    } else {
+        list(&status_dir, &mut report.unreadable)
+    };
+    for name in status_names {
         let Some((key, writer)) = status_file::parse_file_name(&name) else {
             continue;
         };
@@ -295,13 +306,25 @@ fn session_id_for_launch(key: &str) -> String {
 }
 
 fn session_report(config_dir: &Path, session_id: String, keys: Vec<KeyReport>) -> SessionReport {
+    // Records and bytes, read a piece at a time (a spool may hold hundreds of MiB) and never
+    // through a symbolic link (kcap-watch writes none there).
     let count = |path: PathBuf| -> (u64, u64) {
-        match fs::read(&path) {
-            Ok(bytes) => (
-                bytes.iter().filter(|b| **b == b'\n').count() as u64,
-                bytes.len() as u64,
-            ),
-            Err(_) => (0, 0),
+        let Ok(mut file) =
+            crate::files::open_private(crate::files::private_options().read(true), &path)
+        else {
+            return (0, 0);
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut records, mut bytes) = (0u64, 0u64);
+        loop {
+            match io::Read::read(&mut file, &mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(0) | Err(_) => return (records, bytes),
+                Ok(n) => {
+                    records += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                    bytes += n as u64;
+                }
+            }
         }
     };
     let (transcript_spool_records, transcript_spool_bytes) =
@@ -395,6 +418,10 @@ fn clean_stale(
 /// The table: the daemon, then each session as a heading with one row per key, then stale
 /// files.
 pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
+    // Paths, reasons and a server's error text are untrusted: each line is written with its
+    // control characters escaped, so none can forge a line or reach the terminal as an escape
+    // sequence.
+    let out = &mut crate::logging::OneLineWriter::new(out);
     if r.daemon.running {
         writeln!(
             out,
@@ -423,10 +450,12 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "daemon: not running")?;
     }
     if r.sessions.is_empty() {
-        writeln!(out, "\nno watched sessions in {}", r.watcher_dir)?;
+        writeln!(out)?;
+        writeln!(out, "no watched sessions in {}", r.watcher_dir)?;
     }
     for s in &r.sessions {
-        writeln!(out, "\nsession {}", s.session_id)?;
+        writeln!(out)?;
+        writeln!(out, "session {}", s.session_id)?;
         writeln!(
             out,
             "  {:<34} {:<22} {:>8} {:<9} {:<10} {:>7} {:>9} {:>7} {:>7}  next due / last error",
@@ -498,9 +527,10 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     if !r.stale.is_empty() {
+        writeln!(out)?;
         writeln!(
             out,
-            "\nstale files (kcap-watch status --clean removes kcap-watch's own):"
+            "stale files (kcap-watch status --clean removes kcap-watch's own):"
         )?;
         for f in &r.stale {
             writeln!(out, "  {}  ({})", f.path, f.why)?;
@@ -513,4 +543,92 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "cannot read {u}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile server's error text, a rollout path with a newline and a skip reason with an
+    /// escape sequence: the table keeps one line per row and sends no control character.
+    #[test]
+    fn untrusted_text_in_the_table_cannot_forge_a_line_or_reach_the_terminal_as_an_escape() {
+        let hostile = "boom\n  forged  alive\u{1b}]0;pwned\u{7}\r";
+        let key = KeyStatus {
+            key: "s-a".into(),
+            session_id: "s".into(),
+            agent_id: Some("a".into()),
+            rollout: "/tmp/r\nx.jsonl".into(),
+            state: "following".into(),
+            turn: "open".into(),
+            lines_on_disk: 3,
+            lines_confirmed: 2,
+            lines_spooled: 0,
+            lines_refused: 0,
+            stop_posted: false,
+            next_due: None,
+            last_error: Some(crate::status_file::LastError {
+                event: "ship_failed".into(),
+                message: hostile.into(),
+                at: "2026-12-01T10:00:00Z".into(),
+            }),
+        };
+        let report = StatusReport {
+            version: VERSION,
+            kcap_watch_version: "0".into(),
+            config_dir: "/c".into(),
+            watcher_dir: "/w".into(),
+            daemon: DaemonReport {
+                running: true,
+                pid: Some(1),
+                version: Some("0".into()),
+                server: Some("http://x".into()),
+                updated_at: None,
+                sessions_taken: Vec::new(),
+                sessions_skipped: vec![SkippedSession {
+                    session_id: "s".into(),
+                    reason: hostile.into(),
+                }],
+            },
+            sessions: vec![SessionReport {
+                session_id: "s".into(),
+                keys: vec![KeyReport {
+                    key: "s-a".into(),
+                    session_id: "s".into(),
+                    agent_id: Some("a".into()),
+                    rollout: Some(key.rollout.clone()),
+                    holder: Some("kcap-watch watch".into()),
+                    pid: Some(2),
+                    verdict: "alive".into(),
+                    kcap_watch_version: Some("0".into()),
+                    kcap_watch: Some(key),
+                }],
+                transcript_spool_records: 0,
+                transcript_spool_bytes: 0,
+                hook_spool_records: 0,
+                hook_spool_bytes: 0,
+                refused_records: 0,
+                refused_bytes: 0,
+                needs_import: false,
+            }],
+            stale: Vec::new(),
+            cleaned: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        let mut out = Vec::new();
+        write_text(&report, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        // daemon, skipped, blank, session, heading, the key's row, its rollout.
+        assert_eq!(text.lines().count(), 7, "{text}");
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("forged")),
+            "{text}"
+        );
+        assert!(text.contains("boom\\n  forged"), "{text}");
+        assert!(text.contains("/tmp/r\\nx.jsonl"), "{text}");
+    }
 }

@@ -159,15 +159,32 @@ impl World {
 
     /// The daemon, with no KCAP_URL of its own: the server comes from the session watchers.
     fn daemon(&self, log: &str) -> Child {
+        self.daemon_with(log, &[])
+    }
+
+    /// [`World::daemon`] with more variables set.
+    fn daemon_with(&self, log: &str, env: &[(&str, &str)]) -> Child {
         let mut c = kcap_watch(&self.config);
         c.env_remove("CODEX_HOME")
             .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
             .env("KCAP_WATCH_POLL_MS", "100")
             .env("KCAP_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
             .arg("daemon")
             .stdout(Stdio::null())
             .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
         c.spawn().unwrap()
+    }
+
+    /// Waits until the stand-in of every session in `ids` has written its pid file.
+    fn standins_started(&self, ids: &[Ids]) {
+        let watchers = self.config.join("watchers");
+        assert!(
+            wait_for(WAIT, || ids
+                .iter()
+                .all(|i| watchers.join(format!("{}.pid", i.key())).exists())),
+            "the stand-ins did not start"
+        );
     }
 
     fn daemon_status(&self) -> Option<Value> {
@@ -566,6 +583,145 @@ fn a_session_the_kcap_cli_does_not_watch_is_never_supervised_and_one_without_a_s
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+/// Codex creates a session's rollout lazily, at its first persisted item, so the kcap CLI's
+/// session watcher can start before the file exists (and, with `KCAP_WATCH_EXCLUDE` set, a
+/// header still unwritten leaves the cwd unknown). Such a session is judged again until its
+/// rollout says what it is: a session taken late still has every child shipped, and an
+/// excluded one is never taken on the way.
+#[test]
+fn a_session_whose_rollout_appears_after_its_watcher_is_taken_once_it_does_and_never_before_its_cwd_is_known()
+ {
+    let w = World::new();
+    let (s1, s2) = (Ids { n: 1 }, Ids { n: 2 });
+    // Session 1: no rollout yet. Session 2: its file exists but its header is not written.
+    let r1 = w
+        .day()
+        .join(format!("rollout-2026-07-28T22-13-45-{}.jsonl", s1.root()));
+    let r2 = w
+        .day()
+        .join(format!("rollout-2026-07-28T22-13-45-{}.jsonl", s2.root()));
+    fs::write(&r2, "").unwrap();
+    let _stand1 = w.standin(s1, &r1);
+    let _stand2 = w.standin(s2, &r2);
+    let watchers = w.config.join("watchers");
+    w.standins_started(&[s1, s2]);
+    // Session 2's cwd (set below) is excluded; session 1's is not.
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")],
+    );
+    let reason = |ids: Ids| {
+        w.daemon_status().and_then(|s| {
+            s["sessions_skipped"]
+                .as_array()?
+                .iter()
+                .find(|t| t["session_id"] == ids.key())
+                .and_then(|t| t["reason"].as_str().map(str::to_owned))
+        })
+    };
+    assert!(
+        wait_for(WAIT, || reason(s1)
+            .is_some_and(|r| r.contains("no rollout yet"))
+            && reason(s2)
+                .is_some_and(|r| r.contains("header is not written yet"))),
+        "{:#}\n{}",
+        w.daemon_status().unwrap_or_default(),
+        w.logs()
+    );
+    assert_eq!(w.supervisor_pid(s2), None, "taken before its cwd was known");
+    // Both files get their headers: session 1 is taken, session 2 is excluded for good.
+    fs::write(&r1, s1.text(&fixture("parent-session.jsonl"))).unwrap();
+    fs::write(
+        &r2,
+        s2.text(&fixture("parent-session.jsonl"))
+            .replace("/home/dev/src/acme-api", "/home/dev/secret/vault"),
+    )
+    .unwrap();
+    assert!(
+        wait_for(WAIT, || w.supervisor_pid(s1).is_some()
+            && reason(s2)
+                .is_some_and(|r| r.contains("matches KCAP_WATCH_EXCLUDE"))),
+        "{:#}\n{}",
+        w.daemon_status().unwrap_or_default(),
+        w.logs()
+    );
+    assert_eq!(reason(s1), None, "{:#}", w.daemon_status().unwrap());
+    // Session 1's child is shipped by its supervisor; session 2's by nobody here (the kcap
+    // CLI's own watcher would take it).
+    let a1 = &w.tree(s1)[0];
+    write_watched(
+        &a1.path,
+        &a1.text,
+        &watchers,
+        &format!("{}-{}", s1.key(), bare(&a1.id)),
+    );
+    let a2 = &w.tree(s2)[0];
+    fs::write(&a2.path, &a2.text).unwrap();
+    assert!(
+        w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a1)
+            && w.stops(s1, a1) == 1),
+        "{}",
+        w.logs()
+    );
+    assert!(w.server.lines(&s2.key(), &bare(&a2.id)).is_empty());
+    assert_eq!(w.supervisor_pid(s2), None);
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// The rollout named on the session watcher's command line is used only when its header names
+/// that session: a command line (or a symbolic link) naming another session's file must not
+/// decide which cwd `KCAP_WATCH_EXCLUDE` judges, nor where the session's children are looked
+/// for.
+#[test]
+fn a_command_line_naming_another_sessions_rollout_is_not_taken_for_it() {
+    let w = World::new();
+    let (s1, s2) = (Ids { n: 1 }, Ids { n: 2 });
+    // Session 1 runs in an excluded directory; session 2 does not.
+    let r1 = w.session(s1);
+    fs::write(
+        &r1,
+        s1.text(&fixture("parent-session.jsonl"))
+            .replace("/home/dev/src/acme-api", "/home/dev/secret/vault"),
+    )
+    .unwrap();
+    let r2 = w.session(s2);
+    // Session 1's watcher names a link to session 2's file.
+    let link = w.tmp.path().join("elsewhere.jsonl");
+    std::os::unix::fs::symlink(&r2, &link).unwrap();
+    let _stand1 = w.standin(s1, &link);
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[("KCAP_WATCH_EXCLUDE", "/home/dev/secret/*")],
+    );
+    // The session is found under CODEX_HOME by its id instead, and excluded by its own cwd.
+    assert!(
+        wait_for(WAIT, || w.daemon_status().is_some_and(|s| {
+            s["sessions_skipped"].as_array().is_some_and(|a| {
+                a.iter().any(|t| {
+                    t["session_id"] == s1.key()
+                        && t["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("/home/dev/secret/vault"))
+                })
+            })
+        })),
+        "{:#}\n{}",
+        w.daemon_status().unwrap_or_default(),
+        w.logs()
+    );
+    let status = w.daemon_status().unwrap();
+    assert_eq!(
+        status["sessions_taken"],
+        serde_json::json!([]),
+        "{status:#}"
+    );
+    assert_eq!(kcap_watch_processes(&w.config), vec![daemon.id()]);
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
 /// An installed copy of the binary (a hard link outside `target/`).
 fn installed_binary(dir: &Path) -> PathBuf {
     let bin_dir = dir.join("bin");
@@ -693,19 +849,8 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let r1 = w.session(s1);
     let stand = w.standin(s1, &r1);
     let watchers = w.config.join("watchers");
-    assert!(wait_for(WAIT, || watchers
-        .join(format!("{}.pid", s1.key()))
-        .exists()));
-    let mut c = kcap_watch(&w.config);
-    c.env_remove("CODEX_HOME")
-        .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
-        .env("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")
-        .env("KCAP_WATCH_POLL_MS", "100")
-        .env("KCAP_LOG_FORMAT", "json")
-        .arg("daemon")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(w.tmp.path().join("daemon.log")).unwrap());
-    let mut daemon = c.spawn().unwrap();
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon_with("daemon.log", &[("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")]);
     assert!(
         wait_for(WAIT, || w.supervisor_pid(s1).is_some()),
         "{}",

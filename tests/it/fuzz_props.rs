@@ -571,24 +571,7 @@ fn token(len: std::ops::Range<usize>) -> impl Strategy<Value = String> {
 /// A secret of a listed shape, as it would appear in text: (the text, the part that must go).
 fn secret() -> impl Strategy<Value = (String, String)> {
     let prefixed = (
-        prop::sample::select(vec![
-            "ghp_",
-            "gho_",
-            "ghs_",
-            "github_pat_",
-            "cfat_",
-            "sk-",
-            "sk_live_",
-            "sk_test_",
-            "xoxb-",
-            "xoxp-",
-            "xoxa-",
-            "pypi-",
-            "npm_",
-            "glpat-",
-            "dckr_pat_",
-            "dckr_oat_",
-        ]),
+        prop::sample::select(crate::support::secrets::VENDOR_PREFIXES),
         token(24..40),
     )
         .prop_map(|(p, t)| (format!("{p}{t}"), t));

@@ -549,3 +549,56 @@ fn only_lines_below_the_history_start_are_left_unfolded() {
     assert_eq!(r["turn"]["state"], "open");
     assert_eq!(r["pending_tools"][0]["call_id"], "parent-call");
 }
+
+/// The agent's last message and a tool's name are the rollout's text: printed for people, a
+/// newline or an escape sequence in them is written escaped, so no line of the report can be
+/// forged and nothing reaches the terminal as a control sequence.
+#[test]
+fn untrusted_text_in_the_report_cannot_forge_a_line_or_reach_the_terminal_as_an_escape() {
+    let report = |lines: &[String]| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = rollout(dir.path(), lines);
+        let out = kcap_watch()
+            .args(["inspect", "--line-times", "--now", "2026-07-28T10:04:00Z"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        text
+    };
+    // A call in flight whose name tries to add a line.
+    let text = report(&[
+        started("09:59:00.000"),
+        line(
+            "09:59:10.000",
+            "response_item",
+            r#"{"type":"function_call","name":"x\nstalled        yes\u001b[2J","arguments":"{}","call_id":"c1"}"#,
+        ),
+    ]);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("stalled")).count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains(r"x\nstalled        yes"), "{text}");
+    // A last message that tries to add one.
+    let text = report(&[
+        started("09:59:00.000"),
+        line(
+            "09:59:20.000",
+            "event_msg",
+            r#"{"type":"task_complete","turn_id":"t1","last_agent_message":"done\nstalled        yes\u001b]0;pwned\u0007"}"#,
+        ),
+    ]);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("stalled")).count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains(r"done\nstalled"), "{text}");
+}

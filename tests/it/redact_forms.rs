@@ -59,30 +59,6 @@ fn escaped_output_line(text: &str) -> String {
     s
 }
 
-/// Every string in `value` (keys too), and every string inside strings that are JSON.
-fn all_text(value: &Value, out: &mut String) {
-    match value {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\n');
-            if let Ok(inner) = serde_json::from_str::<Value>(s)
-                && (inner.is_object() || inner.is_array())
-            {
-                all_text(&inner, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| all_text(v, out)),
-        Value::Object(map) => {
-            for (k, v) in map {
-                out.push_str(k);
-                out.push('\n');
-                all_text(v, out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// What the server would hold of a shipped line: its decoded text, checked to be JSON when the
 /// input was.
 fn shipped_text(input: &str, shipped: &str) -> Result<String, String> {
@@ -90,7 +66,7 @@ fn shipped_text(input: &str, shipped: &str) -> Result<String, String> {
     if serde_json::from_str::<Value>(input).is_ok() {
         let v = serde_json::from_str::<Value>(shipped)
             .map_err(|e| format!("invalid JSON shipped ({e}): {shipped}"))?;
-        all_text(&v, &mut seen);
+        crate::support::secrets::all_text(&v, &mut seen);
     }
     Ok(seen)
 }

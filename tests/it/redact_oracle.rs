@@ -205,31 +205,7 @@ impl Rng {
 fn corpus() -> Vec<String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut out = Vec::new();
-    let headers = [
-        "Authorization",
-        "Proxy-Authorization",
-        "Cookie",
-        "Set-Cookie",
-        "X-Api-Key",
-        "X-Auth-Token",
-        "X-Access-Token",
-        "X-Amz-Security-Token",
-        "X-Amz-Signature",
-        "X-Goog-Api-Key",
-        "Api-Key",
-        "Private-Token",
-        "Job-Token",
-        "Deploy-Token",
-        "X-Vault-Token",
-        "X-Consul-Token",
-        "X-Csrf-Token",
-        "X-Xsrf-Token",
-        "X-Hub-Signature",
-        "X-Hub-Signature-256",
-        "X-Slack-Signature",
-        "Stripe-Signature",
-        "X-Registry-Auth",
-    ];
+    let headers = crate::support::secrets::HEADER_NAMES;
     let query_keys = [
         "access_token",
         "refresh_token",
@@ -288,27 +264,7 @@ fn corpus() -> Vec<String> {
         "APIKEYS",
         "MY_SECRETS",
     ];
-    let prefixes = [
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "github_pat_",
-        "cfat_",
-        "sk-",
-        "sk-proj-",
-        "sk-live_",
-        "sk-test_",
-        "sk_live_",
-        "sk_test_",
-        "xoxb-",
-        "xoxp-",
-        "xoxa-",
-        "pypi-",
-        "npm_",
-        "glpat-",
-        "dckr_pat_",
-        "dckr_oat_",
-    ];
+    let prefixes = crate::support::secrets::VENDOR_PREFIXES;
     let aws = [
         "AKIA", "ASIA", "AROA", "AIDA", "AIPA", "AGPA", "ANPA", "ANVA", "ASCA", "APKA", "ABIA",
         "ACCA",

@@ -31,27 +31,7 @@ fn one(text: String, body: String) -> Secret {
 }
 
 fn vendor_token() -> impl Strategy<Value = Secret> {
-    let prefixes = vec![
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "ghu_",
-        "ghr_",
-        "github_pat_",
-        "cfat_",
-        "sk-",
-        "sk-proj-",
-        "sk_live_",
-        "sk_test_",
-        "xoxb-",
-        "xoxp-",
-        "xoxa-",
-        "pypi-",
-        "npm_",
-        "glpat-",
-        "dckr_pat_",
-        "dckr_oat_",
-    ];
+    let prefixes = crate::support::secrets::VENDOR_PREFIXES;
     prop_oneof![
         (select(prefixes), body(10, 40)).prop_map(|(p, b)| one(format!("{p}{b}"), b)),
         body(35, 35).prop_map(|b| one(format!("AIza{b}"), b)),

@@ -294,33 +294,6 @@ const KCAP_RULES: &[Row] = &[
     ),
 ];
 
-/// kcap's header names, each as a header line and (in [`json_pairs`]) as a JSON key.
-const HEADER_NAMES: &[&str] = &[
-    "Authorization",
-    "Proxy-Authorization",
-    "Cookie",
-    "Set-Cookie",
-    "X-Api-Key",
-    "X-Auth-Token",
-    "X-Access-Token",
-    "X-Amz-Security-Token",
-    "X-Amz-Signature",
-    "X-Goog-Api-Key",
-    "Api-Key",
-    "Private-Token",
-    "Job-Token",
-    "Deploy-Token",
-    "X-Vault-Token",
-    "X-Consul-Token",
-    "X-Csrf-Token",
-    "X-Xsrf-Token",
-    "X-Hub-Signature",
-    "X-Hub-Signature-256",
-    "X-Slack-Signature",
-    "Stripe-Signature",
-    "X-Registry-Auth",
-];
-
 /// The forms R2.2 adds beyond the kcap CLI.
 const BEYOND_KCAP: &[Row] = &[
     row(
@@ -464,7 +437,7 @@ const BEYOND_KCAP: &[Row] = &[
 /// JSON key/value forms: `(document, secrets)`.
 fn json_pairs() -> Vec<(String, Vec<String>)> {
     let mut pairs = Vec::new();
-    for name in HEADER_NAMES {
+    for name in crate::support::secrets::HEADER_NAMES {
         let secret = format!("HdrVal{}", name.replace('-', ""));
         pairs.push((
             json!({"request": {"headers": {*name: secret}}}).to_string(),
@@ -557,37 +530,13 @@ fn exec_output_line(text: &str) -> String {
     tool_output_line(&inner.to_string())
 }
 
-/// Every string in `value` (keys too), and every string inside strings that are JSON.
-fn all_text(value: &Value, out: &mut String) {
-    match value {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\n');
-            if let Ok(inner) = serde_json::from_str::<Value>(s)
-                && (inner.is_object() || inner.is_array())
-            {
-                all_text(&inner, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| all_text(v, out)),
-        Value::Object(map) => {
-            for (k, v) in map {
-                out.push_str(k);
-                out.push('\n');
-                all_text(v, out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// Checks one shipped form; returns a failure message.
 fn check(form: &str, input: &str, secrets: &[String], must_parse: bool) -> Option<String> {
     let shipped = global().redact_line(input.as_bytes());
     let mut seen = shipped.clone();
     if must_parse {
         match serde_json::from_str::<Value>(&shipped) {
-            Ok(v) => all_text(&v, &mut seen),
+            Ok(v) => crate::support::secrets::all_text(&v, &mut seen),
             Err(e) => return Some(format!("{form}: invalid JSON shipped ({e}):\n  {shipped}")),
         }
     }

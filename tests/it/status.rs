@@ -86,6 +86,20 @@ fn keys_the_kcap_cli_holds_are_named_with_pid_and_verdict_and_dead_ones_are_dead
     let _ = holder.wait();
 }
 
+/// Writes at `path` the status file of a `writer` whose process is gone.
+fn write_gone_writers_status(path: &Path, writer: &str) {
+    fs::write(
+        path,
+        serde_json::json!({
+            "version": 1, "writer": writer, "pid": 999999999u32, "start_token": "lx:x:1",
+            "updated_at": "2026-12-01T10:00:00Z", "kcap_watch_version": "0.1.0",
+            "server": null, "session_id": SESSION, "keys": []
+        })
+        .to_string(),
+    )
+    .unwrap();
+}
+
 #[test]
 fn stale_files_are_listed_and_clean_removes_only_those_whose_lock_it_can_take() {
     let tmp = tempfile::tempdir().unwrap();
@@ -109,16 +123,7 @@ fn stale_files_are_listed_and_clean_removes_only_those_whose_lock_it_can_take() 
     let status_dir = config.join("kcap-watch/status");
     fs::create_dir_all(&status_dir).unwrap();
     let stale_status = status_dir.join(format!("{dead}.watch.json"));
-    fs::write(
-        &stale_status,
-        serde_json::json!({
-            "version": 1, "writer": "watch", "pid": 999999999u32, "start_token": "lx:x:1",
-            "updated_at": "2026-12-01T10:00:00Z", "kcap_watch_version": "0.1.0",
-            "server": null, "session_id": SESSION, "keys": []
-        })
-        .to_string(),
-    )
-    .unwrap();
+    write_gone_writers_status(&stale_status, "watch");
     let (code, v) = status(&config, &[]);
     assert_eq!(code, 0);
     let stale: Vec<String> = v["stale"]
@@ -204,4 +209,50 @@ fn an_unreadable_directory_is_exit_2() {
     fs::set_permissions(&watchers, fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(code, 2);
     assert_eq!(v["unreadable"].as_array().unwrap().len(), 1);
+}
+
+/// kcap-watch never writes its status files through a symbolic link, so `status` does not
+/// read through one either: a link at `<config>/kcap-watch/status` is reported (exit 2) and
+/// `--clean` removes nothing where it points.
+#[test]
+fn a_symbolic_link_at_the_status_directory_is_not_followed_and_clean_removes_nothing_through_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("kcap");
+    fs::create_dir_all(config.join("kcap-watch")).unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    // A file there that reads as a stale status file of a writer that is gone.
+    let victim = elsewhere.join(format!("{SESSION}.supervise.json"));
+    write_gone_writers_status(&victim, "supervise");
+    std::os::unix::fs::symlink(&elsewhere, config.join("kcap-watch/status")).unwrap();
+    let (code, v) = status(&config, &["--clean"]);
+    assert_eq!(code, 2, "{v:#}");
+    assert!(victim.exists(), "--clean removed a file through the link");
+    assert_eq!(v["cleaned"], serde_json::json!([]));
+    assert!(
+        v["unreadable"][0]
+            .as_str()
+            .is_some_and(|u| u.contains("symbolic link")),
+        "{v:#}"
+    );
+}
+
+/// A spool reached through a symbolic link is not counted as the session's backlog.
+#[test]
+fn a_spool_behind_a_symbolic_link_is_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("kcap");
+    let spool = config.join("transcript-spool");
+    fs::create_dir_all(&spool).unwrap();
+    let elsewhere = tmp.path().join("big.jsonl");
+    fs::write(&elsewhere, "{}\n".repeat(5)).unwrap();
+    std::os::unix::fs::symlink(
+        &elsewhere,
+        spool.join(format!("{SESSION}.transcript.jsonl")),
+    )
+    .unwrap();
+    fs::write(spool.join(format!("{SESSION}.needs-import")), "x").unwrap();
+    let (code, v) = status(&config, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(v["sessions"][0]["transcript_spool_records"], 0, "{v:#}");
 }

@@ -22,6 +22,31 @@ fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
+/// A hub with default settings keeping its files under `config`, on the system clock.
+fn hub(config: &Path) -> (Hub, tokio::sync::mpsc::Receiver<(u64, crate::host::Done)>) {
+    Hub::new(
+        Settings::with_defaults(config.to_path_buf()),
+        Arc::new(SystemClock),
+    )
+    .unwrap()
+}
+
+/// A child following `rollout` as `supervise` runs one (no files of its own), seeded from
+/// what the file holds now.
+fn supervised(hub: &Hub, rollout: &Path) -> Child {
+    let opts = WatchOptions {
+        rollout: rollout.to_path_buf(),
+        session_id: None,
+        agent_id: None,
+        role: None,
+        parent_pid: None,
+        cwd: None,
+        vendor: "codex".into(),
+        once: false,
+    };
+    Child::new(0, opts, hub, Files::Supervised).unwrap()
+}
+
 /// Issue 20, item 8 (`e2e_follow`'s truncation test failed under load): lines appended after
 /// the fold's read and before the first shipping read were shipped although the fold had not
 /// read them, so truncating the file back to what the fold had read was no rewrite to the
@@ -32,20 +57,9 @@ async fn the_shipping_cursor_passes_the_fold_and_a_truncation_goes_unnoticed() {
     let rollout = dir.path().join("rollout.jsonl");
     std::fs::write(&rollout, format!("{META}\n")).unwrap();
     let config = dir.path().join("config");
-    let settings = Settings::with_defaults(config.clone());
-    let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
-    let opts = WatchOptions {
-        rollout: rollout.clone(),
-        session_id: None,
-        agent_id: None,
-        role: None,
-        parent_pid: None,
-        cwd: None,
-        vendor: "codex".into(),
-        once: false,
-    };
+    let (hub, _rx) = hub(&config);
     // Seeded: the fold has read the header.
-    let mut child = Child::new(0, opts, &hub, Files::Supervised).unwrap();
+    let mut child = supervised(&hub, &rollout);
     // Written while the loop starts (a heavily loaded machine widens this window).
     append(&rollout, &format!("{}\n{}\n", message(1), message(2)));
     child.start(&hub).unwrap();
@@ -90,19 +104,8 @@ fn a_file_truncated_before_the_first_shipping_read_spins_the_loop_for_ever() {
                 format!("{META}\n{}\n{}\n", message(1), message(2)),
             )
             .unwrap();
-            let settings = Settings::with_defaults(dir.path().join("config"));
-            let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
-            let opts = WatchOptions {
-                rollout: rollout.clone(),
-                session_id: None,
-                agent_id: None,
-                role: None,
-                parent_pid: None,
-                cwd: None,
-                vendor: "codex".into(),
-                once: false,
-            };
-            let mut child = Child::new(0, opts, &hub, Files::Supervised).unwrap();
+            let (hub, _rx) = hub(&dir.path().join("config"));
+            let mut child = supervised(&hub, &rollout);
             std::fs::write(&rollout, b"").unwrap();
             child.start(&hub).unwrap();
             child

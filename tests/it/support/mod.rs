@@ -9,6 +9,7 @@ pub mod harness;
 pub mod kcap_standin;
 pub mod lifecycle_table;
 pub mod rollout;
+pub mod secrets;
 
 pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};
 
