@@ -395,6 +395,23 @@ struct Listing {
     names: HashSet<PathBuf>,
 }
 
+impl Listing {
+    /// Listed, and the directory's modification time is still the one it had then, long
+    /// enough before the listing to trust (an entry added since would have changed it).
+    fn still_current(&self, mtime: Option<SystemTime>) -> bool {
+        self.listed_at.is_some()
+            && self.mtime == mtime
+            && mtime.is_some_and(|m| {
+                self.listed_at
+                    .is_some_and(|at| at.duration_since(m).is_ok_and(|d| d > RACY_MTIME))
+            })
+    }
+}
+
+fn mtime_of(dir: &Path) -> Option<SystemTime> {
+    fs::metadata(dir).and_then(|m| m.modified()).ok()
+}
+
 /// A directory listed again within this much of its last change: coarse file-system
 /// timestamps can give an entry created just after a listing the same mtime as before it.
 const RACY_MTIME: Duration = Duration::from_secs(2);
@@ -411,6 +428,10 @@ pub(crate) struct Discovery {
     /// `sessions`, its year and month directories (where new date directories appear).
     structure_dirs: BTreeMap<PathBuf, Listing>,
     thread_files: HashMap<String, FileId>,
+    /// How many times the structure directories were listed (tests check it is not every
+    /// poll).
+    #[cfg(test)]
+    pub(super) structure_listings: u64,
 }
 
 impl Discovery {
@@ -424,6 +445,8 @@ impl Discovery {
             rollout_dirs: BTreeMap::new(),
             structure_dirs: BTreeMap::new(),
             thread_files: HashMap::new(),
+            #[cfg(test)]
+            structure_listings: 0,
         }
     }
 
@@ -455,7 +478,16 @@ impl Discovery {
     /// modification time changed (or changed too recently to trust), and retries rollouts
     /// whose header was incomplete. `now` is the wall clock, for the racy-mtime rule.
     pub fn scan(&mut self, now: SystemTime) -> Vec<Found> {
-        self.refresh_structure(now);
+        // Only when one of them changed: listing a directory opens it, and every other
+        // supervisor watching it (all of a day's sessions) is woken by that open.
+        let settled = !self.structure_dirs.is_empty()
+            && self
+                .structure_dirs
+                .iter()
+                .all(|(dir, listing)| listing.still_current(mtime_of(dir)));
+        if !settled {
+            self.refresh_structure(now);
+        }
         let mut found = Vec::new();
         let dirs: Vec<PathBuf> = self.rollout_dirs.keys().cloned().collect();
         for dir in dirs {
@@ -508,16 +540,22 @@ impl Discovery {
 
     /// Re-reads the year, month and date directories from the session's date on.
     fn refresh_structure(&mut self, now: SystemTime) {
+        #[cfg(test)]
+        {
+            self.structure_listings += 1;
+        }
         let start = self.layout.start;
         let root = self.layout.sessions.clone();
-        let mut structure = vec![root.clone()];
+        // Each directory's modification time is taken before it is listed, so an entry
+        // added during the listing shows as a change at the next look.
+        let mut structure = vec![(root.clone(), mtime_of(&root))];
         let mut rollout_dirs = Vec::new();
         for (year, year_path) in subdirs(&root, 4) {
             // Equal-length digit strings order as their numbers.
             if start.is_some_and(|s| year < format!("{:04}", s.year)) {
                 continue;
             }
-            structure.push(year_path.clone());
+            structure.push((year_path.clone(), mtime_of(&year_path)));
             for (month, month_path) in subdirs(&year_path, 2) {
                 if start.is_some_and(|s| {
                     (year.as_str(), month.as_str())
@@ -528,7 +566,7 @@ impl Discovery {
                 }) {
                     continue;
                 }
-                structure.push(month_path.clone());
+                structure.push((month_path.clone(), mtime_of(&month_path)));
                 for (day, day_path) in subdirs(&month_path, 2) {
                     if let Some(d) = Day::from_dirs(&year, &month, &day)
                         && self.layout.counts(d)
@@ -541,8 +579,9 @@ impl Discovery {
         if self.layout.archived.is_dir() {
             rollout_dirs.push(self.layout.archived.clone());
         }
-        for dir in structure {
+        for (dir, mtime) in structure {
             let listing = self.structure_dirs.entry(dir).or_default();
+            listing.mtime = mtime;
             listing.listed_at = Some(now);
         }
         for dir in rollout_dirs {
@@ -557,18 +596,11 @@ impl Discovery {
         force: bool,
         found: &mut Vec<Found>,
     ) {
-        let mtime = fs::metadata(dir).and_then(|m| m.modified()).ok();
+        let mtime = mtime_of(dir);
         let Some(listing) = self.rollout_dirs.get(dir) else {
             return;
         };
-        let unchanged = listing.listed_at.is_some()
-            && listing.mtime == mtime
-            && mtime.is_some_and(|m| {
-                listing
-                    .listed_at
-                    .is_some_and(|at| at.duration_since(m).is_ok_and(|d| d > RACY_MTIME))
-            });
-        if unchanged && !force {
+        if listing.still_current(mtime) && !force {
             return;
         }
         let Ok(entries) = fs::read_dir(dir) else {
