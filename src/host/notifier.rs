@@ -21,7 +21,9 @@
 //! dropped; only a close after writing is kept.
 //!
 //! The owner may also name which paths matter to it ([`Notifier::start_filtered`]); the rest
-//! are dropped in the notification thread, before anyone is woken. The daemon watches the
+//! are dropped in the notification thread, before anyone is woken. On Linux that notifier
+//! reads inotify itself ([`raw_inotify`]: a narrower mask, paced reads) instead of through
+//! `notify`. The daemon watches the
 //! kcap CLI's watcher directory for sessions' pid files, where every held key's heartbeat is
 //! rewritten every 10 s (about ten a second with 10 sessions of 10 children): without the
 //! filter, each woke its loop.
