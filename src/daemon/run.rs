@@ -900,18 +900,7 @@ mod tests {
         // above was delivered (or dropped).
         let pid = watchers.join(format!("{SESSION}.pid"));
         files::write_atomic(&pid, b"1\ntoken").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut paths = std::collections::BTreeSet::new();
-        while !paths.contains(&pid) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                tokio::time::timeout(left, notifier.changed()).await.is_ok(),
-                "no notification for the session's pid file"
-            );
-            let changes = notifier.take();
-            assert!(!changes.rescan, "a heartbeat asked for a rescan");
-            paths.extend(changes.paths);
-        }
+        let paths = notifier.paths_until(&pid).await;
         assert_eq!(paths.into_iter().collect::<Vec<_>>(), vec![pid]);
     }
 }

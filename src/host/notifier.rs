@@ -260,6 +260,27 @@ impl Notifier {
         self.wake.notified().await;
     }
 
+    /// Test helper: everything delivered until `last` is among the paths (one inotify queue
+    /// delivers in order, so what was done before `last` was written has been delivered, or
+    /// dropped), failing after 10 s; a batch that asks for a rescan fails too.
+    #[cfg(test)]
+    pub async fn paths_until(&self, last: &Path) -> BTreeSet<PathBuf> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut paths = BTreeSet::new();
+        while !paths.contains(last) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(
+                tokio::time::timeout(left, self.changed()).await.is_ok(),
+                "no notification for {}",
+                last.display()
+            );
+            let changes = self.take();
+            assert!(!changes.rescan, "a rescan was asked for");
+            paths.extend(changes.paths);
+        }
+        paths
+    }
+
     /// Takes what the events since the last call named.
     pub fn take(&self) -> Changes {
         let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);

@@ -441,18 +441,7 @@ async fn opening_and_listing_watched_paths_wakes_nothing() {
     // One inotify queue delivers in order: once the sentinel's event is in, the opens
     // above were delivered (or never reported).
     std::fs::write(sentinel.join("marker"), "x").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut paths = Vec::new();
-    while !paths.contains(&sentinel.join("marker")) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            tokio::time::timeout(left, notifier.changed()).await.is_ok(),
-            "no notification for the sentinel"
-        );
-        let changes = notifier.take();
-        assert!(!changes.rescan, "an open asked for a rescan");
-        paths.extend(changes.paths);
-    }
+    let paths = notifier.paths_until(&sentinel.join("marker")).await;
     assert!(
         paths.iter().all(|p| p.starts_with(&sentinel)),
         "opens reported as changes: {paths:?}"
@@ -465,16 +454,7 @@ async fn opening_and_listing_watched_paths_wakes_nothing() {
         .unwrap()
         .write_all(b"{}\n")
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut paths = Vec::new();
-    while !paths.contains(&rollout) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            tokio::time::timeout(left, notifier.changed()).await.is_ok(),
-            "no notification for the append"
-        );
-        paths.extend(notifier.take().paths);
-    }
+    notifier.paths_until(&rollout).await;
 }
 
 // ---------------------------------------------------------------------------------------

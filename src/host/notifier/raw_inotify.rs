@@ -166,9 +166,7 @@ impl Drop for RawInotify {
 #[cfg(test)]
 mod tests {
     use super::super::Notifier;
-    use std::collections::BTreeSet;
     use std::io::Read;
-    use std::time::{Duration, Instant};
 
     /// Reading a file is no change: with `notify` every open in the watched directory (every
     /// status reader, every other process listing it) was an event the thread woke for. The
@@ -199,17 +197,7 @@ mod tests {
         // One queue delivers in order: once the last write is in, the rest was delivered.
         let last = dir.join("last.pid");
         std::fs::write(&last, "1").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut paths = BTreeSet::new();
-        while !paths.contains(&last) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                tokio::time::timeout(left, notifier.changed()).await.is_ok(),
-                "no notification for {}",
-                last.display()
-            );
-            paths.extend(notifier.take().paths);
-        }
+        let paths = notifier.paths_until(&last).await;
         assert!(!paths.contains(&read_me), "a read was an event: {paths:?}");
         assert!(paths.contains(&removed), "{paths:?}");
         assert!(paths.contains(&renamed), "{paths:?}");
