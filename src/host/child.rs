@@ -39,6 +39,23 @@ pub struct WatchOptions {
     pub once: bool,
 }
 
+impl WatchOptions {
+    /// Following `rollout` with nothing else given: ids and role from its header, Codex, no
+    /// parent to watch, not `--once`.
+    pub fn following(rollout: PathBuf) -> WatchOptions {
+        WatchOptions {
+            rollout,
+            session_id: None,
+            agent_id: None,
+            role: None,
+            parent_pid: None,
+            cwd: None,
+            vendor: "codex".into(),
+            once: false,
+        }
+    }
+}
+
 /// What the watcher did, for `--once`'s summary and the tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
@@ -323,19 +340,7 @@ impl Child {
             Action::SpoolLines { batch, refused } => {
                 let result = match spool::append_transcript(&hub.settings.config_dir, &batch, now) {
                     Ok(SpoolOutcome::Written { .. }) => {
-                        if let Some(last) = batch.line_numbers.last()
-                            && let Err(e) = crate::ship::handed_over::advance(
-                                &hub.settings.config_dir,
-                                &batch.session_id,
-                                batch.agent_id.as_deref(),
-                                last + 1,
-                            )
-                        {
-                            warn!(
-                                event = "offline_watermark_failed",
-                                "failed to record the offline watermark: {e}"
-                            );
-                        }
+                        crate::ship::handed_over::advance_past(&hub.settings.config_dir, &batch);
                         SpoolResult::Written
                     }
                     Ok(SpoolOutcome::OverCap { .. }) => SpoolResult::OverCap,

@@ -59,6 +59,25 @@ pub(crate) fn advance(
     write_atomic(&path, format!("{resume_line}\n").as_bytes())
 }
 
+/// Records that every line of `batch` was handed over; a failure is logged
+/// (`offline_watermark_failed`), not returned: the lines are safe in the spool or delivered,
+/// and the worst a stale mark does is have the next offline run spool them again.
+pub(crate) fn advance_past(config_dir: &Path, batch: &crate::ship::TranscriptBatch) {
+    if let Some(last) = batch.line_numbers.last()
+        && let Err(e) = advance(
+            config_dir,
+            &batch.session_id,
+            batch.agent_id.as_deref(),
+            last + 1,
+        )
+    {
+        tracing::warn!(
+            event = "offline_watermark_failed",
+            "failed to record the offline watermark: {e}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

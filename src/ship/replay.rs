@@ -221,19 +221,8 @@ async fn drain(
                         c.post_transcript(raw).await?;
                         // Delivered: the next offline run resumes after these lines, not from
                         // the spool this replay just emptied (R3).
-                        if let Some(b) = batch
-                            && let Some(last) = b.line_numbers.last()
-                            && let Err(e) = super::handed_over::advance(
-                                &config_dir,
-                                &b.session_id,
-                                b.agent_id.as_deref(),
-                                last + 1,
-                            )
-                        {
-                            warn!(
-                                event = "offline_watermark_failed",
-                                "failed to record the offline watermark: {e}"
-                            );
+                        if let Some(b) = batch {
+                            super::handed_over::advance_past(&config_dir, &b);
                         }
                         Ok(())
                     }

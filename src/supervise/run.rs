@@ -407,7 +407,6 @@ impl Tree {
             return;
         };
         let opts = WatchOptions {
-            rollout: path,
             session_id: Some(self.session_id.clone()),
             agent_id: member.agent_id.clone(),
             role: Some(if member.agent_id.is_some() {
@@ -415,10 +414,7 @@ impl Tree {
             } else {
                 Role::Session
             }),
-            parent_pid: None,
-            cwd: None,
-            vendor: "codex".to_string(),
-            once: false,
+            ..WatchOptions::following(path)
         };
         let slot = host.next_slot();
         let started = Child::new(slot, opts, &host.hub, Files::Supervised).and_then(|mut c| {

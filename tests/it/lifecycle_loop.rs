@@ -82,16 +82,7 @@ impl Setup {
     }
 
     fn opts(&self) -> WatchOptions {
-        WatchOptions {
-            rollout: self.rollout.clone(),
-            session_id: None,
-            agent_id: None,
-            role: None,
-            parent_pid: None,
-            cwd: None,
-            vendor: "codex".into(),
-            once: false,
-        }
+        WatchOptions::following(self.rollout.clone())
     }
 
     fn at(&self, d: Duration) -> Ts {

@@ -34,16 +34,7 @@ fn hub(config: &Path) -> (Hub, tokio::sync::mpsc::Receiver<(u64, crate::host::Do
 /// A child following `rollout` as `supervise` runs one (no files of its own), seeded from
 /// what the file holds now.
 fn supervised(hub: &Hub, rollout: &Path) -> Child {
-    let opts = WatchOptions {
-        rollout: rollout.to_path_buf(),
-        session_id: None,
-        agent_id: None,
-        role: None,
-        parent_pid: None,
-        cwd: None,
-        vendor: "codex".into(),
-        once: false,
-    };
+    let opts = WatchOptions::following(rollout.to_path_buf());
     Child::new(0, opts, hub, Files::Supervised).unwrap()
 }
 
