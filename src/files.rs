@@ -121,6 +121,21 @@ pub(crate) fn open_private(options: &OpenOptions, path: &Path) -> io::Result<Fil
 /// files, a lock's pid): a link is followed, but a named pipe or device at the path is refused
 /// without waiting for a writer, and more than `max` bytes is an error rather than memory.
 pub(crate) fn read_small(path: &Path, max: u64) -> io::Result<String> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(file, max + 1), &mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} holds more than {max} bytes", path.display()),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Opens `path` for reading (following a link) only when it is a regular file: a named pipe
+/// or device at the path is refused at once instead of blocking until some writer opens it.
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -132,15 +147,7 @@ pub(crate) fn read_small(path: &Path, max: u64) -> io::Result<String> {
     if !file.metadata()?.is_file() {
         return Err(crate::platform::private_file::not_regular(path));
     }
-    let mut bytes = Vec::new();
-    io::Read::read_to_end(&mut io::Read::take(file, max + 1), &mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} holds more than {max} bytes", path.display()),
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(file)
 }
 
 /// The most a pid, started, heartbeat or lock file holds (a pid and a start token).

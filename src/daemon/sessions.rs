@@ -139,12 +139,6 @@ pub(crate) enum RolloutCheck {
 /// says whether it is session `key`'s rollout.
 pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
     use crate::supervise::discover::{Header, read_header};
-    // Opening a named pipe would block the daemon until some writer opened it.
-    match fs::metadata(path) {
-        Ok(meta) if meta.is_file() => {}
-        Ok(_) => return RolloutCheck::Not(format!("{} is not a regular file", path.display())),
-        Err(e) => return RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
-    }
     match read_header(path) {
         Ok(Header::Meta(meta)) => {
             let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();

@@ -302,7 +302,9 @@ pub(crate) fn read_header_timed(path: &Path) -> io::Result<(Header, Option<Ts>)>
 }
 
 fn read_first_line(path: &Path, mut classifier: Classifier) -> io::Result<(Header, Option<Ts>)> {
-    let mut file = fs::File::open(path)?;
+    // Never a named pipe: opening one would block whoever reads headers (a supervisor's
+    // discovery, the daemon's loop) until some writer opened it.
+    let mut file = crate::files::open_regular(path)?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     // A `\r` just before the newline is not part of the line; one at the end of a chunk is
