@@ -194,6 +194,12 @@ impl Notifier {
     /// failed this time are returned with why.
     pub fn sync(&mut self, dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
         let mut failed = Vec::new();
+        #[cfg(target_os = "linux")]
+        if let Some(raw) = self.raw.as_mut() {
+            for dir in raw.take_lost() {
+                self.watched.remove(&dir);
+            }
+        }
         let wanted: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
         for gone in self
             .watched

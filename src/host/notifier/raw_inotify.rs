@@ -36,6 +36,9 @@ pub(super) struct RawInotify {
     watches: Watches,
     by_dir: HashMap<PathBuf, WatchDescriptor>,
     by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>>,
+    /// Directories whose watch the kernel dropped (the directory was removed or replaced):
+    /// forgotten at the next `sync`, which watches them again once they are back.
+    lost: Arc<Mutex<Vec<PathBuf>>>,
     closed: Arc<AtomicBool>,
 }
 
@@ -59,7 +62,8 @@ impl RawInotify {
         let watches = inotify.watches();
         let by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
-        let (names, done) = (by_wd.clone(), closed.clone());
+        let lost: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
+        let (names, done, dropped) = (by_wd.clone(), closed.clone(), lost.clone());
         std::thread::Builder::new()
             .name("inotify".into())
             .stack_size(128 * 1024)
@@ -84,13 +88,21 @@ impl RawInotify {
                     let mut paths = Vec::new();
                     let mut rescan = false;
                     {
-                        let names = names.lock().unwrap_or_else(PoisonError::into_inner);
+                        let mut names = names.lock().unwrap_or_else(PoisonError::into_inner);
                         for event in events {
                             if event.mask.contains(EventMask::Q_OVERFLOW) {
                                 rescan = true;
                                 continue;
                             }
                             if event.mask.contains(EventMask::IGNORED) {
+                                // Still named: not our unwatch, the directory went away.
+                                if let Some(dir) = names.remove(&event.wd) {
+                                    dropped
+                                        .lock()
+                                        .unwrap_or_else(PoisonError::into_inner)
+                                        .push(dir);
+                                    rescan = true;
+                                }
                                 continue;
                             }
                             let Some(dir) = names.get(&event.wd) else {
@@ -126,8 +138,18 @@ impl RawInotify {
             watches,
             by_dir: HashMap::new(),
             by_wd,
+            lost,
             closed,
         })
+    }
+
+    /// The directories whose watch was dropped since the last call, forgotten here.
+    pub(super) fn take_lost(&mut self) -> Vec<PathBuf> {
+        let lost = std::mem::take(&mut *self.lost.lock().unwrap_or_else(PoisonError::into_inner));
+        for dir in &lost {
+            self.by_dir.remove(dir);
+        }
+        lost
     }
 
     pub(super) fn watch(&mut self, dir: &Path) -> io::Result<()> {
@@ -202,5 +224,36 @@ mod tests {
         assert!(paths.contains(&removed), "{paths:?}");
         assert!(paths.contains(&renamed), "{paths:?}");
         drop(notifier);
+    }
+}
+
+#[cfg(test)]
+mod lost_tests {
+    use super::super::Notifier;
+
+    /// A watched directory removed and made again (the kcap CLI's watcher directory, say) is
+    /// watched again at the next `sync`: the kernel dropped the old watch with the directory.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_directory_removed_and_made_again_is_watched_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("watchers");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut notifier = Notifier::start_filtered(false, |_| true);
+        assert!(notifier.sync(std::slice::from_ref(&dir)).is_empty());
+        std::fs::remove_dir(&dir).unwrap();
+        // The removal is seen (a rescan), then the directory is back.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !notifier.take().rescan {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(
+                tokio::time::timeout(left, notifier.changed()).await.is_ok(),
+                "the removal was not seen"
+            );
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(notifier.sync(std::slice::from_ref(&dir)).is_empty());
+        let pid = dir.join("s.pid");
+        std::fs::write(&pid, "1").unwrap();
+        assert!(notifier.paths_until(&pid).await.contains(&pid));
     }
 }
