@@ -911,6 +911,22 @@ mod tests {
         beats.stop();
     }
 
+    /// While a daemon or supervisor holds its lock, another process (`status`, a restarted
+    /// daemon adopting the supervisor) reads the holder's pid from the file, and cannot take
+    /// the lock itself. Windows refuses reads of locked bytes: this is what failed there.
+    #[test]
+    fn a_lock_holders_pid_is_readable_while_it_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = supervise_lock_path(dir.path(), "s1");
+        let held = ExclusiveLock::try_take(&path).unwrap().expect("free at first");
+        assert!(ExclusiveLock::is_held(&path));
+        assert_eq!(ExclusiveLock::holder_pid(&path), Some(std::process::id()));
+        assert!(ExclusiveLock::try_take(&path).unwrap().is_none());
+        drop(held);
+        assert!(!ExclusiveLock::is_held(&path));
+        assert!(ExclusiveLock::try_take(&path).unwrap().is_some());
+    }
+
     #[test]
     fn key_joins_session_and_agent_with_a_dash() {
         assert_eq!(watcher_key("s1", None), "s1");
@@ -956,7 +972,8 @@ impl ExclusiveLock {
         ensure_private_dir(parent_dir(path))?;
         let mut file = open_private(private_options().read(true).write(true).create(true), path)
             .map_err(|e| with_context(e, format!("failed to open lock file {}", path.display())))?;
-        match file.try_lock() {
+        // Not `File::try_lock`: on Windows that would lock the pid below against every reader.
+        match crate::platform::lock::try_lock_exclusive(&file) {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Ok(None),
             Err(fs::TryLockError::Error(e)) => {

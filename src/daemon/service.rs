@@ -171,9 +171,16 @@ fn launchd(exe: &Path, vars: &[(String, String)]) -> String {
     s
 }
 
+/// The Task Scheduler task, declared UTF-8 and written as UTF-8 like every other output of
+/// this command (it used to declare UTF-16 over UTF-8 bytes). Task Scheduler's XML reader
+/// takes UTF-8 as well as the UTF-16 its own exports use, but an XML parser holds a file to
+/// the encoding its declaration names, and bytes in another one are refused as malformed.
+/// UTF-8 rather than UTF-16 because UTF-16 on stdout would not survive the shells: Windows
+/// PowerShell decodes a program's output as text before `>` or `Out-File` writes it (in its
+/// own encoding), so the README's install command writes this text with `-Encoding utf8`.
 fn windows(exe: &Path, vars: &[(String, String)]) -> String {
     let mut s = String::new();
-    s.push_str("<?xml version=\"1.0\" encoding=\"UTF-16\"?>\n");
+    s.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     s.push_str(
         "<Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n",
     );

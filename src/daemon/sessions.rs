@@ -287,14 +287,25 @@ mod tests {
         }
     }
 
+    /// An absolute path on the platform the tests run on (`/` alone is not absolute on
+    /// Windows, where a path needs its drive).
+    fn absolute(unix: &str) -> String {
+        if cfg!(windows) {
+            format!("C:{}", unix.replace('/', "\\"))
+        } else {
+            unix.to_owned()
+        }
+    }
+
     #[test]
     fn the_session_watchers_command_line_names_its_rollout_and_its_environment_the_rest() {
+        let rollout = absolute("/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl");
         let l = launch(
             &[
                 "/opt/kcap/kcap",
                 "watch",
                 KEY,
-                "/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl",
+                &rollout,
                 "--cwd",
                 "/src",
                 "--parent-pid",
@@ -309,12 +320,7 @@ mod tests {
             ],
         );
         let f = LaunchFacts::from_launch(&l, KEY);
-        assert_eq!(
-            f.rollout.as_deref(),
-            Some(Path::new(
-                "/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl"
-            ))
-        );
+        assert_eq!(f.rollout.as_deref(), Some(Path::new(&rollout)));
         assert_eq!(f.kcap_url.as_deref(), Some("https://kcap.example"));
         assert_eq!(f.codex_home.as_deref(), Some(Path::new("/home/u/.codex")));
         // Empty is unset, as for the kcap CLI.

@@ -8,6 +8,8 @@
 //! - [`config_dir`]: where `<config>` is, resolved exactly as the kcap CLI resolves it;
 //! - [`replace`]: renaming a file into place when another process may hold it open;
 //! - [`positional`]: reads and writes at an offset without moving a shared cursor;
+//! - [`lock`]: the exclusive lock on a file that holds its holder's pid, leaving the pid
+//!   readable by others (Windows locks are mandatory for the bytes they cover);
 //! - [`file_id`]: which file an open handle or a path names (device and inode, or volume
 //!   and file index);
 //! - [`private_file`]: files only this user may read, never opened through a symbolic link
@@ -26,6 +28,7 @@
 pub mod config_dir;
 pub mod detached;
 pub mod file_id;
+pub mod lock;
 pub mod memory;
 pub mod positional;
 pub mod private_file;

@@ -36,6 +36,21 @@ impl ShutdownSignals {
     }
 }
 
+/// Makes `cmd` start a process that [`request_stop`] can reach on its own: on Windows, the
+/// leader of a new process group (a console control event goes to a whole group, and ours
+/// holds the starter too); nothing on unix, where a signal goes to one pid.
+pub fn stoppable(cmd: &mut std::process::Command) {
+    os::stoppable(cmd);
+}
+
+/// Asks process `pid` to end the way a user or the kcap CLI ends a watcher gracefully: unix
+/// `SIGTERM`; Windows `CTRL_BREAK_EVENT` to the process group `pid` leads (started through
+/// [`stoppable`], on this process's console). The process handles it as [`ShutdownSignals`]
+/// says.
+pub fn request_stop(pid: u32) -> io::Result<()> {
+    os::request_stop(pid)
+}
+
 /// Leaves the controlling terminal's session (`setsid`), so closing that terminal sends this
 /// process no `SIGHUP`. For a process something else spawned and watches; a watcher run by
 /// hand from a shell is already its own process group leader, where this fails harmlessly
@@ -81,6 +96,19 @@ mod os {
         }
     }
 
+    pub(super) fn stoppable(_cmd: &mut std::process::Command) {}
+
+    pub(super) fn request_stop(pid: u32) -> io::Result<()> {
+        let pid = libc::pid_t::try_from(pid)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     pub(super) fn detach_from_terminal() -> io::Result<bool> {
         // SAFETY: setsid takes no arguments and only changes this process's session.
         if unsafe { libc::setsid() } != -1 {
@@ -123,6 +151,21 @@ mod os {
                 _ = self.ctrl_break.recv() => "CTRL_BREAK",
                 _ = self.close.recv() => "CTRL_CLOSE",
             }
+        }
+    }
+
+    pub(super) fn stoppable(cmd: &mut std::process::Command) {
+        use std::os::windows::process::CommandExt;
+        cmd.creation_flags(windows_sys::Win32::System::Threading::CREATE_NEW_PROCESS_GROUP);
+    }
+
+    pub(super) fn request_stop(pid: u32) -> io::Result<()> {
+        use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, GenerateConsoleCtrlEvent};
+        // SAFETY: takes plain integers; an unknown group is an error, not undefined behaviour.
+        if unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, pid) } != 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 

@@ -8,32 +8,48 @@
 //! checked (`systemd-analyze verify` where installed, an XML parser for the plist and the
 //! Task Scheduler XML).
 //!
-//! Linux only: the stand-in and the daemon read `/proc`, and the tests end processes with
-//! signals.
-#![cfg(target_os = "linux")]
+//! The scenarios with the stand-in are Linux only: the stand-in and the daemon read `/proc`,
+//! and the tests end processes with signals. The service definitions are checked on every
+//! platform the suite runs on (Linux, and Windows under Wine).
 
 use crate::support;
 
 use std::fs;
+#[cfg(target_os = "linux")]
 use std::io::Write;
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(target_os = "linux")]
+use std::time::Instant;
 
+#[cfg(target_os = "linux")]
 use serde_json::Value;
+#[cfg(target_os = "linux")]
 use support::FakeKcap;
-use support::bin::{kcap_watch, wait_for};
-use support::harness::{BIN, append_lines, turn};
+use support::bin::kcap_watch;
+#[cfg(target_os = "linux")]
+use support::bin::wait_for;
+use support::harness::BIN;
+#[cfg(target_os = "linux")]
+use support::harness::{append_lines, turn};
+#[cfg(target_os = "linux")]
 use support::kcap_standin::{self, Standin};
 
+#[cfg(target_os = "linux")]
 const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
+#[cfg(target_os = "linux")]
 const CHILD_A: &str = "019fa981-6ea2-7b02-8d11-5c2e9f7a4b02";
+#[cfg(target_os = "linux")]
 const CHILD_B: &str = "019fb1f2-6d40-7b19-9e35-4f8c2a1d6066";
+#[cfg(target_os = "linux")]
 const GRANDCHILD: &str = "019fb1c0-5a18-7e03-8b2d-7c41f9e6a033";
 
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The body of the stand-in process ([`Standin::start`] runs this test binary with it).
+#[cfg(target_os = "linux")]
 #[test]
 #[ignore = "the body of the kcap CLI stand-in process, not a test of its own"]
 fn kcap_standin_process() {
@@ -42,10 +58,12 @@ fn kcap_standin_process() {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn bare(id: &str) -> String {
     id.replace('-', "")
 }
 
+#[cfg(target_os = "linux")]
 fn fixture(name: &str) -> String {
     fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +73,7 @@ fn fixture(name: &str) -> String {
     .unwrap()
 }
 
+#[cfg(target_os = "linux")]
 /// One session's ids: session 1 uses the fixtures' own, session 2 the same with `019f`
 /// replaced by `029f` everywhere (distinct threads in the same Codex home).
 #[derive(Clone, Copy)]
@@ -62,6 +81,7 @@ struct Ids {
     n: u8,
 }
 
+#[cfg(target_os = "linux")]
 impl Ids {
     fn id(&self, id: &str) -> String {
         if self.n == 1 {
@@ -85,6 +105,7 @@ impl Ids {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// A descendant: its id and rollout.
 struct Descendant {
     id: String,
@@ -92,6 +113,7 @@ struct Descendant {
     text: String,
 }
 
+#[cfg(target_os = "linux")]
 struct World {
     tmp: tempfile::TempDir,
     home: PathBuf,
@@ -99,6 +121,7 @@ struct World {
     server: FakeKcap,
 }
 
+#[cfg(target_os = "linux")]
 impl World {
     fn new() -> World {
         let tmp = tempfile::tempdir().unwrap();
@@ -243,6 +266,7 @@ impl World {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Writes `text` in two parts, the header first, returning how long after the header was
 /// complete the key's pid file named a live process.
 fn write_watched(path: &Path, text: &str, watchers: &Path, key: &str) -> Duration {
@@ -262,6 +286,7 @@ fn write_watched(path: &Path, text: &str, watchers: &Path, key: &str) -> Duratio
     claimed
 }
 
+#[cfg(target_os = "linux")]
 /// Processes running this very kcap-watch binary with `config` as their config directory
 /// (other tests run theirs beside).
 fn kcap_watch_processes(config: &Path) -> Vec<u32> {
@@ -288,6 +313,7 @@ fn kcap_watch_processes(config: &Path) -> Vec<u32> {
     pids
 }
 
+#[cfg(target_os = "linux")]
 fn alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -295,6 +321,7 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+#[cfg(target_os = "linux")]
 fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     while start.elapsed() < timeout {
@@ -306,6 +333,7 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitS
     None
 }
 
+#[cfg(target_os = "linux")]
 fn sigterm(pid: u32) {
     // SAFETY: kill(2) with plain integers.
     unsafe {
@@ -313,6 +341,7 @@ fn sigterm(pid: u32) {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn sigkill(pid: u32) {
     // SAFETY: kill(2) with plain integers.
     unsafe {
@@ -320,6 +349,7 @@ fn sigkill(pid: u32) {
     }
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its_own_kill_unit() {
     let w = World::new();
@@ -545,6 +575,7 @@ fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its
     );
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_session_the_kcap_cli_does_not_watch_is_never_supervised_and_one_without_a_server_is_skipped_saying_why()
  {
@@ -606,6 +637,7 @@ fn a_session_the_kcap_cli_does_not_watch_is_never_supervised_and_one_without_a_s
 /// header still unwritten leaves the cwd unknown). Such a session is judged again until its
 /// rollout says what it is: a session taken late still has every child shipped, and an
 /// excluded one is never taken on the way.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_session_whose_rollout_appears_after_its_watcher_is_taken_once_it_does_and_never_before_its_cwd_is_known()
  {
@@ -691,6 +723,7 @@ fn a_session_whose_rollout_appears_after_its_watcher_is_taken_once_it_does_and_n
 /// that session: a command line (or a symbolic link) naming another session's file must not
 /// decide which cwd `KCAP_WATCH_EXCLUDE` judges, nor where the session's children are looked
 /// for.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_command_line_naming_another_sessions_rollout_is_not_taken_for_it() {
     let w = World::new();
@@ -744,7 +777,7 @@ fn a_command_line_naming_another_sessions_rollout_is_not_taken_for_it() {
 fn installed_binary(dir: &Path) -> PathBuf {
     let bin_dir = dir.join("bin");
     fs::create_dir_all(&bin_dir).unwrap();
-    let dest = bin_dir.join("kcap-watch");
+    let dest = bin_dir.join(format!("kcap-watch{}", std::env::consts::EXE_SUFFIX));
     if fs::hard_link(BIN, &dest).is_err() {
         fs::copy(BIN, &dest).unwrap();
     }
@@ -787,8 +820,12 @@ fn printed_service_definitions_are_valid_and_carry_no_secret() {
         ("HTTPS_PROXY", "http://proxy:3128"),
     ];
     let mut texts = Vec::new();
+    let mut task_bytes = Vec::new();
     for kind in ["systemd", "launchd", "windows"] {
         let out = print_service(&exe, kind, &env);
+        if kind == "windows" {
+            task_bytes = out.stdout.clone();
+        }
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -828,8 +865,42 @@ fn printed_service_definitions_are_valid_and_carry_no_secret() {
     assert!(plist.contains(&"SuccessfulExit".to_string()));
     assert!(plist.contains(&"ThrottleInterval".to_string()));
     assert!(plist.contains(&"daemon".to_string()));
-    let task = parse_xml(&texts[2].replace("encoding=\"UTF-16\"", "encoding=\"UTF-8\""));
+    // Task Scheduler refuses XML whose bytes are not in the encoding it declares.
+    let task = parse_xml(&in_declared_encoding(&task_bytes));
     assert!(task.contains(&"daemon".to_string()), "{task:?}");
+}
+
+/// `xml` decoded in the encoding its declaration names (UTF-8 when it names none, as XML
+/// says), failing when the bytes are not in it: a UTF-16 document must start with its byte
+/// order mark, a UTF-8 one may not hold the NUL bytes of UTF-16 text.
+fn in_declared_encoding(xml: &[u8]) -> String {
+    let (utf16, body) = match xml {
+        [0xFF, 0xFE, rest @ ..] => (true, rest),
+        [0xEF, 0xBB, 0xBF, rest @ ..] => (false, rest),
+        _ => (false, xml),
+    };
+    let text = if utf16 {
+        assert!(body.len() % 2 == 0, "odd length for UTF-16");
+        let units: Vec<u16> = body
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        String::from_utf16(&units).expect("valid UTF-16")
+    } else {
+        assert!(!body.contains(&0), "NUL bytes in what is read as UTF-8");
+        String::from_utf8(body.to_vec()).expect("valid UTF-8")
+    };
+    let declaration = text.lines().next().unwrap_or_default();
+    assert!(declaration.starts_with("<?xml "), "no XML declaration: {text}");
+    let declared = declaration
+        .split("encoding=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("UTF-8")
+        .to_ascii_uppercase();
+    let actual = if utf16 { "UTF-16" } else { "UTF-8" };
+    assert_eq!(declared, actual, "declares {declared}, written in {actual}");
+    text
 }
 
 /// Parses `xml` strictly (every element closed, entities valid) and returns its text nodes.
@@ -860,6 +931,7 @@ fn parse_xml(xml: &str) -> Vec<String> {
 /// S2.7: a child reaped by its supervisor keeps its key and is followed again when Codex
 /// re-engages it, so the kcap CLI's session watcher (which re-ensures a watcher whenever the
 /// child's rollout advances) never finds the key free and every later line is shipped.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free() {
     let w = World::new();
@@ -897,6 +969,7 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_75() {
     let w = World::new();

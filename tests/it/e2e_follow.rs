@@ -1,9 +1,7 @@
 //! Follow mode with the real binary, offline (the transcript spool is the output): appends
 //! appear, a late file is picked up, a partial line becomes one line, a deleted file is read to
 //! its end, forced polling works, and a rewritten file ends the watcher with exit code 3.
-// Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
-// linted, not run (see the README's Platforms section).
-#![cfg(unix)]
+//! The watcher is ended as a user ends it: SIGTERM on unix, Ctrl-Break on Windows.
 
 use crate::support;
 use support::harness::append_bytes as append;
@@ -15,7 +13,8 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::bin::{kcap_watch, signal, wait_exit, wait_for, wait_output};
+use kcap_watch::platform::signals::{request_stop, stoppable};
+use support::bin::{kcap_watch, wait_exit, wait_for, wait_output};
 use support::rollout;
 
 const SESSION: &str = "0199aaaa000070008000000000000001";
@@ -45,7 +44,9 @@ fn start(extra: &[&str], create: bool) -> Follow {
     if create {
         append(&rollout, format!("{}\n", meta()).as_bytes());
     }
-    let child = kcap_watch(&config)
+    let mut cmd = kcap_watch(&config);
+    stoppable(&mut cmd);
+    let child = cmd
         .args(["watch", SESSION])
         .arg(&rollout)
         .args(["--poll-interval", "100ms"])
@@ -86,11 +87,12 @@ impl Follow {
         out
     }
 
-    /// SIGTERM; returns stderr and the temp dir (kept alive for the caller's checks).
+    /// SIGTERM (Ctrl-Break on Windows); returns stderr and the temp dir (kept alive for the
+    /// caller's checks).
     fn stop_keep(self) -> (String, tempfile::TempDir) {
-        signal(&self.child, libc::SIGTERM);
+        request_stop(self.child.id()).expect("send the watcher SIGTERM (Ctrl-Break)");
         let out = wait_output(self.child, W);
-        assert!(out.status.success(), "SIGTERM ends the watcher with 0");
+        assert!(out.status.success(), "SIGTERM (Ctrl-Break) ends the watcher with 0");
         (String::from_utf8_lossy(&out.stderr).into_owned(), self._dir)
     }
 

@@ -195,13 +195,15 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
 fn a_session_watcher_posts_session_end_parent_exited_when_its_parent_exits() {
     let server = FakeKcap::start();
     let run = Run::session_fixture();
-    let mut parent = std::process::Command::new("sleep")
-        .arg("1")
-        .spawn()
-        .unwrap();
+    let parent = support::procs::Idle::start();
     let pid = parent.id().to_string();
     let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
-    let _ = parent.wait();
+    // The parent exits once the watcher runs (has taken its key).
+    let watchers = run.config().join("watchers");
+    assert!(support::bin::wait_for(W, || {
+        std::fs::read_dir(&watchers).is_ok_and(|mut d| d.next().is_some())
+    }));
+    parent.end();
     let status = wait_exit(&mut child, W);
     assert!(status.success());
     let ends = server.hooks("session-end/codex");

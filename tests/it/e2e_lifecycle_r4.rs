@@ -59,10 +59,7 @@ fn crashed_child() -> Vec<String> {
 
 /// A process id that is certainly not running any more.
 fn dead_pid() -> String {
-    let mut p = Command::new("true").spawn().unwrap();
-    let pid = p.id();
-    p.wait().unwrap();
-    pid.to_string()
+    support::procs::exited_pid().to_string()
 }
 
 struct Run {

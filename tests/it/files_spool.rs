@@ -4,6 +4,8 @@
 // "Platforms").
 #![cfg(unix)]
 
+use crate::support;
+
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -812,9 +814,7 @@ fn draining_files_of_a_dead_replay_are_claimed_again() {
     let live = transcript_spool_path(config, SESSION);
 
     // A replay process that has exited: its pid is free.
-    let mut child = Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
+    let dead = support::procs::exited_pid();
 
     append_transcript(config, &batch(None, &[0]), NOW).unwrap();
     let crashed = claim(&live, dead).unwrap().unwrap();

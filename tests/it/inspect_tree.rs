@@ -326,9 +326,7 @@ fn a_child_held_by_a_live_watch_process_is_shown_as_held_and_a_dead_ones_is_not(
     let l = layout();
     let watcher = Watcher::start(&l, GRANDCHILD);
     // CHILD_B's files name a process that has exited: the kcap CLI would spawn a new one.
-    let mut gone = Command::new("true").spawn().unwrap();
-    let gone_pid = gone.id();
-    gone.wait().unwrap();
+    let gone_pid = support::procs::exited_pid();
     fs::write(
         l.watchers().join(format!("{}.pid", key(CHILD_B))),
         format!("{gone_pid}\n"),

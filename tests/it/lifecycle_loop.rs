@@ -633,9 +633,7 @@ async fn loop_a_child_that_crashed_mid_turn_gets_its_stop_at_the_lifetime_ceilin
 
 #[tokio::test(start_paused = true)]
 async fn loop_a_child_that_crashed_mid_turn_gets_its_stop_when_its_parent_exits() {
-    let mut parent = std::process::Command::new("true").spawn().unwrap();
-    let pid = parent.id();
-    parent.wait().unwrap();
+    let pid = support::procs::exited_pid();
     let s = Setup::new(&crashed_child());
     let mut opts = s.opts();
     opts.parent_pid = Some(pid);

@@ -23,6 +23,7 @@ mod e2e_ship;
 mod files_spool;
 mod fold_props;
 mod fuzz_props;
+mod heartbeat_reader;
 mod inspect_scenarios;
 mod inspect_tree;
 mod lifecycle_loop;

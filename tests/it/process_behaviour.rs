@@ -12,33 +12,43 @@
 //! - `replay` leaves other vendors' records exactly where they are and reports a
 //!   needs-import marker as the kcap CLI's drain does.
 
-// Unix only: descriptors really closed (libc), symbolic links planted in `<config>`, file
-// modes and SIGTERM are what these tests exercise; Windows is linted, not run here (README,
-// "Platforms").
-#![cfg(unix)]
+// Run on Linux and, under Wine, on Windows. Unix only: the tests of descriptors really closed
+// (libc), symbolic links planted in `<config>` (an unprivileged Windows user may not make
+// them), file modes, a newline in a file name (not a valid Windows name) and SIGTERM.
 
 use crate::support;
 
 use std::fs;
+#[cfg(unix)]
 use std::os::fd::{FromRawFd, OwnedFd};
+#[cfg(unix)]
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+#[cfg(unix)]
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+#[cfg(unix)]
+use std::process::Stdio;
+use std::time::Duration;
+#[cfg(unix)]
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use support::FakeKcap;
-use support::bin::{fixture_copy, kcap_watch, run, stderr, stdout, wait_for};
+use support::bin::{fixture_copy, kcap_watch, run, stderr, stdout};
+#[cfg(unix)]
+use support::bin::wait_for;
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
 const T: Duration = Duration::from_secs(60);
 
+#[cfg(unix)]
 fn child_key() -> String {
     format!("{SESSION}-{CHILD}")
 }
 
+#[cfg(unix)]
 /// How the standard descriptors of the spawned binary are taken away.
 #[derive(Clone, Copy, Debug)]
 enum Closed {
@@ -48,6 +58,7 @@ enum Closed {
     Descriptors,
 }
 
+#[cfg(unix)]
 /// Spawns `cmd` with its standard descriptors taken away and waits for its exit.
 fn run_closed(mut cmd: Command, closed: Closed, timeout: Duration) -> ExitStatus {
     let mut child = match closed {
@@ -94,6 +105,7 @@ fn run_closed(mut cmd: Command, closed: Closed, timeout: Duration) -> ExitStatus
 }
 
 fn code(st: ExitStatus) -> i32 {
+    #[cfg(unix)]
     assert_ne!(
         st.signal(),
         Some(libc::SIGABRT),
@@ -103,6 +115,7 @@ fn code(st: ExitStatus) -> i32 {
         .unwrap_or_else(|| panic!("ended by a signal: {st:?}"))
 }
 
+#[cfg(unix)]
 fn log_text(config: &Path) -> String {
     let mut out = String::new();
     if let Ok(entries) = fs::read_dir(config.join("logs")) {
@@ -130,6 +143,7 @@ fn spawned_watch(config: &Path, rollout: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+#[cfg(unix)]
 #[test]
 fn with_closed_stdio_every_exit_path_gives_its_code_and_fatal_errors_reach_the_log_file() {
     for closed in [Closed::PipesClosedByTheSpawner, Closed::Descriptors] {
@@ -211,6 +225,7 @@ fn with_closed_stdio_every_exit_path_gives_its_code_and_fatal_errors_reach_the_l
     }
 }
 
+#[cfg(unix)]
 #[test]
 fn a_signal_ends_a_watcher_with_closed_stdio_with_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,6 +259,7 @@ fn a_signal_ends_a_watcher_with_closed_stdio_with_0() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+#[cfg(unix)]
 /// A pipe whose reading end is already closed: every write to it fails with `EPIPE`.
 fn broken_pipe() -> Stdio {
     let mut fds = [0; 2];
@@ -255,6 +271,7 @@ fn broken_pipe() -> Stdio {
     Stdio::from(write)
 }
 
+#[cfg(unix)]
 #[test]
 fn a_stdout_closed_by_its_reader_is_success_quietly() {
     let dir = tempfile::tempdir().unwrap();
@@ -291,6 +308,7 @@ fn a_stdout_closed_by_its_reader_is_success_quietly() {
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
 }
 
+#[cfg(unix)]
 #[test]
 fn an_unusable_config_or_watcher_directory_exits_2_naming_it_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,6 +367,7 @@ fn an_unusable_config_or_watcher_directory_exits_2_naming_it_once() {
     assert_eq!(fs::read_to_string(&as_file).unwrap(), "not a directory");
 }
 
+#[cfg(unix)]
 /// Every path under `<config>` a watcher and its spools write, for the child fixture.
 fn written_paths(config: &Path) -> Vec<PathBuf> {
     let w = config.join("watchers");
@@ -372,6 +391,7 @@ fn written_paths(config: &Path) -> Vec<PathBuf> {
     ]
 }
 
+#[cfg(unix)]
 #[test]
 fn a_symbolic_link_at_any_path_the_watcher_writes_is_refused_and_its_target_is_unchanged() {
     let precious = "precious\n";
@@ -443,6 +463,7 @@ fn a_symbolic_link_at_any_path_the_watcher_writes_is_refused_and_its_target_is_u
     });
 }
 
+#[cfg(unix)]
 #[test]
 fn replay_refuses_a_symbolic_link_in_the_spools_and_posts_nothing_through_it() {
     let server = FakeKcap::start();
@@ -526,6 +547,7 @@ fn ids_that_could_name_files_elsewhere_exit_2_naming_them() {
     assert!(!dir.path().join("evil.log").exists());
 }
 
+#[cfg(unix)]
 #[test]
 fn a_newline_in_a_rollout_path_cannot_forge_a_log_record() {
     let dir = tempfile::tempdir().unwrap();
@@ -741,6 +763,9 @@ fn a_lock_file_left_by_a_clean_exit_is_gone_and_a_new_watcher_takes_the_key() {
             .collect();
         assert!(left.is_empty(), "left behind: {left:?}");
     }
-    let mode = fs::metadata(config.join("watchers")).unwrap().mode() & 0o777;
-    assert_eq!(mode, 0o700);
+    #[cfg(unix)]
+    assert_eq!(
+        fs::metadata(config.join("watchers")).unwrap().mode() & 0o777,
+        0o700
+    );
 }

@@ -3,13 +3,14 @@
 //! removed by `--clean` only where their lock can be taken, and the spool backlog, refused
 //! lines and needs-import marker of a session. The daemon and supervisor rows are covered by
 //! `daemon::`.
-#![cfg(target_os = "linux")]
+//!
+//! Run on Linux and, under Wine, on Windows; the tests that need file modes or symbolic links
+//! are unix only (Windows has neither modes nor links an unprivileged user may make).
 
 use crate::support;
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -60,11 +61,7 @@ fn keys_the_kcap_cli_holds_are_named_with_pid_and_verdict_and_dead_ones_are_dead
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("kcap");
     let watchers = config.join("watchers");
-    let mut holder = Command::new("sleep")
-        .arg("60")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let holder = support::procs::Idle::start();
     let child_key = format!("{SESSION}-{CHILD}");
     kcap_cli_files(&watchers, &child_key, holder.id());
     // A session key whose watcher is gone.
@@ -82,8 +79,7 @@ fn keys_the_kcap_cli_holds_are_named_with_pid_and_verdict_and_dead_ones_are_dead
     let own = keys.iter().find(|k| k["key"] == SESSION).unwrap();
     assert_eq!(own["verdict"], "dead");
     assert_eq!(own["holder"], Value::Null);
-    let _ = holder.kill();
-    let _ = holder.wait();
+    holder.end();
 }
 
 /// Writes at `path` the status file of a `writer` whose process is gone.
@@ -192,6 +188,7 @@ fn spool_backlog_refused_lines_and_the_needs_import_marker_are_counted_per_sessi
     assert!(text.contains("needs `kcap import`"), "{text}");
 }
 
+#[cfg(unix)]
 #[test]
 fn an_unreadable_directory_is_exit_2() {
     // SAFETY: geteuid has no preconditions.
@@ -214,6 +211,7 @@ fn an_unreadable_directory_is_exit_2() {
 /// kcap-watch never writes its status files through a symbolic link, so `status` does not
 /// read through one either: a link at `<config>/kcap-watch/status` is reported (exit 2) and
 /// `--clean` removes nothing where it points.
+#[cfg(unix)]
 #[test]
 fn a_symbolic_link_at_the_status_directory_is_not_followed_and_clean_removes_nothing_through_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -238,6 +236,7 @@ fn a_symbolic_link_at_the_status_directory_is_not_followed_and_clean_removes_not
 }
 
 /// A spool reached through a symbolic link is not counted as the session's backlog.
+#[cfg(unix)]
 #[test]
 fn a_spool_behind_a_symbolic_link_is_not_read() {
     let tmp = tempfile::tempdir().unwrap();
