@@ -190,6 +190,7 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
     if let Some(kind) = args.print_service {
         let exe = std::env::current_exe()
             .and_then(std::fs::canonicalize)
+            .map(crate::platform::plain_path::plain)
             .context("failed to find this binary's path")?;
         if crate::daemon::in_build_dir(&exe) {
             return Err(UsageError(format!(

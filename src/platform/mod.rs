@@ -14,6 +14,8 @@
 //!   and file index);
 //! - [`private_file`]: files only this user may read, never opened through a symbolic link
 //!   at their own path (modes and `O_NOFOLLOW`, or reparse points refused);
+//! - [`plain_path`]: a canonical path without Windows' verbatim `\\?\` prefix, as a service
+//!   definition names the binary;
 //! - [`memory`]: handing freed heap memory back to the system where the allocator keeps it;
 //! - [`signals`]: the signals that end a watcher, and detaching from a terminal;
 //! - [`proc_info`]: another process's command line and environment (the daemon reads the
@@ -30,6 +32,7 @@ pub mod detached;
 pub mod file_id;
 pub mod lock;
 pub mod memory;
+pub mod plain_path;
 pub mod positional;
 pub mod private_file;
 pub mod proc_info;

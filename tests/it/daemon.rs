@@ -28,6 +28,7 @@ use std::time::Instant;
 use serde_json::Value;
 #[cfg(target_os = "linux")]
 use support::FakeKcap;
+#[cfg(target_os = "linux")]
 use support::bin::kcap_watch;
 #[cfg(target_os = "linux")]
 use support::bin::wait_for;
@@ -775,8 +776,12 @@ fn a_command_line_naming_another_sessions_rollout_is_not_taken_for_it() {
 
 /// An installed copy of the binary (a hard link outside `target/`).
 fn installed_binary(dir: &Path) -> PathBuf {
-    let bin_dir = dir.join("bin");
-    fs::create_dir_all(&bin_dir).unwrap();
+    copy_of_binary(&dir.join("bin"))
+}
+
+/// The binary, hard linked (or copied) into `bin_dir`.
+fn copy_of_binary(bin_dir: &Path) -> PathBuf {
+    fs::create_dir_all(bin_dir).unwrap();
     let dest = bin_dir.join(format!("kcap-watch{}", std::env::consts::EXE_SUFFIX));
     if fs::hard_link(BIN, &dest).is_err() {
         fs::copy(BIN, &dest).unwrap();
@@ -796,7 +801,17 @@ fn print_service(exe: &Path, kind: &str, env: &[(&str, &str)]) -> std::process::
 
 #[test]
 fn print_service_refuses_a_build_directory() {
-    let mut c = kcap_watch(Path::new("/nonexistent-config"));
+    // A cargo target directory of its own, whatever CARGO_TARGET_DIR this suite was built in.
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    let exe = copy_of_binary(&target.join("debug"));
+    fs::write(
+        target.join("CACHEDIR.TAG"),
+        "Signature: 8a477f597d28d172789f06886806bc55\n",
+    )
+    .unwrap();
+    let mut c = std::process::Command::new(exe);
+    c.env("KCAP_CONFIG_DIR", "/nonexistent-config");
     c.args(["daemon", "--print-service", "systemd"]);
     let out = support::bin::run(c, WAIT);
     assert_eq!(out.status.code(), Some(2));
@@ -833,7 +848,12 @@ fn printed_service_definitions_are_valid_and_carry_no_secret() {
             support::bin::stderr(&out)
         );
         let text = support::bin::stdout(&out);
-        assert!(text.contains(&exe.display().to_string()), "{text}");
+        // systemd's quoting doubles a backslash (a Windows path's separator).
+        let named = match kind {
+            "systemd" => exe.display().to_string().replace('\\', "\\\\"),
+            _ => exe.display().to_string(),
+        };
+        assert!(text.contains(&named), "{kind} names {named}: {text}");
         assert!(text.contains("https://kcap.example"), "{kind}: {text}");
         assert!(!text.contains("secret-"), "{kind} carries a secret: {text}");
         texts.push(text);

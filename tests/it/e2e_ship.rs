@@ -204,7 +204,9 @@ fn offline_once_spools_and_replay_delivers_then_replaying_again_is_harmless() {
         .arg(&rollout);
     let out = run(cmd, T);
     assert!(out.status.success(), "{}", stderr(&out));
-    let spool = config.join(format!("transcript-spool/{SESSION}.transcript.jsonl"));
+    let spool = config
+        .join("transcript-spool")
+        .join(format!("{SESSION}.transcript.jsonl"));
     assert!(
         stdout(&out).contains(&spool.display().to_string()),
         "prints where the spool is"

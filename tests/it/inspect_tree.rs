@@ -53,7 +53,10 @@ fn place(home: &Path, day: &str, name: &str, fixture: &str, replace: &[(&str, &s
         assert!(text.contains(from), "{fixture} lacks {from}");
         text = text.replace(from, to);
     }
-    let dir = home.join("sessions").join(day);
+    // One component at a time: the paths the binary prints use the platform's separator.
+    let dir = day
+        .split('/')
+        .fold(home.join("sessions"), |dir, part| dir.join(part));
     fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     fs::write(&path, text).unwrap();

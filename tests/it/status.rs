@@ -116,7 +116,7 @@ fn stale_files_are_listed_and_clean_removes_only_those_whose_lock_it_can_take() 
         .unwrap();
     held.try_lock().unwrap();
     // A status file of a writer that is gone.
-    let status_dir = config.join("kcap-watch/status");
+    let status_dir = config.join("kcap-watch").join("status");
     fs::create_dir_all(&status_dir).unwrap();
     let stale_status = status_dir.join(format!("{dead}.watch.json"));
     write_gone_writers_status(&stale_status, "watch");
