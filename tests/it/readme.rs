@@ -25,3 +25,46 @@ fn readme_configuration_table_matches_the_registry() {
         }
     }
 }
+
+const SKIPS_START: &str = "<!-- wine-skips:start -->\n";
+const SKIPS_END: &str = "<!-- wine-skips:end -->";
+
+/// The tests `.ci/windows-test` skips under Wine (`.ci/wine/skips`), as the README lists them:
+/// one row a test, with the Wine gap that is the reason.
+fn wine_skips_table() -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let skips = std::fs::read_to_string(root.join(".ci/wine/skips")).unwrap();
+    let mut table = String::from("| test | why it is skipped under Wine |\n|---|---|\n");
+    for line in skips.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, reason) = line.split_once(' ').unwrap_or((line, ""));
+        assert!(!reason.trim().is_empty(), "{name}: a skip needs its reason");
+        table.push_str(&format!("| `{name}` | {} |\n", reason.trim()));
+    }
+    table
+}
+
+/// Every test skipped under Wine is named in the README's Platforms section with its reason,
+/// and nothing else is: a skip cannot be added or dropped without the README saying so.
+#[test]
+fn readme_lists_exactly_the_tests_skipped_under_wine() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let table = wine_skips_table();
+    let (Some(a), Some(b)) = (readme.find(SKIPS_START), readme.find(SKIPS_END)) else {
+        panic!("README.md lacks the Wine skips markers");
+    };
+    let current = &readme[a + SKIPS_START.len()..b];
+    if current != table {
+        if std::env::var_os("UPDATE_README").is_some() {
+            let updated = format!("{}{SKIPS_START}{table}{}", &readme[..a], &readme[b..]);
+            std::fs::write(&path, updated).unwrap();
+        } else {
+            panic!(
+                "README.md's list of Wine skips is stale: run `UPDATE_README=1 cargo test --test it readme::`"
+            );
+        }
+    }
+}
