@@ -918,7 +918,9 @@ mod tests {
     fn a_lock_holders_pid_is_readable_while_it_holds_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         let path = supervise_lock_path(dir.path(), "s1");
-        let held = ExclusiveLock::try_take(&path).unwrap().expect("free at first");
+        let held = ExclusiveLock::try_take(&path)
+            .unwrap()
+            .expect("free at first");
         assert!(ExclusiveLock::is_held(&path));
         assert_eq!(ExclusiveLock::holder_pid(&path), Some(std::process::id()));
         assert!(ExclusiveLock::try_take(&path).unwrap().is_none());

@@ -69,7 +69,9 @@ mod os {
         let e = io::Error::last_os_error();
         // The codes the standard library's own `try_lock` takes for "held by another".
         match e.raw_os_error() {
-            Some(code) if code == ERROR_LOCK_VIOLATION as i32 || code == ERROR_IO_PENDING as i32 => {
+            Some(code)
+                if code == ERROR_LOCK_VIOLATION as i32 || code == ERROR_IO_PENDING as i32 =>
+            {
                 Err(TryLockError::WouldBlock)
             }
             _ => Err(TryLockError::Error(e)),

@@ -29,10 +29,8 @@ pub fn without_verbatim_prefix(path: &str) -> Option<String> {
         return Some(format!(r"\\{unc}"));
     }
     let bytes = rest.as_bytes();
-    let drive = bytes.len() >= 3
-        && bytes[0].is_ascii_alphabetic()
-        && bytes[1] == b':'
-        && bytes[2] == b'\\';
+    let drive =
+        bytes.len() >= 3 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' && bytes[2] == b'\\';
     drive.then(|| rest.to_owned())
 }
 

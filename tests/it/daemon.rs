@@ -911,7 +911,10 @@ fn in_declared_encoding(xml: &[u8]) -> String {
         String::from_utf8(body.to_vec()).expect("valid UTF-8")
     };
     let declaration = text.lines().next().unwrap_or_default();
-    assert!(declaration.starts_with("<?xml "), "no XML declaration: {text}");
+    assert!(
+        declaration.starts_with("<?xml "),
+        "no XML declaration: {text}"
+    );
     let declared = declaration
         .split("encoding=\"")
         .nth(1)

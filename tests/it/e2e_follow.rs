@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
 use kcap_watch::platform::signals::{request_stop, stoppable};
+use serde_json::Value;
 use support::bin::{kcap_watch, wait_exit, wait_for, wait_output};
 use support::rollout;
 
@@ -92,7 +92,10 @@ impl Follow {
     fn stop_keep(self) -> (String, tempfile::TempDir) {
         request_stop(self.child.id()).expect("send the watcher SIGTERM (Ctrl-Break)");
         let out = wait_output(self.child, W);
-        assert!(out.status.success(), "SIGTERM (Ctrl-Break) ends the watcher with 0");
+        assert!(
+            out.status.success(),
+            "SIGTERM (Ctrl-Break) ends the watcher with 0"
+        );
         (String::from_utf8_lossy(&out.stderr).into_owned(), self._dir)
     }
 

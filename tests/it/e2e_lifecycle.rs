@@ -47,9 +47,13 @@ impl Run {
     /// A copy of the parent-session fixture (a session rollout, freshly modified).
     fn session_fixture() -> Run {
         let run = Run::new(&[]);
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+        // Written anew, not `fs::copy`: on Windows a copy keeps the fixture's old mtime.
+        std::fs::write(
             &run.rollout,
+            std::fs::read(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/parent-session.jsonl"),
+            )
+            .unwrap(),
         )
         .unwrap();
         run

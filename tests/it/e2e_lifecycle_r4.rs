@@ -288,9 +288,14 @@ fn a_resumed_session_idle_for_three_hours_ships_its_new_turn_and_gets_a_full_win
 
 fn review_child() -> Run {
     let run = Run::new(&[]);
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/codex/child-review-no-parent.jsonl"),
+    // Written anew, not `fs::copy`: on Windows a copy keeps the fixture's old mtime.
+    std::fs::write(
         &run.rollout,
+        std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/codex/child-review-no-parent.jsonl"),
+        )
+        .unwrap(),
     )
     .unwrap();
     run

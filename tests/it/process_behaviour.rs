@@ -26,18 +26,18 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 #[cfg(unix)]
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
 #[cfg(unix)]
 use std::process::Stdio;
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 #[cfg(unix)]
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use support::FakeKcap;
-use support::bin::{fixture_copy, kcap_watch, run, stderr, stdout};
 #[cfg(unix)]
 use support::bin::wait_for;
+use support::bin::{fixture_copy, kcap_watch, run, stderr, stdout};
 
 const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";

@@ -77,13 +77,14 @@ pub fn wait_for(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// Copies a fixture into `dir` (a fresh file: its mtime is now).
+/// Copies a fixture into `dir` (a fresh file: its mtime is now). Written anew rather than
+/// with `fs::copy`, which on Windows keeps the source's modification time.
 pub fn fixture_copy(name: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/codex")
         .join(name);
     let dst = dir.join(name);
-    std::fs::copy(&src, &dst).expect("copy fixture");
+    std::fs::write(&dst, std::fs::read(&src).expect("read fixture")).expect("copy fixture");
     dst
 }
 
