@@ -5,18 +5,22 @@
 //! every owned key stays alive by the kcap CLI's rule; a SIGKILL and restart loses no line
 //! and still posts every stop; a fault in one child affects that child only.
 //!
-//! Linux only: the liveness checks read `/proc`, and the tests end processes with signals.
-#![cfg(target_os = "linux")]
+//! Run on Linux and, under Wine, on Windows: the kcap CLI's liveness rule is written again
+//! apart from the crate on Linux (its start token from `/proc`); elsewhere the token comes
+//! from the crate. Where the kcap CLI would kill a watcher, the test kills it (SIGKILL,
+//! TerminateProcess); a graceful end is SIGTERM on unix, Ctrl-Break on Windows.
 
 use crate::support;
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use kcap_watch::platform::signals::{request_stop, stoppable};
 use support::bin::{kcap_watch, wait_exit, wait_for};
+use support::procs::Idle;
 use support::rollout;
 use support::{FakeKcap, Fault};
 
@@ -40,15 +44,8 @@ struct Home {
     home: PathBuf,
     config: PathBuf,
     session: PathBuf,
-    /// Something to name as `--parent-pid`; killing it ends the supervisor.
-    parent: Child,
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let _ = self.parent.kill();
-        let _ = self.parent.wait();
-    }
+    /// Something to name as `--parent-pid`; ending it ends the supervisor (dropped, it ends).
+    parent: Option<Idle>,
 }
 
 fn fixture(name: &str, replace: &[(&str, &str)]) -> String {
@@ -81,7 +78,7 @@ impl Home {
         fs::create_dir_all(&dir).unwrap();
         let session = dir.join(format!("rollout-2026-07-28T22-13-45-{ROOT}.jsonl"));
         fs::write(&session, fixture("parent-session.jsonl", &[])).unwrap();
-        let parent = Command::new("sleep").arg("600").spawn().unwrap();
+        let parent = Some(Idle::start());
         Home {
             _tmp: tmp,
             home,
@@ -128,7 +125,7 @@ impl Home {
             .args(["--codex-home"])
             .arg(&self.home)
             .args(["--server", &server.url()])
-            .args(["--parent-pid", &self.parent.id().to_string()])
+            .args(["--parent-pid", &self.parent_pid().to_string()])
             .args(["--stop-grace", "0s"])
             .args(
                 (!extra.contains(&"--reap-after"))
@@ -140,6 +137,7 @@ impl Home {
             .args(extra)
             .stdout(Stdio::null())
             .stderr(self.next_log());
+        stoppable(&mut c);
         c.spawn().unwrap()
     }
 
@@ -168,9 +166,14 @@ impl Home {
         self.config.join("watchers")
     }
 
+    fn parent_pid(&self) -> u32 {
+        self.parent.as_ref().map_or(0, Idle::id)
+    }
+
     fn end_parent(&mut self) {
-        self.parent.kill().unwrap();
-        self.parent.wait().unwrap();
+        if let Some(parent) = self.parent.take() {
+            parent.end();
+        }
     }
 }
 
@@ -202,19 +205,14 @@ fn stops_for(server: &FakeKcap, agent: &str) -> usize {
         .count()
 }
 
-/// The kcap CLI's `IsWatcherAlive`, written again apart from the crate: the pid on line 1
-/// runs, line 2 is its start token (`lx:<boot_id>:<field 22 of /proc/<pid>/stat>`), and past
-/// 30 s from `.started` (`grace`) the heartbeat is at most 20 s old. Returns the pid.
+/// The kcap CLI's `IsWatcherAlive`: the pid on line 1 runs, line 2 is its start token, and
+/// past 30 s from `.started` (`grace`) the heartbeat is at most 20 s old. Returns the pid.
 fn kcap_cli_alive(dir: &Path, key: &str, grace_secs: i64) -> Option<u32> {
     let read = |suffix: &str| fs::read_to_string(dir.join(format!("{key}.{suffix}"))).ok();
     let pid_file = read("pid")?;
     let mut lines = pid_file.split('\n');
     let pid: u32 = lines.next()?.trim().parse().ok()?;
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    let starttime = after_comm.split(' ').nth(19)?;
-    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    if lines.next().map(str::trim) != Some(format!("lx:{}:{starttime}", boot.trim()).as_str()) {
+    if lines.next().map(str::trim) != Some(start_token(pid)?.as_str()) {
         return None;
     }
     let now = jiff::Timestamp::now();
@@ -225,6 +223,26 @@ fn kcap_cli_alive(dir: &Path, key: &str, grace_secs: i64) -> Option<u32> {
     }
     let beat = time("heartbeat")?;
     ((now - beat).get_milliseconds() <= 20_000).then_some(pid)
+}
+
+/// The start token the kcap CLI computes for `pid`, written again apart from the crate:
+/// `lx:<boot_id>:<field 22 of /proc/<pid>/stat>`.
+#[cfg(target_os = "linux")]
+fn start_token(pid: u32) -> Option<String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    let starttime = after_comm.split(' ').nth(19)?;
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(format!("lx:{}:{starttime}", boot.trim()))
+}
+
+/// The start token for `pid` where there is no `/proc` to derive it from apart from the
+/// crate: the crate's (Windows: `tk:<creation time in .NET ticks>`), for a running pid only.
+#[cfg(not(target_os = "linux"))]
+fn start_token(pid: u32) -> Option<String> {
+    kcap_watch::files::process_alive(pid)
+        .then(|| kcap_watch::files::process_start_token(pid))
+        .flatten()
 }
 
 #[test]
@@ -326,9 +344,8 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
         Some(watch_pid),
         "the supervisor took a key a live watch holds"
     );
-    unsafe {
-        libc::kill(watch_pid as i32, libc::SIGKILL);
-    }
+    // As the kcap CLI's KillWatcher does once a watcher ignores its request to end.
+    watch.kill().unwrap();
     let _ = watch.wait();
     let killed = Instant::now();
     // Taken over within 5 s, then the rest of the file (appended after the kill) shipped.
@@ -487,7 +504,7 @@ fn sigterm_with_a_hung_server_spools_every_childs_lines_within_the_budget() {
     );
     assert!(server.wait_until(WAIT, |s| s.request_count("transcript") >= 2));
     let signalled = Instant::now();
-    support::bin::signal(&sup, libc::SIGTERM);
+    request_stop(sup.id()).expect("send the supervisor SIGTERM (Ctrl-Break)");
     assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0), "{}", home.logs());
     assert!(
         signalled.elapsed() <= Duration::from_secs(4),
