@@ -477,9 +477,12 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
         w.stderr()
     );
     let lines = server.lines(SESSION_ND, AGENT_ND);
-    let placeholder: Value = serde_json::from_str(&lines[&3]).unwrap();
-    assert_eq!(placeholder["type"], "redacted_oversize_line");
-    assert_eq!(placeholder["original_bytes"], SIZE as u64);
+    let marker: Value = serde_json::from_str(&lines[&3]).unwrap();
+    assert_eq!(marker["type"], "kcap_capture_loss");
+    assert_eq!(marker["reason"], "input_limit");
+    assert_eq!(marker["input_utf8_bytes"], SIZE as u64);
+    // All ASCII: one UTF-16 unit a byte, counted while the line streamed past.
+    assert_eq!(marker["input_utf16_length"], SIZE as u64);
     // The raw line's call_id still cleared the pending call, so the stop went out.
     assert!(wait_until(Duration::from_secs(10), || stops_for_child(
         &server.hooks("subagent-stop")
@@ -492,6 +495,54 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
     ok_after_term(&mut w);
     eprintln!(
         "200 MiB line: peak RSS {peak} KiB, shipped {:?} after the write",
+        started.elapsed()
+    );
+}
+
+/// Lines of nearly 4 MiB ship whole (docs/capture.md), and shipping them holds each a small,
+/// fixed number of times: a rollout of eight of them (32 MiB) peaks under 32 MiB of resident
+/// memory. What the watcher holds is bounded by the line, not by the rollout or a batch.
+#[test]
+#[cfg(target_os = "linux")]
+fn once_over_a_rollout_of_4_mib_lines_ships_them_whole_under_32_mib_of_memory() {
+    let _serial = support::serial();
+    const LIMIT_KIB: u64 = 32 * 1024;
+    let sandbox = Sandbox::new();
+    let mut lines = vec![harness::child_meta(), harness::task_started("t1")];
+    for i in 0..8 {
+        let head = format!("ghp_R4nd0mT0k3nV4lu3F0rT3st1ng{i:02} ");
+        let fill = (4 << 20) - 300 - head.len();
+        lines.push(harness::output(
+            &format!("c{i}"),
+            &format!("{head}{}", "y".repeat(fill)),
+        ));
+    }
+    lines.push(harness::task_complete("t1", "done"));
+    sandbox.append_lines(&lines);
+    let server = FakeKcap::start();
+    let child = sandbox
+        .watch(Some(&server.url()), &["--once"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn kcap-watch");
+    let started = Instant::now();
+    let (status, peak) = support::bin::wait_peak_rss(child, Duration::from_secs(120));
+    assert!(status.success(), "{status:?}");
+    let stored = server.lines(SESSION_ND, AGENT_ND);
+    assert_eq!(stored.len(), lines.len());
+    for (n, line) in lines.iter().enumerate().skip(2).take(8) {
+        let shipped = &stored[&(n as u64)];
+        assert!(!shipped.contains("ghp_"), "line {n} holds its token");
+        assert!(!shipped.contains("kcap_capture_loss"), "line {n} was lost");
+        assert_eq!(shipped.len() + 32, line.len() + "[REDACTED]".len(), "line {n}");
+    }
+    assert!(
+        peak < LIMIT_KIB,
+        "peak resident memory {peak} KiB shipping 4 MiB lines (limit {LIMIT_KIB} KiB)"
+    );
+    eprintln!(
+        "8 lines of 4 MiB: peak RSS {peak} KiB, shipped in {:?}",
         started.elapsed()
     );
 }
