@@ -90,7 +90,10 @@ fn shipping_a_4_mib_line_holds_a_small_fixed_multiple_of_it_whatever_it_holds() 
         ("secrets on one line", "password=hunter2hunter2 "),
         ("secrets on many lines", "ghp_aBcDeFgHiJkLmNoPqRsT0123\\n"),
         // JSON inside the string, walked again.
-        ("nested JSON", r#"{\"api_key\":\"k3y-v4lue-123456\",\"n\":1},"#),
+        (
+            "nested JSON",
+            r#"{\"api_key\":\"k3y-v4lue-123456\",\"n\":1},"#,
+        ),
     ];
     let mut report = Vec::new();
     for (name, unit) in cases {
@@ -100,7 +103,7 @@ fn shipping_a_4_mib_line_holds_a_small_fixed_multiple_of_it_whatever_it_holds() 
         let ratio = peak as f64 / line.len() as f64;
         report.push(format!("{name}: peak {peak} bytes, {ratio:.1}x the line"));
         assert!(
-            ratio <= 12.0,
+            ratio <= 10.0,
             "{name}: shipping a {} byte line held {peak} bytes ({ratio:.1}x)",
             line.len()
         );

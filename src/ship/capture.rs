@@ -222,7 +222,11 @@ mod tests {
         assert_eq!(err.reason, LossReason::MalformedInput);
         assert_eq!(err.utf8_bytes, raw.len() as u64);
         assert_eq!(err.utf16_length, raw.encode_utf16().count() as u64);
-        for text in ["plain text password=hunter2hunter2", "{\"a\":1} trailing", "{"] {
+        for text in [
+            "plain text password=hunter2hunter2",
+            "{\"a\":1} trailing",
+            "{",
+        ] {
             assert_eq!(
                 shipped(text).unwrap_err().reason,
                 LossReason::MalformedInput,
@@ -254,12 +258,19 @@ mod tests {
         assert_eq!(line.len() as u64, MAX_RECORD_BYTES);
         let redactor = super::super::redact::global();
         let shipped = capture(&line, redactor).unwrap();
-        assert!(shipped.starts_with(r#"{"o":"[REDACTED]aaa"#), "{}", &shipped[..40]);
+        assert!(
+            shipped.starts_with(r#"{"o":"[REDACTED]aaa"#),
+            "{}",
+            &shipped[..40]
+        );
         assert!(!shipped.contains("AKIA"));
 
         line.insert(6, b'a');
         let loss = capture(&line, redactor).unwrap_err();
-        assert_eq!(loss, Loss::over_limit(MAX_RECORD_BYTES + 1, MAX_RECORD_BYTES + 1));
+        assert_eq!(
+            loss,
+            Loss::over_limit(MAX_RECORD_BYTES + 1, MAX_RECORD_BYTES + 1)
+        );
     }
 
     /// Redaction lengthens a short secret to `[REDACTED]`: a line within the limit whose

@@ -32,6 +32,9 @@ const FIRST_CHUNK: usize = 16 * 1024;
 /// not pin 4 MiB for ever): the line gets it instead of a copy.
 const BIG_TEXT: usize = 4 * READ_CHUNK;
 
+/// A line held past this much text (a text-keeping reader) is looked ahead for its end.
+const LOOK_AHEAD_AFTER: u64 = 256 * 1024;
+
 /// A reader that hands out no text keeps just enough to tell a blank line.
 const KEEP_NO_TEXT: usize = 64;
 
@@ -165,7 +168,10 @@ impl Utf16Count {
                 continue;
             }
             let at_end = chunks.peek().is_none();
-            if at_end && bad.len() < 4 && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none()) {
+            if at_end
+                && bad.len() < 4
+                && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none())
+            {
                 // Perhaps a character the next piece completes.
                 self.carry[..bad.len()].copy_from_slice(bad);
                 self.carry_len = bad.len();
@@ -249,6 +255,8 @@ pub struct LineReader {
     /// Text is handed to the sink.
     gives_text: bool,
     text_dropped: bool,
+    /// The line in progress is known to run past the limit ([`LineReader::look_ahead`]).
+    doomed: bool,
     /// The line's first bytes (a BOM on line 0), whatever is kept.
     head: [u8; 3],
     head_len: usize,
@@ -274,6 +282,7 @@ impl LineReader {
             keep: limit.max_bytes() + BOM.len() + 1,
             gives_text: true,
             text_dropped: false,
+            doomed: false,
             head: [0; 3],
             head_len: 0,
             all_ws: true,
@@ -372,6 +381,8 @@ impl LineReader {
                         }
                     }
                     None => {
+                        let rest = self.offset + n as u64;
+                        self.look_ahead(file, rest, (n - pos) as u64);
                         self.absorb(&data[pos..], sink);
                         pos = n;
                     }
@@ -394,6 +405,46 @@ impl LineReader {
         result
     }
 
+    /// For a reader that keeps text, when the line in progress is long and `more` bytes of it
+    /// are about to be taken with no end in sight: looks for its end in the file (from `from`)
+    /// no further than the limit. A line that surely runs past the limit has its text dropped
+    /// from here, instead of being held up to the limit first: a 100 MB line then costs no
+    /// more memory than a 1 MB one. A line whose end is not on disk yet is decided when it is,
+    /// and so is one whose look ahead fails to read (the read itself reports the error).
+    fn look_ahead<R: ReadAt + ?Sized>(&mut self, file: &R, from: u64, more: u64) {
+        let held = self.text.len() as u64 + more;
+        if !self.gives_text || self.text_dropped || self.doomed || held <= LOOK_AHEAD_AFTER {
+            return;
+        }
+        // One byte past what a line within the limit can hold with a BOM and a `\r`: no end
+        // up to there means the line is longer than the limit.
+        let Some(mut left) = (self.keep as u64 + 1).checked_sub(held) else {
+            self.doomed = true;
+            return;
+        };
+        let mut probe = [0u8; 64 * 1024];
+        let mut at = from;
+        loop {
+            if left == 0 {
+                // Past the limit and still no end: it is oversize.
+                self.doomed = true;
+                return;
+            }
+            let want = probe.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let got = match file.read_at(&mut probe[..want], at) {
+                Ok(0) => return,
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if memchr::memchr(b'\n', &probe[..got]).is_some() {
+                return;
+            }
+            at += got as u64;
+            left -= got as u64;
+        }
+    }
+
     /// Takes the next piece of the line in progress.
     fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], sink: &mut S) {
         if seg.is_empty() {
@@ -411,7 +462,7 @@ impl LineReader {
         self.partial_len += seg.len() as u64;
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
-            if self.text.len() + seg.len() <= self.keep {
+            if !self.doomed && self.text.len() + seg.len() <= self.keep {
                 self.text.extend_from_slice(seg);
             } else {
                 self.text_dropped = true;
@@ -445,7 +496,10 @@ impl LineReader {
             // Just over the limit, the text still fitted what the reader keeps.
             Some(t) => crate::ship::capture::utf16_len(t),
             // A BOM is one unit, and so is a `\r`.
-            None => self.units.total().saturating_sub(u64::from(bom) + cr as u64),
+            None => self
+                .units
+                .total()
+                .saturating_sub(u64::from(bom) + cr as u64),
         });
         let give = kept.is_some() && !oversize && self.gives_text;
         let text = if give && self.text.capacity() > BIG_TEXT {
@@ -478,6 +532,7 @@ impl LineReader {
             self.text = Vec::new();
         }
         self.text_dropped = false;
+        self.doomed = false;
         self.head_len = 0;
         self.all_ws = true;
         self.last_byte = None;
@@ -706,6 +761,52 @@ mod tests {
         }
     }
 
+    /// A line whose end lies past the limit is not held up to the limit first: once it is
+    /// long, the reader looks ahead in the file and drops its text as soon as it knows (a
+    /// 100 MB line then costs a reader what a 300 KB one does). One still being written, whose
+    /// end is not on disk, is held until it is decided.
+    #[test]
+    fn a_line_known_to_run_past_the_limit_is_not_held_up_to_it() {
+        let limit = SizeLimit::bytes(2 << 20);
+        let mut file = vec![b'x'; 5 << 20];
+        let mut r = LineReader::new(0, 0, limit);
+        let mut sink = Record::default();
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        assert!(sink.lines.is_empty());
+        assert!(
+            r.retained_bytes() < LOOK_AHEAD_AFTER as usize + 2 * READ_CHUNK,
+            "holds {} bytes of a line known to be oversize",
+            r.retained_bytes()
+        );
+        file.push(b'\n');
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        let line = &sink.lines[0];
+        assert!(line.oversize && line.text.is_none());
+        assert_eq!(
+            line.units,
+            Some(5 << 20),
+            "every unit counted, dropped text included"
+        );
+
+        // Exactly the limit with a BOM and a `\r`: within it, kept whole, never doomed.
+        let mut file = b"\xEF\xBB\xBF".to_vec();
+        file.extend(std::iter::repeat_n(b'y', 2 << 20));
+        file.extend_from_slice(b"\r\nnext\n");
+        let lines = read_all(&file, &mut LineReader::new(0, 0, limit));
+        assert!(!lines[0].oversize);
+        assert_eq!(lines[0].text.as_ref().map(Vec::len), Some(2 << 20));
+
+        // Still being written past the look-ahead point, end not on disk: held, not judged.
+        let mut r = LineReader::new(0, 0, limit);
+        let mut sink = Record::default();
+        r.read(&vec![b'z'; 1 << 20][..], usize::MAX, &mut sink)
+            .unwrap();
+        let mut whole = vec![b'z'; 1 << 20];
+        whole.push(b'\n');
+        r.read(&whole[..], usize::MAX, &mut sink).unwrap();
+        assert_eq!(sink.lines[0].text.as_ref().map(Vec::len), Some(1 << 20));
+    }
+
     /// The shipping cursor's budget: lines of the limit's size come one or two a read, never
     /// hundreds held at once, and nothing is skipped.
     #[test]
@@ -717,7 +818,11 @@ mod tests {
         loop {
             let mut sink = Record::default();
             let st = r.read(file.as_bytes(), usize::MAX, &mut sink).unwrap();
-            assert!(sink.lines.len() <= 5, "{} lines in one read", sink.lines.len());
+            assert!(
+                sink.lines.len() <= 5,
+                "{} lines in one read",
+                sink.lines.len()
+            );
             numbers.extend(sink.lines.iter().map(|l| l.number));
             if st.at_eof {
                 break;

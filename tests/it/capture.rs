@@ -39,7 +39,11 @@ fn line_of(target: usize, make: impl Fn(&str) -> String) -> (String, usize) {
         n -= 1 + (line.len() - target) / 8;
         line = make(&text(n));
     }
-    assert!(target - line.len() < 64, "{} short of {target}", target - line.len());
+    assert!(
+        target - line.len() < 64,
+        "{} short of {target}",
+        target - line.len()
+    );
     while line.len() < target {
         line.push(' ');
     }
@@ -120,7 +124,11 @@ fn case() -> Case {
 
 /// Checks what the server (or a spool) holds against the case.
 fn check(case: &Case, got: &BTreeMap<u64, String>) {
-    assert_eq!(got.len(), case.lines.len(), "every line, lost or not, ships");
+    assert_eq!(
+        got.len(),
+        case.lines.len(),
+        "every line, lost or not, ships"
+    );
     for (n, want) in &case.want {
         let shipped = &got[n];
         match want {
@@ -139,7 +147,10 @@ fn check(case: &Case, got: &BTreeMap<u64, String>) {
     }
     let all: String = got.values().cloned().collect();
     assert!(!all.contains(SECRET), "a raw secret was shipped");
-    assert!(!all.contains(CANARY), "text of a malformed line was shipped");
+    assert!(
+        !all.contains(CANARY),
+        "text of a malformed line was shipped"
+    );
 }
 
 #[test]
@@ -169,7 +180,10 @@ fn json_lines_up_to_4_mib_ship_whole_redacted_and_the_rest_as_the_exact_loss_mar
     let warned = w.events_named("capture_loss");
     assert_eq!(warned.len(), 3, "{warned:?}");
     let logs = format!("{}{}", w.stderr(), sandbox.log_files());
-    assert!(!logs.contains(CANARY), "text of a malformed line was logged");
+    assert!(
+        !logs.contains(CANARY),
+        "text of a malformed line was logged"
+    );
     assert!(!logs.contains(SECRET), "a raw secret was logged");
 }
 
@@ -200,7 +214,10 @@ fn offline_the_spool_holds_the_same_markers_and_nothing_of_a_malformed_line() {
     let sandbox = Sandbox::new();
     sandbox.append_lines(&case.lines);
     let mut w = sandbox.spawn(&mut sandbox.watch(None, &["--once"]));
-    assert!(w.wait_or_fail(Duration::from_secs(60), "watch --once").success());
+    assert!(
+        w.wait_or_fail(Duration::from_secs(60), "watch --once")
+            .success()
+    );
     let spool = sandbox
         .config
         .join(format!("transcript-spool/{SESSION_ND}.transcript.jsonl"));
@@ -210,13 +227,19 @@ fn offline_the_spool_holds_the_same_markers_and_nothing_of_a_malformed_line() {
         let v: Value = serde_json::from_str(record).expect("a spool record is JSON");
         let numbers = v["line_numbers"].as_array().expect("line_numbers");
         for (n, l) in numbers.iter().zip(v["lines"].as_array().expect("lines")) {
-            got.insert(n.as_u64().expect("a number"), l.as_str().expect("text").to_owned());
+            got.insert(
+                n.as_u64().expect("a number"),
+                l.as_str().expect("text").to_owned(),
+            );
         }
     }
     check(&case, &got);
     assert!(!text.contains(CANARY));
     let logs = format!("{}{}", w.stderr(), sandbox.log_files());
-    assert!(!logs.contains(CANARY), "text of a malformed line was logged");
+    assert!(
+        !logs.contains(CANARY),
+        "text of a malformed line was logged"
+    );
 }
 
 /// A spool written before the limit changed holds the old placeholder: `replay` delivers it as
@@ -240,7 +263,11 @@ fn replay_delivers_an_older_versions_placeholder_as_it_is() {
         .arg("replay")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = server.lines(SESSION_ND, AGENT_ND);
     assert_eq!(got.get(&7).map(String::as_str), Some(old));
     assert_eq!(got.len(), 2);
@@ -260,7 +287,11 @@ fn status_counts_a_running_watchers_losses_by_reason() {
     let server = FakeKcap::start();
     let mut w = sandbox.spawn(&mut sandbox.watch(Some(&server.url()), &[]));
     let shown = harness::wait_until(Duration::from_secs(30), || {
-        let out = sandbox.cmd(None).args(["status", "--json"]).output().unwrap();
+        let out = sandbox
+            .cmd(None)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         v.to_string().contains(r#""malformed_input":2"#)
     });

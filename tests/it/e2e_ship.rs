@@ -38,7 +38,11 @@ fn once_against_the_server_ships_the_child_fixture_completely_redacted() {
     assert!(stored.values().all(|l| !l.contains("kcap_capture_loss")));
     let big = &stored[&8];
     assert!(big.len() > 80_000, "{} bytes", big.len());
-    assert_eq!(big.as_bytes(), &expected[8].1[..], "it holds no secret: unchanged");
+    assert_eq!(
+        big.as_bytes(),
+        &expected[8].1[..],
+        "it holds no secret: unchanged"
+    );
     // No raw secret leaves the process.
     let all: String = stored.values().cloned().collect();
     for secret in [

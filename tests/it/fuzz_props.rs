@@ -558,7 +558,8 @@ fn capture_never_panics_and_ships_json_or_the_exact_marker() {
                 }
                 Err(loss) => {
                     prop_assert_eq!(loss.reason, LossReason::MalformedInput);
-                    let v: Value = serde_json::from_str(&loss.marker()).expect("the marker is JSON");
+                    let v: Value =
+                        serde_json::from_str(&loss.marker()).expect("the marker is JSON");
                     prop_assert_eq!(&v["type"], "kcap_capture_loss");
                     prop_assert_eq!(&v["reason"], "malformed_input");
                     prop_assert_eq!(&v["input_utf8_bytes"], line.len() as u64);

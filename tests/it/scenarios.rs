@@ -3,8 +3,8 @@
 //! with every time injected. (The same scenarios run through the binary in
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)
 
-use kcap_watch::ship::capture::MAX_RECORD_BYTES;
 use crate::support;
+use kcap_watch::ship::capture::MAX_RECORD_BYTES;
 
 use std::time::Duration;
 
