@@ -162,6 +162,8 @@ impl Proc {
         let stderr_path = dir.join(format!("{name}.stderr"));
         let out = File::create(&stdout_path).expect("stdout file");
         let err = File::create(&stderr_path).expect("stderr file");
+        // So that `terminate` can reach it on Windows too (its own process group).
+        kcap_watch::platform::signals::stoppable(cmd);
         let child = cmd
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -288,10 +290,12 @@ impl Proc {
         }
     }
 
-    /// SIGTERM, then the exit code (a graceful end is exit 0).
-    #[cfg(unix)]
+    /// SIGTERM (Ctrl-Break on Windows), then the exit code (a graceful end is exit 0).
     pub fn terminate(&mut self, timeout: Duration) -> i32 {
-        self.signal(libc::SIGTERM);
+        if self.status.is_none() {
+            kcap_watch::platform::signals::request_stop(self.child.id())
+                .expect("send kcap-watch SIGTERM (Ctrl-Break)");
+        }
         self.exit_code(timeout, "after SIGTERM")
     }
 
