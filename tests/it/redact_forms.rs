@@ -261,3 +261,27 @@ left_alone_tests! {
     setter_with_a_call: "config.setToken(tokenProvider.get());";
     xml_policy_element: "<passwordPolicy>strict</passwordPolicy><tokenLifetime>3600</tokenLifetime>";
 }
+
+// Code under a secret's name, whatever its case, and names of things (revision 4's precision
+// classes): credential-handling code ships readable.
+left_alone_tests! {
+    code_attribute_path_in_capitals: "API_KEY = Config.API_KEY";
+    code_environment_member: "const secret = process.env.CLIENT_SECRET;";
+    code_keyword_arguments_from_settings: "client = Client(api_key=settings.API_KEY, secret=settings.SECRET)";
+    code_lookup_with_a_quoted_key: "token = os.environ[\"API_TOKEN\"]";
+    code_lookup_in_single_quotes: "key = credentials['SecretAccessKey']";
+    code_lowercase_attribute_path: "secret = self.credentials.access_key";
+    name_kubernetes_secret_name: "secretName: app-tls-cert";
+    name_kubernetes_secret_namespace: "tokenSecretNamespace: kube-system";
+    name_kubernetes_secret_ref: "secretRef: db-credentials";
+    name_token_type: "token_type: bearer-with-refresh";
+    placeholder_in_angle_brackets: "password: <your-password-here>";
+    placeholder_dots: "api_key = \"...\"";
+    placeholder_your_key_here: "OPENAI_API_KEY: your-api-key-here";
+}
+
+// ...while a random run in the same places is still a secret.
+leak_tests! {
+    code_shape_with_random_segments_is_a_secret: "API_KEY=Xk9v.Q2mLp7Rz" => ["Xk9v.Q2mLp7Rz"];
+    lookup_of_a_random_run_is_a_secret: "token = Ab9c[Zq8]" => ["Ab9c[Zq8]"];
+}
