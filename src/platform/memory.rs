@@ -63,6 +63,7 @@ pub fn keep_large_blocks_apart() {
 
 /// See [`keep_large_blocks_apart`]. Any setting made by the program stays fixed (glibc's own
 /// starts at 128 KiB and rises); a MiB is far above any ordinary line or request.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const OWN_MAPPING_BYTES: usize = 1 << 20;
 
 fn trim() {

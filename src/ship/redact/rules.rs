@@ -856,10 +856,7 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "policy",
         "length",
     ];
-    let last = name
-        .rsplit(|c: char| c == '_' || c == '-' || c == '.')
-        .next()
-        .unwrap_or(name);
+    let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
     // camelCase: its last word (`secretKeyRef` -> `Ref`); UPPER_SNAKE was split above.
     let camel = last.bytes().any(|b| b.is_ascii_lowercase());
     let last = match last.rfind(|c: char| c.is_ascii_uppercase()) {
