@@ -285,3 +285,10 @@ leak_tests! {
     code_shape_with_random_segments_is_a_secret: "API_KEY=Xk9v.Q2mLp7Rz" => ["Xk9v.Q2mLp7Rz"];
     lookup_of_a_random_run_is_a_secret: "token = Ab9c[Zq8]" => ["Ab9c[Zq8]"];
 }
+
+// Newer provider prefixes, in forms other than the rules' own examples.
+leak_tests! {
+    prefix_tavily_in_a_config_call: "client = TavilyClient(api_key=\"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\")" => ["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"];
+    prefix_groq_in_a_dotenv: "GROQ_KEY='gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D'" => ["gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D"];
+    prefix_langsmith_in_json: "{\"LANGCHAIN_API_KEY_VALUE\": \"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\"}" => ["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"];
+}
