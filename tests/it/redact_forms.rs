@@ -292,3 +292,18 @@ leak_tests! {
     prefix_groq_in_a_dotenv: "GROQ_KEY='gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D'" => ["gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D"];
     prefix_langsmith_in_json: "{\"LANGCHAIN_API_KEY_VALUE\": \"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\"}" => ["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"];
 }
+
+// Colour codes, zero-width and full-width characters between or inside a name and its value:
+// the rules see the text without them, and the raw bytes of the value are what is replaced.
+leak_tests! {
+    invisible_grep_colour_around_the_name: "config.env:3:\u{1b}[01;31m\u{1b}[KDB_PASSWORD\u{1b}[m\u{1b}[K=Gr3pC0lourPw" => ["Gr3pC0lourPw"];
+    invisible_colour_between_name_and_value: "API_TOKEN=\u{1b}[32mC0l0uredT0kenValue9\u{1b}[0m" => ["C0l0uredT0kenValue9"];
+    invisible_zero_width_inside_the_name: "pass\u{200b}word=Z3roW1dthPw" => ["Z3roW1dthPw"];
+    invisible_byte_order_mark_inside_the_name: "api\u{feff}_key: B0mInsideKey77" => ["B0mInsideKey77"];
+    invisible_full_width_name: "\u{ff50}\u{ff41}\u{ff53}\u{ff53}\u{ff57}\u{ff4f}\u{ff52}\u{ff44}=Fu11W1dthPw" => ["Fu11W1dthPw"];
+}
+
+left_alone_tests! {
+    invisible_coloured_test_output_without_secrets: "\u{1b}[32mtest tokens::count_is_right ... ok\u{1b}[0m";
+    invisible_full_width_prose: "\u{ff28}\u{ff45}\u{ff4c}\u{ff4c}\u{ff4f} world";
+}
