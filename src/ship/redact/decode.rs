@@ -209,43 +209,6 @@ pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
     false
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decodes_every_escape_and_maps_spans_to_whole_escapes() {
-        let raw = r#"a\tb\"c\u00e9\ud83d\ude00\/z"#;
-        let d = decode(raw);
-        assert_eq!(d.text, "a\tb\"cé😀/z");
-        // `\t` alone.
-        assert_eq!(d.to_raw(1..2), 1..3);
-        // Half of `é` widens to its whole `\u00e9`.
-        let e = d.text.find('é').unwrap();
-        assert_eq!(&raw[d.to_raw(e + 1..e + 2)], r"\u00e9");
-        // The emoji is the whole surrogate pair.
-        let s = d.text.find('😀').unwrap();
-        assert_eq!(&raw[d.to_raw(s..s + 4)], r"\ud83d\ude00");
-        // Literal runs map one to one.
-        let z = d.text.find('z').unwrap();
-        assert_eq!(&raw[d.to_raw(z..z + 1)], "z");
-    }
-
-    #[test]
-    fn a_stray_backslash_is_text() {
-        let d = decode(r"C:\Users\x\n");
-        assert_eq!(d.text, "C:\\Users\\x\n");
-        assert!(decode("plain").is_identity());
-    }
-
-    #[test]
-    fn hidden_ascii_is_found() {
-        assert!(hides_ascii(br"\u0074oken"));
-        assert!(hides_ascii(br"https:\/\/x"));
-        assert!(!hides_ascii(br"\u001b[32m ok\n"));
-    }
-}
-
 /// Whether `text` holds a character that can hide a name or a value from the rules: an ANSI
 /// escape (`grep --color=always`, coloured test output), a zero-width character (U+200B to
 /// U+200D, U+2060, U+FEFF) or a full-width form of ASCII (U+FF01 to U+FF5E).
@@ -351,5 +314,42 @@ fn ansi_len(b: &[u8]) -> usize {
         }
         Some(c) if c.is_ascii() => 2,
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_every_escape_and_maps_spans_to_whole_escapes() {
+        let raw = r#"a\tb\"c\u00e9\ud83d\ude00\/z"#;
+        let d = decode(raw);
+        assert_eq!(d.text, "a\tb\"cé😀/z");
+        // `\t` alone.
+        assert_eq!(d.to_raw(1..2), 1..3);
+        // Half of `é` widens to its whole `\u00e9`.
+        let e = d.text.find('é').unwrap();
+        assert_eq!(&raw[d.to_raw(e + 1..e + 2)], r"\u00e9");
+        // The emoji is the whole surrogate pair.
+        let s = d.text.find('😀').unwrap();
+        assert_eq!(&raw[d.to_raw(s..s + 4)], r"\ud83d\ude00");
+        // Literal runs map one to one.
+        let z = d.text.find('z').unwrap();
+        assert_eq!(&raw[d.to_raw(z..z + 1)], "z");
+    }
+
+    #[test]
+    fn a_stray_backslash_is_text() {
+        let d = decode(r"C:\Users\x\n");
+        assert_eq!(d.text, "C:\\Users\\x\n");
+        assert!(decode("plain").is_identity());
+    }
+
+    #[test]
+    fn hidden_ascii_is_found() {
+        assert!(hides_ascii(br"\u0074oken"));
+        assert!(hides_ascii(br"https:\/\/x"));
+        assert!(!hides_ascii(br"\u001b[32m ok\n"));
     }
 }
