@@ -639,6 +639,13 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // No descriptor (or disk) left is no fault of the path: kept as an I/O error, so a
+        // supervisor claims the child again once the resource returns.
+        Err(e) if files::out_of_resources(&e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("failed to open rollout {}", path.display()))
+            );
+        }
         Err(e) => {
             return Err(UsageError(format!("cannot read rollout {}: {e}", path.display())).into());
         }

@@ -39,7 +39,8 @@ impl StatusWriter {
         StatusWriter {
             config_dir,
             writer,
-            server,
+            // Shown, never the credential it may carry (the URL itself stays in the client).
+            server: server.map(|s| crate::url_display::redacted(&s)),
             pid: std::process::id(),
             start_token: crate::platform::start_token::for_current().unwrap_or_default(),
             key: None,
@@ -169,6 +170,7 @@ impl KeyFigures<'_> {
                 message: e.message.clone(),
                 at: e.at.rfc3339(),
             }),
+            claim_failures: 0,
         }
     }
 }

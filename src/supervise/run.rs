@@ -22,12 +22,12 @@ use crate::error::{RolloutRewritten, UsageError};
 use crate::files;
 use crate::host::child::{Child, Files, WatchOptions};
 use crate::host::clock::Clock;
-use crate::host::ownership::Claim;
+use crate::host::ownership::{Claim, ClaimFailure};
 use crate::host::shutdown::Shutdown;
 use crate::host::{Ending, Host, Membership};
 use crate::key::{Identity, Role, normalize_id};
 use crate::pipeline::{Event, ExitReason};
-use crate::status_file::KeyStatus;
+use crate::status_file::{KeyStatus, LastError};
 use crate::time::Ts;
 
 /// What `supervise` was asked to do.
@@ -153,7 +153,13 @@ pub async fn run_until(
         done: HashSet::new(),
     };
     let result = host.run(&mut tree, shutdown, parent).await;
-    host.close();
+    if result.is_ok() {
+        host.close();
+    } else {
+        // An end on purpose removes the status file; a failure leaves it, so a daemon that
+        // adopted this supervisor (and cannot see its exit code) restarts it as a crash.
+        host.hub.keys.release_all();
+    }
     result
 }
 
@@ -230,6 +236,13 @@ impl Membership for Tree {
             .filter_map(|c| c.key_status())
             .collect();
         lines.extend(self.held.values().filter_map(|h| h.status.clone()));
+        lines.extend(
+            host.hub
+                .keys
+                .failing()
+                .into_iter()
+                .map(|(key, f)| self.claim_failed_status(&key, &f)),
+        );
         lines.sort_by(|a, b| a.key.cmp(&b.key));
         Some(lines)
     }
@@ -344,9 +357,39 @@ impl Tree {
                 info!(event = "child_held", key = %key, pid = pid.unwrap_or(0), "{key} is held by another live watcher; re-checking every poll");
             }
             Ok(Claim::Busy) => {}
-            Err(e) => {
-                warn!(event = "child_claim_failed", key = %key, error = %e, "failed to own {key}: {e}");
-            }
+            // Recorded, said once per streak and tried again at every poll by the ownership.
+            Err(_) => {}
+        }
+    }
+
+    /// The status line of a key whose claim keeps failing.
+    fn claim_failed_status(&self, key: &str, f: &ClaimFailure) -> KeyStatus {
+        let (session_id, agent_id) = match key.split_once('-') {
+            Some((s, a)) => (s.to_owned(), Some(a.to_owned())),
+            None => (key.to_owned(), None),
+        };
+        KeyStatus {
+            key: key.to_owned(),
+            session_id,
+            agent_id,
+            rollout: self
+                .held_path(key)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            state: crate::status::CLAIM_FAILED.to_owned(),
+            turn: "none".to_owned(),
+            lines_on_disk: 0,
+            lines_confirmed: 0,
+            lines_spooled: 0,
+            lines_refused: 0,
+            stop_posted: false,
+            next_due: None,
+            last_error: Some(LastError {
+                event: "child_claim_failed".to_owned(),
+                message: f.error.clone(),
+                at: f.since.rfc3339(),
+            }),
+            claim_failures: f.attempts,
         }
     }
 
@@ -435,6 +478,20 @@ impl Tree {
     }
 
     fn key_failed(&mut self, host: &mut Host, key: &str, e: &anyhow::Error) {
+        // Out of descriptors or disk: not this child's fault. Its key goes back (freeing its
+        // lock's descriptor) and is claimed again at a later poll, from the server's
+        // watermark: nothing of it is dropped.
+        let exhausted = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .any(files::out_of_resources);
+        if exhausted {
+            host.hub.keys.release(key);
+            host.hub
+                .keys
+                .failed(key, &format!("{e:#}"), host.hub.clock.now());
+            return;
+        }
         // A rewrite was logged as `rollout_rewritten` where it was found.
         if !e.chain().any(|c| c.is::<RolloutRewritten>()) {
             error!(event = "child_failed", key = %key, "child {key} ended: {e:#}");
