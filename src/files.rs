@@ -682,23 +682,33 @@ fn beat_loop(beats: &Mutex<BTreeMap<String, Beating>>, every: Duration, wake: &m
                 }
                 beating.beaten = true;
                 let path = beating.file.path.display().to_string();
+                // Said once per streak over every key: out of descriptors or disk, every
+                // key fails at once.
                 match beating.file.beat(now.rfc3339().as_bytes()) {
                     Ok(()) => {
-                        if failing.remove(key) {
+                        if failing.remove(key) && failing.is_empty() {
                             tracing::info!(event = "heartbeat_recovered", key = %key, path = %path, "heartbeat writes work again");
                         }
                     }
                     Err(e) => {
-                        if failing.insert(key.clone()) {
-                            tracing::warn!(event = "heartbeat_write_failed", key = %key, path = %path, error = %e, "{e}");
+                        if failing.is_empty() {
+                            tracing::warn!(event = "heartbeat_write_failed", key = %key, path = %path, error = %e, "{e}; retrying every second until it works");
                         }
+                        failing.insert(key.clone());
                     }
                 }
             }
             failing.retain(|k| beats.contains_key(k));
         }
         if round {
-            next_round = Instant::now() + every;
+            // A failed beat is tried again within a second, not a whole period later: the
+            // kcap CLI replaces a watcher whose heartbeat is 20 s old.
+            let wait = if failing.is_empty() {
+                every
+            } else {
+                every.min(Duration::from_secs(1))
+            };
+            next_round = Instant::now() + wait;
         }
         match wake.recv_timeout(next_round.saturating_duration_since(Instant::now())) {
             Err(mpsc::RecvTimeoutError::Timeout) => round = true,

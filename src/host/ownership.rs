@@ -35,10 +35,25 @@ use crate::files::{
 };
 use crate::time::Ts;
 
-/// Descriptors kept free for what is already held: a claim is deferred while fewer are left.
-/// Heartbeats, shipping (rollout reads, up to eight connections), spool, status and log writes
-/// of the keys held each need one for a moment.
+/// Descriptors kept free for what is already held: a claim is deferred while fewer are left
+/// than this, or an eighth of the limit when that is more. Heartbeats, shipping (up to eight
+/// connections, the token store read before each request), spool, status and log writes of the
+/// keys held each need one for a moment.
 pub(crate) const DESCRIPTOR_RESERVE: u64 = 64;
+
+/// Descriptors run short: what is held comes first (its heartbeats, shipping, spools each need
+/// one for a moment), so nothing new is claimed until some are back. A key costs one at rest
+/// (its lock) and one more while its rollout is followed. `Some`: the error a claim fails with.
+fn descriptors_short() -> Option<io::Error> {
+    let (spare, limit) = crate::platform::open_files::spare()?;
+    (spare < DESCRIPTOR_RESERVE.max(limit / 8)).then(|| {
+        io::Error::other(format!(
+            "only {spare} open files left under the limit, kept for the keys already held \
+             (os error {})",
+            too_many_open_files()
+        ))
+    })
+}
 
 /// `EMFILE`'s number, as an error text carries it (`out_of_resources` recognises it).
 fn too_many_open_files() -> i32 {
@@ -322,7 +337,13 @@ impl Ownership {
 
     /// Tries every waiting key again; returns the keys owned now. Call it every poll
     /// interval: a key whose watcher died is then taken over within one interval.
+    #[cfg(test)]
     pub fn recheck(&self, now: Ts) -> Vec<String> {
+        // Short of descriptors, every claim would fail the same way: none is tried (counting
+        // the open descriptors once per key, for a thousand keys, was itself a busy loop).
+        if descriptors_short().is_some() {
+            return Vec::new();
+        }
         let keys: Vec<String> = {
             let keys = self.keys();
             keys.waiting
@@ -339,6 +360,23 @@ impl Ownership {
             }
         }
         taken
+    }
+
+    /// The keys to try again: those another watcher holds, and those whose claim failed.
+    /// Each is tried with [`Ownership::want`] (the supervisor starts each key's child before
+    /// trying the next, so the descriptors a child costs count before the next claim).
+    pub fn to_recheck(&self) -> Vec<String> {
+        let keys = self.keys();
+        keys.waiting
+            .keys()
+            .chain(keys.failing.keys())
+            .cloned()
+            .collect()
+    }
+
+    /// Descriptors are short: no claim would work now (see [`DESCRIPTOR_RESERVE`]).
+    pub fn short_of_descriptors(&self) -> bool {
+        descriptors_short().is_some()
     }
 
     /// Stops owning `key` (its pipeline ended): no more beats, then its pid, started and
@@ -382,17 +420,8 @@ impl Ownership {
         if self.is_owned(key) {
             return Ok(Claim::Owned);
         }
-        // Descriptors run short: what is held comes first (its heartbeats, shipping, spools
-        // each need one for a moment), so nothing new is claimed until some are back. A key
-        // costs one at rest (its lock) and one more while its rollout is followed.
-        if let Some(spare) = crate::platform::open_files::spare()
-            && spare < DESCRIPTOR_RESERVE
-        {
-            return Err(io::Error::other(format!(
-                "only {spare} open files left under the limit, kept for the keys already held \
-                 (os error {})",
-                too_many_open_files()
-            )));
+        if let Some(e) = descriptors_short() {
+            return Err(e);
         }
         let Some(_spawn_lock) = SpawnLock::try_take(&self.dir, key)? else {
             return Ok(Claim::Busy);

@@ -60,12 +60,13 @@ pub fn raise() -> Option<Raised> {
     None
 }
 
-/// Descriptors this process may still open: the soft limit less those open now. `None` where
-/// either cannot be told (then nothing is held back for want of descriptors).
-pub fn spare() -> Option<u64> {
+/// Descriptors this process may still open (the soft limit less those open now), and the soft
+/// limit. `None` where either cannot be told (then nothing is held back for want of
+/// descriptors).
+pub fn spare() -> Option<(u64, u64)> {
     let soft = soft_limit()?;
     let open = in_use()?;
-    Some(soft.saturating_sub(open))
+    Some((soft.saturating_sub(open), soft))
 }
 
 #[cfg(unix)]
@@ -100,7 +101,7 @@ fn as_u64(v: libc::rlim_t) -> u64 {
     if v == libc::RLIM_INFINITY {
         u64::MAX
     } else {
-        v as u64
+        v
     }
 }
 
@@ -121,5 +122,23 @@ mod tests {
         assert_eq!(targets(4096), vec![4096]);
         assert_eq!(targets(u64::MAX), vec![u64::MAX, 1 << 20, 1 << 16, 10_240]);
         assert_eq!(targets(524_288), vec![524_288, 1 << 16, 10_240]);
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod linux_tests {
+    /// What `spare` says follows the descriptors this process opens and closes.
+    #[test]
+    fn spare_counts_the_descriptors_open_now() {
+        let (before, limit) = super::spare().unwrap();
+        let files: Vec<std::fs::File> = (0..50)
+            .map(|_| std::fs::File::open("/proc/self/stat").unwrap())
+            .collect();
+        let (during, _) = super::spare().unwrap();
+        drop(files);
+        assert!(
+            before >= during + 45 && before <= during + 55,
+            "{before} {during} of {limit}"
+        );
     }
 }

@@ -221,10 +221,10 @@ pub fn gather(settings: &StatusDirs, clean: bool) -> StatusReport {
     report
 }
 
-/// The names in `dir`; a missing directory is empty, an unreadable one is recorded.
-
 /// The state a supervisor's status file gives a key whose claim keeps failing.
 pub(crate) const CLAIM_FAILED: &str = "claim failed";
+
+/// The names in `dir`; a missing directory is empty, an unreadable one is recorded.
 fn list(dir: &Path, unreadable: &mut Vec<String>) -> Vec<String> {
     match fs::read_dir(dir) {
         Ok(entries) => {

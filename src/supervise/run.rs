@@ -151,6 +151,7 @@ pub async fn run_until(
         held: BTreeMap::new(),
         members: HashMap::new(),
         done: HashSet::new(),
+        to_claim: std::collections::VecDeque::new(),
     };
     let result = host.run(&mut tree, shutdown, parent).await;
     if result.is_ok() {
@@ -179,7 +180,13 @@ struct Tree {
     members: HashMap<String, Member>,
     /// Keys whose child ended here: never started again by this process.
     done: HashSet<String>,
+    /// Keys found and not claimed yet, claimed [`CLAIMS_PER_TURN`] at a time so that a
+    /// thousand found at once do not hold up the shipping of those already claimed.
+    to_claim: std::collections::VecDeque<String>,
 }
+
+/// How many found keys one turn of the loop claims (each claim writes a few files).
+const CLAIMS_PER_TURN: usize = 16;
 
 impl Membership for Tree {
     type End = ();
@@ -213,6 +220,14 @@ impl Membership for Tree {
 
     fn settle(&mut self, host: &mut Host, now: Ts) -> Result<Option<()>> {
         self.reap_ended(host);
+        if host.ending.is_none() {
+            for _ in 0..CLAIMS_PER_TURN {
+                let Some(key) = self.to_claim.pop_front() else {
+                    break;
+                };
+                self.want(host, &key);
+            }
+        }
         if host.ending.is_some() && host.children.is_empty() {
             info!(event = "supervisor_ended", "every child has ended");
             return Ok(Some(()));
@@ -226,6 +241,10 @@ impl Membership for Tree {
             return Ok(Some(()));
         }
         Ok(None)
+    }
+
+    fn next_wake(&self, now: Ts) -> Option<Ts> {
+        (!self.to_claim.is_empty()).then_some(now)
     }
 
     /// Every child followed, then every key held without a pipeline.
@@ -271,8 +290,16 @@ impl Membership for Tree {
 
     fn on_poll(&mut self, host: &mut Host) {
         self.scan(host);
-        for key in host.hub.keys.recheck(host.hub.clock.now()) {
-            self.start_child(host, &key, false);
+        // One key at a time, its child started before the next is claimed: a claim and its
+        // child's rollout cost two descriptors, and both count before the next claim.
+        let now = host.hub.clock.now();
+        for key in host.hub.keys.to_recheck() {
+            if host.hub.keys.short_of_descriptors() {
+                break;
+            }
+            if let Ok(Claim::Owned) = host.hub.keys.want(&key, now) {
+                self.start_child(host, &key, false);
+            }
         }
         let held: Vec<String> = self.held.keys().cloned().collect();
         for key in held {
@@ -328,7 +355,7 @@ impl Tree {
                             path,
                         },
                     );
-                    self.want(host, &key);
+                    self.to_claim.push_back(key);
                 }
                 // The child's own guard follows the open file across the rename (R3).
                 Found::Moved { thread_id, to, .. } => {
@@ -547,7 +574,7 @@ impl Tree {
     /// No child runs or waits for another watcher, and the session's rollout has not changed
     /// for its idle window (counted from the supervisor's start at the earliest).
     fn is_idle(&self, host: &Host, now: Ts) -> bool {
-        if !host.children.is_empty() || host.hub.keys.is_waiting() {
+        if !host.children.is_empty() || host.hub.keys.is_waiting() || !self.to_claim.is_empty() {
             return false;
         }
         let changed = std::fs::metadata(&self.session_path)

@@ -1266,7 +1266,7 @@ fn a_spent_restart_budget_is_not_restarted_by_childrens_writes_and_status_says_u
     let at = state
         .rsplit(' ')
         .next()
-        .and_then(|t| kcap_watch::time::Ts::parse_rfc3339(t))
+        .and_then(kcap_watch::time::Ts::parse_rfc3339)
         .expect("a retry time");
     let now = kcap_watch::time::Ts::now();
     assert!(
