@@ -414,3 +414,113 @@ fn with_a_hard_limit_of_1024_it_ships_what_it_can_hold_lists_the_rest_and_claims
     support::bin::signal(sup, libc::SIGTERM);
     let _ = support::bin::wait_exit(sup, Duration::from_secs(30));
 }
+
+// ---- item 3: a claim that fails is retried ------------------------------------------------------
+
+/// A small tmpfs mounted for the test (unmounted when dropped); `None` where mounting is not
+/// permitted.
+#[cfg(target_os = "linux")]
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+#[cfg(target_os = "linux")]
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(path).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Fills it: one file written until the disk is full.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let filler = self.path.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+        filler
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+/// Item 3 (the spec's T3.5): a child whose claim fails on a full disk (a 512 KiB tmpfs as the
+/// config directory, filled) is listed as `claim failed`, tried again at every poll with the
+/// failure logged once, and claimed once space returns: every line and its stop are
+/// delivered. Before, a failed claim was forgotten: nothing of the child was ever shipped.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_claim_that_fails_on_a_full_disk_is_retried_until_it_works_and_nothing_is_lost() {
+    let many = Many::new(0);
+    let Some(disk) = SmallDisk::mount(&many.config, "512k") else {
+        eprintln!("skipped: mounting a tmpfs is not permitted here");
+        return;
+    };
+    let server = FakeKcap::start();
+    let mut guard = KillOnDrop(many.supervise(&server.url(), 4096, None, &[]));
+    let sup = &mut guard.0;
+    let root = ROOT.replace('-', "");
+    // The supervisor has started (its lock and log files are created) before the disk fills.
+    assert!(harness::wait_until(W, || many
+        .log()
+        .contains("supervisor_started")));
+    let filler = disk.fill();
+    // A child appears: its claim cannot write the key's files.
+    let id = "019fa981-6ea2-7b02-8d11-00000000f011";
+    let path = many.home.join(format!(
+        "sessions/2026/07/28/rollout-2026-07-28T22-20-00-{id}.jsonl"
+    ));
+    let mut lines = vec![support::rollout::session_meta(&format!(
+        r#"{{"id":"{id}","session_id":"{ROOT}","parent_thread_id":"{ROOT}","thread_source":"subagent","agent_path":"/root/d","agent_nickname":"D","source":{{"subagent":{{"thread_spawn":{{"parent_thread_id":"{ROOT}","depth":1}}}}}},"cwd":"/home/dev/src/acme-api","cli_version":"0.145.0"}}"#
+    ))
+    .now()];
+    lines.extend(harness::turn(1));
+    lines.extend(harness::turn(2));
+    lines.extend(harness::turn(3));
+    harness::append_lines(&path, &lines);
+    let agent = id.replace('-', "");
+    assert!(
+        harness::wait_until(W, || many.events("child_claim_failed") >= 1),
+        "{}",
+        many.log()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(server.lines(&root, &agent).is_empty());
+    assert_eq!(many.events("child_claim_failed"), 1, "said once per streak");
+    // Space returns.
+    std::fs::remove_file(&filler).unwrap();
+    assert!(
+        server.wait_until(W, |s| s.lines(&root, &agent).len() == lines.len()
+            && s.hooks("subagent-stop")
+                .iter()
+                .any(|h| h["agent_id"] == agent)),
+        "{}",
+        many.log()
+    );
+    assert_eq!(many.events("child_claim_recovered"), 1);
+    support::bin::signal(sup, libc::SIGTERM);
+    let _ = support::bin::wait_exit(sup, Duration::from_secs(30));
+}
