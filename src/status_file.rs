@@ -114,6 +114,10 @@ pub struct KeyStatus {
     /// failed`: a full disk, no descriptor left, a permission error), retried at every poll.
     #[serde(default)]
     pub claim_failures: u64,
+    /// `supervise`: second rollouts of this thread (continuation segments, retained copies),
+    /// not followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continuations: Vec<String>,
 }
 
 /// A session the daemon skipped, and why (no server, excluded by `KCAP_WATCH_EXCLUDE`, no
@@ -262,6 +266,7 @@ mod tests {
                 }),
                 last_error: None,
                 claim_failures: 0,
+                continuations: Vec::new(),
             }],
             sessions_taken: vec![],
             sessions_skipped: vec![],

@@ -890,6 +890,8 @@ impl Dormant {
                     self.sizes.insert(to.clone(), len);
                 }
             }
+            // Its supervisor says so; the daemon wakes for children, not for second files.
+            Found::Continuation { .. } => {}
         }
     }
 

@@ -191,6 +191,7 @@ impl KeyFigures<'_> {
                 at: e.at.rfc3339(),
             }),
             claim_failures: 0,
+            continuations: Vec::new(),
         }
     }
 }

@@ -513,6 +513,9 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
             if let Some(rollout) = &k.rollout {
                 writeln!(out, "    {rollout}")?;
             }
+            for path in ks.map(|k| k.continuations.as_slice()).unwrap_or_default() {
+                writeln!(out, "    continuation not followed: {path}")?;
+            }
         }
         if s.transcript_spool_records + s.hook_spool_records > 0 {
             writeln!(
@@ -585,6 +588,7 @@ mod tests {
                 at: "2026-12-01T10:00:00Z".into(),
             }),
             claim_failures: 0,
+            continuations: Vec::new(),
         };
         let report = StatusReport {
             version: VERSION,

@@ -152,6 +152,7 @@ pub async fn run_until(
         members: HashMap::new(),
         done: HashSet::new(),
         to_claim: std::collections::VecDeque::new(),
+        continuations: BTreeMap::new(),
     };
     let result = host.run(&mut tree, shutdown, parent).await;
     if result.is_ok() {
@@ -183,6 +184,8 @@ struct Tree {
     /// Keys found and not claimed yet, claimed [`CLAIMS_PER_TURN`] at a time so that a
     /// thousand found at once do not hold up the shipping of those already claimed.
     to_claim: std::collections::VecDeque<String>,
+    /// Second rollouts of a followed thread, by key: named in the status file, not followed.
+    continuations: BTreeMap<String, Vec<PathBuf>>,
 }
 
 /// How many found keys one turn of the loop claims (each claim writes a few files).
@@ -262,6 +265,11 @@ impl Membership for Tree {
                 .into_iter()
                 .map(|(key, f)| self.claim_failed_status(&key, &f)),
         );
+        for line in &mut lines {
+            if let Some(paths) = self.continuations.get(&line.key) {
+                line.continuations = paths.iter().map(|p| p.display().to_string()).collect();
+            }
+        }
         lines.sort_by(|a, b| a.key.cmp(&b.key));
         Some(lines)
     }
@@ -357,6 +365,13 @@ impl Tree {
                     );
                     self.to_claim.push_back(key);
                 }
+                Found::Continuation { thread_id, path } => {
+                    let key = files::watcher_key(&self.session_id, Some(&thread_id));
+                    let paths = self.continuations.entry(key).or_default();
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
+                }
                 // The child's own guard follows the open file across the rename (R3).
                 Found::Moved { thread_id, to, .. } => {
                     let key = files::watcher_key(&self.session_id, Some(&thread_id));
@@ -417,6 +432,7 @@ impl Tree {
                 at: f.since.rfc3339(),
             }),
             claim_failures: f.attempts,
+            continuations: Vec::new(),
         }
     }
 

@@ -524,3 +524,72 @@ fn a_claim_that_fails_on_a_full_disk_is_retried_until_it_works_and_nothing_is_lo
     support::bin::signal(sup, libc::SIGTERM);
     let _ = support::bin::wait_exit(sup, Duration::from_secs(30));
 }
+
+// ---- item 6: a second file of a followed thread ---------------------------------------------
+
+/// Item 6 (the spec's T4.5): a second rollout of a thread already followed (a continuation
+/// segment with a later timestamp, a retained copy `rollout-...-<thread id>_<suffix>.jsonl`) is
+/// never taken for a new child, and is named in a warning and in `status`. Before, it was
+/// ignored with a debug line only.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_second_file_of_a_followed_thread_is_named_in_a_warning_and_in_status_and_never_a_new_child() {
+    let many = Many::new(1);
+    let server = FakeKcap::start();
+    let mut guard = KillOnDrop(many.supervise(&server.url(), 4096, None, &[]));
+    let sup = &mut guard.0;
+    assert!(
+        server.wait_until(W, |s| s.hooks("subagent-stop").len() == 1),
+        "{}",
+        many.log()
+    );
+    let (agent, path) = &many.children[0];
+    let header = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    let dashed = support::rollout::dashed(agent);
+    let day = path.parent().unwrap();
+    let segment = day.join(format!("rollout-2026-07-28T23-40-00-{dashed}.jsonl"));
+    let copy = day.join(format!(
+        "rollout-2026-07-28T22-14-05-{dashed}_retained.jsonl"
+    ));
+    for second in [&segment, &copy] {
+        harness::append_lines(second, &[header.clone(), task_started("t9")]);
+    }
+    assert!(
+        harness::wait_until(W, || many.events("rollout_continuation") == 2),
+        "{}",
+        many.log()
+    );
+    let mut c = support::bin::kcap_watch(&many.config);
+    c.arg("status");
+    let text = support::bin::stdout(&support::bin::run(c, W));
+    assert!(
+        harness::wait_until(W, || {
+            let mut c = support::bin::kcap_watch(&many.config);
+            c.arg("status");
+            let text = support::bin::stdout(&support::bin::run(c, W));
+            [&segment, &copy]
+                .iter()
+                .all(|p| text.contains(&format!("continuation not followed: {}", p.display())))
+        }),
+        "{text}"
+    );
+    // Still one child: the same lines and one stop, no second key.
+    std::thread::sleep(Duration::from_secs(2));
+    let root = ROOT.replace('-', "");
+    assert_eq!(server.lines(&root, agent).len(), 4);
+    assert_eq!(server.hooks("subagent-stop").len(), 1);
+    assert_eq!(server.hooks("subagent-start").len(), 1);
+    let pid_files = std::fs::read_dir(many.watchers())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pid"))
+        .count();
+    assert_eq!(pid_files, 1);
+    support::bin::signal(sup, libc::SIGTERM);
+    let _ = support::bin::wait_exit(sup, Duration::from_secs(30));
+}
