@@ -13,6 +13,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kcap_watch::ship::capture;
 use kcap_watch::ship::redact::global;
 
 const QUIET_OUTPUT: &[&str] = &[
@@ -128,6 +129,40 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(line.len() as u64));
         group.bench_function(name.as_str(), |b| {
             b.iter(|| redactor.redact_line(black_box(line.as_bytes())))
+        });
+    }
+    group.finish();
+
+    // The shipping path: the JSON check every line gets, then redaction (docs/capture.md).
+    // Lines of 4 MiB, the largest shipped, must cost what their size says: linear, whatever
+    // they hold (a keyword every few bytes on one line, a secret every few bytes).
+    let big = 4 << 20;
+    let mut whole = vec![
+        (
+            "quiet_10k".to_owned(),
+            tool_output_line(QUIET_OUTPUT, 10 * 1024),
+        ),
+        (
+            "dense_10k".to_owned(),
+            tool_output_line(DENSE_OUTPUT, 10 * 1024),
+        ),
+        ("quiet_4m".to_owned(), tool_output_line(QUIET_OUTPUT, big)),
+        ("noisy_4m".to_owned(), tool_output_line(NOISY_OUTPUT, big)),
+        ("dense_4m".to_owned(), tool_output_line(DENSE_OUTPUT, big)),
+    ];
+    let one_line: Vec<&str> = vec!["tokens: 5, secret_name; let password_field = form.get(x); "];
+    whole.push((
+        "keywords_one_line_4m".to_owned(),
+        tool_output_line(&one_line, big).replace("\\n", " "),
+    ));
+    let mut group = c.benchmark_group("capture");
+    for (name, line) in &whole {
+        group.throughput(Throughput::Bytes(line.len() as u64));
+        if line.len() > 1 << 20 {
+            group.sample_size(10);
+        }
+        group.bench_function(name.as_str(), |b| {
+            b.iter(|| capture::capture(black_box(line.as_bytes()), redactor))
         });
     }
     group.finish();

@@ -22,6 +22,7 @@ use kcap_watch::inspect::{self, InspectRequest};
 use kcap_watch::time::Ts;
 
 fn main() -> ExitCode {
+    kcap_watch::platform::memory::keep_large_blocks_apart();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -107,6 +107,10 @@ pub struct KeyStatus {
     pub lines_spooled: u64,
     /// Lines the server refused, set aside in `refused/<session>.jsonl`.
     pub lines_refused: u64,
+    /// Lines shipped as the kcap CLI's capture-loss marker instead of their text, by reason
+    /// (added to version 1 later: optional).
+    #[serde(default)]
+    pub lines_lost: crate::ship::capture::LossCounts,
     pub stop_posted: bool,
     pub next_due: Option<NextDue>,
     pub last_error: Option<LastError>,
@@ -259,6 +263,7 @@ mod tests {
                 lines_confirmed: 9,
                 lines_spooled: 0,
                 lines_refused: 1,
+                lines_lost: Default::default(),
                 stop_posted: false,
                 next_due: Some(NextDue {
                     decision: "subagent_stop".into(),

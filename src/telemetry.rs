@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use crate::ship::capture::{Loss, LossCounts, LossReason};
 use crate::ship::protocol::{Failure, Lifecycle};
 use crate::time::Ts;
 
@@ -151,6 +152,12 @@ pub(crate) enum Notice {
     WatcherExiting {
         reason: &'static str,
     },
+    /// A line ships as the kcap CLI's capture-loss marker (too long, not JSON, too long once
+    /// redacted): counted by reason; the first of each reason is logged as a warning.
+    CaptureLoss {
+        line: u64,
+        loss: Loss,
+    },
 }
 
 impl Notice {
@@ -184,6 +191,7 @@ impl Notice {
             Notice::StallDetected { .. } => "stall_detected",
             Notice::ShutdownBudgetSpent { .. } => "shutdown_budget_spent",
             Notice::WatcherExiting { .. } => "watcher_exiting",
+            Notice::CaptureLoss { .. } => "capture_loss",
         }
     }
 
@@ -246,6 +254,8 @@ pub(crate) struct Counters {
     pub server_confirmed: u64,
     /// Lines the server refused (each set aside, not lost).
     pub lines_refused: u64,
+    /// Lines shipped as the capture-loss marker, by reason.
+    pub losses: LossCounts,
     pub last_error: Option<LastError>,
 }
 
@@ -263,6 +273,7 @@ impl Counters {
                 self.server_confirmed = self.server_confirmed.max(last + 1);
             }
             Notice::LineRefused { .. } => self.lines_refused += 1,
+            Notice::CaptureLoss { loss, .. } => self.losses.add(loss.reason),
             _ => {}
         }
         if let Some(message) = notice.error_text() {
@@ -283,8 +294,54 @@ pub(crate) struct Telemetry {
 
 impl Telemetry {
     pub(crate) fn emit(&mut self, notice: Notice, at: Ts) {
-        log(&notice);
+        match &notice {
+            // One warning per reason, the rest counted: a file of a million broken lines
+            // must not become a million log lines.
+            Notice::CaptureLoss { line, loss } => log_loss(*line, loss, self.counters.losses),
+            Notice::WatcherExiting { .. } if self.counters.losses.total() > 0 => {
+                let losses = self.counters.losses.describe();
+                info!(
+                    event = "capture_losses",
+                    input_limit = self.counters.losses.input_limit,
+                    malformed_input = self.counters.losses.malformed_input,
+                    output_limit = self.counters.losses.output_limit,
+                    "lines shipped as capture-loss markers by this watcher: {losses}"
+                );
+                log(&notice);
+            }
+            _ => log(&notice),
+        }
         self.counters.apply(&notice, at);
+    }
+}
+
+/// A capture loss, given the losses counted before it. Nothing of the line's text is logged.
+fn log_loss(line: u64, loss: &Loss, before: LossCounts) {
+    let reason = loss.reason.name();
+    let (units, bytes) = (loss.utf16_length, loss.utf8_bytes);
+    let why = match loss.reason {
+        LossReason::InputLimit => "it is longer than the 4 MiB the kcap CLI ships",
+        LossReason::MalformedInput => "it is not JSON, and such a line never leaves the machine",
+        LossReason::OutputLimit => "its redacted form is longer than 4 MiB",
+    };
+    if before.get(loss.reason) == 0 {
+        warn!(
+            event = "capture_loss",
+            line,
+            reason,
+            input_utf16_length = units,
+            input_utf8_bytes = bytes,
+            "line {line} ({bytes} bytes) ships as a capture-loss marker ({reason}): {why}; further {reason} losses are counted in `kcap-watch status` and at exit"
+        );
+    } else {
+        tracing::debug!(
+            event = "capture_loss",
+            line,
+            reason,
+            input_utf16_length = units,
+            input_utf8_bytes = bytes,
+            "line {line} ({bytes} bytes) ships as a capture-loss marker ({reason})"
+        );
     }
 }
 
@@ -457,6 +514,7 @@ pub(crate) fn log(notice: &Notice) {
         Notice::WatcherExiting { reason } => {
             info!(event, reason, "watcher exiting ({reason})");
         }
+        Notice::CaptureLoss { line, loss } => log_loss(*line, loss, LossCounts::default()),
     }
 }
 
@@ -552,6 +610,7 @@ mod tests {
             "stall_detected",
             "shutdown_budget_spent",
             "watcher_exiting",
+            "capture_loss",
         ];
         let samples = [
             Notice::HookPosted {

@@ -180,6 +180,7 @@ impl KeyFigures<'_> {
             lines_confirmed: self.counters.server_confirmed,
             lines_spooled: self.lines_spooled,
             lines_refused: self.counters.lines_refused,
+            lines_lost: self.counters.losses,
             stop_posted: self.stop_posted,
             next_due: self.next_due.map(|(decision, at)| NextDue {
                 decision: decision.to_owned(),

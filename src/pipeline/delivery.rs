@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::{Action, FREE_HALVINGS, Notices, Once, Request, SpoolResult, UNAUTHORIZED_RETRY};
 use crate::rollout::lines::Line;
 use crate::ship::TranscriptBatch;
+use crate::ship::capture::{self, Loss};
 use crate::ship::outbox::{Outbox, Refusal, ShipLine};
 use crate::ship::protocol::{Failure, Watermark};
 use crate::telemetry::Notice;
@@ -38,6 +39,9 @@ pub(crate) struct Delivery {
     spool_req: Request,
     pub(crate) lines_spooled: u64,
     trim_when_idle: bool,
+    /// Lines below this number had their capture loss said (a line taken again after a
+    /// rewind is not counted twice).
+    losses_said_to: u64,
 }
 
 /// What a watermark answer asks of the pipeline.
@@ -78,6 +82,7 @@ impl Delivery {
             spool_req: Request::default(),
             lines_spooled: 0,
             trim_when_idle: false,
+            losses_said_to: 0,
         }
     }
 
@@ -97,16 +102,38 @@ impl Delivery {
     /// Lines with their text from the shipping cursor, redacted into the outbox; every line
     /// before `through` is handed over (blank lines between shipped ones are confirmed with
     /// them).
-    pub(super) fn take_text(&mut self, lines: &[Line], through: u64) {
+    /// A line that is lost (too long, not JSON, too long once redacted) goes out as the kcap
+    /// CLI's marker at its own number, and is said once per line however often it is taken.
+    pub(super) fn take_text(
+        &mut self,
+        lines: Vec<Line>,
+        through: u64,
+        notices: &mut Notices,
+        now: Ts,
+    ) {
         let confirmed = self.outbox.confirmed_to();
         for line in lines {
             if line.number < confirmed || line.blank {
                 continue;
             }
-            let text = match &line.text {
-                Some(t) if !line.oversize => super::redactor().redact_line(t),
-                _ => crate::ship::redact::oversize_placeholder(line.len),
+            // The line's own buffer: a 4 MiB line without secrets is shipped without a copy.
+            let captured = match line.text {
+                Some(t) if !line.oversize => capture::capture_owned(t, super::redactor()),
+                _ => Err(Loss::over_limit(line.len, line.units.unwrap_or(0))),
             };
+            let text = captured.unwrap_or_else(|loss| {
+                if line.number >= self.losses_said_to {
+                    self.losses_said_to = line.number + 1;
+                    notices.say(
+                        Notice::CaptureLoss {
+                            line: line.number,
+                            loss,
+                        },
+                        now,
+                    );
+                }
+                loss.marker()
+            });
             self.outbox.push(ShipLine::new(line.number, &text));
         }
         self.outbox.skip_to(through);

@@ -471,7 +471,8 @@ impl Pipeline {
             } => self.on_identified(identity, offline_resume),
             Event::Text { lines, next } => {
                 self.source.fed_to = self.source.fed_to.max(next);
-                self.delivery.take_text(&lines, self.source.fed_to);
+                self.delivery
+                    .take_text(lines, self.source.fed_to, &mut self.notices, now);
             }
             Event::Moved(path) => {
                 self.notify(Notice::RolloutArchived { path: path.clone() });

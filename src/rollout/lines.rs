@@ -12,6 +12,10 @@ use std::io;
 use super::{Classifier, LineInfo};
 use crate::tail::reader::{LineEnd, LineReader, LineSink, ReadAt, ReadStatus, SizeLimit};
 
+/// About this much text per read of the shipping cursor: a few hundred ordinary lines (a
+/// read stops at 256 lines anyway), or one long one.
+pub const TEXT_PER_READ: u64 = 1 << 20;
+
 /// One complete physical line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Line {
@@ -26,8 +30,11 @@ pub struct Line {
     /// Its text (without BOM, `\r`, `\n`), or `None` when over the size limit (or the cursor
     /// keeps no text).
     pub text: Option<Vec<u8>>,
-    /// Its text is over the size limit: it ships as the placeholder.
+    /// Its text is over the size limit: it ships as the capture-loss marker.
     pub oversize: bool,
+    /// For an oversize line of a cursor with text: its length in UTF-16 units, counted while it
+    /// streamed past.
+    pub units: Option<u64>,
     /// Only whitespace (never shipped, still counted).
     pub blank: bool,
     /// Its classification, when the cursor classifies.
@@ -72,8 +79,9 @@ impl LineSink for Collect {
             start: line.range.start,
             end: line.range.end,
             len: line.len,
-            text: line.text.map(<[u8]>::to_vec),
+            text: line.text.map(std::borrow::Cow::into_owned),
             oversize: line.oversize,
+            units: line.units,
             blank: line.blank,
             info: self.classifier.as_mut().map(Classifier::finish),
         });
@@ -89,9 +97,11 @@ pub struct LineCursor {
 
 impl LineCursor {
     /// Lines with their text, unclassified, from `offset` (line `number`): the shipping cursor.
+    /// One read hands out [`TEXT_PER_READ`] and at most one more line, so lines of 4 MiB are
+    /// taken one at a time, not hundreds.
     pub fn text(offset: u64, number: u64, limit: SizeLimit) -> LineCursor {
         LineCursor {
-            reader: LineReader::new(offset, number, limit),
+            reader: LineReader::new(offset, number, limit).with_read_budget(TEXT_PER_READ),
             sink: Collect {
                 classifier: None,
                 lines: Vec::new(),
@@ -213,6 +223,7 @@ mod tests {
         let (lines, _) = cursor.read(line.as_bytes(), usize::MAX).unwrap();
         assert!(lines[0].oversize && lines[0].text.is_none());
         assert_eq!(lines[0].len as usize, line.len() - 1);
+        assert_eq!(lines[0].units, Some(line.len() as u64 - 1), "all ASCII");
         let info = lines[0].info.as_ref().unwrap();
         assert_eq!(info.call_id.as_deref(), Some("c1"));
         assert!(cursor.retained_bytes() <= 65_536 + crate::tail::reader::READ_CHUNK + 16);

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub(crate) mod backoff;
+pub mod capture;
 pub mod client;
 pub(crate) mod handed_over;
 pub(crate) mod http;
@@ -16,11 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::tail::reader::SizeLimit;
 
-/// The one place the oversize rule is chosen: a line longer than this ships as
-/// [`redact::oversize_placeholder`]. Every tail cursor (seeding, fold, shipping) measures
-/// lines with it while streaming, so the fold's oversize count and what is shipped agree with
-/// [`redact::is_oversize`]. R2.3: UTF-16 code units, as the kcap CLI measures a line.
-pub const LINE_LIMIT: SizeLimit = SizeLimit::utf16_units(redact::MAX_LINE_UTF16_UNITS as u64);
+/// The one place the size limit is chosen: a line longer than this ships as the capture-loss
+/// marker ([`capture`]). Every tail cursor (seeding, fold, shipping) measures lines with it
+/// while streaming, so the fold's oversize count and what is shipped agree.
+pub const LINE_LIMIT: SizeLimit = SizeLimit::bytes(capture::MAX_RECORD_BYTES);
 
 /// One `/hooks/transcript` request body; also one record of the transcript spool
 /// (`spec/files.md`), so the kcap CLI and this watcher can deliver each other's spools.

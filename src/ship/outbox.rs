@@ -17,8 +17,11 @@ pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Lines kept queued (beyond them the reader pauses; nothing is dropped).
 pub(crate) const MAX_QUEUED_LINES: usize = 2 * MAX_BATCH_LINES;
 
-/// Bytes kept queued.
-pub(crate) const MAX_QUEUED_BYTES: usize = 2 * MAX_BATCH_BYTES;
+/// Bytes held, queued and in flight together, before the reader pauses: about one batch. A
+/// batch of small lines in flight leaves room to read the next one meanwhile; a line of
+/// 4 MiB in flight (held again as its request body) is not joined by another until it is
+/// delivered, so what a watcher holds stays a small multiple of its longest line.
+pub(crate) const MAX_HELD_BYTES: usize = MAX_BATCH_BYTES;
 
 /// One redacted line ready to ship.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,6 +152,11 @@ fn json_str(s: &str) -> String {
     }
     out.push_str(&s[run..]);
     out.push('"');
+    // A long line's unused room (an eighth of it) would stay reserved for as long as the line
+    // waits in the outbox.
+    if out.capacity() - out.len() > 64 * 1024 {
+        out.shrink_to_fit();
+    }
     out
 }
 
@@ -205,7 +213,8 @@ impl Outbox {
 
     /// Whether the reader may queue more lines.
     pub(crate) fn has_room(&self) -> bool {
-        self.queue.len() < MAX_QUEUED_LINES && self.queued_bytes < MAX_QUEUED_BYTES
+        let in_flight = self.in_flight.as_ref().map_or(0, Batch::bytes);
+        self.queue.len() < MAX_QUEUED_LINES && self.queued_bytes + in_flight < MAX_HELD_BYTES
     }
 
     pub(crate) fn is_idle(&self) -> bool {

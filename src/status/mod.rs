@@ -516,6 +516,13 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
             for path in ks.map(|k| k.continuations.as_slice()).unwrap_or_default() {
                 writeln!(out, "    continuation not followed: {path}")?;
             }
+            if let Some(lost) = ks.filter(|k| k.lines_lost.total() > 0) {
+                writeln!(
+                    out,
+                    "    shipped as capture-loss markers: {}",
+                    lost.lines_lost.describe()
+                )?;
+            }
         }
         if s.transcript_spool_records + s.hook_spool_records > 0 {
             writeln!(
@@ -580,6 +587,7 @@ mod tests {
             lines_confirmed: 2,
             lines_spooled: 0,
             lines_refused: 0,
+            lines_lost: Default::default(),
             stop_posted: false,
             next_due: None,
             last_error: Some(crate::status_file::LastError {

@@ -424,6 +424,7 @@ impl Tree {
             lines_confirmed: 0,
             lines_spooled: 0,
             lines_refused: 0,
+            lines_lost: Default::default(),
             stop_posted: false,
             next_due: None,
             last_error: Some(LastError {

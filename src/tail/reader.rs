@@ -8,9 +8,11 @@
 //!
 //! Codex writes a large line in several `write(2)` calls, so the reader can see a partial
 //! last line: it is kept (the sink's own state and at most the limit's worth of text) until
-//! its `\n` arrives, and never counted before. A line over the limit ships as a placeholder,
-//! so its text is dropped while streaming and only its length survives.
+//! its `\n` arrives, and never counted before. A line over the limit ships as the kcap CLI's
+//! capture-loss marker, so its text is dropped while streaming and only its lengths survive
+//! (bytes, and UTF-16 units counted as it passes).
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
@@ -25,6 +27,13 @@ pub const READ_CHUNK: usize = 256 * 1024;
 /// so a reader that is only following keeps 16 KiB, not 256 KiB (a supervisor holds two
 /// readers for each of dozens of children).
 const FIRST_CHUNK: usize = 16 * 1024;
+
+/// A text buffer grown past this for one line is not kept for the next (a line of 4 MiB must
+/// not pin 4 MiB for ever): the line gets it instead of a copy.
+const BIG_TEXT: usize = 4 * READ_CHUNK;
+
+/// A line held past this much text (a text-keeping reader) is looked ahead for its end.
+const LOOK_AHEAD_AFTER: u64 = 256 * 1024;
 
 /// A reader that hands out no text keeps just enough to tell a blank line.
 const KEEP_NO_TEXT: usize = 64;
@@ -52,93 +61,129 @@ impl ReadAt for [u8] {
     }
 }
 
-/// The unit a [`SizeLimit`] counts in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Unit {
-    Bytes,
-    /// UTF-16 code units, as .NET's `string.Length` counts (exact for valid UTF-8).
-    Utf16,
-}
-
-/// How long a line's text (without BOM, `\r` and `\n`) may be before it is oversize: its text
-/// is then dropped while streaming and only its length is reported.
+/// How long a line's text (without BOM, `\r` and `\n`) may be, in bytes, before it is
+/// oversize: a reader that keeps text then drops it while streaming and reports only its
+/// lengths. The kcap CLI's capture limit is in bytes of UTF-8 (docs/capture.md), so the test is
+/// the line's byte length, known exactly without looking at a byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SizeLimit {
     max: u64,
-    unit: Unit,
 }
 
 impl SizeLimit {
     /// At most `max` bytes.
     pub const fn bytes(max: u64) -> SizeLimit {
-        SizeLimit {
-            max,
-            unit: Unit::Bytes,
-        }
+        SizeLimit { max }
     }
 
-    /// At most `max` UTF-16 code units (the kcap CLI measures a .NET string's length, R2.3).
-    pub const fn utf16_units(max: u64) -> SizeLimit {
-        SizeLimit {
-            max,
-            unit: Unit::Utf16,
-        }
-    }
-
-    /// The most bytes a line within the limit can take: the text a reader must be able to
-    /// hold for it. One UTF-16 unit is at most three bytes of UTF-8.
+    /// The most bytes a line within the limit takes: the text a reader must be able to hold.
     pub(crate) const fn max_bytes(&self) -> usize {
-        match self.unit {
-            Unit::Bytes => self.max as usize,
-            Unit::Utf16 => 3 * self.max as usize,
-        }
+        self.max as usize
     }
+}
 
-    /// The length of `piece` in the limit's unit. Additive over any split of a line: a UTF-16
-    /// count is one per leading byte, plus one more for each character above U+FFFF.
-    fn measure(&self, piece: &[u8]) -> u64 {
-        match self.unit {
-            Unit::Bytes => piece.len() as u64,
-            // The count runs in blocks small enough for byte-wide counters (at most 2 per
-            // byte, 64 bytes < 256): the compiler then adds 16 or 32 bytes at a time instead
-            // of widening each to 64 bits. An all-ASCII piece or block (most of a rollout) is
-            // one unit a byte, told by a cheaper test than the count; 64-byte blocks because
-            // `is_ascii` tests whole vectors and walks any remainder a byte at a time.
-            Unit::Utf16 if piece.is_ascii() => piece.len() as u64,
-            Unit::Utf16 => piece
-                .chunks(64)
-                .map(|block| {
-                    if block.is_ascii() {
-                        return block.len() as u64;
+/// The length in UTF-16 code units of valid UTF-8 `text`, as .NET's `string.Length` counts
+/// it: one unit per leading byte, one more for each character above U+FFFF.
+fn valid_units(text: &[u8]) -> u64 {
+    if text.is_ascii() {
+        return text.len() as u64;
+    }
+    // Blocks small enough for byte-wide counters (at most 2 per byte, 64 bytes < 256): the
+    // compiler then adds 16 or 32 bytes at a time instead of widening each to 64 bits. An
+    // all-ASCII block (most of a rollout) is one unit a byte, told by a cheaper test.
+    text.chunks(64)
+        .map(|block| {
+            if block.is_ascii() {
+                return block.len() as u64;
+            }
+            let units = block.iter().fold(0u8, |n, &b| {
+                n + u8::from((b as i8) >= -0x40) + u8::from(b >= 0xF0)
+            });
+            u64::from(units)
+        })
+        .sum()
+}
+
+/// A line's length in UTF-16 code units once decoded as the kcap CLI decodes it (each invalid
+/// sequence one U+FFFD, one unit), counted piece by piece as the line streams past, split
+/// anywhere (inside a character too).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Utf16Count {
+    units: u64,
+    /// The start of a character cut by the end of the last piece.
+    carry: [u8; 4],
+    carry_len: usize,
+}
+
+impl Utf16Count {
+    pub fn add(&mut self, mut piece: &[u8]) {
+        if self.carry_len > 0 {
+            // Finish the cut character: at most three more bytes decide it.
+            let take = piece.len().min(4 - self.carry_len);
+            let mut buf = self.carry;
+            buf[self.carry_len..self.carry_len + take].copy_from_slice(&piece[..take]);
+            let joined = &buf[..self.carry_len + take];
+            let used = match std::str::from_utf8(joined) {
+                Ok(c) => {
+                    self.units += valid_units(c.as_bytes());
+                    joined.len()
+                }
+                // The cut character ended well; what follows is the piece's own.
+                Err(e) if e.valid_up_to() > 0 => {
+                    self.units += valid_units(&joined[..e.valid_up_to()]);
+                    e.valid_up_to()
+                }
+                Err(e) => match e.error_len() {
+                    // The cut character was invalid: one U+FFFD for its maximal prefix.
+                    Some(bad) => {
+                        self.units += 1;
+                        bad
                     }
-                    let units = block.iter().fold(0u8, |n, &b| {
-                        n + u8::from((b as i8) >= -0x40) + u8::from(b >= 0xF0)
-                    });
-                    u64::from(units)
-                })
-                .sum(),
+                    // The whole new piece is still part of the character: wait for more.
+                    None if take == piece.len() => {
+                        self.carry = buf;
+                        self.carry_len = joined.len();
+                        return;
+                    }
+                    // Not reached: four bytes always decide a character.
+                    None => {
+                        self.units += 1;
+                        joined.len()
+                    }
+                },
+            };
+            // `used` counts carried bytes first: what is left of the piece starts after them.
+            piece = &piece[used.saturating_sub(self.carry_len)..];
+            self.carry_len = 0;
+        }
+        if piece.is_ascii() {
+            self.units += piece.len() as u64;
+            return;
+        }
+        let mut chunks = piece.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            self.units += valid_units(chunk.valid().as_bytes());
+            let bad = chunk.invalid();
+            if bad.is_empty() {
+                continue;
+            }
+            let at_end = chunks.peek().is_none();
+            if at_end
+                && bad.len() < 4
+                && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none())
+            {
+                // Perhaps a character the next piece completes.
+                self.carry[..bad.len()].copy_from_slice(bad);
+                self.carry_len = bad.len();
+            } else {
+                self.units += 1;
+            }
         }
     }
 
-    /// The exact length of a whole line's text, as the shipping path decodes it: each invalid
-    /// UTF-8 sequence becomes one U+FFFD, one unit (the streamed count is exact for valid
-    /// UTF-8 only).
-    fn measure_text(&self, text: &[u8]) -> u64 {
-        match self.unit {
-            Unit::Bytes => text.len() as u64,
-            Unit::Utf16 => text
-                .utf8_chunks()
-                .map(|c| self.measure(c.valid().as_bytes()) + u64::from(!c.invalid().is_empty()))
-                .sum(),
-        }
-    }
-
-    /// A BOM counts this much (one character).
-    fn bom(&self) -> u64 {
-        match self.unit {
-            Unit::Bytes => BOM.len() as u64,
-            Unit::Utf16 => 1,
-        }
+    /// The count of the whole line: a character still cut at its end is one U+FFFD.
+    pub fn total(&self) -> u64 {
+        self.units + u64::from(self.carry_len > 0)
     }
 }
 
@@ -154,11 +199,15 @@ pub struct LineEnd<'a> {
     pub len: u64,
     /// Only whitespace (never shipped, still counted).
     pub blank: bool,
-    /// Its text is over the [`SizeLimit`]: it ships as the placeholder.
+    /// Its text is over the [`SizeLimit`]: it ships as the capture-loss marker.
     pub oversize: bool,
     /// Its text (without BOM, `\r`, `\n`), when the reader keeps text and the line is within
-    /// the limit.
-    pub text: Option<&'a [u8]>,
+    /// the limit: the reader's own buffer handed over for a long line (the reader would drop
+    /// it anyway, and a sink need not copy megabytes), else a view of it.
+    pub text: Option<Cow<'a, [u8]>>,
+    /// For an oversize line of a reader that keeps text: its text's length in UTF-16 code
+    /// units ([`Utf16Count`]), counted while it streamed past (the marker names it).
+    pub units: Option<u64>,
 }
 
 /// Where a [`LineReader`] delivers what it reads.
@@ -190,10 +239,15 @@ pub struct LineReader {
     /// Number the line in progress will get.
     next_number: u64,
     limit: SizeLimit,
+    /// At most about this many bytes of complete lines per [`LineReader::read`] (at least one
+    /// line): what a reader that keeps text hands out in one call stays bounded whatever the
+    /// lines' sizes.
+    read_budget: u64,
     /// Bytes of the line in progress seen so far (its `\n` excluded).
     partial_len: u64,
-    /// Its length in the limit's unit.
-    measured: u64,
+    /// UTF-16 units of the line in progress, counted from the moment its text is dropped (a
+    /// reader that keeps text only).
+    units: Utf16Count,
     /// Its text, while it fits `keep`.
     text: Vec<u8>,
     /// How much text to keep: the limit's worth (plus a BOM and a `\r`), or [`KEEP_NO_TEXT`].
@@ -201,6 +255,8 @@ pub struct LineReader {
     /// Text is handed to the sink.
     gives_text: bool,
     text_dropped: bool,
+    /// The line in progress is known to run past the limit ([`LineReader::look_ahead`]).
+    doomed: bool,
     /// The line's first bytes (a BOM on line 0), whatever is kept.
     head: [u8; 3],
     head_len: usize,
@@ -219,12 +275,14 @@ impl LineReader {
             line_start: offset,
             next_number: number,
             limit,
+            read_budget: u64::MAX,
             partial_len: 0,
-            measured: 0,
+            units: Utf16Count::default(),
             text: Vec::new(),
             keep: limit.max_bytes() + BOM.len() + 1,
             gives_text: true,
             text_dropped: false,
+            doomed: false,
             head: [0; 3],
             head_len: 0,
             all_ws: true,
@@ -241,6 +299,14 @@ impl LineReader {
             gives_text: false,
             ..LineReader::new(offset, number, limit)
         }
+    }
+
+    /// The same reader, stopping each [`LineReader::read`] once the complete lines it
+    /// reported hold `bytes` or more (the shipping cursor: a few lines of 4 MiB are not
+    /// read at once).
+    pub fn with_read_budget(mut self, bytes: u64) -> LineReader {
+        self.read_budget = bytes.max(1);
+        self
     }
 
     /// Offset of the next byte to read (after a held partial line).
@@ -280,9 +346,10 @@ impl LineReader {
             self.buf = vec![0; FIRST_CHUNK];
         }
         let mut emitted = 0;
+        let mut taken = 0u64;
         let mut buf = std::mem::take(&mut self.buf);
         let result = loop {
-            if emitted >= max_lines {
+            if emitted >= max_lines || taken >= self.read_budget {
                 break Ok(ReadStatus {
                     lines: emitted,
                     at_eof: false,
@@ -304,17 +371,19 @@ impl LineReader {
             while pos < n {
                 match memchr::memchr(b'\n', &data[pos..]) {
                     Some(i) => {
-                        self.absorb(&data[pos..pos + i], true, sink);
+                        self.absorb(&data[pos..pos + i], sink);
                         pos += i + 1;
                         let end = self.offset + pos as u64;
-                        self.complete(end, sink);
+                        taken += self.complete(end, sink);
                         emitted += 1;
-                        if emitted >= max_lines {
+                        if emitted >= max_lines || taken >= self.read_budget {
                             break;
                         }
                     }
                     None => {
-                        self.absorb(&data[pos..], false, sink);
+                        let rest = self.offset + n as u64;
+                        self.look_ahead(file, rest, (n - pos) as u64);
+                        self.absorb(&data[pos..], sink);
                         pos = n;
                     }
                 }
@@ -328,7 +397,7 @@ impl LineReader {
         if !(caught_up && buf.len() > FIRST_CHUNK) {
             self.buf = buf;
         }
-        // Likewise the text of the longest line of a catch-up (up to three times the limit)
+        // Likewise the text of the longest line of a catch-up (up to the limit)
         // is not kept while following; a held partial line keeps what it needs.
         if caught_up && self.text.capacity() > FIRST_CHUNK {
             self.text.shrink_to(FIRST_CHUNK);
@@ -336,8 +405,48 @@ impl LineReader {
         result
     }
 
-    /// Takes the next piece of the line in progress; `last` when the line ends after it.
-    fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], last: bool, sink: &mut S) {
+    /// For a reader that keeps text, when the line in progress is long and `more` bytes of it
+    /// are about to be taken with no end in sight: looks for its end in the file (from `from`)
+    /// no further than the limit. A line that surely runs past the limit has its text dropped
+    /// from here, instead of being held up to the limit first: a 100 MB line then costs no
+    /// more memory than a 1 MB one. A line whose end is not on disk yet is decided when it is,
+    /// and so is one whose look ahead fails to read (the read itself reports the error).
+    fn look_ahead<R: ReadAt + ?Sized>(&mut self, file: &R, from: u64, more: u64) {
+        let held = self.text.len() as u64 + more;
+        if !self.gives_text || self.text_dropped || self.doomed || held <= LOOK_AHEAD_AFTER {
+            return;
+        }
+        // One byte past what a line within the limit can hold with a BOM and a `\r`: no end
+        // up to there means the line is longer than the limit.
+        let Some(mut left) = (self.keep as u64 + 1).checked_sub(held) else {
+            self.doomed = true;
+            return;
+        };
+        let mut probe = [0u8; 64 * 1024];
+        let mut at = from;
+        loop {
+            if left == 0 {
+                // Past the limit and still no end: it is oversize.
+                self.doomed = true;
+                return;
+            }
+            let want = probe.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let got = match file.read_at(&mut probe[..want], at) {
+                Ok(0) => return,
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if memchr::memchr(b'\n', &probe[..got]).is_some() {
+                return;
+            }
+            at += got as u64;
+            left -= got as u64;
+        }
+    }
+
+    /// Takes the next piece of the line in progress.
+    fn absorb<S: LineSink + ?Sized>(&mut self, seg: &[u8], sink: &mut S) {
         if seg.is_empty() {
             return;
         }
@@ -351,37 +460,26 @@ impl LineReader {
             self.all_ws = seg.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         }
         self.partial_len += seg.len() as u64;
-        // Only a reader that keeps no text uses the streamed count (the other measures the
-        // text it keeps), and only for a line that can be oversize: no byte counts more than
-        // two units, so the last piece of a line of at most half the limit in bytes is not
-        // counted (an earlier piece is, as its bytes are gone once the buffer is reused).
-        // Once the count is past the limit by more than a BOM and a `\r` can take back, the
-        // line is oversize whatever follows: the rest of a line of many MB (a screenshot, a
-        // `compacted` record) is not counted, which was a tenth of seeding.
-        if !self.gives_text
-            && (!last || self.partial_len.saturating_mul(2) > self.limit.max)
-            && self.measured <= self.oversize_count()
-        {
-            self.measured += self.limit.measure(seg);
-        }
         self.last_byte = seg.last().copied();
         if !self.text_dropped {
-            if self.text.len() + seg.len() <= self.keep {
+            if !self.doomed && self.text.len() + seg.len() <= self.keep {
                 self.text.extend_from_slice(seg);
             } else {
                 self.text_dropped = true;
+                if self.gives_text {
+                    // Past the limit: from here only the length in units is kept.
+                    self.units.add(&self.text);
+                    self.units.add(seg);
+                }
                 self.text = Vec::new();
             }
+        } else if self.gives_text {
+            self.units.add(seg);
         }
     }
 
-    /// A streamed count above this makes the line oversize whatever its BOM and `\r` (what
-    /// [`LineReader::complete`] takes off before comparing with the limit).
-    fn oversize_count(&self) -> u64 {
-        self.limit.max + self.limit.bom() + 1
-    }
-
-    fn complete<S: LineSink + ?Sized>(&mut self, end: u64, sink: &mut S) {
+    /// Reports the line ending at `end`; returns its length in bytes.
+    fn complete<S: LineSink + ?Sized>(&mut self, end: u64, sink: &mut S) -> u64 {
         let start = self.line_start;
         let bom = start == 0 && self.head_len == 3 && self.head == *BOM;
         let bom_bytes = if bom { BOM.len() } else { 0 };
@@ -389,21 +487,33 @@ impl LineReader {
         let len = self.partial_len.saturating_sub((bom_bytes + cr) as u64);
         let kept = (!self.text_dropped)
             .then(|| &self.text[bom_bytes.min(self.text.len())..self.text.len() - cr]);
-        let oversize = match kept {
-            Some(t) => self.limit.measure_text(t) > self.limit.max,
-            // Dropped by a reader that keeps the limit's worth: longer than any line within it.
-            None if self.gives_text => true,
-            // A reader that keeps no text: the streamed count, less the BOM's and `\r`'s.
-            None => {
-                let bom = if bom { self.limit.bom() } else { 0 };
-                self.measured.saturating_sub(bom + cr as u64) > self.limit.max
-            }
-        };
+        let oversize = len > self.limit.max;
         let blank = match kept {
             Some(t) => t.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')),
             None => self.all_ws && !bom,
         };
-        let text = kept.filter(|_| !oversize && self.gives_text);
+        let units = (oversize && self.gives_text).then(|| match kept {
+            // Just over the limit, the text still fitted what the reader keeps.
+            Some(t) => crate::ship::capture::utf16_len(t),
+            // A BOM is one unit, and so is a `\r`.
+            None => self
+                .units
+                .total()
+                .saturating_sub(u64::from(bom) + cr as u64),
+        });
+        let give = kept.is_some() && !oversize && self.gives_text;
+        let text = if give && self.text.capacity() > BIG_TEXT {
+            let mut owned = std::mem::take(&mut self.text);
+            owned.truncate(owned.len() - cr);
+            owned.drain(..bom_bytes.min(owned.len()));
+            Some(Cow::Owned(owned))
+        } else if give {
+            Some(Cow::Borrowed(
+                &self.text[bom_bytes.min(self.text.len())..self.text.len() - cr],
+            ))
+        } else {
+            None
+        };
         sink.end(LineEnd {
             number: self.next_number,
             range: start..end,
@@ -411,19 +521,22 @@ impl LineReader {
             blank,
             oversize,
             text,
+            units,
         });
         self.next_number += 1;
         self.line_start = end;
         self.partial_len = 0;
-        self.measured = 0;
+        self.units = Utf16Count::default();
         self.text.clear();
-        if self.text.capacity() > 4 * READ_CHUNK {
+        if self.text.capacity() > BIG_TEXT {
             self.text = Vec::new();
         }
         self.text_dropped = false;
+        self.doomed = false;
         self.head_len = 0;
         self.all_ws = true;
         self.last_byte = None;
+        len
     }
 }
 
@@ -451,6 +564,7 @@ mod tests {
         blank: bool,
         oversize: bool,
         text: Option<Vec<u8>>,
+        units: Option<u64>,
         pieces: Vec<u8>,
     }
 
@@ -473,7 +587,8 @@ mod tests {
                 len: line.len,
                 blank: line.blank,
                 oversize: line.oversize,
-                text: line.text.map(<[u8]>::to_vec),
+                text: line.text.map(Cow::into_owned),
+                units: line.units,
                 pieces: std::mem::take(&mut self.pieces),
             });
         }
@@ -569,72 +684,151 @@ mod tests {
         assert!(!lines[0].oversize && lines[1].oversize);
     }
 
+    /// The marker of a line over the limit names its length in UTF-16 units, counted while
+    /// its text streamed past: with a BOM and a `\r` taken off, characters of one, two and
+    /// three bytes (one unit) and four bytes (two units), whatever the reads' boundaries.
     #[test]
-    fn a_utf16_limit_counts_code_units_not_bytes() {
-        let limit = SizeLimit::utf16_units(10);
-        // Three bytes, one unit each: at the limit in units, three times it in bytes.
-        let cjk = "日".repeat(10);
-        // Four bytes, two units: one unit over.
-        let astral = format!("{}x", "😀".repeat(5));
-        let file = format!("\u{FEFF}{cjk}\r\n{astral}\n");
-        for mut r in [
-            LineReader::new(0, 0, limit),
-            LineReader::without_text(0, 0, limit),
-        ] {
-            let lines = read_all(file.as_bytes(), &mut r);
-            assert!(!lines[0].oversize, "10 units is within the limit");
-            assert!(lines[1].oversize, "11 units is over it");
-            assert_eq!(lines[0].len as usize, cjk.len());
-        }
-        let lines = read_all(file.as_bytes(), &mut LineReader::new(0, 0, limit));
-        assert_eq!(lines[0].text.as_deref(), Some(cjk.as_bytes()));
-        // Invalid UTF-8 counts as the shipping path decodes it: one U+FFFD per bad sequence.
-        let stray = b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\n";
-        for mut r in [
-            LineReader::new(0, 0, limit),
-            LineReader::without_text(0, 0, limit),
-        ] {
-            assert!(
-                read_all(stray, &mut r)[0].oversize,
-                "11 replacement characters"
-            );
-        }
-    }
-
-    /// The streamed count stops once a line is surely oversize; around the limit, with a BOM,
-    /// a `\r` and characters of two units, and when every piece of a line is counted (the file
-    /// grows a few bytes per read), it must still agree with the exact count of the text.
-    #[test]
-    fn the_streamed_count_agrees_with_the_text_around_the_limit() {
-        let limit = SizeLimit::utf16_units(40);
+    fn an_oversize_lines_units_are_counted_as_it_streams_past() {
+        let limit = SizeLimit::bytes(40);
         let mut file = String::from("\u{FEFF}");
-        for units in 36..=46 {
-            for tail in ["", "\r"] {
-                file.push_str(&"a".repeat(units - 4));
-                file.push_str("😀😀");
-                file.push_str(tail);
-                file.push('\n');
-            }
+        let mut want = Vec::new();
+        // 30 bytes; 41 (just over, still within what the reader keeps); 90; 2,000.
+        for (n, extra, tail) in [(3, "", ""), (4, "b", "\r"), (9, "", ""), (200, "", "\r")] {
+            let text = format!("{}{extra}", "aé日😀".repeat(n));
+            want.push((text.len() as u64, text.encode_utf16().count() as u64));
+            file.push_str(&text);
+            file.push_str(tail);
+            file.push('\n');
         }
-        file.push_str(&"b".repeat(1000));
-        file.push('\n');
-        let want: Vec<bool> = read_all(file.as_bytes(), &mut LineReader::new(0, 0, limit))
-            .iter()
-            .map(|l| l.oversize)
-            .collect();
-        assert_eq!(
-            want.iter().filter(|&&o| !o).count(),
-            10,
-            "36 to 40 units, both ends"
-        );
-        let mut r = LineReader::without_text(0, 0, limit);
+        // Every split: the file grows three bytes per read.
+        let mut r = LineReader::new(0, 0, limit);
         let mut sink = Record::default();
         for end in (0..=file.len()).step_by(3).chain([file.len()]) {
             r.read(&file.as_bytes()[..end], usize::MAX, &mut sink)
                 .unwrap();
         }
-        let got: Vec<bool> = sink.lines.iter().map(|l| l.oversize).collect();
-        assert_eq!(got, want);
+        let got: Vec<(u64, Option<u64>, bool)> = sink
+            .lines
+            .iter()
+            .map(|l| (l.len, l.units, l.oversize))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (want[0].0, None, false),
+                (want[1].0, Some(want[1].1), true),
+                (want[2].0, Some(want[2].1), true),
+                (want[3].0, Some(want[3].1), true),
+            ]
+        );
+        // A reader that keeps no text reports no units (the marker is the shipping cursor's).
+        let lines = read_all(file.as_bytes(), &mut LineReader::without_text(0, 0, limit));
+        assert!(lines.iter().all(|l| l.units.is_none()));
+        assert_eq!(
+            lines.iter().map(|l| l.oversize).collect::<Vec<_>>(),
+            [false, true, true, true]
+        );
+    }
+
+    /// The streamed count is the kcap CLI's: the length of the text decoded with U+FFFD for
+    /// each invalid sequence, however the line is cut into pieces (inside a character, inside
+    /// an invalid sequence).
+    #[test]
+    fn the_streamed_unit_count_equals_the_lossy_decoding_under_every_split() {
+        let samples: [&[u8]; 8] = [
+            "aé日😀".as_bytes(),
+            b"\xF0\x9F\x98",
+            b"x\xF0\x9F\x98y\x80\x80z",
+            b"\xE6\x97\xA5\xE6\x97",
+            b"\xC3\xA9\xE6\x97a\xFF\xFE",
+            b"\xED\xA0\x80\xF4\x90\x80\x80",
+            b"\xC0\xAF\xE0\x80\xAF\xF8\x88\x80\x80\x80",
+            b"\xF0\x9F\x98\x80\xF0\x9F\x98\x80\xF0",
+        ];
+        for sample in samples {
+            let want = String::from_utf8_lossy(sample).encode_utf16().count() as u64;
+            for i in 0..=sample.len() {
+                for j in i..=sample.len() {
+                    let mut count = Utf16Count::default();
+                    for piece in [&sample[..i], &sample[i..j], &sample[j..]] {
+                        if !piece.is_empty() {
+                            count.add(piece);
+                        }
+                    }
+                    assert_eq!(count.total(), want, "{sample:?} cut at {i} and {j}");
+                }
+            }
+        }
+    }
+
+    /// A line whose end lies past the limit is not held up to the limit first: once it is
+    /// long, the reader looks ahead in the file and drops its text as soon as it knows (a
+    /// 100 MB line then costs a reader what a 300 KB one does). One still being written, whose
+    /// end is not on disk, is held until it is decided.
+    #[test]
+    fn a_line_known_to_run_past_the_limit_is_not_held_up_to_it() {
+        let limit = SizeLimit::bytes(2 << 20);
+        let mut file = vec![b'x'; 5 << 20];
+        let mut r = LineReader::new(0, 0, limit);
+        let mut sink = Record::default();
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        assert!(sink.lines.is_empty());
+        assert!(
+            r.retained_bytes() < LOOK_AHEAD_AFTER as usize + 2 * READ_CHUNK,
+            "holds {} bytes of a line known to be oversize",
+            r.retained_bytes()
+        );
+        file.push(b'\n');
+        r.read(&file[..], usize::MAX, &mut sink).unwrap();
+        let line = &sink.lines[0];
+        assert!(line.oversize && line.text.is_none());
+        assert_eq!(
+            line.units,
+            Some(5 << 20),
+            "every unit counted, dropped text included"
+        );
+
+        // Exactly the limit with a BOM and a `\r`: within it, kept whole, never doomed.
+        let mut file = b"\xEF\xBB\xBF".to_vec();
+        file.extend(std::iter::repeat_n(b'y', 2 << 20));
+        file.extend_from_slice(b"\r\nnext\n");
+        let lines = read_all(&file, &mut LineReader::new(0, 0, limit));
+        assert!(!lines[0].oversize);
+        assert_eq!(lines[0].text.as_ref().map(Vec::len), Some(2 << 20));
+
+        // Still being written past the look-ahead point, end not on disk: held, not judged.
+        let mut r = LineReader::new(0, 0, limit);
+        let mut sink = Record::default();
+        r.read(&vec![b'z'; 1 << 20][..], usize::MAX, &mut sink)
+            .unwrap();
+        let mut whole = vec![b'z'; 1 << 20];
+        whole.push(b'\n');
+        r.read(&whole[..], usize::MAX, &mut sink).unwrap();
+        assert_eq!(sink.lines[0].text.as_ref().map(Vec::len), Some(1 << 20));
+    }
+
+    /// The shipping cursor's budget: lines of the limit's size come one or two a read, never
+    /// hundreds held at once, and nothing is skipped.
+    #[test]
+    fn a_read_budget_bounds_the_text_handed_out_per_read() {
+        let line = format!("{}\n", "q".repeat(1000));
+        let file = line.repeat(50);
+        let mut r = LineReader::new(0, 0, SizeLimit::bytes(4096)).with_read_budget(4096);
+        let mut numbers = Vec::new();
+        loop {
+            let mut sink = Record::default();
+            let st = r.read(file.as_bytes(), usize::MAX, &mut sink).unwrap();
+            assert!(
+                sink.lines.len() <= 5,
+                "{} lines in one read",
+                sink.lines.len()
+            );
+            numbers.extend(sink.lines.iter().map(|l| l.number));
+            if st.at_eof {
+                break;
+            }
+        }
+        assert_eq!(numbers, (0..50).collect::<Vec<u64>>());
     }
 
     #[test]

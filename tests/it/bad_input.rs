@@ -477,9 +477,12 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
         w.stderr()
     );
     let lines = server.lines(SESSION_ND, AGENT_ND);
-    let placeholder: Value = serde_json::from_str(&lines[&3]).unwrap();
-    assert_eq!(placeholder["type"], "redacted_oversize_line");
-    assert_eq!(placeholder["original_bytes"], SIZE as u64);
+    let marker: Value = serde_json::from_str(&lines[&3]).unwrap();
+    assert_eq!(marker["type"], "kcap_capture_loss");
+    assert_eq!(marker["reason"], "input_limit");
+    assert_eq!(marker["input_utf8_bytes"], SIZE as u64);
+    // All ASCII: one UTF-16 unit a byte, counted while the line streamed past.
+    assert_eq!(marker["input_utf16_length"], SIZE as u64);
     // The raw line's call_id still cleared the pending call, so the stop went out.
     assert!(wait_until(Duration::from_secs(10), || stops_for_child(
         &server.hooks("subagent-stop")
@@ -492,6 +495,65 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
     ok_after_term(&mut w);
     eprintln!(
         "200 MiB line: peak RSS {peak} KiB, shipped {:?} after the write",
+        started.elapsed()
+    );
+}
+
+/// Lines of nearly 4 MiB ship whole (docs/capture.md), and shipping them holds each a small,
+/// fixed number of times: eight of them (32 MiB of rollout) raise the peak resident memory of
+/// `watch --once` over the same watcher's on a small rollout by at most five lines' worth.
+/// What the watcher holds is bounded by the line, not by the rollout or a batch. (This is the
+/// test build; the release build's absolute figures are in the README, "Performance".)
+#[test]
+#[cfg(target_os = "linux")]
+fn once_over_a_rollout_of_4_mib_lines_ships_them_whole_in_memory_bounded_by_the_line() {
+    let _serial = support::serial();
+    const LINE_KIB: u64 = 4 * 1024;
+    let peak_of = |lines: &[String]| {
+        let sandbox = Sandbox::new();
+        sandbox.append_lines(lines);
+        let server = FakeKcap::start();
+        let child = sandbox
+            .watch(Some(&server.url()), &["--once"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn kcap-watch");
+        let (status, peak) = support::bin::wait_peak_rss(child, Duration::from_secs(120));
+        assert!(status.success(), "{status:?}");
+        (peak, server.lines(SESSION_ND, AGENT_ND))
+    };
+    let mut lines = vec![harness::child_meta(), harness::task_started("t1")];
+    let (idle, _) = peak_of(&lines);
+    for i in 0..8 {
+        let head = format!("ghp_R4nd0mT0k3nV4lu3F0rT3st1ng{i:02} ");
+        let fill = (4 << 20) - 300 - head.len();
+        lines.push(harness::output(
+            &format!("c{i}"),
+            &format!("{head}{}", "y".repeat(fill)),
+        ));
+    }
+    lines.push(harness::task_complete("t1", "done"));
+    let started = Instant::now();
+    let (peak, stored) = peak_of(&lines);
+    assert_eq!(stored.len(), lines.len());
+    for (n, line) in lines.iter().enumerate().skip(2).take(8) {
+        let shipped = &stored[&(n as u64)];
+        assert!(!shipped.contains("ghp_"), "line {n} holds its token");
+        assert!(!shipped.contains("kcap_capture_loss"), "line {n} was lost");
+        assert_eq!(
+            shipped.len() + 32,
+            line.len() + "[REDACTED]".len(),
+            "line {n}"
+        );
+    }
+    let added = peak.saturating_sub(idle);
+    assert!(
+        added <= 5 * LINE_KIB,
+        "shipping 4 MiB lines raised the peak from {idle} to {peak} KiB: {added} KiB, over 5 lines"
+    );
+    eprintln!(
+        "8 lines of 4 MiB: peak RSS {peak} KiB ({idle} KiB on a small rollout), shipped in {:?}",
         started.elapsed()
     );
 }

@@ -327,22 +327,24 @@ fn a_due_stop_waiting_for_a_failing_server_does_not_spin() {
 }
 
 #[test]
-fn scenario_6_end_to_end_an_oversize_output_ships_as_the_placeholder_and_its_raw_line_clears_the_call()
+fn scenario_6_end_to_end_an_oversize_output_ships_as_the_loss_marker_and_its_raw_line_clears_the_call()
  {
     let server = FakeKcap::start();
     let call = rollout::call("call-big", "exec_command", "{}").text();
-    let output = rollout::output("call-big", &"y".repeat(80 * 1024)).text();
-    let run = Run::new(&[child_meta(), started(), call, output]);
+    let output = rollout::output("call-big", &"y".repeat(4 << 20)).text();
+    let run = Run::new(&[child_meta(), started(), call, output.clone()]);
     let mut child = run.spawn(&server, &["--reap-after", "2s"], &[]);
-    // Had the redacted placeholder (no call_id) been folded, the call would still be in
-    // flight and would block the reap.
+    // Had the marker (no call_id) been folded, the call would still be in flight and would
+    // block the reap.
     let status = wait_exit(&mut child, W);
     assert!(status.success());
     let stored = server.lines(SESSION, CHILD);
     assert_eq!(stored.len(), 4);
-    let placeholder: serde_json::Value = serde_json::from_str(&stored[&3]).unwrap();
-    assert_eq!(placeholder["type"], "redacted_oversize_line");
-    assert!(placeholder["original_bytes"].as_u64().unwrap() > 80 * 1024);
+    let marker: serde_json::Value = serde_json::from_str(&stored[&3]).unwrap();
+    assert_eq!(marker["type"], "kcap_capture_loss");
+    assert_eq!(marker["reason"], "input_limit");
+    assert_eq!(marker["input_utf8_bytes"], output.len() as u64);
+    assert_eq!(marker["input_utf16_length"], output.len() as u64);
 }
 
 // Unix only: the watcher is ended with SIGTERM, which Windows does not have.

@@ -158,9 +158,10 @@ fn scenario_3_a_response_item_after_completion_reopens_the_turn() {
 }
 
 #[test]
-fn scenario_6_an_80_kb_output_is_oversize_and_still_clears_its_call() {
+fn scenario_6_an_output_over_the_capture_limit_is_oversize_and_still_clears_its_call() {
     let dir = tempfile::tempdir().unwrap();
-    let big = "x".repeat(80 * 1024);
+    // Over 4 MiB: shipped as the capture-loss marker, folded as usual.
+    let big = "x".repeat(4 << 20);
     let path = rollout(
         dir.path(),
         &[
@@ -219,7 +220,7 @@ fn the_usage_limit_fixture_shows_the_pause_expired_at_its_reset_and_a_session_ro
 }
 
 #[test]
-fn the_two_turn_child_fixture_is_completed_with_one_oversize_line() {
+fn the_two_turn_child_fixture_is_completed_and_its_84_kb_line_is_within_the_limit() {
     let r = inspect(
         Path::new("fixtures/codex/child-two-turns.jsonl"),
         "2026-07-28T16:20:00Z",
@@ -228,7 +229,7 @@ fn the_two_turn_child_fixture_is_completed_with_one_oversize_line() {
     assert_eq!(r["agent_type"], "Hypatia");
     assert_eq!(r["session_id"], "019fa9812dca7a319c553b1f0e6d2a01");
     assert_eq!(r["lines"]["complete"], 36);
-    assert_eq!(r["lines"]["oversize"], 1);
+    assert_eq!(r["lines"]["oversize"], 0);
     assert_eq!(r["turn"]["state"], "completed");
     assert_eq!(r["pending_tools"], serde_json::json!([]));
     let last = r["last_activity"].as_str().unwrap();

@@ -5,59 +5,9 @@
 //! What a user of the kcap server would notice: a secret on the server, a line the server
 //! cannot parse, or a line without secrets that changed.
 
+use crate::support::secrets::placements;
 use kcap_watch::ship::redact::{global, rule_examples};
-use serde_json::{Value, json};
-
-/// The placements of a piece of tool text in real rollouts: `(name, line, path to the string
-/// that holds the text once every nested JSON string is decoded)`.
-fn placements(text: &str) -> Vec<(&'static str, String)> {
-    let output = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
-        "payload": {"type": "function_call_output", "call_id": "call_1", "output": text}});
-    let arguments = json!({"command": ["bash", "-lc", text], "workdir": "/w"}).to_string();
-    let call = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
-        "payload": {"type": "function_call", "name": "shell", "call_id": "call_2", "arguments": arguments}});
-    let mcp = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "event_msg",
-        "payload": {"type": "mcp_tool_call_end", "call_id": "call_3", "invocation": {"server": "s", "tool": "t"},
-            "result": {"Ok": {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}}});
-    let exec =
-        json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}).to_string();
-    let exec_line = json!({"type": "response_item",
-        "payload": {"type": "function_call_output", "call_id": "call_4", "output": exec}});
-    vec![
-        ("plain line", text.to_owned()),
-        ("function_call_output", output.to_string()),
-        ("function_call arguments", call.to_string()),
-        ("mcp_tool_call_end", mcp.to_string()),
-        ("exec output", exec_line.to_string()),
-        (
-            "function_call_output, JSON-escaped",
-            escaped_output_line(text),
-        ),
-    ]
-}
-
-/// A `function_call_output` line whose output string writes every third character of `text`
-/// as a `\u` escape (and every control character and quote as JSON must).
-fn escaped_output_line(text: &str) -> String {
-    let mut s = String::from(
-        r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"call_5","output":""#,
-    );
-    for (i, c) in text.chars().enumerate() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            c if (c as u32) < 0x20 || i % 3 == 1 => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    s.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => s.push(c),
-        }
-    }
-    s.push_str("\"}}");
-    s
-}
+use serde_json::Value;
 
 /// What the server would hold of a shipped line: its decoded text, checked to be JSON when the
 /// input was.

@@ -603,31 +603,6 @@ fn same_structure(
 }
 
 #[test]
-fn a_line_of_exactly_the_limit_is_redacted_and_one_byte_more_is_replaced() {
-    use kcap_watch::ship::redact::{MAX_LINE_UTF16_UNITS, oversize_placeholder};
-    let secret = "ghp_aBcDeFgHiJkLmNoPqRsT0123";
-    let prefix = format!(r#"{{"output":"{secret} "#);
-    let mut line = prefix.clone();
-    line.push_str(&"x".repeat(MAX_LINE_UTF16_UNITS - prefix.len() - 2));
-    line.push_str(r#""}"#);
-    assert_eq!(line.len(), MAX_LINE_UTF16_UNITS);
-    let shipped = global().redact_line(line.as_bytes());
-    assert!(shipped.starts_with(r#"{"output":"[REDACTED] xxx"#));
-    assert!(parses(&shipped));
-
-    line.insert(20, 'x');
-    assert_eq!(
-        global().redact_line(line.as_bytes()),
-        oversize_placeholder(MAX_LINE_UTF16_UNITS as u64 + 1)
-    );
-    assert!(
-        global()
-            .redact_line(line.as_bytes())
-            .ends_with(r#""original_bytes":65537}"#)
-    );
-}
-
-#[test]
 fn double_encoded_tool_arguments() {
     let line = rollout_line(
         "curl -H 'Authorization: Bearer abc123def456' https://x.io/?token=zz9&a=1",

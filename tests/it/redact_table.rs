@@ -9,9 +9,8 @@
 //! What a user of the kcap server would notice: a secret on the server, a line the server
 //! cannot parse, or a line without secrets that changed.
 
-use kcap_watch::ship::redact::{
-    MAX_LINE_UTF16_UNITS, global, is_oversize, oversize_placeholder, utf16_len,
-};
+use kcap_watch::ship::capture::{Loss, LossReason, MAX_RECORD_BYTES, capture, utf16_len};
+use kcap_watch::ship::redact::global;
 use serde_json::{Value, json};
 
 /// One secret form: text holding it, and the parts of it that must never ship.
@@ -656,10 +655,10 @@ fn lines_without_secrets_are_unchanged_byte_for_byte() {
         let path = entry.expect("a fixture entry").path();
         if path.extension().is_some_and(|e| e == "jsonl") {
             let text = std::fs::read_to_string(&path).expect("a readable fixture");
-            // One fixture line holds secrets on purpose, and one is over the size limit.
+            // One fixture line holds secrets on purpose.
             lines.extend(
                 text.lines()
-                    .filter(|l| !l.contains("ghp_") && !is_oversize(l.as_bytes()))
+                    .filter(|l| !l.contains("ghp_"))
                     .map(str::to_owned),
             );
         }
@@ -680,24 +679,26 @@ fn lines_without_secrets_are_unchanged_byte_for_byte() {
     report(&failures);
 }
 
+/// The marker names the raw line's lengths as the kcap CLI measures them: .NET string length
+/// (UTF-16 units: one for a character of up to three bytes, two above U+FFFF, one U+FFFD for
+/// each invalid sequence) and bytes of UTF-8 as written.
 #[test]
-fn the_size_limit_counts_utf16_units() {
-    // 3-byte characters: one UTF-16 unit each, so three times the limit in bytes still fits.
-    let body = "日".repeat(MAX_LINE_UTF16_UNITS - 8);
-    let line = json!({ "o": body }).to_string();
-    assert_eq!(utf16_len(line.as_bytes()), MAX_LINE_UTF16_UNITS);
-    assert!(line.len() > 2 * MAX_LINE_UTF16_UNITS);
-    assert_eq!(global().redact_line(line.as_bytes()), line);
+fn a_lost_lines_marker_counts_utf16_units_and_bytes() {
+    let body = format!("{}{}", "日".repeat(1000), "😀".repeat(1000));
+    let line = format!(r#"{{"o":"{body}" broken"#);
+    let loss = capture(line.as_bytes(), global()).unwrap_err();
+    assert_eq!(loss.reason, LossReason::MalformedInput);
+    assert_eq!(loss.utf8_bytes, line.len() as u64);
+    assert_eq!(loss.utf16_length, line.encode_utf16().count() as u64);
+    assert_eq!(loss.utf16_length, 3000 + 14);
 
-    // Characters above U+FFFF count two units: half as many fill the limit.
-    let body = "😀".repeat(MAX_LINE_UTF16_UNITS / 2 - 4);
-    let line = json!({ "o": body }).to_string();
-    assert_eq!(utf16_len(line.as_bytes()), MAX_LINE_UTF16_UNITS);
-    assert_eq!(global().redact_line(line.as_bytes()), line);
-    let over = json!({ "o": format!("{body}x") }).to_string();
+    // Over the limit in bytes: three-byte characters make it well under in units.
+    let over = json!({ "o": "日".repeat(MAX_RECORD_BYTES as usize / 3) }).to_string();
+    assert!(over.len() as u64 > MAX_RECORD_BYTES);
+    let loss = capture(over.as_bytes(), global()).unwrap_err();
     assert_eq!(
-        global().redact_line(over.as_bytes()),
-        oversize_placeholder(over.len() as u64)
+        loss,
+        Loss::over_limit(over.len() as u64, over.encode_utf16().count() as u64)
     );
 
     // Invalid bytes count as the one U+FFFD each becomes.

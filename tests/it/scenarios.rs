@@ -4,6 +4,7 @@
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)
 
 use crate::support;
+use kcap_watch::ship::capture::MAX_RECORD_BYTES;
 
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ impl Child {
                 number: self.next,
                 raw_len: json.len() as u64 + 1,
                 blank: false,
-                oversize: json.len() > 65_536,
+                oversize: json.len() as u64 > MAX_RECORD_BYTES,
                 info: &info,
             },
             t(at),
@@ -191,11 +192,11 @@ fn scenario_5_a_restarted_watcher_counts_the_grace_from_the_files_mtime() {
 }
 
 #[test]
-fn scenario_6_an_oversize_output_still_clears_its_call() {
+fn scenario_6_an_output_over_the_capture_limit_still_clears_its_call() {
     let mut c = Child::new();
     c.started("09:59:00")
         .call("09:59:10", "exec_command", "call-big");
-    let big = "x".repeat(80 * 1024);
+    let big = "x".repeat(MAX_RECORD_BYTES as usize);
     let line = format!(
         r#"{{"type":"response_item","payload":{{"type":"function_call_output","output":"{big}","call_id":"call-big"}}}}"#
     );

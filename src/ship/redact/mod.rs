@@ -34,48 +34,13 @@ use regex::Regex;
 use json::Tok;
 use rules::Rule;
 
-/// Lines longer than this many UTF-16 code units ship as the oversize placeholder: the kcap
-/// CLI measures a line as a .NET string (`spec/revision-2.md` R2.3).
-pub const MAX_LINE_UTF16_UNITS: usize = 65_536;
-
-/// No line within [`MAX_LINE_UTF16_UNITS`] is longer than this in UTF-8 (three bytes is the
-/// most one UTF-16 unit takes), so a reader need keep no more of a line.
-pub const MAX_LINE_BYTES: usize = 3 * MAX_LINE_UTF16_UNITS;
-
-/// The length of `raw` in UTF-16 code units once decoded as the shipping path decodes it (each
-/// invalid sequence becomes one U+FFFD). Allocates nothing.
-pub fn utf16_len(raw: &[u8]) -> usize {
-    raw.utf8_chunks()
-        .map(|chunk| {
-            let valid = chunk.valid().as_bytes();
-            // Every character has one leading byte, and those above U+FFFF (4-byte, lead
-            // 0xF0..) take a second unit. Counting bytes vectorises; decoding does not.
-            let leads = valid.iter().filter(|&&b| (b as i8) >= -0x40).count();
-            let astral = valid.iter().filter(|&&b| b >= 0xF0).count();
-            leads + astral + usize::from(!chunk.invalid().is_empty())
-        })
-        .sum()
-}
-
-/// Whether a raw line ships as the oversize placeholder.
-pub fn is_oversize(raw: &[u8]) -> bool {
-    // A unit takes at least one byte and at most three.
-    raw.len() > MAX_LINE_UTF16_UNITS
-        && (raw.len() > MAX_LINE_BYTES || utf16_len(raw) > MAX_LINE_UTF16_UNITS)
-}
-
 /// What a secret is replaced with.
 pub(crate) const REDACTED: &str = "[REDACTED]";
 
-/// The kcap CLI's placeholder for an oversize line ([`is_oversize`]: over
-/// [`MAX_LINE_UTF16_UNITS`]), plus `original_bytes`: the original size, which
-/// `spec/server-api.md` section 2 names in bytes, so it is the line's length in UTF-8 as
-/// written (without terminator or BOM), not the UTF-16 count the limit is measured in. The
-/// server treats the unknown `type` as a no-op, so line numbering stays intact.
-pub fn oversize_placeholder(original_bytes: u64) -> String {
-    format!(
-        r#"{{"type":"redacted_oversize_line","reason":"line exceeded SecretRedactor size limit","original_bytes":{original_bytes}}}"#
-    )
+/// Whether `text` is one JSON value, as the capture rules decide what ships
+/// ([`super::capture`]): the grammar of RFC 8259, nesting as deep as the redactor walks.
+pub fn is_json(text: &str) -> bool {
+    json::is_json(text)
 }
 
 /// The longest prefix of `s` that fits in `max_bytes` and ends on a character boundary.
@@ -272,12 +237,10 @@ impl Redactor {
         }
     }
 
-    /// The shipping path: one line's bytes (no terminator, no BOM) to the text sent in
-    /// `lines`. Oversize lines become the placeholder; invalid UTF-8 becomes U+FFFD.
+    /// One line's bytes (no terminator, no BOM) redacted as text or JSON, whatever its size;
+    /// invalid UTF-8 becomes U+FFFD. What a line ships as is [`super::capture::capture`]'s
+    /// decision (size limits, malformed lines); this is the redaction it applies.
     pub fn redact_line(&self, raw: &[u8]) -> String {
-        if is_oversize(raw) {
-            return oversize_placeholder(raw.len() as u64);
-        }
         // Checking first is much faster than the lossy conversion, and almost always succeeds.
         let text = match std::str::from_utf8(raw) {
             Ok(text) => Cow::Borrowed(text),
@@ -293,6 +256,17 @@ impl Redactor {
     /// The same rules for text that is not a raw line, such as the child's decoded last
     /// message. JSON text gets the JSON treatment; anything else the text rules.
     pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.redact(text, None)
+    }
+
+    /// [`Redactor::redact_text`] for text already known to be one JSON value ([`is_json`]):
+    /// the shipping path, which checks every line once.
+    pub fn redact_json<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.redact(text, Some(true))
+    }
+
+    /// `known_json`: whether `text` is JSON, when the caller already knows.
+    fn redact<'a>(&self, text: &'a str, known_json: Option<bool>) -> Cow<'a, str> {
         let hits = self.scan(text);
         let hidden = decode::hides_ascii(text.as_bytes());
         if hits.is_empty() && !hidden {
@@ -301,7 +275,7 @@ impl Redactor {
         let mut spans = Vec::new();
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
-        if maybe_json && json::is_json(text) {
+        if maybe_json && known_json.unwrap_or_else(|| json::is_json(text)) {
             self.json_spans(text, &hits, hidden, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
@@ -421,13 +395,26 @@ impl Redactor {
         keys_only: bool,
     ) {
         let first = out.len();
-        let mut runs: Vec<(u16, usize, usize)> = Vec::new();
+        // Each rule's open run: the next occurrence on the same line (or any, for a rule on the
+        // whole text) widens it; one elsewhere runs it and opens the next. Runs are never all
+        // held: a 4 MiB text of code holds a keyword every few bytes, and a run for each, kept
+        // until the end, was many times the text's size.
+        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut opened: Vec<u16> = Vec::new();
+        // The line around the latest occurrence: occurrences come in order, so each line is
+        // found once (finding it again for each occurrence was quadratic on a long line).
+        let mut line = 0..0;
         let bytes = text.as_bytes();
         for (at, keyword) in self.occurrences(bytes, hits) {
             // A token never continues a word (`TaskStarted` holds `sk`, a Twilio key's prefix),
             // and a token rule's match starts at its keyword: its rules need not run for an
             // occurrence inside a word. Other rules still do.
             let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+            if !(line.start <= at && at < line.end) {
+                let start = memrchr(b'\n', &bytes[..at]).map_or(0, |o| o + 1);
+                let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
+                line = start..end;
+            }
             for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
                     continue;
@@ -439,25 +426,30 @@ impl Redactor {
                 if keys_only && !bare {
                     continue;
                 }
-                if multi {
-                    runs.push((r, 0, text.len()));
+                let (start, end) = if multi {
+                    (0, text.len())
                 } else {
-                    let start = memrchr(b'\n', &bytes[..at]).map_or(0, |o| o + 1);
-                    let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
-                    runs.push((r, start, end));
+                    (line.start, line.end)
+                };
+                if open.is_empty() {
+                    open = vec![None; self.compiled.len()];
+                }
+                match &mut open[r as usize] {
+                    Some(run) if start <= run.1 => run.1 = run.1.max(end),
+                    slot => {
+                        if let Some((s, e)) = slot.replace((start, end)) {
+                            self.run_rule(r, text, s..e, out);
+                        } else {
+                            opened.push(r);
+                        }
+                    }
                 }
             }
         }
-        runs.sort_unstable();
-        let mut i = 0;
-        while i < runs.len() {
-            let (r, start, mut end) = runs[i];
-            i += 1;
-            while i < runs.len() && runs[i].0 == r && runs[i].1 <= end {
-                end = end.max(runs[i].2);
-                i += 1;
+        for r in opened {
+            if let Some((s, e)) = open[r as usize] {
+                self.run_rule(r, text, s..e, out);
             }
-            self.run_rule(r, text, start..end, out);
         }
         fix_markers(text, out, first);
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {

@@ -122,3 +122,32 @@ pub fn stderr(out: &Output) -> String {
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Waits (up to `timeout`) for a spawned process to exit and returns its status with its peak
+/// resident memory in KiB, the last `VmHWM` read from `/proc` before it ended (sampled every
+/// 5 ms). Not `ru_maxrss` from `wait4`: that counts the test process's own pages, shared with
+/// the child between its fork and its exec.
+#[cfg(target_os = "linux")]
+pub fn wait_peak_rss(mut child: Child, timeout: Duration) -> (ExitStatus, u64) {
+    let status_file = format!("/proc/{}/status", child.id());
+    let start = Instant::now();
+    let mut peak = 0;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return (status, peak);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("process {} did not exit within {timeout:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kcap_watch::ship::redact::{self, oversize_placeholder};
+use kcap_watch::ship::capture;
+use kcap_watch::ship::redact;
 use kcap_watch::time::Ts;
 
 use super::rollout;
@@ -428,7 +429,7 @@ pub fn heartbeat_age(path: &Path) -> Option<Duration> {
 }
 
 /// What the server must hold for a rollout: every non-blank complete line, by its physical
-/// number, in its shipped (redacted, or oversize placeholder) form.
+/// number, in its shipped form: redacted, or the capture-loss marker.
 pub fn expected_lines(bytes: &[u8]) -> BTreeMap<u64, String> {
     let mut out = BTreeMap::new();
     let mut rest = bytes;
@@ -442,11 +443,7 @@ pub fn expected_lines(bytes: &[u8]) -> BTreeMap<u64, String> {
         line = line.strip_suffix(b"\r").unwrap_or(line);
         let blank = line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         if !blank {
-            let text = if redact::is_oversize(line) {
-                oversize_placeholder(line.len() as u64)
-            } else {
-                redact::global().redact_line(line)
-            };
+            let text = capture::capture(line, redact::global()).unwrap_or_else(|l| l.marker());
             out.insert(number, text);
         }
         number += 1;
