@@ -123,7 +123,7 @@ fn invalid_utf8_ships_with_replacement_characters_and_is_counted_malformed() {
 }
 
 #[test]
-fn nul_bytes_ship_and_do_not_end_the_line_or_the_fold() {
+fn nul_bytes_do_not_end_the_line_or_the_fold_and_raw_ones_ship_as_the_loss_marker() {
     let sandbox = Sandbox::new();
     sandbox.append(&child_with(&[
         b"{\"type\":\"event_msg\",\"payload\":{\"type\":\"agent_message\",\"message\":\"a\0b\"}}",
@@ -134,7 +134,18 @@ fn nul_bytes_ship_and_do_not_end_the_line_or_the_fold() {
     let mut p = once(&sandbox, &server, &[]);
     ok(&mut p);
     assert_delivered(&sandbox, &server, SESSION_ND, AGENT_ND);
-    assert_eq!(server.lines(SESSION_ND, AGENT_ND)[&3], "\0\0\0\0");
+    // Raw NULs are not JSON: those lines ship as the kcap CLI's marker (docs/capture.md).
+    let lines = server.lines(SESSION_ND, AGENT_ND);
+    assert_eq!(
+        lines[&3],
+        r#"{"type":"kcap_capture_loss","version":1,"reason":"malformed_input","input_utf16_length":4,"input_utf8_bytes":4}"#
+    );
+    assert!(
+        lines[&2].contains(r#""reason":"malformed_input""#),
+        "{}",
+        lines[&2]
+    );
+    assert!(lines[&4].contains(r#"a\u0000b"#), "{}", lines[&4]);
     assert_eq!(stops_for_child(&server.hooks("subagent-stop")), 1);
     // A raw NUL inside a string is not JSON; the escaped one is.
     assert_eq!(inspect(&sandbox)["lines"]["malformed"], 2);

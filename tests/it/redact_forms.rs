@@ -228,3 +228,36 @@ left_alone_tests! {
 fn core_rule(id: &str) -> bool {
     kcap_watch::ship::redact::core_rule_ids().contains(&id)
 }
+
+// Password flags of database, directory and key tools, SQL that sets a password, setters given
+// a literal and XML elements named for a secret: forms of each class other than the rules' own
+// examples, in every placement.
+leak_tests! {
+    tools_sqlcmd_password_joined_and_quoted: "sqlcmd -S tcp:db,1433 -U sa -P\"Sa!Pass2026\" -d app -i init.sql" => ["Sa!Pass2026"];
+    tools_osql_password: "osql -S db -U sa -P OsqlPw88 -Q \"exec sp_who\"" => ["OsqlPw88"];
+    tools_ldapwhoami_password: "ldapwhoami -x -H ldaps://ldap.corp -D uid=svc,ou=people,dc=corp -w Svc#Ldap77" => ["Svc#Ldap77"];
+    tools_ldapadd_password_file: "ldapadd -x -D cn=admin,dc=corp -y /run/secrets/ldap_pw -f users.ldif" => ["/run/secrets/ldap_pw"];
+    tools_keytool_keypass: "keytool -genkeypair -alias app -keystore app.jks -storepass Gen3rStore -keypass Gen3rKey -dname CN=app" => ["Gen3rStore", "Gen3rKey"];
+    tools_mongodump_password: "mongodump --uri mongodb://db:27017/app -u backup --password=MongoDump5 --out /b" => ["MongoDump5"];
+    tools_openssl_k_quoted: "openssl enc -d -aes-256-cbc -k 'Dec Pass 6' -in a.enc" => ["Dec Pass 6"];
+    tools_vault_unseal_with_flag: "vault operator unseal -address=https://vault:8200 qHt7Lw2Zr9XbC4vN8mK1pY6sD3fG5jA0eU2iO7tR9wQ=" => ["qHt7Lw2Zr9XbC4vN8mK1pY6sD3fG5jA0eU2iO7tR9wQ="];
+    tools_wireguard_preshared: "[Peer]\nPublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\nPresharedKey = Kx9bQ2mN8xL7tR3yK9sC6vH0jD5gF1aU2eIoMpZ4w0s=" => ["Kx9bQ2mN8xL7tR3yK9sC6vH0jD5gF1aU2eIoMpZ4w0s="];
+    sql_mysql_create_user: "CREATE USER 'report'@'10.%' IDENTIFIED BY 'R3port!Pw';" => ["R3port!Pw"];
+    sql_postgres_alter_role: "ALTER ROLE analytics LOGIN PASSWORD 'An4lytics2026'" => ["An4lytics2026"];
+    sql_oracle_create_user_unquoted: "CREATE USER hr_app IDENTIFIED BY HrApp_2026 DEFAULT TABLESPACE users;" => ["HrApp_2026"];
+    setter_java_datasource: "hikari.setPassword(\"H1kariPw!\");" => ["H1kariPw!"];
+    setter_builder_token: "Client.builder().token('tok-8f7e6d5c4b3a').build()" => ["tok-8f7e6d5c4b3a"];
+    xml_jenkins_secret: "<com.cloudbees.plugins.credentials.impl.UsernamePasswordCredentialsImpl><password>J3nk1nsPw</password></com.cloudbees.plugins.credentials.impl.UsernamePasswordCredentialsImpl>" => ["J3nk1nsPw"];
+    xml_namespaced_client_secret: "<oauth:clientSecret>cs_9f8e7d6c5b4a3f2e</oauth:clientSecret>" => ["cs_9f8e7d6c5b4a3f2e"];
+}
+
+left_alone_tests! {
+    tools_sqlcmd_statistics_flag: "sqlcmd -S db -E -p -Q \"select count(*) from t\"";
+    tools_ldapsearch_prompting: "ldapsearch -x -D cn=admin,dc=corp -W -b dc=corp '(uid=bob)'";
+    tools_keytool_password_from_env: "keytool -list -keystore app.jks -storepass:env STORE_PASS";
+    sql_prose_identified_by: "Each session is identified by its UUID, and each user by their email.";
+    sql_password_column: "SELECT id, password_hash FROM users WHERE email = $1";
+    setter_with_a_variable: "config.setPassword(secretFromVault);";
+    setter_with_a_call: "config.setToken(tokenProvider.get());";
+    xml_policy_element: "<passwordPolicy>strict</passwordPolicy><tokenLifetime>3600</tokenLifetime>";
+}

@@ -627,6 +627,167 @@ pub(crate) static RULES: &[Rule] = &[
         &["openssl pkcs12 -export -passout pass:P12Secret -out a.p12"],
         &["openssl pkcs12 -passout env:P12PASS"],
     ),
+    // Password flags of database, directory and key tools (the spec's revision-4 T2.5): each
+    // tool's own flag, spelled as it is (`sqlcmd -P` is the password, `-p` prints statistics).
+    rule(
+        "sqlcmd-p",
+        "command-line",
+        &["sqlcmd", "bcp", "osql"],
+        r#"(?i:\b(?:sqlcmd|bcp|osql)\b)[^\n|;&]*?[ \t]-P[ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "sqlcmd -S db.internal -U sa -P 'Sq1Cmd!Pass' -Q \"select 1\"",
+            "bcp dbo.t out t.dat -S db -U loader -PBcpSecret77 -c",
+        ],
+        &["sqlcmd -S db.internal -E -Q \"select 1\" -p"],
+    ),
+    rule(
+        "ldap-w",
+        "command-line",
+        &["ldap"],
+        r#"\bldap[a-z]*\b[^\n|;&]*?[ \t]-[wy][ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "ldapsearch -x -H ldap://dc1 -D cn=admin,dc=example,dc=org -w LdapPw1 -b dc=example,dc=org",
+            "ldapmodify -D cn=admin -w 'Ldap Pw 2' -f change.ldif",
+        ],
+        &["ldapsearch -x -D cn=admin,dc=example,dc=org -W -b dc=example,dc=org"],
+    ),
+    rule(
+        "keytool-pass",
+        "command-line",
+        &["storepass", "keypass"],
+        r#"(?i)[ \t]-(?:src|dest|new)?(?:storepass|keypass|storepassword)[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "keytool -importkeystore -srckeystore a.p12 -srcstorepass Ks1Pass -destkeystore b.jks -deststorepass KsPw2dest",
+            "jarsigner -keystore k.jks -storepass JsPass3 -keypass JsKey4 app.jar signer",
+        ],
+        &["keytool -list -keystore b.jks -storepass:env KS_PASS"],
+    ),
+    rule(
+        "mongo-p",
+        "command-line",
+        &["mongo"],
+        r#"(?i)\bmongo(?:sh|dump|restore|export|import|stat|top)?\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "mongosh \"mongodb://db.internal:27017\" -u admin -p MongoPw1 --authenticationDatabase admin",
+        ],
+        &["mongosh \"mongodb://db.internal:27017\" -u admin -p"],
+    ),
+    rule(
+        "openssl-k",
+        "command-line",
+        &["openssl"],
+        r#"\bopenssl\b[^\n|;&]*?[ \t]-k[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &["openssl enc -aes-256-cbc -salt -k EncPass9 -in plain.txt -out secret.enc"],
+        &["openssl enc -aes-256-cbc -kfile key.txt -in plain.txt"],
+    ),
+    rule(
+        "vault-unseal",
+        "command-line",
+        &["unseal"],
+        r#"\bvault[ \t]+operator[ \t]+unseal\b(?:[ \t]+-[a-z-]+(?:=\S*)?)*[ \t]+(?P<s>[A-Za-z0-9+/]{20,}={0,2})"#,
+        Refine::Group,
+        &["vault operator unseal 3wlrnPjY1qmF9n8l2bWmC3XcL8yS5b0hQ4uZ7t1pE+M="],
+        &["vault operator unseal -status"],
+    ),
+    rule(
+        "wireguard-key",
+        "private-key",
+        &["privatekey", "presharedkey"],
+        r#"(?i)\b(?:PrivateKey|PresharedKey)[ \t]*=[ \t]*(?P<s>[A-Za-z0-9+/]{42,43}=)"#,
+        Refine::Group,
+        &[
+            "[Interface]\nPrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\nAddress = 10.0.0.1/24",
+            "PresharedKey = 4Pz0eiv1bQW2mN8xL7tR3yK9sC6vH0jD5gF1aU2eIoM=",
+        ],
+        &["PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="],
+    ),
+    // SQL that sets a password (T2.4): Oracle and MySQL `IDENTIFIED BY`, `PASSWORD '…'` in
+    // `CREATE`/`ALTER USER`/`ROLE`, and `SET PASSWORD`.
+    rule(
+        "sql-identified-by",
+        "sql",
+        &["identified"],
+        r#"(?i)\bIDENTIFIED[ \t]+(?:WITH[ \t]+[a-z_]+[ \t]+)?BY[ \t]+(?:PASSWORD[ \t]+)?(?P<q>['"])(?P<s>[^'"\n])"#,
+        Refine::Flag,
+        &[
+            "CREATE USER app IDENTIFIED BY 'Ora!Secret1';",
+            "ALTER USER 'app'@'%' IDENTIFIED WITH mysql_native_password BY 'MyNat1vePw';",
+        ],
+        &["-- the user is identified by their email address"],
+    ),
+    // Oracle writes the password unquoted; only in a statement that creates or alters a user.
+    rule(
+        "sql-identified-by-bare",
+        "sql",
+        &["identified"],
+        r#"(?i)\b(?:CREATE|ALTER)[ \t]+USER\b[^\n;]*?\bIDENTIFIED[ \t]+BY[ \t]+(?P<s>[A-Za-z0-9_$#!@%^*+=.~-]+)"#,
+        Refine::Group,
+        &[
+            "create user scott identified by tiger2024;",
+            "ALTER USER hr IDENTIFIED BY Hr_Pw_2026 ACCOUNT UNLOCK",
+        ],
+        &[
+            "-- the user is identified by their email address",
+            "ALTER USER app IDENTIFIED EXTERNALLY",
+        ],
+    ),
+    rule(
+        "sql-password",
+        "sql",
+        &["password"],
+        r#"(?i)\b(?:(?:CREATE|ALTER)[ \t]+(?:USER|ROLE|LOGIN)\b[^\n;]*?\bPASSWORD|SET[ \t]+PASSWORD\b[^\n;=]*=[ \t]*(?:PASSWORD[ \t]*\()?)[ \t]*(?P<q>['"])(?P<s>[^'"\n])"#,
+        Refine::Flag,
+        &[
+            "CREATE ROLE reporter WITH LOGIN PASSWORD 'PgR0lePass';",
+            "ALTER USER postgres WITH ENCRYPTED PASSWORD 'Pg$uperPw9';",
+            "SET PASSWORD FOR 'app'@'localhost' = 'MySetPw7';",
+        ],
+        &["ALTER USER postgres WITH PASSWORD NULL;"],
+    ),
+    // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
+    // `withSecret("…")`. A variable or a call is code and stays.
+    rule(
+        "setter-literal",
+        "code",
+        &["password", "secret", "token", "apikey", "passwd"],
+        r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+        Refine::Flag,
+        &[
+            "ds.setPassword(\"DsS3cretPw\");",
+            "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
+            "cfg.withSecret('W1thSecretVal')",
+        ],
+        &[
+            "ds.setPassword(password);",
+            "ds.setPassword(System.getenv(\"DB_PASSWORD\"));",
+        ],
+    ),
+    // An XML element named for a secret (T2.4): Maven `settings.xml`, Jenkins credentials,
+    // .NET config. Its attributes (`password="…"`) are assignments, caught as such.
+    rule(
+        "xml-element",
+        "markup",
+        &[
+            "password>",
+            "passwd>",
+            "secret>",
+            "key>",
+            "token>",
+            "passphrase>",
+        ],
+        r#"(?i)<(?:[a-z]+:)?(?:password|passwd|passphrase|secret|client[-_]?secret|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|token|access[-_]?token|auth[-_]?token)>(?P<s>[^<\n]+)</"#,
+        Refine::Group,
+        &[
+            "<server><id>nexus</id><username>deploy</username><password>MvnDeployPw1</password></server>",
+            "<apiKey>k3y-9f8e7d6c5b4a</apiKey>",
+        ],
+        &["<passwordPolicy>strict</passwordPolicy>"],
+    ),
     rule(
         "ssh-keygen-n",
         "command-line",
