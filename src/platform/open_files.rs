@@ -107,6 +107,7 @@ fn as_u64(v: libc::rlim_t) -> u64 {
 
 /// The soft limits to try, highest first: the hard limit itself, then (for an unlimited or
 /// huge hard limit) common ceilings.
+#[cfg(any(unix, test))]
 fn targets(hard: u64) -> Vec<u64> {
     let mut out = vec![hard];
     out.extend([1 << 20, 1 << 16, 10_240].into_iter().filter(|t| *t < hard));
