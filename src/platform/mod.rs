@@ -27,6 +27,7 @@ pub mod config_dir;
 pub mod detached;
 pub mod file_id;
 pub mod memory;
+pub mod open_files;
 pub mod positional;
 pub mod private_file;
 pub mod proc_info;
