@@ -29,8 +29,41 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("failed to start the async runtime")
 }
 
+/// Raises the soft open-file limit to the hard one (every command that may hold keys, and
+/// the daemon whose supervisors inherit it), and says so when the hard limit is low: a
+/// supervisor holds one descriptor per child key.
+fn raise_open_files() {
+    use crate::platform::open_files;
+    let Some(r) = open_files::raise() else {
+        return;
+    };
+    tracing::debug!(
+        event = "open_files",
+        soft_before = r.soft_before,
+        soft = r.soft,
+        hard = r.hard,
+        "open-file limit raised from {} to {} (hard {})",
+        r.soft_before,
+        r.soft,
+        r.hard
+    );
+    if r.hard < open_files::LOW {
+        tracing::warn!(
+            event = "open_files_low",
+            soft = r.soft,
+            hard = r.hard,
+            "the open-file limit is low (soft {}, hard {}): a supervisor holds one per sub-agent; \
+             raise the hard limit (LimitNOFILE in a systemd unit, ulimit -Hn) for sessions with \
+             many sub-agents",
+            r.soft,
+            r.hard
+        );
+    }
+}
+
 pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
     let resolved = settings(&args.settings)?;
+    raise_open_files();
     let s = &resolved.settings;
     let session = args.session_id().map(normalize_id);
     let agent = args.agent_id.as_deref().map(normalize_id);
@@ -76,6 +109,7 @@ pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
 
 pub fn supervise(args: SuperviseArgs, settings: SettingsFn) -> Result<i32> {
     let resolved = settings(&args.settings)?;
+    raise_open_files();
     let s = &resolved.settings;
     if let Some(id) = &args.session_id {
         files::check_id("session id", &normalize_id(id))?;
@@ -208,6 +242,7 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
         return Ok(code::OK);
     }
     let resolved = settings(&args.settings)?;
+    raise_open_files();
     let s = &resolved.settings;
     files::check_state_dir(&s.config_dir, "config directory", true)?;
     files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;

@@ -218,7 +218,7 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
     let Some(Given { value: raw, origin }) = given else {
         return Ok(None);
     };
-    let shown = without_password(&raw);
+    let shown = crate::url_display::redacted(&raw);
     let fail = |why: String| ConfigError {
         name: origin,
         message: format!("failed to use {origin} {shown:?} as the kcap server URL: {why}"),
@@ -303,24 +303,6 @@ fn home(r: &Resolver<'_>) -> Result<PathBuf, ConfigError> {
             registry::CONFIG_DIR.long().unwrap_or_default(),
         ),
     })
-}
-
-/// A URL as messages show it: a password in its userinfo is a credential, never logged.
-/// Works on text that does not parse as a URL too (it is shown in that error).
-fn without_password(raw: &str) -> String {
-    let Some(start) = raw.find("://").map(|i| i + 3) else {
-        return raw.to_string();
-    };
-    let end = raw[start..]
-        .find(['/', '?', '#'])
-        .map_or(raw.len(), |i| start + i);
-    let Some(at) = raw[start..end].rfind('@').map(|i| start + i) else {
-        return raw.to_string();
-    };
-    match raw[start..at].find(':') {
-        Some(colon) => format!("{}:[REDACTED]{}", &raw[..start + colon], &raw[at..]),
-        None => raw.to_string(),
-    }
 }
 
 /// Loopback as the clear-text warning understands it: 127.0.0.0/8, ::1 and `localhost`.

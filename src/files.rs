@@ -682,23 +682,33 @@ fn beat_loop(beats: &Mutex<BTreeMap<String, Beating>>, every: Duration, wake: &m
                 }
                 beating.beaten = true;
                 let path = beating.file.path.display().to_string();
+                // Said once per streak over every key: out of descriptors or disk, every
+                // key fails at once.
                 match beating.file.beat(now.rfc3339().as_bytes()) {
                     Ok(()) => {
-                        if failing.remove(key) {
+                        if failing.remove(key) && failing.is_empty() {
                             tracing::info!(event = "heartbeat_recovered", key = %key, path = %path, "heartbeat writes work again");
                         }
                     }
                     Err(e) => {
-                        if failing.insert(key.clone()) {
-                            tracing::warn!(event = "heartbeat_write_failed", key = %key, path = %path, error = %e, "{e}");
+                        if failing.is_empty() {
+                            tracing::warn!(event = "heartbeat_write_failed", key = %key, path = %path, error = %e, "{e}; retrying every second until it works");
                         }
+                        failing.insert(key.clone());
                     }
                 }
             }
             failing.retain(|k| beats.contains_key(k));
         }
         if round {
-            next_round = Instant::now() + every;
+            // A failed beat is tried again within a second, not a whole period later: the
+            // kcap CLI replaces a watcher whose heartbeat is 20 s old.
+            let wait = if failing.is_empty() {
+                every
+            } else {
+                every.min(Duration::from_secs(1))
+            };
+            next_round = Instant::now() + wait;
         }
         match wake.recv_timeout(next_round.saturating_duration_since(Instant::now())) {
             Err(mpsc::RecvTimeoutError::Timeout) => round = true,
@@ -720,21 +730,31 @@ pub fn heartbeat_slots(path: &Path) -> [PathBuf; 3] {
     [name("-0"), name("-1"), name("-new")]
 }
 
-/// Replaces the heartbeat atomically without freeing an inode on every beat.
+/// Replaces the heartbeat atomically without freeing an inode on every beat, and without
+/// keeping any descriptor open between beats.
 ///
 /// A plain atomic write (temp file, rename) makes the file system evict the replaced inode,
 /// which on ext4 is most of an idle watcher's CPU. Here two private files, each kept linked
-/// under its own name, take turns: the one not visible is rewritten in place, linked under a
-/// temporary name and renamed over the heartbeat, so readers still only ever see a whole
-/// file, and the replaced inode survives under its private name. Where hard links do not
-/// work, plain atomic writes take over.
+/// under its own name, take turns: the one not visible is opened, rewritten in place and
+/// closed, linked under a temporary name and renamed over the heartbeat, so readers still only
+/// ever see a whole file, and the replaced inode survives under its private name. Where hard
+/// links do not work, plain atomic writes take over.
+///
+/// Nothing stays open between beats: a held key costs one descriptor at rest (its lock), so a
+/// supervisor holding thousands of keys stays inside the usual 1,024 open files, and on Windows
+/// a reader that opens the heartbeat sharing reads only (as .NET's `File.ReadAllText` does)
+/// never meets a handle of ours. Where a rename over the heartbeat fails even after the
+/// retries (a file system or emulation that refuses to replace an existing file, a reader that
+/// never lets go), the beat is written in place instead: every beat has the same length, so a
+/// reader sees the old time or the new one.
 #[derive(Debug)]
 struct Beater {
     path: PathBuf,
     slots: [PathBuf; 3],
-    files: [Option<File>; 2],
     next: usize,
     plain: bool,
+    /// How a slot is renamed over the heartbeat (a test gives one that fails).
+    rename: fn(&Path, &Path) -> io::Result<()>,
 }
 
 impl Beater {
@@ -742,49 +762,96 @@ impl Beater {
         Beater {
             path: path.to_path_buf(),
             slots: heartbeat_slots(path),
-            files: [None, None],
             next: 0,
             plain: false,
+            rename: crate::platform::replace::rename,
         }
     }
 
     fn beat(&mut self, text: &[u8]) -> io::Result<()> {
         if self.plain {
-            return write_atomic(&self.path, text);
+            return write_atomic(&self.path, text).or_else(|e| self.in_place(text, e));
         }
         match self.beat_linked(text) {
             Ok(()) => Ok(()),
+            // No descriptor or no space: the next beat tries the same way again (the thread
+            // says so once per streak).
+            Err(e) if out_of_resources(&e) => Err(e),
             Err(e) => {
                 // A slot replaced by a symbolic link lands here too: refused, named, and the
                 // heartbeat goes on with plain atomic writes.
                 tracing::warn!(event = "heartbeat_plain", error = %e, "linked heartbeat failed ({e}); using plain atomic writes");
                 self.plain = true;
-                write_atomic(&self.path, text)
+                write_atomic(&self.path, text).or_else(|e| self.in_place(text, e))
             }
         }
     }
 
     fn beat_linked(&mut self, text: &[u8]) -> io::Result<()> {
         let k = self.next;
-        let file = match &mut self.files[k] {
-            Some(f) => f,
-            slot => slot.insert(open_private(
-                private_options().write(true).create(true).truncate(true),
+        {
+            // Opened, written and closed within the beat (see the type's documentation).
+            let file = open_private(
+                private_options().write(true).create(true).truncate(false),
                 &self.slots[k],
-            )?),
-        };
-        crate::platform::positional::write_all_at(file, text, 0)?;
-        file.set_len(text.len() as u64)?;
+            )?;
+            crate::platform::positional::write_all_at(&file, text, 0)?;
+            file.set_len(text.len() as u64)?;
+        }
         let new = &self.slots[2];
         match fs::remove_file(new) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
         fs::hard_link(&self.slots[k], new)?;
-        crate::platform::replace::rename(new, &self.path)?;
+        if let Err(e) = (self.rename)(new, &self.path) {
+            let _ = fs::remove_file(new);
+            return self.in_place(text, e);
+        }
         self.next = 1 - k;
         Ok(())
     }
+
+    /// The fallback when no rename over the heartbeat works (`failed` says why): the heartbeat
+    /// rewritten where it is, opened and closed within the beat. A symbolic link at the path is
+    /// still refused.
+    fn in_place(&self, text: &[u8], failed: io::Error) -> io::Result<()> {
+        if is_refused(&self.path) {
+            return Err(failed);
+        }
+        let file = open_private(
+            private_options().write(true).create(true).truncate(false),
+            &self.path,
+        )
+        .map_err(|_| failed)?;
+        crate::platform::positional::write_all_at(&file, text, 0)?;
+        file.set_len(text.len() as u64)
+    }
+}
+
+/// Whether `e` says a resource ran out (open files, the disk, its quota) rather than that
+/// something is wrong: such a failure ends when the resource returns, and is waited out.
+pub(crate) fn out_of_resources(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        let codes = [libc::EMFILE, libc::ENFILE, libc::ENOSPC, libc::EDQUOT];
+        if e.raw_os_error().is_some_and(|c| codes.contains(&c)) {
+            return true;
+        }
+        // An error given context (`with_context`) keeps its kind but not its code; its text
+        // still ends with the code.
+        let text = e.to_string();
+        if codes
+            .iter()
+            .any(|c| text.contains(&format!("(os error {c})")))
+        {
+            return true;
+        }
+    }
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// `<config>/logs/<session_id>[-<agent_id>].log`.
@@ -927,6 +994,59 @@ mod tests {
         drop(held);
         assert!(!ExclusiveLock::is_held(&path));
         assert!(ExclusiveLock::try_take(&path).unwrap().is_some());
+    }
+
+    /// The descriptors of this process that name a file under `dir`.
+    #[cfg(target_os = "linux")]
+    fn open_under(dir: &Path) -> Vec<PathBuf> {
+        fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| fs::read_link(e.path()).ok())
+            .filter(|p| p.starts_with(dir))
+            .collect()
+    }
+
+    /// Issue 28, item 1: a held key costs its lock at rest and nothing more. A beat opens,
+    /// writes and closes its slot, so no descriptor stays open between beats (three per key
+    /// before: a supervisor of 400 children ran out under the usual 1,024), and on Windows a
+    /// reader opening the heartbeat with read sharing only never meets a handle of ours.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_heartbeat_keeps_no_descriptor_open_between_beats() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = fs::canonicalize(dir.path()).unwrap();
+        let path = dir.join("k.heartbeat");
+        let mut beater = Beater::new(&path);
+        for t in [
+            "2026-12-01T10:00:00.000Z",
+            "2026-12-01T10:00:10.000Z",
+            "2026-12-01T10:00:20.000Z",
+        ] {
+            beater.beat(t.as_bytes()).unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), t);
+            assert_eq!(open_under(&dir), Vec::<PathBuf>::new());
+        }
+        assert!(!beater.plain, "the linked slots stay in use");
+    }
+
+    /// Where a rename over the heartbeat fails (a file system or Windows emulation that will
+    /// not replace an existing file), the beat is written in place: the heartbeat stays fresh.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_heartbeat_whose_rename_fails_is_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = fs::canonicalize(dir.path()).unwrap();
+        let path = dir.join("k.heartbeat");
+        let mut beater = Beater::new(&path);
+        beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
+        beater.rename = |_, _| Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        beater.beat(b"2026-12-01T10:00:10.000Z").unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "2026-12-01T10:00:10.000Z"
+        );
+        assert_eq!(open_under(&dir), Vec::<PathBuf>::new());
     }
 
     #[test]

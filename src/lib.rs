@@ -28,4 +28,5 @@ pub(crate) mod supervise;
 pub mod tail;
 pub(crate) mod telemetry;
 pub mod time;
+pub mod url_display;
 pub mod watch;

@@ -38,14 +38,25 @@ static LOG_FILE: OnceLock<Mutex<Option<CappedFile>>> = OnceLock::new();
 const LOG_CAP: u64 = 10 * 1024 * 1024;
 
 /// A log file with its size, rotated once past [`LOG_CAP`].
-struct CappedFile {
+pub(crate) struct CappedFile {
     file: File,
     path: std::path::PathBuf,
     len: u64,
 }
 
 impl CappedFile {
-    fn write(&mut self, bytes: &[u8]) {
+    /// Opens `path` for appending (a symbolic link refused), capped as every log file.
+    pub(crate) fn open(path: &Path) -> io::Result<CappedFile> {
+        let file = crate::files::open_log_file(path)?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(CappedFile {
+            file,
+            path: path.to_path_buf(),
+            len,
+        })
+    }
+
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
         if self.len.saturating_add(bytes.len() as u64) > LOG_CAP && self.len > 0 {
             let mut rotated = self.path.as_os_str().to_os_string();
             rotated.push(".1");
@@ -75,15 +86,10 @@ fn log_file() -> &'static Mutex<Option<CappedFile>> {
 /// Starts appending log records to `path` as well as stderr. A failure (a symbolic link at the
 /// path is refused, never followed) is logged as an error and the watcher goes on with stderr.
 pub(crate) fn attach_file(path: &Path) {
-    match crate::files::open_log_file(path) {
-        Ok(file) => {
-            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    match CappedFile::open(path) {
+        Ok(capped) => {
             if let Ok(mut slot) = log_file().lock() {
-                *slot = Some(CappedFile {
-                    file,
-                    path: path.to_path_buf(),
-                    len,
-                });
+                *slot = Some(capped);
             }
         }
         Err(e) => tracing::error!(event = "log_file_failed", "{e}"),

@@ -114,6 +114,14 @@ pub struct KeyStatus {
     pub stop_posted: bool,
     pub next_due: Option<NextDue>,
     pub last_error: Option<LastError>,
+    /// `supervise`: failed attempts to claim this key in the current streak (state `claim
+    /// failed`: a full disk, no descriptor left, a permission error), retried at every poll.
+    #[serde(default)]
+    pub claim_failures: u64,
+    /// `supervise`: second rollouts of this thread (continuation segments, retained copies),
+    /// not followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continuations: Vec<String>,
 }
 
 /// A session the daemon skipped, and why (no server, excluded by `KCAP_WATCH_EXCLUDE`, no
@@ -174,6 +182,26 @@ pub struct StatusFile {
 }
 
 impl StatusFile {
+    /// The file as `status` shows it: every URL in it (servers, skip reasons, last errors)
+    /// with its userinfo password and secret-named query values redacted.
+    pub fn with_urls_redacted(mut self) -> StatusFile {
+        use crate::url_display::{redacted, redacted_in_text};
+        self.server = self.server.as_deref().map(redacted);
+        for t in &mut self.sessions_taken {
+            t.server = t.server.as_deref().map(redacted);
+            t.supervisor = t.supervisor.as_deref().map(redacted_in_text);
+        }
+        for s in &mut self.sessions_skipped {
+            s.reason = redacted_in_text(&s.reason);
+        }
+        for k in &mut self.keys {
+            if let Some(e) = &mut k.last_error {
+                e.message = redacted_in_text(&e.message);
+            }
+        }
+        self
+    }
+
     /// Is the writer still the process that wrote this file (pid alive with the same start
     /// token)? A file whose writer is gone is stale.
     pub fn writer_alive(&self) -> bool {
@@ -242,6 +270,8 @@ mod tests {
                     at: "2026-12-01T10:05:00Z".into(),
                 }),
                 last_error: None,
+                claim_failures: 0,
+                continuations: Vec::new(),
             }],
             sessions_taken: vec![],
             sessions_skipped: vec![],

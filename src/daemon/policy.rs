@@ -2,10 +2,13 @@
 //! function of how it ended, what the daemon did, and `now`.
 //!
 //! Exit 0 (a signal, the idle end), 2 (usage), 3 (rewritten) and 75 (another supervisor holds
-//! the session) are how a supervisor ends on purpose: never restarted. Exit 1 or a death by a
-//! signal the daemon did not send is a crash: restarted after a backoff of 1 s doubling to
-//! 60 s, at most 5 times an hour, and only once the session is seen still watched 10 s after
-//! the crash (the kcap CLI's teardown, which may be what killed it, ends within its 8 s).
+//! the session) are how a supervisor ends on purpose: never restarted. Exit 2 is a
+//! configuration the supervisor refuses: never tried again for that configuration. Exit 1 or
+//! a death by a signal the daemon did not send is a crash: restarted after a backoff of 1 s
+//! doubling to 60 s, at most 5 times an hour, and only once the session is seen still watched
+//! 10 s after the crash (the kcap CLI's teardown, which may be what killed it, ends within its
+//! 8 s). With the hour's restarts spent, the session is given up until the oldest of them is
+//! an hour old, whatever its children write meanwhile.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -35,12 +38,15 @@ pub(crate) enum Ended {
 pub(crate) enum Next {
     /// Leave the session without a supervisor until a descendant appears or grows.
     Rest,
+    /// The supervisor refused its configuration (exit 2): not tried again for it.
+    Refuse,
     /// Another supervisor holds the session: adopt it.
     Adopt,
     /// Look again at this time; start a new supervisor then if the session is still watched.
     RestartAt(Ts),
-    /// A crash, but this hour's restarts are used up.
-    GiveUp,
+    /// A crash, but this hour's restarts are used up: tried again at this time at the
+    /// earliest.
+    GiveUp(Ts),
 }
 
 /// The restarts of one session, for the hourly cap and the backoff.
@@ -58,7 +64,8 @@ impl Restarts {
         let crashed = match ended {
             _ if sent_signal => false,
             Ended::Code(75) => return Next::Adopt,
-            Ended::Code(0 | 2 | 3) => false,
+            Ended::Code(2) => return Next::Refuse,
+            Ended::Code(0 | 3) => false,
             Ended::Code(_) => true,
             Ended::Signal { sent } => !sent,
         };
@@ -72,8 +79,10 @@ impl Restarts {
         {
             self.recent.pop_front();
         }
-        if self.recent.len() >= MAX_PER_HOUR {
-            return Next::GiveUp;
+        if self.recent.len() >= MAX_PER_HOUR
+            && let Some(oldest) = self.recent.front()
+        {
+            return Next::GiveUp(oldest.plus(HOUR).max(now.plus(SETTLE)));
         }
         let doublings = u32::try_from(self.recent.len()).unwrap_or(u32::MAX).min(6);
         let backoff = FIRST_BACKOFF
@@ -102,9 +111,10 @@ mod tests {
     #[test]
     fn ends_on_purpose_are_never_restarted() {
         let mut r = Restarts::default();
-        for code in [0, 2, 3] {
+        for code in [0, 3] {
             assert_eq!(r.on_end(Ended::Code(code), false, t(0)), Next::Rest);
         }
+        assert_eq!(r.on_end(Ended::Code(2), false, t(0)), Next::Refuse);
         assert_eq!(r.on_end(Ended::Code(75), false, t(0)), Next::Adopt);
         assert_eq!(
             r.on_end(Ended::Signal { sent: true }, false, t(0)),
@@ -128,7 +138,12 @@ mod tests {
             now = at.duration_since(t(0)).as_secs();
             r.restarted(t(now));
         }
-        assert_eq!(r.on_end(Ended::Code(1), false, t(now)), Next::GiveUp);
+        // Given up until the first of the five restarts is an hour old.
+        let first = t(0).plus(SETTLE);
+        assert_eq!(
+            r.on_end(Ended::Code(1), false, t(now)),
+            Next::GiveUp(first.plus(HOUR))
+        );
         assert_eq!(r.total, 5);
         // An hour after the first restart, one more is allowed.
         let later = 3600 + 11;

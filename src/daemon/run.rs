@@ -54,7 +54,11 @@ enum Supervisor {
     /// Ended on purpose: a new one starts when a descendant appears or grows.
     Resting(Box<Dormant>),
     RestartAt(Ts),
-    GaveUp(Box<Dormant>),
+    /// Crashed with the hour's restarts spent: none until `until`, whatever the session's
+    /// children write meanwhile (the spec: a given-up session is never woken by growth).
+    GaveUp {
+        until: Ts,
+    },
 }
 
 /// A resting session's descendants, watched for a new one or growth.
@@ -83,12 +87,40 @@ struct Skipped {
     /// Judged again at each look at the watcher directory (within one safety-net poll):
     /// Codex creates the rollout, and writes its header, lazily.
     retry: bool,
+    /// Its supervisor refused this configuration (exit 2): tried again only when the session
+    /// watcher's command line or environment changes.
+    refused: Option<Launch>,
+}
+
+/// What a supervisor's configuration comes from: the session watcher's launch facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Launch {
+    kcap_url: Option<String>,
+    rollout: Option<PathBuf>,
+    codex_home: Option<PathBuf>,
+    config_dir: Option<PathBuf>,
+}
+
+impl Launch {
+    fn read(watcher_pid: u32, key: &str) -> Launch {
+        let facts = proc_info::read(watcher_pid)
+            .map(|l| LaunchFacts::from_launch(&l, key))
+            .unwrap_or_default();
+        Launch {
+            kcap_url: facts.kcap_url,
+            rollout: facts.rollout,
+            codex_home: facts.codex_home,
+            config_dir: facts.config_dir,
+        }
+    }
 }
 
 struct Exit {
     key: String,
     generation: u64,
     ended: Ended,
+    /// The supervisor's own last error line (from its stderr), URLs redacted.
+    error: Option<String>,
 }
 
 pub(crate) struct Daemon {
@@ -207,7 +239,9 @@ impl Daemon {
             .sessions
             .values()
             .filter_map(|s| match s.supervisor {
-                Supervisor::RestartAt(at) => Some(crate::host::clock::until(now, at)),
+                Supervisor::RestartAt(at) | Supervisor::GaveUp { until: at } => {
+                    Some(crate::host::clock::until(now, at))
+                }
                 _ => None,
             })
             .min();
@@ -244,20 +278,40 @@ impl Daemon {
     fn on_poll(&mut self) {
         let now = Ts::now();
         self.refresh(now);
-        // An adopted supervisor is not our child: its end is seen here.
+        // An adopted supervisor is not our child: its end is seen here, and judged by the same
+        // rule as one this daemon started (the spec): a supervisor that ends on purpose
+        // removes its status file, so one still naming its pid was killed (or failed).
         let mut ended = Vec::new();
         for (key, s) in &self.sessions {
             if let Supervisor::Running {
-                pid, adopted: true, ..
+                pid,
+                adopted: true,
+                generation,
+                ..
             } = s.supervisor
                 && !crate::platform::process::alive(pid)
             {
-                ended.push(key.clone());
+                ended.push((key.clone(), pid, generation));
             }
         }
-        for key in ended {
-            info!(event = "supervisor_ended", key = %key, "the adopted supervisor of {key} has ended");
-            self.rest(&key);
+        for (key, pid, generation) in ended {
+            let status =
+                status_file::status_path(&self.settings.config_dir, &key, Writer::Supervise);
+            let left_its_status = status_file::read(&status)
+                .ok()
+                .flatten()
+                .is_some_and(|f| f.pid == pid);
+            let ended = if left_its_status {
+                Ended::Signal { sent: false }
+            } else {
+                Ended::Code(0)
+            };
+            self.on_exit(Exit {
+                key,
+                generation,
+                ended,
+                error: None,
+            });
         }
         self.wake_dormant(&[], true);
         self.sync_watches();
@@ -268,7 +322,9 @@ impl Daemon {
         let due: Vec<String> = self
             .sessions
             .iter()
-            .filter(|(_, s)| matches!(s.supervisor, Supervisor::RestartAt(at) if at <= now))
+            .filter(|(_, s)| {
+                matches!(s.supervisor, Supervisor::RestartAt(at) | Supervisor::GaveUp { until: at } if at <= now)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in due {
@@ -311,6 +367,16 @@ impl Daemon {
         };
         let live: HashMap<&str, u32> = watched.iter().map(|w| (w.key.as_str(), w.pid)).collect();
         let before = (self.sessions.len(), self.skipped.len());
+        // A session whose supervisor refused its configuration is tried again (once per
+        // configuration) only when a replaced session watcher runs with another one.
+        for (key, s) in &mut self.skipped {
+            if let (Some(refused), Some(&pid)) = (&s.refused, live.get(key.as_str()))
+                && pid != s.watcher_pid
+                && Launch::read(pid, key) == *refused
+            {
+                s.watcher_pid = pid;
+            }
+        }
         self.skipped
             .retain(|k, s| live.get(k.as_str()) == Some(&s.watcher_pid));
         self.sessions.retain(|k, s| {
@@ -376,6 +442,7 @@ impl Daemon {
                     watcher_pid,
                     reason,
                     retry,
+                    refused: None,
                 },
             );
         };
@@ -444,7 +511,7 @@ impl Daemon {
         if self.skipped.remove(key).is_some() {
             self.dirty = true;
         }
-        info!(event = "session_taken", key = %key, rollout = %rollout.display(), server = %server, server_source = source.as_str(), "supervising the sub-agents of session {key}");
+        info!(event = "session_taken", key = %key, rollout = %rollout.display(), server = %crate::url_display::Shown(&server), server_source = source.as_str(), "supervising the sub-agents of session {key}");
         self.sessions.insert(
             key.to_owned(),
             Session {
@@ -490,7 +557,9 @@ impl Daemon {
             .env("KCAP_WATCHER_DIR", &self.settings.watcher_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            // Its reason for refusing a configuration, and anything it says before its own
+            // log file is open, goes to `<config>/logs/kcap-watch-supervise-<key>.log`.
+            .stderr(Stdio::piped());
         if let Some(home) = &session.codex_home {
             cmd.env("CODEX_HOME", home);
         }
@@ -507,12 +576,16 @@ impl Daemon {
                 };
                 let tx = self.exits_tx.clone();
                 let key = key.to_owned();
-                // One small thread per supervisor: waiting is what reaps it, and it wakes the
-                // loop only when the process ends.
+                let stderr = child.stderr.take();
+                let log_path = supervise_log_path(&self.settings.config_dir, &key);
+                // One small thread per supervisor: it copies the supervisor's stderr to its
+                // capped log file, and waiting is what reaps it; it wakes the loop only when
+                // the process ends.
                 let spawned = std::thread::Builder::new()
                     .name(format!("wait-{}", &key[..8]))
                     .stack_size(64 * 1024)
                     .spawn(move || {
+                        let error = stderr.and_then(|s| copy_stderr(s, &log_path));
                         let ended = match child.wait() {
                             Ok(status) => ended_of(status),
                             Err(_) => Ended::Code(1),
@@ -521,6 +594,7 @@ impl Daemon {
                             key,
                             generation,
                             ended,
+                            error,
                         });
                     });
                 if let Err(e) = spawned {
@@ -535,7 +609,10 @@ impl Daemon {
                 let now = Ts::now();
                 session.supervisor = match session.restarts.on_end(Ended::Code(1), false, now) {
                     Next::RestartAt(at) => Supervisor::RestartAt(at),
-                    _ => Supervisor::GaveUp(Box::new(Dormant::empty())),
+                    Next::GiveUp(until) => Supervisor::GaveUp { until },
+                    Next::Rest | Next::Adopt | Next::Refuse => {
+                        Supervisor::Resting(Box::new(Dormant::empty()))
+                    }
                 };
             }
         }
@@ -550,7 +627,7 @@ impl Daemon {
             generation,
             sent_signal,
             pid,
-            ..
+            adopted,
         } = session.supervisor
         else {
             return;
@@ -561,27 +638,54 @@ impl Daemon {
         let key = exit.key;
         let now = Ts::now();
         let next = session.restarts.on_end(exit.ended, sent_signal, now);
-        let how = match exit.ended {
-            Ended::Code(c) => format!("exit {c}"),
-            Ended::Signal { .. } => "a signal".to_string(),
+        let how = match (exit.ended, adopted) {
+            (Ended::Code(0), true) => "its status file removed (on purpose)".to_string(),
+            (Ended::Signal { .. }, true) => "its status file left behind (killed)".to_string(),
+            (Ended::Code(c), _) => format!("exit {c}"),
+            (Ended::Signal { .. }, false) => "a signal".to_string(),
         };
-        info!(event = "supervisor_ended", key = %key, pid, how = %how, "the supervisor of {key} (pid {pid}) ended with {how}");
+        info!(event = "supervisor_ended", key = %key, pid, adopted, how = %how, "the supervisor of {key} (pid {pid}) ended with {how}");
         self.dirty = true;
         match next {
             Next::Rest => self.rest(&key),
+            Next::Refuse => self.refuse(&key, exit.error),
             Next::Adopt => self.start_supervisor(&key),
             Next::RestartAt(at) => {
                 info!(event = "supervisor_restart_due", key = %key, at = %at.rfc3339(), "the supervisor of {key} crashed; restarting it at {} if the session is still watched", at.rfc3339());
                 session.supervisor = Supervisor::RestartAt(at);
             }
-            Next::GiveUp => {
-                error!(event = "supervisor_crashing", key = %key, "the supervisor of {key} crashed 5 times within the hour; not restarting it until a descendant appears or grows");
-                let dormant = self.dormant_for(&key);
-                if let Some(s) = self.sessions.get_mut(&key) {
-                    s.supervisor = Supervisor::GaveUp(Box::new(dormant));
-                }
+            Next::GiveUp(until) => {
+                error!(event = "supervisor_crashing", key = %key, retry_at = %until.rfc3339(), "the supervisor of {key} crashed 5 times within the hour; not restarting it before {}", until.rfc3339());
+                session.supervisor = Supervisor::GaveUp { until };
+                self.sync_watches();
             }
         }
+    }
+
+    /// The supervisor refused its configuration (exit 2): the session is skipped with its
+    /// reason, said once here, and tried again only under another configuration.
+    fn refuse(&mut self, key: &str, error: Option<String>) {
+        let Some(session) = self.sessions.remove(key) else {
+            return;
+        };
+        let log = supervise_log_path(&self.settings.config_dir, key);
+        let reason = format!(
+            "its supervisor refused the configuration (exit 2): {} (see {})",
+            error.as_deref().unwrap_or("no reason given"),
+            log.display()
+        );
+        error!(event = "supervisor_refused", key = %key, log = %log.display(), "not restarting the supervisor of {key}: {reason}");
+        self.skipped.insert(
+            key.to_owned(),
+            Skipped {
+                watcher_pid: session.watcher_pid,
+                reason,
+                retry: false,
+                refused: Some(Launch::read(session.watcher_pid, key)),
+            },
+        );
+        self.dirty = true;
+        self.sync_watches();
     }
 
     /// The session rests: no supervisor until a descendant appears or grows.
@@ -620,9 +724,9 @@ impl Daemon {
     fn wake_dormant(&mut self, paths: &[PathBuf], full: bool) {
         let mut wake = Vec::new();
         for (key, s) in &mut self.sessions {
-            let dormant = match &mut s.supervisor {
-                Supervisor::Resting(d) | Supervisor::GaveUp(d) => d,
-                _ => continue,
+            // Only a session resting on purpose: a given-up one waits for its time (the spec).
+            let Supervisor::Resting(dormant) = &mut s.supervisor else {
+                continue;
             };
             if dormant.woken(paths, full) {
                 wake.push(key.clone());
@@ -641,7 +745,7 @@ impl Daemon {
     fn sync_watches(&mut self) {
         let mut dirs = vec![self.settings.watcher_dir.clone()];
         for s in self.sessions.values() {
-            if let Supervisor::Resting(d) | Supervisor::GaveUp(d) = &s.supervisor
+            if let Supervisor::Resting(d) = &s.supervisor
                 && let Some(disc) = &d.discovery
             {
                 dirs.extend(disc.watch_dirs());
@@ -719,7 +823,7 @@ impl Daemon {
             start_token: self.start_token.clone(),
             updated_at: now.rfc3339(),
             kcap_watch_version: env!("CARGO_PKG_VERSION").into(),
-            server: self.own_server.clone(),
+            server: self.own_server.as_deref().map(crate::url_display::redacted),
             session_id: String::new(),
             keys: Vec::new(),
             sessions_taken: self
@@ -735,14 +839,20 @@ impl Daemon {
                         Supervisor::RestartAt(at) => {
                             (None, format!("restart due {}", at.rfc3339()))
                         }
-                        Supervisor::GaveUp(_) => (None, "crashed too often".into()),
+                        Supervisor::GaveUp { until } => (
+                            None,
+                            format!(
+                                "given up (crashed 5 times within the hour); tried again at {}",
+                                until.rfc3339()
+                            ),
+                        ),
                     };
                     TakenSession {
                         session_id: key.clone(),
                         rollout: s.rollout.display().to_string(),
                         supervisor_pid: pid,
                         restarts: s.restarts.total,
-                        server: Some(s.server.clone()),
+                        server: Some(crate::url_display::redacted(&s.server)),
                         server_source: Some(s.server_source.as_str().into()),
                         supervisor: Some(state),
                     }
@@ -780,6 +890,8 @@ impl Dormant {
                     self.sizes.insert(to.clone(), len);
                 }
             }
+            // Its supervisor says so; the daemon wakes for children, not for second files.
+            Found::Continuation { .. } => {}
         }
     }
 
@@ -834,6 +946,44 @@ fn is_session_pid_file(path: &Path) -> bool {
         .is_some_and(sessions::is_session_key)
 }
 
+/// `<config>/logs/kcap-watch-supervise-<key>.log`: what a supervisor the daemon started wrote
+/// to its stderr.
+pub(crate) fn supervise_log_path(config_dir: &Path, key: &str) -> PathBuf {
+    config_dir
+        .join("logs")
+        .join(format!("kcap-watch-supervise-{key}.log"))
+}
+
+/// Copies a supervisor's stderr to its capped log file until the supervisor closes it (it
+/// exits); returns its last fatal error line (`kcap-watch: ...`), URLs redacted.
+fn copy_stderr(stderr: impl std::io::Read, log_path: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let mut log = crate::logging::CappedFile::open(log_path).ok();
+    let mut last = None;
+    let mut reader = std::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return last,
+            Ok(_) => {}
+        }
+        if let Some(log) = &mut log {
+            log.write(&line);
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(message) = text.trim_end().strip_prefix("kcap-watch: ") {
+            // At most a few KiB of it: it is shown in a status row.
+            let cut = (0..=message.len().min(2048))
+                .rev()
+                .find(|i| message.is_char_boundary(*i))
+                .unwrap_or(0);
+            let message = &message[..cut];
+            last = Some(crate::url_display::redacted_in_text(message));
+        }
+    }
+}
+
 /// How a supervisor process ended.
 fn ended_of(status: std::process::ExitStatus) -> Ended {
     if let Some(code) = status.code() {
@@ -847,15 +997,18 @@ fn default_codex_home() -> Option<PathBuf> {
     directories::BaseDirs::new().map(|b| b.home_dir().join(".codex"))
 }
 
-/// Whether `path` is under a directory named `target` that a build made (or under
-/// `target/debug`, `target/release`): a binary there is replaced by the next build.
+/// Whether `path` is under a cargo target directory, whatever its name (the spec: recognised
+/// by what it is, as `CARGO_TARGET_DIR` may name any directory): one holding cargo's
+/// `.rustc_info.json` or its `CACHEDIR.TAG`, or a directory named `target` with `debug` or
+/// `release` in it. A binary there is replaced by the next build.
 pub(crate) fn in_build_dir(path: &Path) -> bool {
     path.ancestors().any(|dir| {
-        dir.file_name().is_some_and(|n| n == "target")
-            && (dir.join("CACHEDIR.TAG").exists()
-                || dir.join(".rustc_info.json").exists()
-                || dir.join("debug").is_dir()
-                || dir.join("release").is_dir())
+        let cargo_tag = crate::files::read_small(&dir.join("CACHEDIR.TAG"), 4096)
+            .is_ok_and(|t| t.contains("created by cargo"));
+        cargo_tag
+            || dir.join(".rustc_info.json").is_file()
+            || (dir.file_name().is_some_and(|n| n == "target")
+                && (dir.join("debug").is_dir() || dir.join("release").is_dir()))
     })
 }
 
@@ -865,6 +1018,28 @@ mod tests {
 
     const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
     const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
+
+    /// A `CARGO_TARGET_DIR` of any name is a build directory (`--print-service` refuses a
+    /// binary there); an installed binary's directory is not.
+    #[test]
+    fn a_cargo_target_directory_of_any_name_is_a_build_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("target-daemon");
+        std::fs::create_dir_all(out.join("debug")).unwrap();
+        std::fs::write(
+            out.join("CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by cargo.\n",
+        )
+        .unwrap();
+        assert!(in_build_dir(&out.join("debug/kcap-watch")));
+        let rustc = tmp.path().join("builds");
+        std::fs::create_dir_all(&rustc).unwrap();
+        std::fs::write(rustc.join(".rustc_info.json"), "{}").unwrap();
+        assert!(in_build_dir(&rustc.join("debug/kcap-watch")));
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        assert!(!in_build_dir(&bin.join("kcap-watch")));
+    }
 
     /// Idle, the watcher directory never rests: the kcap CLI's watchers and every supervisor
     /// rewrite each key's heartbeat every 10 s (10 sessions of 10 children: ~10 a second),

@@ -62,16 +62,31 @@ pub fn render(kind: ServiceKind, exe: &Path, vars: &[(String, String)]) -> Strin
     }
 }
 
-/// The service variables set in `env`, in [`SERVICE_VARIABLES`] order, non-empty only.
+/// The service variables set in `env`, in [`SERVICE_VARIABLES`] order, non-empty only. A URL
+/// among them (`KCAP_URL`, a proxy) is written as every URL is shown: its userinfo password
+/// and secret-named query values as `[REDACTED]` (a service file is read by more than its
+/// owner's eyes: backups, dotfile repositories).
 pub fn variables(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     SERVICE_VARIABLES
         .iter()
         .filter_map(|name| {
             let v = env(name)?;
-            (!v.is_empty()).then(|| ((*name).to_owned(), v))
+            let shown = if name.eq_ignore_ascii_case("KCAP_URL")
+                || name.to_ascii_uppercase().ends_with("_PROXY")
+            {
+                crate::url_display::redacted(&v)
+            } else {
+                v
+            };
+            (!shown.is_empty()).then(|| ((*name).to_owned(), shown))
         })
         .collect()
 }
+
+/// Open files the service allows the daemon and the supervisors it starts (they inherit
+/// it): a held child key costs one descriptor (its lock), so thousands of children need more
+/// than the 1,024 most service managers give by default.
+pub(crate) const OPEN_FILES: u32 = 65_536;
 
 /// systemd's quoting for one word of `ExecStart=` or one `Environment=` assignment.
 fn systemd_quote(s: &str) -> String {
@@ -114,7 +129,8 @@ fn systemd(exe: &Path, vars: &[(String, String)]) -> String {
     // The daemon ends its supervisors itself (each spools first); a crashed daemon's
     // supervisors keep running and are adopted by the next one.
     s.push_str("KillMode=process\n");
-    s.push_str("TimeoutStopSec=10\n\n");
+    s.push_str("TimeoutStopSec=10\n");
+    let _ = writeln!(s, "LimitNOFILE={OPEN_FILES}\n");
     s.push_str("[Install]\n");
     s.push_str("WantedBy=default.target\n");
     s
@@ -167,6 +183,10 @@ fn launchd(exe: &Path, vars: &[(String, String)]) -> String {
     // The supervisors are ended by the daemon, not by launchd along with it.
     s.push_str("  <key>AbandonProcessGroup</key>\n  <true/>\n");
     s.push_str("  <key>ProcessType</key>\n  <string>Background</string>\n");
+    let _ = writeln!(
+        s,
+        "  <key>SoftResourceLimits</key>\n  <dict>\n    <key>NumberOfFiles</key>\n    <integer>{OPEN_FILES}</integer>\n  </dict>"
+    );
     s.push_str("</dict>\n</plist>\n");
     s
 }

@@ -107,6 +107,11 @@ pub(crate) struct Child {
     key_files: Files,
     /// Set when the pipeline asked to end.
     pub exit: Option<ExitReason>,
+    /// The pipeline's next wake, as of its last event: the host asks every child at every
+    /// turn of its loop, and with thousands of children recomputing each one's decisions
+    /// there cost more than shipping. Only an event changes it (a later `now` only moves the
+    /// ending's own wakes later), so it is recomputed after each.
+    wake: Option<Ts>,
 }
 
 impl Child {
@@ -145,6 +150,7 @@ impl Child {
             settled: false,
             key_files,
             exit: None,
+            wake: None,
         })
     }
 
@@ -193,6 +199,7 @@ impl Child {
 
     pub(crate) fn latch_stop(&mut self) {
         self.pipeline.latch_stop();
+        self.wake = None;
     }
 
     /// Bytes of the rollout read so far (complete lines and a held partial one): a file longer
@@ -203,9 +210,10 @@ impl Child {
             .map_or(0, |t| t.fold.offset() + t.fold.partial_bytes())
     }
 
-    /// When this child next needs a [`Event::Tick`].
-    pub(crate) fn next_wake(&self, now: Ts) -> Option<Ts> {
-        self.pipeline.next_wake(now)
+    /// When this child next needs a [`Event::Tick`] (as of its last event; see
+    /// [`Child::wake`]'s field).
+    pub(crate) fn next_wake(&self) -> Option<Ts> {
+        self.wake
     }
 
     /// Settles the identity (taking the key's files in `watch`), logs the start and checks
@@ -236,6 +244,7 @@ impl Child {
                 return Err(UsageError(missing.message(&self.path)).into());
             }
             self.pipeline.begin_once(hub.clock.now());
+            self.wake = self.pipeline.next_wake(hub.clock.now());
         } else if self.tail.is_none() {
             info!(event = "waiting_for_file", path = %self.path.display(), "rollout does not exist yet; waiting for it");
         }
@@ -257,7 +266,10 @@ impl Child {
             }
             match self.read_text()? {
                 Some(text) => queue.push_back(text),
-                None => return Ok(()),
+                None => {
+                    self.wake = self.pipeline.next_wake(hub.clock.now());
+                    return Ok(());
+                }
             }
         }
     }
@@ -639,6 +651,13 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // No descriptor (or disk) left is no fault of the path: kept as an I/O error, so a
+        // supervisor claims the child again once the resource returns.
+        Err(e) if files::out_of_resources(&e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("failed to open rollout {}", path.display()))
+            );
+        }
         Err(e) => {
             return Err(UsageError(format!("cannot read rollout {}: {e}", path.display())).into());
         }

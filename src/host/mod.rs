@@ -192,6 +192,11 @@ pub(crate) trait Membership {
     /// The status file's lines now (`None`: nothing to write yet).
     fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>>;
 
+    /// When the membership itself wants the loop to turn again (work left for a later turn).
+    fn next_wake(&self, _now: Ts) -> Option<Ts> {
+        None
+    }
+
     /// Changed paths no child follows (`rescan`: too many, or unknown ones), while the host is
     /// not ending.
     fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()>;
@@ -282,14 +287,21 @@ impl Host {
             if let Some(end) = members.settle(self, now)? {
                 return Ok(end);
             }
-            if let Some(lines) = members.status(self) {
-                self.status.update(lines, now);
+            // Every child's line is built only when a write could follow: with thousands of
+            // children, building them at every turn of the loop cost more than shipping.
+            if self.status.may_write(now) {
+                if let Some(lines) = members.status(self) {
+                    self.status.update(lines, now);
+                }
+            } else {
+                self.status.maybe_changed();
             }
             let next = self
                 .children
                 .values()
-                .filter_map(|c| c.next_wake(now))
+                .filter_map(|c| c.next_wake())
                 .chain(self.status.next_due())
+                .chain(members.next_wake(now))
                 .min()
                 .unwrap_or(now.plus(crate::time::MAX_WINDOW));
             let sleep = tokio::time::sleep(until(now, next));
@@ -304,7 +316,7 @@ impl Host {
                     let due: Vec<u64> = self
                         .children
                         .iter()
-                        .filter(|(_, c)| c.next_wake(now).is_some_and(|t| t <= now))
+                        .filter(|(_, c)| c.next_wake().is_some_and(|t| t <= now))
                         .map(|(slot, _)| *slot)
                         .collect();
                     for slot in due {
@@ -367,12 +379,14 @@ impl Host {
             );
         }
         let mut others = Vec::new();
+        // One lookup per changed path, not one pass over every child.
+        let by_path: std::collections::HashMap<PathBuf, u64> = self
+            .children
+            .iter()
+            .map(|(slot, c)| (c.path().to_path_buf(), *slot))
+            .collect();
         for path in changes.paths {
-            let slot = self
-                .children
-                .iter()
-                .find(|(_, c)| c.path() == path)
-                .map(|(slot, _)| *slot);
+            let slot = by_path.get(&path).copied();
             match slot {
                 Some(slot) => self.check(members, slot)?,
                 None => others.push(path),

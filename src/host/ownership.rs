@@ -35,6 +35,38 @@ use crate::files::{
 };
 use crate::time::Ts;
 
+/// Descriptors kept free for what is already held: a claim is deferred while fewer are left
+/// than this, or an eighth of the limit when that is more. Heartbeats, shipping (up to eight
+/// connections, the token store read before each request), spool, status and log writes of the
+/// keys held each need one for a moment.
+pub(crate) const DESCRIPTOR_RESERVE: u64 = 64;
+
+/// Descriptors run short: what is held comes first (its heartbeats, shipping, spools each need
+/// one for a moment), so nothing new is claimed until some are back. A key costs one at rest
+/// (its lock) and one more while its rollout is followed. `Some`: the error a claim fails with.
+fn descriptors_short() -> Option<io::Error> {
+    let (spare, limit) = crate::platform::open_files::spare()?;
+    (spare < DESCRIPTOR_RESERVE.max(limit / 8)).then(|| {
+        io::Error::other(format!(
+            "only {spare} open files left under the limit, kept for the keys already held \
+             (os error {})",
+            too_many_open_files()
+        ))
+    })
+}
+
+/// `EMFILE`'s number, as an error text carries it (`out_of_resources` recognises it).
+fn too_many_open_files() -> i32 {
+    #[cfg(unix)]
+    {
+        libc::EMFILE
+    }
+    #[cfg(not(unix))]
+    {
+        24
+    }
+}
+
 /// The kcap CLI's startup grace: a watcher younger than this is never stale.
 pub(crate) const SPAWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -184,6 +216,18 @@ struct Keys {
     owned: HashMap<String, WatcherFiles>,
     /// Keys held by another watcher (or mid-decision by the spawner), by key.
     waiting: BTreeMap<String, Claim>,
+    /// Keys whose claim failed (a full disk, no descriptor left, a permission error), by key:
+    /// tried again at every [`Ownership::recheck`], never dropped (the spec: a child whose
+    /// claim failed is never silently dropped).
+    failing: BTreeMap<String, ClaimFailure>,
+}
+
+/// A key whose claim keeps failing: how often, since when, and the last error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ClaimFailure {
+    pub attempts: u64,
+    pub since: Ts,
+    pub error: String,
 }
 
 impl Ownership {
@@ -212,9 +256,51 @@ impl Ownership {
         self.keys().owned.contains_key(key)
     }
 
-    /// Whether some key waits for another watcher to go.
+    /// Whether some key waits for another watcher to go, or for its claim to work.
     pub fn is_waiting(&self) -> bool {
-        !self.keys().waiting.is_empty()
+        let keys = self.keys();
+        !keys.waiting.is_empty() || !keys.failing.is_empty()
+    }
+
+    /// The keys whose claim is failing now, with why.
+    pub fn failing(&self) -> Vec<(String, ClaimFailure)> {
+        let keys = self.keys();
+        keys.failing
+            .iter()
+            .map(|(k, f)| (k.clone(), f.clone()))
+            .collect()
+    }
+
+    /// `key` could not be claimed or followed for `error` (a resource that ran out): it is
+    /// tried again at every [`Ownership::recheck`]. The failure is logged once per streak of
+    /// failures over every key, not per key or per attempt: running out of descriptors or
+    /// disk fails every claim at once.
+    pub fn failed(&self, key: &str, error: &str, now: Ts) {
+        let mut keys = self.keys();
+        let first_of_streak = keys.failing.is_empty();
+        let f = keys
+            .failing
+            .entry(key.to_owned())
+            .or_insert_with(|| ClaimFailure {
+                attempts: 0,
+                since: now,
+                error: String::new(),
+            });
+        f.attempts += 1;
+        f.error = error.to_owned();
+        drop(keys);
+        if first_of_streak {
+            tracing::warn!(event = "child_claim_failed", key = %key, error = %error, "failed to own {key}: {error}; trying it (and any other key that fails) again at every poll");
+        }
+    }
+
+    /// `key` is claimed: a failure streak ends when no key fails any more.
+    fn recovered(&self, key: &str) {
+        let mut keys = self.keys();
+        if keys.failing.remove(key).is_some() && keys.failing.is_empty() {
+            drop(keys);
+            tracing::info!(event = "child_claim_recovered", key = %key, "claims work again");
+        }
     }
 
     /// Takes `key` the way `watch` does: its lock or nothing (no spawn lock: the kcap CLI's
@@ -232,7 +318,14 @@ impl Ownership {
     /// holds it (or the spawner is deciding), the key is remembered and
     /// [`Ownership::recheck`] tries again.
     pub fn want(&self, key: &str, now: Ts) -> io::Result<Claim> {
-        let claim = self.claim(key, now)?;
+        let claim = match self.claim(key, now) {
+            Ok(claim) => claim,
+            Err(e) => {
+                self.failed(key, &e.to_string(), now);
+                return Err(e);
+            }
+        };
+        self.recovered(key);
         let mut keys = self.keys();
         if claim == Claim::Owned {
             keys.waiting.remove(key);
@@ -244,27 +337,56 @@ impl Ownership {
 
     /// Tries every waiting key again; returns the keys owned now. Call it every poll
     /// interval: a key whose watcher died is then taken over within one interval.
+    #[cfg(test)]
     pub fn recheck(&self, now: Ts) -> Vec<String> {
-        let keys: Vec<String> = self.keys().waiting.keys().cloned().collect();
+        // Short of descriptors, every claim would fail the same way: none is tried (counting
+        // the open descriptors once per key, for a thousand keys, was itself a busy loop).
+        if descriptors_short().is_some() {
+            return Vec::new();
+        }
+        let keys: Vec<String> = {
+            let keys = self.keys();
+            keys.waiting
+                .keys()
+                .chain(keys.failing.keys())
+                .cloned()
+                .collect()
+        };
         let mut taken = Vec::new();
         for key in keys {
-            match self.want(&key, now) {
-                Ok(Claim::Owned) => taken.push(key),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(event = "child_claim_failed", key = %key, error = %e, "failed to take over {key}: {e}");
-                }
+            // A failure is recorded (and said once per streak) by `want`.
+            if let Ok(Claim::Owned) = self.want(&key, now) {
+                taken.push(key);
             }
         }
         taken
     }
 
+    /// The keys to try again: those another watcher holds, and those whose claim failed.
+    /// Each is tried with [`Ownership::want`] (the supervisor starts each key's child before
+    /// trying the next, so the descriptors a child costs count before the next claim).
+    pub fn to_recheck(&self) -> Vec<String> {
+        let keys = self.keys();
+        keys.waiting
+            .keys()
+            .chain(keys.failing.keys())
+            .cloned()
+            .collect()
+    }
+
+    /// Descriptors are short: no claim would work now (see [`DESCRIPTOR_RESERVE`]).
+    pub fn short_of_descriptors(&self) -> bool {
+        descriptors_short().is_some()
+    }
+
     /// Stops owning `key` (its pipeline ended): no more beats, then its pid, started and
-    /// heartbeat files are removed and the lock released. Also forgets a waiting key.
+    /// heartbeat files are removed and the lock released. Also forgets a waiting or failing
+    /// key.
     pub fn release(&self, key: &str) {
         let files = {
             let mut keys = self.keys();
             keys.waiting.remove(key);
+            keys.failing.remove(key);
             keys.owned.remove(key)
         };
         // Before the files go: no beat can recreate the heartbeat file after this.
@@ -284,7 +406,9 @@ impl Ownership {
         for key in keys {
             self.release(&key);
         }
-        self.keys().waiting.clear();
+        let mut keys = self.keys();
+        keys.waiting.clear();
+        keys.failing.clear();
     }
 
     fn hold(&self, key: &str, files: WatcherFiles) {
@@ -295,6 +419,9 @@ impl Ownership {
     fn claim(&self, key: &str, now: Ts) -> io::Result<Claim> {
         if self.is_owned(key) {
             return Ok(Claim::Owned);
+        }
+        if let Some(e) = descriptors_short() {
+            return Err(e);
         }
         let Some(_spawn_lock) = SpawnLock::try_take(&self.dir, key)? else {
             return Ok(Claim::Busy);

@@ -31,6 +31,9 @@ pub(crate) struct StatusWriter {
     written: Option<(Vec<KeyStatus>, Ts)>,
     /// Keys as last seen, not yet written (within [`MIN_GAP`] of the last write).
     pending: Option<Vec<KeyStatus>>,
+    /// Something may have changed since the last write, not looked at yet (see
+    /// [`StatusWriter::may_write`]).
+    unseen: bool,
     failing: bool,
 }
 
@@ -39,12 +42,14 @@ impl StatusWriter {
         StatusWriter {
             config_dir,
             writer,
-            server,
+            // Shown, never the credential it may carry (the URL itself stays in the client).
+            server: server.map(|s| crate::url_display::redacted(&s)),
             pid: std::process::id(),
             start_token: crate::platform::start_token::for_current().unwrap_or_default(),
             key: None,
             written: None,
             pending: None,
+            unseen: false,
             failing: false,
         }
     }
@@ -64,6 +69,7 @@ impl StatusWriter {
         if self.key.is_none() {
             return;
         }
+        self.unseen = false;
         let due = match &self.written {
             None => true,
             Some((last, at)) => {
@@ -81,11 +87,26 @@ impl StatusWriter {
         }
     }
 
+    /// Whether [`StatusWriter::update`] could write at `now` (never within [`MIN_GAP`] of the
+    /// last write): only then are the lines worth building.
+    pub(crate) fn may_write(&self, now: Ts) -> bool {
+        match &self.written {
+            None => true,
+            Some((_, at)) => now >= at.plus(MIN_GAP),
+        }
+    }
+
+    /// The lines were not built this turn (see [`StatusWriter::may_write`]): they are looked
+    /// at once [`MIN_GAP`] has passed.
+    pub(crate) fn maybe_changed(&mut self) {
+        self.unseen = true;
+    }
+
     /// When the host must call [`StatusWriter::update`] again (a change held back by
     /// [`MIN_GAP`], or the [`MAX_GAP`] rewrite).
     pub(crate) fn next_due(&self) -> Option<Ts> {
         let (_, at) = self.written.as_ref()?;
-        Some(if self.pending.is_some() {
+        Some(if self.pending.is_some() || self.unseen {
             at.plus(MIN_GAP)
         } else {
             at.plus(MAX_GAP)
@@ -170,6 +191,8 @@ impl KeyFigures<'_> {
                 message: e.message.clone(),
                 at: e.at.rfc3339(),
             }),
+            claim_failures: 0,
+            continuations: Vec::new(),
         }
     }
 }

@@ -164,7 +164,7 @@ pub fn inspect_tree(
                 path,
                 ..
             } => Some((thread_id, parent_id, path)),
-            Found::Moved { .. } => None,
+            Found::Moved { .. } | Found::Continuation { .. } => None,
         })
         .collect();
 

@@ -28,6 +28,10 @@ struct Ending {
     step: Step,
     /// The lifecycle requests were posted once during the ending.
     posted: bool,
+    /// The owed lifecycle requests were handed to the hook spool, and this many answers are
+    /// still to come (`None`: not spooled yet). The ending waits for them, so what `--once`
+    /// reports and logs is the spool's result, not "due, not delivered".
+    hooks_spooling: Option<usize>,
     /// Ship and post until then (`None`: `--once`, bounded by the server's progress).
     ship_until: Option<Ts>,
     /// Gone by then, whatever is left.
@@ -100,6 +104,7 @@ impl End {
                 Step::Ship
             },
             posted: false,
+            hooks_spooling: None,
             ship_until: (!once).then(|| now.plus(SHIP_UNTIL)),
             hard_end: (!once).then(|| now.plus(SHUTDOWN_BUDGET)),
         });
@@ -138,6 +143,34 @@ impl End {
         self.ending
             .as_mut()
             .is_some_and(|e| !std::mem::replace(&mut e.posted, true))
+    }
+
+    /// Whether the owed requests were handed to the hook spool during this ending.
+    pub(super) fn hooks_spooled(&self) -> bool {
+        self.ending
+            .as_ref()
+            .is_some_and(|e| e.hooks_spooling.is_some())
+    }
+
+    /// `count` owed requests were handed to the hook spool; their answers are awaited.
+    pub(super) fn spooling_hooks(&mut self, count: usize) {
+        if let Some(e) = &mut self.ending {
+            e.hooks_spooling = Some(count);
+        }
+    }
+
+    /// One hook spool write answered.
+    pub(super) fn hook_spool_answered(&mut self) {
+        if let Some(Some(n)) = self.ending.as_mut().map(|e| e.hooks_spooling.as_mut()) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Every hook spool write of the ending has answered.
+    pub(super) fn hooks_spool_settled(&self) -> bool {
+        self.ending
+            .as_ref()
+            .is_some_and(|e| e.hooks_spooling == Some(0))
     }
 
     /// Spooling begins: `--once` gets a hard end too, so a spool that keeps failing does not

@@ -498,7 +498,10 @@ impl Pipeline {
                     self.end.last_progress = now;
                 }
             }
-            Event::HookSpooled { hook, result } => self.on_hook_spooled(&hook, result, now),
+            Event::HookSpooled { hook, result } => {
+                self.on_hook_spooled(&hook, result, now);
+                self.end.hook_spool_answered();
+            }
             Event::Tick => {}
             Event::Signal(name) => self.begin_ending(ExitReason::Signal(name), now),
             Event::ParentExited => self.begin_ending(ExitReason::ParentExited, now),
@@ -901,16 +904,24 @@ impl Pipeline {
                     }
                 }
                 Step::Spool => {
-                    if self.all_confirmed() {
-                        self.spool_owed_hooks(now, out);
+                    let confirmed = self.all_confirmed();
+                    if confirmed && !self.end.hooks_spooled() {
+                        let handed = self.spool_owed_hooks(now, out);
+                        self.end.spooling_hooks(handed);
+                    }
+                    // The end waits for the hook spool's answers: what is reported and logged
+                    // is where the stop went, not that it was due.
+                    if confirmed && self.end.hooks_spool_settled() {
                         self.finish(out);
                         return;
                     }
                     if self.end.past_hard_end(now) {
-                        self.notify(Notice::ShutdownBudgetSpent {
-                            session: self.session_id().to_owned(),
-                            first_line: self.delivery.outbox.confirmed_to(),
-                        });
+                        if !confirmed {
+                            self.notify(Notice::ShutdownBudgetSpent {
+                                session: self.session_id().to_owned(),
+                                first_line: self.delivery.outbox.confirmed_to(),
+                            });
+                        }
                         self.finish(out);
                         return;
                     }
@@ -986,8 +997,9 @@ impl Pipeline {
     }
 
     /// At the very end: the owed requests the ending posts go to the hook spool, but never
-    /// ahead of their lines where their route says so.
-    fn spool_owed_hooks(&mut self, now: Ts, out: &mut Vec<Action>) {
+    /// ahead of their lines where their route says so. Returns how many were handed over.
+    fn spool_owed_hooks(&mut self, now: Ts, out: &mut Vec<Action>) -> usize {
+        let mut handed = 0;
         for kind in Lifecycle::ALL {
             let policy = hooks::policy(kind);
             let Some(hook) = self.owed(kind, now).filter(|_| policy.at_end) else {
@@ -995,12 +1007,14 @@ impl Pipeline {
             };
             if !policy.after_turn_end || self.lines_through_turn_end() {
                 out.push(Action::SpoolHook(hook));
+                handed += 1;
             } else {
                 self.notify(Notice::StopNotSpooled {
                     session: self.session_id().to_owned(),
                 });
             }
         }
+        handed
     }
 
     fn finish(&mut self, out: &mut Vec<Action>) {

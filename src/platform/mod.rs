@@ -32,6 +32,7 @@ pub mod detached;
 pub mod file_id;
 pub mod lock;
 pub mod memory;
+pub mod open_files;
 pub mod plain_path;
 pub mod positional;
 pub mod private_file;

@@ -144,7 +144,9 @@ impl KcapClient {
                 ..
             }) => Err(Failure::WrongPath {
                 status,
-                url: self.endpoint(&["hooks", ROUTE_TRANSCRIPT]).to_string(),
+                url: crate::url_display::redacted(
+                    self.endpoint(&["hooks", ROUTE_TRANSCRIPT]).as_str(),
+                ),
             }),
             other => other,
         }

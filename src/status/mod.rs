@@ -139,7 +139,8 @@ pub fn gather(settings: &StatusDirs, clean: bool) -> StatusReport {
         };
         let path = status_dir.join(&name);
         match status_file::read(&path) {
-            Ok(Some(file)) if file.writer_alive() => live.push(file),
+            // Whoever wrote it (an older kcap-watch included), no URL's secret is shown.
+            Ok(Some(file)) if file.writer_alive() => live.push(file.with_urls_redacted()),
             Ok(Some(_)) => {
                 report.stale.push(StaleFile {
                     path: path.display().to_string(),
@@ -220,6 +221,9 @@ pub fn gather(settings: &StatusDirs, clean: bool) -> StatusReport {
     report
 }
 
+/// The state a supervisor's status file gives a key whose claim keeps failing.
+pub(crate) const CLAIM_FAILED: &str = "claim failed";
+
 /// The names in `dir`; a missing directory is empty, an unreadable one is recorded.
 fn list(dir: &Path, unreadable: &mut Vec<String>) -> Vec<String> {
     match fs::read_dir(dir) {
@@ -254,7 +258,9 @@ fn key_report(watcher_dir: &Path, key: &str, live: &[StatusFile], now: Ts) -> Ke
         let k = f.keys.iter().find(|k| k.key == key)?;
         let same = pid == Some(f.pid)
             && (token.is_empty() || f.start_token.is_empty() || token == f.start_token);
-        same.then_some((f, k))
+        // A key whose claim keeps failing has no pid file of the supervisor's: it is still
+        // the supervisor's to show (never silently dropped).
+        (same || k.state == CLAIM_FAILED).then_some((f, k))
     });
     let verdict_name = match verdict {
         Verdict::Vacant => "none",
@@ -475,6 +481,12 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
                 ks.map(|k| f(k).to_string()).unwrap_or_else(|| "-".into())
             };
             let mut tail = String::new();
+            if let Some(k) = ks.filter(|k| k.state == CLAIM_FAILED) {
+                tail.push_str(&format!(
+                    "claim failed {} times, retried every poll; ",
+                    k.claim_failures
+                ));
+            }
             if let Some(n) = ks.and_then(|k| k.next_due.as_ref()) {
                 tail.push_str(&format!("{} at {}", n.decision, n.at));
             }
@@ -500,6 +512,9 @@ pub fn write_text(r: &StatusReport, out: &mut dyn Write) -> io::Result<()> {
             )?;
             if let Some(rollout) = &k.rollout {
                 writeln!(out, "    {rollout}")?;
+            }
+            for path in ks.map(|k| k.continuations.as_slice()).unwrap_or_default() {
+                writeln!(out, "    continuation not followed: {path}")?;
             }
             if let Some(lost) = ks.filter(|k| k.lines_lost.total() > 0) {
                 writeln!(
@@ -580,6 +595,8 @@ mod tests {
                 message: hostile.into(),
                 at: "2026-12-01T10:00:00Z".into(),
             }),
+            claim_failures: 0,
+            continuations: Vec::new(),
         };
         let report = StatusReport {
             version: VERSION,

@@ -371,6 +371,10 @@ pub(crate) enum Found {
         from: PathBuf,
         to: PathBuf,
     },
+    /// A second rollout of a member's thread (a continuation segment, a retained copy
+    /// `rollout-...-<thread id>_<suffix>.jsonl`): never a child of its own, and not followed
+    /// either (the server's line numbers have no rule for a second file of one thread).
+    Continuation { thread_id: String, path: PathBuf },
 }
 
 #[derive(Debug)]
@@ -701,10 +705,19 @@ impl Discovery {
         }
         let class = match read_header(&path) {
             Ok(Header::Meta(meta)) => match ThreadFacts::from_meta(&meta) {
-                Some(facts) if self.thread_files.contains_key(&facts.id) => {
-                    // Same thread under another inode (a copy, not a rename): the first
-                    // file stays the one followed.
-                    tracing::debug!(event = "discovery_duplicate", thread = %facts.id, path = %path.display(), "a second rollout names thread {}; following the first", facts.id);
+                Some(facts)
+                    if self.thread_files.contains_key(&facts.id)
+                        || is_retained_copy(&path, &facts.id) =>
+                {
+                    // Same thread under another inode (a continuation segment or a copy, not
+                    // a rename): never a new child, and the first file stays the one followed.
+                    if self.tree.contains(&facts.id) {
+                        tracing::warn!(event = "rollout_continuation", thread = %facts.id, path = %path.display(), "a second rollout of sub-agent {} is not followed: {} (the server's line numbers have no rule for a second file of one thread)", facts.id, path.display());
+                        found.push(Found::Continuation {
+                            thread_id: facts.id.clone(),
+                            path: path.clone(),
+                        });
+                    }
                     Class::Other
                 }
                 Some(facts) => {
@@ -773,6 +786,15 @@ impl Discovery {
             self.classify(id, found);
         }
     }
+}
+
+/// A retained copy of a thread's rollout: Codex names it `rollout-...-<thread id>_<suffix>.jsonl`
+/// (`thread` without dashes, as the tree keeps ids). Never taken for the thread itself, even
+/// when it is listed before the original.
+fn is_retained_copy(path: &Path, thread: &str) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.replace('-', "").contains(&format!("{thread}_")))
 }
 
 /// `rollout-*.jsonl` (a compressed `.jsonl.zst` copy is not followed).

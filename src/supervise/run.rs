@@ -22,12 +22,12 @@ use crate::error::{RolloutRewritten, UsageError};
 use crate::files;
 use crate::host::child::{Child, Files, WatchOptions};
 use crate::host::clock::Clock;
-use crate::host::ownership::Claim;
+use crate::host::ownership::{Claim, ClaimFailure};
 use crate::host::shutdown::Shutdown;
 use crate::host::{Ending, Host, Membership};
 use crate::key::{Identity, Role, normalize_id};
 use crate::pipeline::{Event, ExitReason};
-use crate::status_file::KeyStatus;
+use crate::status_file::{KeyStatus, LastError};
 use crate::time::Ts;
 
 /// What `supervise` was asked to do.
@@ -151,9 +151,17 @@ pub async fn run_until(
         held: BTreeMap::new(),
         members: HashMap::new(),
         done: HashSet::new(),
+        to_claim: std::collections::VecDeque::new(),
+        continuations: BTreeMap::new(),
     };
     let result = host.run(&mut tree, shutdown, parent).await;
-    host.close();
+    if result.is_ok() {
+        host.close();
+    } else {
+        // An end on purpose removes the status file; a failure leaves it, so a daemon that
+        // adopted this supervisor (and cannot see its exit code) restarts it as a crash.
+        host.hub.keys.release_all();
+    }
     result
 }
 
@@ -173,7 +181,15 @@ struct Tree {
     members: HashMap<String, Member>,
     /// Keys whose child ended here: never started again by this process.
     done: HashSet<String>,
+    /// Keys found and not claimed yet, claimed [`CLAIMS_PER_TURN`] at a time so that a
+    /// thousand found at once do not hold up the shipping of those already claimed.
+    to_claim: std::collections::VecDeque<String>,
+    /// Second rollouts of a followed thread, by key: named in the status file, not followed.
+    continuations: BTreeMap<String, Vec<PathBuf>>,
 }
+
+/// How many found keys one turn of the loop claims (each claim writes a few files).
+const CLAIMS_PER_TURN: usize = 16;
 
 impl Membership for Tree {
     type End = ();
@@ -207,6 +223,14 @@ impl Membership for Tree {
 
     fn settle(&mut self, host: &mut Host, now: Ts) -> Result<Option<()>> {
         self.reap_ended(host);
+        if host.ending.is_none() {
+            for _ in 0..CLAIMS_PER_TURN {
+                let Some(key) = self.to_claim.pop_front() else {
+                    break;
+                };
+                self.want(host, &key);
+            }
+        }
         if host.ending.is_some() && host.children.is_empty() {
             info!(event = "supervisor_ended", "every child has ended");
             return Ok(Some(()));
@@ -222,6 +246,10 @@ impl Membership for Tree {
         Ok(None)
     }
 
+    fn next_wake(&self, now: Ts) -> Option<Ts> {
+        (!self.to_claim.is_empty()).then_some(now)
+    }
+
     /// Every child followed, then every key held without a pipeline.
     fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>> {
         let mut lines: Vec<KeyStatus> = host
@@ -230,6 +258,18 @@ impl Membership for Tree {
             .filter_map(|c| c.key_status())
             .collect();
         lines.extend(self.held.values().filter_map(|h| h.status.clone()));
+        lines.extend(
+            host.hub
+                .keys
+                .failing()
+                .into_iter()
+                .map(|(key, f)| self.claim_failed_status(&key, &f)),
+        );
+        for line in &mut lines {
+            if let Some(paths) = self.continuations.get(&line.key) {
+                line.continuations = paths.iter().map(|p| p.display().to_string()).collect();
+            }
+        }
         lines.sort_by(|a, b| a.key.cmp(&b.key));
         Some(lines)
     }
@@ -258,8 +298,16 @@ impl Membership for Tree {
 
     fn on_poll(&mut self, host: &mut Host) {
         self.scan(host);
-        for key in host.hub.keys.recheck(host.hub.clock.now()) {
-            self.start_child(host, &key, false);
+        // One key at a time, its child started before the next is claimed: a claim and its
+        // child's rollout cost two descriptors, and both count before the next claim.
+        let now = host.hub.clock.now();
+        for key in host.hub.keys.to_recheck() {
+            if host.hub.keys.short_of_descriptors() {
+                break;
+            }
+            if let Ok(Claim::Owned) = host.hub.keys.want(&key, now) {
+                self.start_child(host, &key, false);
+            }
         }
         let held: Vec<String> = self.held.keys().cloned().collect();
         for key in held {
@@ -315,7 +363,14 @@ impl Tree {
                             path,
                         },
                     );
-                    self.want(host, &key);
+                    self.to_claim.push_back(key);
+                }
+                Found::Continuation { thread_id, path } => {
+                    let key = files::watcher_key(&self.session_id, Some(&thread_id));
+                    let paths = self.continuations.entry(key).or_default();
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
                 }
                 // The child's own guard follows the open file across the rename (R3).
                 Found::Moved { thread_id, to, .. } => {
@@ -344,9 +399,41 @@ impl Tree {
                 info!(event = "child_held", key = %key, pid = pid.unwrap_or(0), "{key} is held by another live watcher; re-checking every poll");
             }
             Ok(Claim::Busy) => {}
-            Err(e) => {
-                warn!(event = "child_claim_failed", key = %key, error = %e, "failed to own {key}: {e}");
-            }
+            // Recorded, said once per streak and tried again at every poll by the ownership.
+            Err(_) => {}
+        }
+    }
+
+    /// The status line of a key whose claim keeps failing.
+    fn claim_failed_status(&self, key: &str, f: &ClaimFailure) -> KeyStatus {
+        let (session_id, agent_id) = match key.split_once('-') {
+            Some((s, a)) => (s.to_owned(), Some(a.to_owned())),
+            None => (key.to_owned(), None),
+        };
+        KeyStatus {
+            key: key.to_owned(),
+            session_id,
+            agent_id,
+            rollout: self
+                .held_path(key)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            state: crate::status::CLAIM_FAILED.to_owned(),
+            turn: "none".to_owned(),
+            lines_on_disk: 0,
+            lines_confirmed: 0,
+            lines_spooled: 0,
+            lines_refused: 0,
+            lines_lost: Default::default(),
+            stop_posted: false,
+            next_due: None,
+            last_error: Some(LastError {
+                event: "child_claim_failed".to_owned(),
+                message: f.error.clone(),
+                at: f.since.rfc3339(),
+            }),
+            claim_failures: f.attempts,
+            continuations: Vec::new(),
         }
     }
 
@@ -435,6 +522,20 @@ impl Tree {
     }
 
     fn key_failed(&mut self, host: &mut Host, key: &str, e: &anyhow::Error) {
+        // Out of descriptors or disk: not this child's fault. Its key goes back (freeing its
+        // lock's descriptor) and is claimed again at a later poll, from the server's
+        // watermark: nothing of it is dropped.
+        let exhausted = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .any(files::out_of_resources);
+        if exhausted {
+            host.hub.keys.release(key);
+            host.hub
+                .keys
+                .failed(key, &format!("{e:#}"), host.hub.clock.now());
+            return;
+        }
         // A rewrite was logged as `rollout_rewritten` where it was found.
         if !e.chain().any(|c| c.is::<RolloutRewritten>()) {
             error!(event = "child_failed", key = %key, "child {key} ended: {e:#}");
@@ -490,7 +591,7 @@ impl Tree {
     /// No child runs or waits for another watcher, and the session's rollout has not changed
     /// for its idle window (counted from the supervisor's start at the earliest).
     fn is_idle(&self, host: &Host, now: Ts) -> bool {
-        if !host.children.is_empty() || host.hub.keys.is_waiting() {
+        if !host.children.is_empty() || host.hub.keys.is_waiting() || !self.to_claim.is_empty() {
             return false;
         }
         let changed = std::fs::metadata(&self.session_path)

@@ -88,7 +88,7 @@ fn joined_ids(found: &[Found]) -> Vec<String> {
         .iter()
         .filter_map(|f| match f {
             Found::Joined { thread_id, .. } => Some(thread_id.clone()),
-            Found::Moved { .. } => None,
+            Found::Moved { .. } | Found::Continuation { .. } => None,
         })
         .collect()
 }

@@ -297,7 +297,7 @@ fn status_counts_a_running_watchers_losses_by_reason() {
     });
     let out = sandbox.cmd(None).arg("status").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    w.terminate(Duration::from_secs(10));
+    w.kill9();
     assert!(shown, "status --json never showed the two losses");
     assert!(
         text.contains("shipped as capture-loss markers: 2 malformed_input"),

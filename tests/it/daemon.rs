@@ -1044,3 +1044,349 @@ fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_
     );
     assert_eq!(wait_exit(&mut first, WAIT).and_then(|s| s.code()), Some(0));
 }
+
+/// Every file under `dir` (recursively), as text: what a person could read on disk.
+fn all_files_text(dir: &Path) -> String {
+    let mut out = String::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.push_str(&all_files_text(&p));
+        } else if let Ok(bytes) = fs::read(&p) {
+            out.push_str(&format!("== {}\n", p.display()));
+            out.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    out
+}
+
+fn status_output(config: &Path, json: bool) -> String {
+    let mut c = kcap_watch(config);
+    c.arg("status");
+    if json {
+        c.arg("--json");
+    }
+    support::bin::stdout(&support::bin::run(c, WAIT))
+}
+
+/// Issue 28 item 4 (the spec's T5.3): a `KCAP_URL` the kcap CLI's session watcher runs with,
+/// carrying a userinfo password and a `?token=`, is shown nowhere in clear: not in the
+/// daemon's log, its status file, any other file kcap-watch writes, nor `status` (text and
+/// JSON), which show it with `[REDACTED]` in their place.
+#[test]
+fn a_url_secret_read_from_the_session_watcher_is_shown_nowhere() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let url = w
+        .server
+        .url()
+        .replacen("://", "://kcapuser:UrlPw5ecret@", 1)
+        + "/?token=UrlQueryT0ken&tenant=acme";
+    let _stand = Standin::start(
+        &w.tmp.path().join("standin"),
+        &s1.key(),
+        &r1,
+        &url,
+        &w.config,
+        &w.home,
+    );
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon("daemon.log");
+    assert!(
+        wait_for(WAIT, || w.logs().contains("\"event\":\"supervisor_ended\"")
+            && w.daemon_status().is_some_and(|s| s["sessions_taken"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()))),
+        "{}",
+        w.logs()
+    );
+    let text = status_output(&w.config, false);
+    let json = status_output(&w.config, true);
+    let shown = format!(
+        "{}\n{}\n== status\n{text}\n== status --json\n{json}",
+        w.logs(),
+        all_files_text(&w.config)
+    );
+    for secret in ["UrlPw5ecret", "UrlQueryT0ken"] {
+        assert!(!shown.contains(secret), "{secret} shown:\n{shown}");
+    }
+    assert!(
+        text.contains("kcapuser:[REDACTED]@") && text.contains("token=[REDACTED]&tenant=acme"),
+        "{text}"
+    );
+    assert!(json.contains("kcapuser:[REDACTED]@"), "{json}");
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// Issue 28 items 1 and 4: a printed service shows no URL's secret (`KCAP_URL`, a proxy), and
+/// allows the open files thousands of children need (`LimitNOFILE`, launchd's
+/// `SoftResourceLimits`).
+#[test]
+fn a_printed_service_shows_no_url_secret_and_allows_thousands_of_open_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = installed_binary(tmp.path());
+    let env = [
+        (
+            "KCAP_URL",
+            "https://svcuser:SvcPw5ecret@kcap.example/?api_key=SvcKey1",
+        ),
+        ("HTTPS_PROXY", "http://proxyuser:ProxyPw5ecret@proxy:3128"),
+    ];
+    for kind in ["systemd", "launchd", "windows"] {
+        let out = print_service(&exe, kind, &env);
+        assert_eq!(out.status.code(), Some(0), "{}", support::bin::stderr(&out));
+        let text = support::bin::stdout(&out);
+        for secret in ["SvcPw5ecret", "SvcKey1", "ProxyPw5ecret"] {
+            assert!(!text.contains(secret), "{kind}: {secret} shown:\n{text}");
+        }
+        assert!(
+            text.contains("svcuser:[REDACTED]@kcap.example"),
+            "{kind}: {text}"
+        );
+        match kind {
+            "systemd" => {
+                let limit = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("LimitNOFILE="))
+                    .and_then(|v| v.parse::<u64>().ok());
+                assert!(limit.is_some_and(|l| l >= 16_384), "{text}");
+            }
+            "launchd" => {
+                let compact: String = text.split_whitespace().collect();
+                assert!(
+                    compact.contains(
+                        "<key>SoftResourceLimits</key><dict><key>NumberOfFiles</key><integer>"
+                    ),
+                    "{text}"
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The daemon's JSON log records named `event`.
+fn daemon_events(w: &World, log: &str, event: &str) -> Vec<Value> {
+    fs::read_to_string(w.tmp.path().join(log))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["event"] == event)
+        .collect()
+}
+
+fn taken_state(w: &World, ids: Ids) -> Option<String> {
+    w.daemon_status()?["sessions_taken"]
+        .as_array()?
+        .iter()
+        .find(|t| t["session_id"] == ids.key())
+        .and_then(|t| t["supervisor"].as_str().map(str::to_owned))
+}
+
+/// Issue 28 item 2 (the spec's T3.1): a supervisor the daemon adopted, SIGKILLed with lines
+/// unshipped, is a crash like one it started: restarted within the spec'd delay (10 s, then the
+/// backoff), and its successor ships the remaining lines and the child's stop.
+#[test]
+fn an_adopted_supervisor_killed_with_lines_unshipped_is_restarted_and_its_lines_and_stop_delivered()
+{
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let _stand = w.standin(s1, &r1);
+    w.standins_started(&[s1]);
+    // A supervisor left running by an earlier daemon.
+    let mut first = {
+        let mut c = kcap_watch(&w.config);
+        c.env("CODEX_HOME", &w.home)
+            .env("KCAP_URL", w.server.url())
+            .env("KCAP_WATCH_POLL_MS", "100")
+            .arg("supervise")
+            .arg(&r1)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    let lock = w
+        .config
+        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
+    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
+        .is_ok_and(|t| t == first.id().to_string())));
+    let mut daemon = w.daemon("daemon.log");
+    assert!(
+        wait_for(WAIT, || taken_state(&w, s1).as_deref() == Some("adopted")),
+        "{}",
+        w.logs()
+    );
+    // A child whose lines the server does not take yet.
+    w.server
+        .fail_always(Some("transcript"), support::Fault::Status(503));
+    let a = &w.tree(s1)[0];
+    fs::write(&a.path, &a.text).unwrap();
+    assert!(
+        w.server
+            .wait_until(WAIT, |s| s.request_count("transcript") >= 1),
+        "{}",
+        w.logs()
+    );
+    sigkill(first.id());
+    let _ = first.wait();
+    let killed = Instant::now();
+    w.server.clear_faults();
+    assert!(
+        wait_for(Duration::from_secs(40), || w
+            .supervisor_pid(s1)
+            .is_some_and(|p| p != first.id() && alive(p))),
+        "the killed adopted supervisor was not restarted: {}",
+        w.logs()
+    );
+    let restarted_after = killed.elapsed();
+    assert!(
+        restarted_after < Duration::from_secs(25),
+        "{restarted_after:?}"
+    );
+    assert!(
+        w.server
+            .wait_until(WAIT, |_| w.shipped_completely(s1, a) && w.stops(s1, a) == 1),
+        "the adopted supervisor's lines and stop were not delivered: {}",
+        w.logs()
+    );
+    eprintln!("restarted {restarted_after:?} after the SIGKILL");
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// Issue 28 item 5 (the spec's T3.2, T3.4): a supervisor that refuses its configuration
+/// (exit 2: here a `KCAP_URL` with user info) is started once, not again on every write of a
+/// child; its own error is kept in `<config>/logs/kcap-watch-supervise-<key>.log`, shown by
+/// `status` with the session listed as skipped, and said once in the daemon's log.
+#[test]
+fn a_supervisor_that_refuses_its_configuration_is_started_once_and_its_reason_shown() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let url = w.server.url().replacen("://", "://someone:Pw@", 1);
+    let _stand = Standin::start(
+        &w.tmp.path().join("standin"),
+        &s1.key(),
+        &r1,
+        &url,
+        &w.config,
+        &w.home,
+    );
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon("daemon.log");
+    let skipped_reason = || {
+        w.daemon_status().and_then(|s| {
+            s["sessions_skipped"]
+                .as_array()?
+                .iter()
+                .find(|t| t["session_id"] == s1.key())
+                .and_then(|t| t["reason"].as_str().map(str::to_owned))
+        })
+    };
+    assert!(
+        wait_for(WAIT, || skipped_reason()
+            .is_some_and(|r| r.contains("exit 2") && r.contains("user info"))),
+        "{:?}\n{}",
+        skipped_reason(),
+        w.logs()
+    );
+    // The session's children write for a while: no supervisor is started for them.
+    for d in w.tree(s1) {
+        fs::write(&d.path, &d.text).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        append_lines(&d.path, &turn(1));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let starts = daemon_events(&w, "daemon.log", "supervisor_started").len();
+    assert_eq!(starts, 1, "{}", w.logs());
+    assert_eq!(
+        daemon_events(&w, "daemon.log", "supervisor_refused").len(),
+        1,
+        "{}",
+        w.logs()
+    );
+    let own_log = w
+        .config
+        .join(format!("logs/kcap-watch-supervise-{}.log", s1.key()));
+    let text = fs::read_to_string(&own_log).unwrap_or_default();
+    assert!(text.contains("user info"), "{}: {text}", own_log.display());
+    let status = status_output(&w.config, false);
+    assert!(
+        status.contains(&format!("skipped {}", s1.key())) && status.contains("exit 2"),
+        "{status}"
+    );
+    assert_eq!(kcap_watch_processes(&w.config), vec![daemon.id()]);
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// Issue 28 item 5 (the spec's T3.3, T3.4): a supervisor that crashed 5 times within the hour
+/// is given up until the hour has passed, whatever the session's children write meanwhile, and
+/// `status` says so with the time it will be tried again.
+#[test]
+fn a_spent_restart_budget_is_not_restarted_by_childrens_writes_and_status_says_until_when() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let _stand = w.standin(s1, &r1);
+    w.standins_started(&[s1]);
+    let mut daemon = w.daemon("daemon.log");
+    let mut last = None;
+    // The first start and five restarts, each SIGKILLed once it runs.
+    for round in 0..6 {
+        assert!(
+            wait_for(Duration::from_secs(40), || w
+                .supervisor_pid(s1)
+                .is_some_and(|p| Some(p) != last && alive(p))),
+            "round {round}: no supervisor: {}",
+            w.logs()
+        );
+        let pid = w.supervisor_pid(s1).unwrap();
+        sigkill(pid);
+        last = Some(pid);
+    }
+    assert!(
+        wait_for(WAIT, || taken_state(&w, s1)
+            .is_some_and(|s| s.starts_with("given up"))),
+        "{:?}\n{}",
+        taken_state(&w, s1),
+        w.logs()
+    );
+    let state = taken_state(&w, s1).unwrap();
+    let at = state
+        .rsplit(' ')
+        .next()
+        .and_then(kcap_watch::time::Ts::parse_rfc3339)
+        .expect("a retry time");
+    let now = kcap_watch::time::Ts::now();
+    assert!(
+        at > now.plus(Duration::from_secs(50 * 60)),
+        "tried again too soon: {state}"
+    );
+    // The children write: the session stays given up.
+    for d in w.tree(s1) {
+        fs::write(&d.path, &d.text).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.supervisor_pid(s1), None, "{}", w.logs());
+    assert_eq!(
+        daemon_events(&w, "daemon.log", "supervisor_started").len(),
+        6,
+        "{}",
+        w.logs()
+    );
+    let text = status_output(&w.config, false);
+    assert!(
+        text.contains("given up") && text.contains("tried again at"),
+        "{text}"
+    );
+    sigterm(daemon.id());
+    assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
+}

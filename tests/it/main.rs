@@ -15,6 +15,7 @@ mod classify_props;
 mod cli_config;
 mod client;
 mod daemon;
+mod daemon_faults;
 mod defects_r3;
 mod e2e_delivery;
 mod e2e_follow;

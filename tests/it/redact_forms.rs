@@ -261,3 +261,49 @@ left_alone_tests! {
     setter_with_a_call: "config.setToken(tokenProvider.get());";
     xml_policy_element: "<passwordPolicy>strict</passwordPolicy><tokenLifetime>3600</tokenLifetime>";
 }
+
+// Code under a secret's name, whatever its case, and names of things (revision 4's precision
+// classes): credential-handling code ships readable.
+left_alone_tests! {
+    code_attribute_path_in_capitals: "API_KEY = Config.API_KEY";
+    code_environment_member: "const secret = process.env.CLIENT_SECRET;";
+    code_keyword_arguments_from_settings: "client = Client(api_key=settings.API_KEY, secret=settings.SECRET)";
+    code_lookup_with_a_quoted_key: "token = os.environ[\"API_TOKEN\"]";
+    code_lookup_in_single_quotes: "key = credentials['SecretAccessKey']";
+    code_lowercase_attribute_path: "secret = self.credentials.access_key";
+    name_kubernetes_secret_name: "secretName: app-tls-cert";
+    name_kubernetes_secret_namespace: "tokenSecretNamespace: kube-system";
+    name_kubernetes_secret_ref: "secretRef: db-credentials";
+    name_token_type: "token_type: bearer-with-refresh";
+    placeholder_in_angle_brackets: "password: <your-password-here>";
+    placeholder_dots: "api_key = \"...\"";
+    placeholder_your_key_here: "OPENAI_API_KEY: your-api-key-here";
+}
+
+// ...while a random run in the same places is still a secret.
+leak_tests! {
+    code_shape_with_random_segments_is_a_secret: "API_KEY=Xk9v.Q2mLp7Rz" => ["Xk9v.Q2mLp7Rz"];
+    lookup_of_a_random_run_is_a_secret: "token = Ab9c[Zq8]" => ["Ab9c[Zq8]"];
+}
+
+// Newer provider prefixes, in forms other than the rules' own examples.
+leak_tests! {
+    prefix_tavily_in_a_config_call: "client = TavilyClient(api_key=\"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\")" => ["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"];
+    prefix_groq_in_a_dotenv: "GROQ_KEY='gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D'" => ["gsk_Zr8Wq2Lm9Xv4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7D"];
+    prefix_langsmith_in_json: "{\"LANGCHAIN_API_KEY_VALUE\": \"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\"}" => ["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"];
+}
+
+// Colour codes, zero-width and full-width characters between or inside a name and its value:
+// the rules see the text without them, and the raw bytes of the value are what is replaced.
+leak_tests! {
+    invisible_grep_colour_around_the_name: "config.env:3:\u{1b}[01;31m\u{1b}[KDB_PASSWORD\u{1b}[m\u{1b}[K=Gr3pC0lourPw" => ["Gr3pC0lourPw"];
+    invisible_colour_between_name_and_value: "API_TOKEN=\u{1b}[32mC0l0uredT0kenValue9\u{1b}[0m" => ["C0l0uredT0kenValue9"];
+    invisible_zero_width_inside_the_name: "pass\u{200b}word=Z3roW1dthPw" => ["Z3roW1dthPw"];
+    invisible_byte_order_mark_inside_the_name: "api\u{feff}_key: B0mInsideKey77" => ["B0mInsideKey77"];
+    invisible_full_width_name: "\u{ff50}\u{ff41}\u{ff53}\u{ff53}\u{ff57}\u{ff4f}\u{ff52}\u{ff44}=Fu11W1dthPw" => ["Fu11W1dthPw"];
+}
+
+left_alone_tests! {
+    invisible_coloured_test_output_without_secrets: "\u{1b}[32mtest tokens::count_is_right ... ok\u{1b}[0m";
+    invisible_full_width_prose: "\u{ff28}\u{ff45}\u{ff4c}\u{ff4c}\u{ff4f} world";
+}

@@ -282,6 +282,9 @@ impl Store {
     }
 }
 
+/// A failure to read the token store was logged and no read has worked since.
+static UNREADABLE_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn read(path: &Path, legacy: bool) -> Read {
     let (bytes, modified) = match std::fs::File::open(path).and_then(|mut f| {
         use std::io::Read as _;
@@ -290,10 +293,17 @@ fn read(path: &Path, legacy: bool) -> Read {
         f.read_to_end(&mut bytes)?;
         Ok((bytes, modified))
     }) {
-        Ok(read) => read,
+        Ok(read) => {
+            UNREADABLE_SAID.store(false, std::sync::atomic::Ordering::Relaxed);
+            read
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Read::Missing,
         Err(e) => {
-            tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to read the kcap token store {}: {e}", path.display());
+            // Once per streak: the store is read before every request, and a process out of
+            // descriptors fails each read the same way until some are back.
+            if !UNREADABLE_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to read the kcap token store {}: {e}", path.display());
+            }
             return Read::Unusable;
         }
     };

@@ -209,6 +209,114 @@ pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
     false
 }
 
+/// Whether `text` holds a character that can hide a name or a value from the rules: an ANSI
+/// escape (`grep --color=always`, coloured test output), a zero-width character (U+200B to
+/// U+200D, U+2060, U+FEFF) or a full-width form of ASCII (U+FF01 to U+FF5E).
+pub(crate) fn has_invisible(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr(0x1B, b).is_some()
+        || memchr::memchr2(0xE2, 0xEF, b).is_some_and(|_| {
+            text.chars()
+                .any(|c| invisible_len(c).is_some() || fullwidth(c).is_some())
+        })
+}
+
+/// The view of `text` the rules see when it holds [`has_invisible`] characters: ANSI escape
+/// sequences and zero-width characters removed, full-width forms as their ASCII letters, with
+/// the same map back to `text` that a decoded string has (a span over a changed piece covers
+/// it whole). The revision-4 spec's T2.3: they must not hide a secret.
+pub(crate) fn visible(text: &str) -> Decoded<'_> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut units = Vec::new();
+    let mut literal_from: Option<usize> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let (len, with) = if bytes[i] == 0x1B {
+            (ansi_len(&bytes[i..]), None)
+        } else {
+            // Not a char boundary only inside a multi-byte character, which `chars` skips.
+            let c = text[i..].chars().next().unwrap_or('\0');
+            match (invisible_len(c), fullwidth(c)) {
+                (Some(len), _) => (len, None),
+                (None, Some(ascii)) => (c.len_utf8(), Some(ascii)),
+                (None, None) => {
+                    if literal_from.is_none() {
+                        units.push(Unit {
+                            dec: out.len() as u32,
+                            raw: i as u32,
+                            escape_len: 0,
+                        });
+                        literal_from = Some(i);
+                    }
+                    out.push(c);
+                    i += c.len_utf8();
+                    continue;
+                }
+            }
+        };
+        literal_from = None;
+        units.push(Unit {
+            dec: out.len() as u32,
+            raw: i as u32,
+            escape_len: len as u32,
+        });
+        if let Some(ascii) = with {
+            out.push(ascii);
+        }
+        i += len;
+    }
+    Decoded {
+        text: Cow::Owned(out),
+        units,
+        raw_len: text.len(),
+    }
+}
+
+/// The UTF-8 length of a zero-width character.
+fn invisible_len(c: char) -> Option<usize> {
+    matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}').then(|| c.len_utf8())
+}
+
+/// The ASCII character a full-width form stands for.
+fn fullwidth(c: char) -> Option<char> {
+    matches!(c, '\u{FF01}'..='\u{FF5E}')
+        .then(|| char::from_u32(c as u32 - 0xFF01 + 0x21))
+        .flatten()
+}
+
+/// The length of the ANSI escape sequence at the start of `b` (which starts with ESC): a CSI
+/// sequence (`ESC [` parameters, intermediates, one final byte), an OSC string (`ESC ]` up to
+/// BEL or `ESC \`), or ESC and one more byte.
+fn ansi_len(b: &[u8]) -> usize {
+    match b.get(1) {
+        Some(b'[') => {
+            let mut i = 2;
+            while i < b.len() && (0x20..=0x3F).contains(&b[i]) {
+                i += 1;
+            }
+            if i < b.len() && (0x40..=0x7E).contains(&b[i]) {
+                i + 1
+            } else {
+                i
+            }
+        }
+        Some(b']') => {
+            let mut i = 2;
+            while i < b.len() && b[i] != 0x07 && !(b[i] == 0x1B && b.get(i + 1) == Some(&b'\\')) {
+                i += 1;
+            }
+            match b.get(i) {
+                Some(0x07) => i + 1,
+                Some(_) => i + 2,
+                None => i,
+            }
+        }
+        Some(c) if c.is_ascii() => 2,
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

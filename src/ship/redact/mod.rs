@@ -268,7 +268,7 @@ impl Redactor {
     /// `known_json`: whether `text` is JSON, when the caller already knows.
     fn redact<'a>(&self, text: &'a str, known_json: Option<bool>) -> Cow<'a, str> {
         let hits = self.scan(text);
-        let hidden = decode::hides_ascii(text.as_bytes());
+        let hidden = decode::hides_ascii(text.as_bytes()) || decode::has_invisible(text);
         if hits.is_empty() && !hidden {
             return Cow::Borrowed(text);
         }
@@ -452,6 +452,17 @@ impl Redactor {
             }
         }
         fix_markers(text, out, first);
+        // Colour codes, zero-width and full-width characters between or inside a name and its
+        // value: the rules see the text without them (spans map back over them).
+        if depth < MAX_DEPTH && decode::has_invisible(text) {
+            let view = decode::visible(text);
+            let view_hits = self.scan(&view.text);
+            if !view_hits.is_empty() {
+                let mut inner = Vec::new();
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, keys_only);
+                out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+            }
+        }
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
             let view = decode::decode(text);
             if !view.is_identity() {
@@ -513,7 +524,8 @@ impl Redactor {
             Some(hits) => self.decoded_hits(hits, content.clone(), &decoded),
             None => self.scan(&decoded.text),
         };
-        let hidden = decode::hides_ascii(decoded.text.as_bytes());
+        let hidden =
+            decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
         if hits.is_empty() && !hidden {
             return;
         }
@@ -626,7 +638,9 @@ impl Walk<'_> {
     fn may_hold(&self, r: &Range<usize>) -> bool {
         let i = self.hits.partition_point(|h| h.at < r.start);
         self.hits.get(i).is_some_and(|h| h.at < r.end)
-            || (self.hidden && memchr(b'\\', &self.text.as_bytes()[r.clone()]).is_some())
+            || (self.hidden
+                && (memchr(b'\\', &self.text.as_bytes()[r.clone()]).is_some()
+                    || decode::has_invisible(&self.text[r.clone()])))
     }
 
     fn decoded(&self, r: &Range<usize>) -> Cow<'_, str> {

@@ -842,6 +842,30 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     if header_name(&lower) {
         return true;
     }
+    // The name of a thing, not a secret: `secretName`, `secretNamespace`, `secretRef`,
+    // `tokenType`, `passwordPolicy` (Kubernetes references name a Secret object; its value is
+    // that name).
+    const THINGS: &[&str] = &[
+        "name",
+        "names",
+        "namespace",
+        "ref",
+        "refs",
+        "kind",
+        "type",
+        "policy",
+        "length",
+    ];
+    let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
+    // camelCase: its last word (`secretKeyRef` -> `Ref`); UPPER_SNAKE was split above.
+    let camel = last.bytes().any(|b| b.is_ascii_lowercase());
+    let last = match last.rfind(|c: char| c.is_ascii_uppercase()) {
+        Some(i) if i > 0 && camel => &last[i..],
+        _ => last,
+    };
+    if last.len() < name.len() && THINGS.contains(&last.to_ascii_lowercase().as_str()) {
+        return false;
+    }
     static WORDS: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
         Regex::new(concat!("(?:", name_words!(), ")")).expect("name pattern is a valid regex")
@@ -964,17 +988,26 @@ fn is_shell_reference(value: &str) -> bool {
         || (!rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
 }
 
-/// Code, as S1.2 defines it: a call or member path of lowercase words whose arguments are such
-/// names or quoted literals, running from `rest`'s start to a blank, a quote or the end.
+/// Code: a call or member path whose arguments are lowercase names or quoted literals, running
+/// from `rest`'s start to a blank, a quote or the end. A call's own name is lowercase; an
+/// attribute path's segments may be of any case (the spec's revision 4 widened revision 3's
+/// lowercase rule: credential-handling code must ship readable).
 fn is_code(rest: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
         let name = r"[a-z_][a-z0-9_]*";
-        let path = format!(r"&?{name}(?:(?:\.|::|->){name})*");
-        let arg = format!(r#"(?:{path}|"[^"\n]*"|'[^'\n]*'|[0-9]+)"#);
+        // An attribute path's segments whatever their case (`Config.API_KEY`,
+        // `process.env.CLIENT_SECRET`), as long as each is a word, not a random run
+        // (`Xk9v`): lowercase, UPPER_SNAKE or Capitalised.
+        let seg = r"(?:[a-z_][a-z0-9_]*|[A-Z][A-Z0-9_]*|[A-Z][a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*)";
+        let arg_path = format!(r"&?{name}(?:(?:\.|::|->){name})*");
+        let path = format!(r"&?{seg}(?:(?:\.|::|->){seg})*");
+        let arg = format!(r#"(?:{arg_path}|"[^"\n]*"|'[^'\n]*'|[0-9]+)"#);
         let call = format!(r"\((?:[ \t]*{arg}[ \t]*(?:,[ \t]*{arg}[ \t]*)*)?\)");
+        // A lookup: `env["API_KEY"]`, `credentials['SecretAccessKey']`, `keys[0]`.
+        let index = format!(r"\[[ \t]*{arg}[ \t]*\]");
         // A constant pattern; the unit tests run it.
         Regex::new(&format!(
-            r"^(?P<p>{path})(?P<c>{call})?(?:(?:\.|::){name}(?:{call})?)*[?;,)!]*(?:$|[\s])"
+            r"^(?P<p>{path})(?P<c>{call}|(?:{index})+)?(?:(?:\.|::){seg}(?:{call}|(?:{index})+)?)*[?;,)!]*(?:$|[\s])"
         ))
         .expect("code pattern is a valid regex")
     });
@@ -983,6 +1016,22 @@ fn is_code(rest: &str) -> bool {
             || c.name("p")
                 .is_some_and(|p| p.as_str().contains(['.', ':', '>']))
     })
+}
+
+/// A stand-in for a value, written where a secret goes in docs and templates: `<token>`,
+/// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
+fn is_placeholder(value: &str) -> bool {
+    let v = value.trim_end_matches([')', ',', ';']);
+    let lower = v.to_ascii_lowercase();
+    (v.len() >= 3
+        && v.starts_with('<')
+        && v.ends_with('>')
+        && !v[1..v.len() - 1].contains(['<', '>']))
+        || (v.len() >= 3 && v.chars().all(|c| matches!(c, '.' | '…' | '*')))
+        || (v.len() >= 3 && v.chars().all(|c| matches!(c, 'x' | 'X')))
+        || lower.starts_with("your-")
+        || lower.starts_with("your_")
+        || lower.starts_with("[trimmed")
 }
 
 /// Type annotations and literals that are never secrets (`setFirstTokenReceived: boolean`).
@@ -1129,7 +1178,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_shell_reference(value) || is_code(rest) || is_type_or_literal(value) {
         return true;
     }
-    if is_count_id_or_version(name, value, code) {
+    if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
     // `api_key=api_key`, `token: token`: a variable of the same name.
@@ -1517,7 +1566,18 @@ mod tests {
         ] {
             assert!(is_code(yes), "{yes}");
         }
-        for no in ["Xk9v(Q2mLp7)", "hunter2", "abc.Def", "x(S)"] {
+        for yes in [
+            "Config.API_KEY",
+            "process.env.CLIENT_SECRET;",
+            "settings.API_KEY,",
+            "abc.Def",
+            "os.environ[\"API_TOKEN\"]",
+            "credentials['SecretAccessKey']",
+            "keys[0].value",
+        ] {
+            assert!(is_code(yes), "{yes}");
+        }
+        for no in ["Xk9v(Q2mLp7)", "hunter2", "x(S)", "Ab9.Xk2", "x(S9q)"] {
             assert!(!is_code(no), "{no}");
         }
     }
