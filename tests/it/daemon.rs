@@ -1045,6 +1045,7 @@ fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_
     assert_eq!(wait_exit(&mut first, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+#[cfg(target_os = "linux")]
 /// Every file under `dir` (recursively), as text: what a person could read on disk.
 fn all_files_text(dir: &Path) -> String {
     let mut out = String::new();
@@ -1063,6 +1064,7 @@ fn all_files_text(dir: &Path) -> String {
     out
 }
 
+#[cfg(target_os = "linux")]
 fn status_output(config: &Path, json: bool) -> String {
     let mut c = kcap_watch(config);
     c.arg("status");
@@ -1072,6 +1074,7 @@ fn status_output(config: &Path, json: bool) -> String {
     support::bin::stdout(&support::bin::run(c, WAIT))
 }
 
+#[cfg(target_os = "linux")]
 /// Issue 28 item 4 (the spec's T5.3): a `KCAP_URL` the kcap CLI's session watcher runs with,
 /// carrying a userinfo password and a `?token=`, is shown nowhere in clear: not in the
 /// daemon's log, its status file, any other file kcap-watch writes, nor `status` (text and
@@ -1123,6 +1126,7 @@ fn a_url_secret_read_from_the_session_watcher_is_shown_nowhere() {
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+#[cfg(target_os = "linux")]
 /// Issue 28 items 1 and 4: a printed service shows no URL's secret (`KCAP_URL`, a proxy), and
 /// allows the open files thousands of children need (`LimitNOFILE`, launchd's
 /// `SoftResourceLimits`).
@@ -1170,6 +1174,7 @@ fn a_printed_service_shows_no_url_secret_and_allows_thousands_of_open_files() {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The daemon's JSON log records named `event`.
 fn daemon_events(w: &World, log: &str, event: &str) -> Vec<Value> {
     fs::read_to_string(w.tmp.path().join(log))
@@ -1180,6 +1185,7 @@ fn daemon_events(w: &World, log: &str, event: &str) -> Vec<Value> {
         .collect()
 }
 
+#[cfg(target_os = "linux")]
 fn taken_state(w: &World, ids: Ids) -> Option<String> {
     w.daemon_status()?["sessions_taken"]
         .as_array()?
@@ -1188,6 +1194,7 @@ fn taken_state(w: &World, ids: Ids) -> Option<String> {
         .and_then(|t| t["supervisor"].as_str().map(str::to_owned))
 }
 
+#[cfg(target_os = "linux")]
 /// Issue 28 item 2 (the spec's T3.1): a supervisor the daemon adopted, SIGKILLed with lines
 /// unshipped, is a crash like one it started: restarted within the spec'd delay (10 s, then the
 /// backoff), and its successor ships the remaining lines and the child's stop.
@@ -1260,6 +1267,7 @@ fn an_adopted_supervisor_killed_with_lines_unshipped_is_restarted_and_its_lines_
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+#[cfg(target_os = "linux")]
 /// Issue 28 item 5 (the spec's T3.2, T3.4): a supervisor that refuses its configuration
 /// (exit 2: here a `KCAP_URL` with user info) is started once, not again on every write of a
 /// child; its own error is kept in `<config>/logs/kcap-watch-supervise-<key>.log`, shown by
@@ -1326,6 +1334,7 @@ fn a_supervisor_that_refuses_its_configuration_is_started_once_and_its_reason_sh
     assert_eq!(wait_exit(&mut daemon, WAIT).and_then(|s| s.code()), Some(0));
 }
 
+#[cfg(target_os = "linux")]
 /// Issue 28 item 5 (the spec's T3.3, T3.4): a supervisor that crashed 5 times within the hour
 /// is given up until the hour has passed, whatever the session's children write meanwhile, and
 /// `status` says so with the time it will be tried again.
