@@ -9,6 +9,7 @@ use crate::support;
 
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
 use support::FakeKcap;
 use support::harness::{self, Sandbox, child_meta, free_port, task_complete, task_started};
 
@@ -85,6 +86,7 @@ fn a_stop_spooled_at_a_signal_with_the_server_down_is_logged_as_spooled() {
 
 // ---- item 1: thousands of children under the usual open-file limit ---------------------------
 
+#[cfg(target_os = "linux")]
 /// A Codex home with one session (the fixtures' ids) and `n` children, each one completed turn
 /// (4 lines), all written before the supervisor starts.
 struct Many {
@@ -95,8 +97,10 @@ struct Many {
     children: Vec<(String, std::path::PathBuf)>,
 }
 
+#[cfg(target_os = "linux")]
 const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
 
+#[cfg(target_os = "linux")]
 impl Many {
     fn new(n: usize) -> Many {
         // On a memory file system where there is one: the test is about descriptors, and on
@@ -238,10 +242,12 @@ impl Many {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// A spawned process killed when dropped: a failed assertion must not leave a supervisor
 /// retrying against a server that is gone (it would load the machine for the tests after).
 struct KillOnDrop(std::process::Child);
 
+#[cfg(target_os = "linux")]
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -249,6 +255,7 @@ impl Drop for KillOnDrop {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn open_descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
