@@ -344,16 +344,8 @@ impl Ownership {
         if descriptors_short().is_some() {
             return Vec::new();
         }
-        let keys: Vec<String> = {
-            let keys = self.keys();
-            keys.waiting
-                .keys()
-                .chain(keys.failing.keys())
-                .cloned()
-                .collect()
-        };
         let mut taken = Vec::new();
-        for key in keys {
+        for key in self.to_recheck() {
             // A failure is recorded (and said once per streak) by `want`.
             if let Ok(Claim::Owned) = self.want(&key, now) {
                 taken.push(key);

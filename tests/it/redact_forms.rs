@@ -307,3 +307,14 @@ left_alone_tests! {
     invisible_coloured_test_output_without_secrets: "\u{1b}[32mtest tokens::count_is_right ... ok\u{1b}[0m";
     invisible_full_width_prose: "\u{ff28}\u{ff45}\u{ff4c}\u{ff4c}\u{ff4f} world";
 }
+
+// Percent-encoded secrets: the rules also see the text with its escapes of ASCII decoded.
+leak_tests! {
+    percent_encoded_assignment: "callback?state=x&data=token%3Dghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1b" => ["ghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1b", "Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1b"];
+    percent_encoded_prefix: "form body: api_key%3Dsk_live_Pc7Xk2mQ9vR4tW8zB1nC6yD" => ["Pc7Xk2mQ9vR4tW8zB1nC6yD"];
+    percent_encoded_token_prefix_underscore: "next=%2Fsetup%3Ftoken%3Dghp%5FPc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1b" => ["Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1b"];
+}
+
+left_alone_tests! {
+    percent_encoded_path_without_secrets: "GET /search?q=token%20counts%20by%20model&page=2 HTTP/1.1";
+}

@@ -211,7 +211,8 @@ pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
 
 /// Whether `text` holds a character that can hide a name or a value from the rules: an ANSI
 /// escape (`grep --color=always`, coloured test output), a zero-width character (U+200B to
-/// U+200D, U+2060, U+FEFF) or a full-width form of ASCII (U+FF01 to U+FF5E).
+/// U+200D, U+2060, U+FEFF), a full-width form of ASCII (U+FF01 to U+FF5E) or a percent escape
+/// of ASCII.
 pub(crate) fn has_invisible(text: &str) -> bool {
     let b = text.as_bytes();
     memchr::memchr(0x1B, b).is_some()
@@ -219,10 +220,25 @@ pub(crate) fn has_invisible(text: &str) -> bool {
             text.chars()
                 .any(|c| invisible_len(c).is_some() || fullwidth(c).is_some())
         })
+        || memchr::memchr_iter(b'%', b).any(|at| percent_ascii(&b[at..]).is_some())
+}
+
+/// The ASCII character a percent escape at the start of `b` stands for (`%3D` is `=`).
+/// Escapes of other bytes are left as they are: the view stays valid UTF-8.
+fn percent_ascii(b: &[u8]) -> Option<char> {
+    let hex = |c: u8| (c as char).to_digit(16);
+    match b {
+        [b'%', hi, lo, ..] => {
+            let v = hex(*hi)? * 16 + hex(*lo)?;
+            (v < 0x80).then(|| char::from(v as u8))
+        }
+        _ => None,
+    }
 }
 
 /// The view of `text` the rules see when it holds [`has_invisible`] characters: ANSI escape
-/// sequences and zero-width characters removed, full-width forms as their ASCII letters, with
+/// sequences and zero-width characters removed, full-width forms as their ASCII letters,
+/// percent escapes of ASCII decoded (`token%3Dghp%5F…`, the revision-4 spec's T2.2), with
 /// the same map back to `text` that a decoded string has (a span over a changed piece covers
 /// it whole). The revision-4 spec's T2.3: they must not hide a secret.
 pub(crate) fn visible(text: &str) -> Decoded<'_> {
@@ -234,6 +250,8 @@ pub(crate) fn visible(text: &str) -> Decoded<'_> {
     while i < bytes.len() {
         let (len, with) = if bytes[i] == 0x1B {
             (ansi_len(&bytes[i..]), None)
+        } else if let Some(c) = percent_ascii(&bytes[i..]) {
+            (3, Some(c))
         } else {
             // Not a char boundary only inside a multi-byte character, which `chars` skips.
             let c = text[i..].chars().next().unwrap_or('\0');
