@@ -256,7 +256,7 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
 }
 
 /// Both halves of a machine credential, or neither. One alone is a warning naming the missing
-/// one, and the other sources are used (`revision-3.md` S4.5, as the kcap CLI's watcher
+/// one, and the other sources are used (docs/behaviour.md S4.5, as the kcap CLI's watcher
 /// does): exiting would make a spawner that re-ensures its watchers restart one in a loop.
 fn machine_credential(
     id: Option<Given>,

@@ -7,7 +7,7 @@
 //! bare RFC 3339 timestamp. Every file another process reads whole is replaced atomically, so a
 //! reader never sees half a timestamp.
 //!
-//! **Nothing under `<config>` is a way in** (`spec/revision-2.md` R5). Every file created or
+//! **Nothing under `<config>` is a way in** (docs/behaviour.md R5). Every file created or
 //! appended to there is opened with `O_NOFOLLOW` (and `O_EXCL` where it is new), so a symbolic
 //! link planted at one of our paths is refused with an error naming it and nothing is written
 //! through it. Atomic replacements refuse a symbolic link at the destination too: `rename(2)`
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::time::Ts;
 
 /// How often a held key's heartbeat is rewritten: the kcap CLI's spawner replaces a watcher
-/// whose heartbeat is older than 20 s, and `revision-3.md` S5 keeps it rewritten at least every
+/// whose heartbeat is older than 20 s, and docs/behaviour.md S5 keeps it rewritten at least every
 /// 10 s and never older than 15 s on disk (a beat is one atomic rename, so 10 s leaves 5 s for
 /// a slow disk). Slower beats are what an idle watcher costs (revision-2's 2 s was five times
 /// this).
@@ -1064,7 +1064,7 @@ mod tests {
     }
 }
 
-/// `<config>/kcap-watch/daemon.lock`: one daemon per config root (`revision-3.md` S2.5).
+/// `<config>/kcap-watch/daemon.lock`: one daemon per config root (docs/behaviour.md S2.5).
 pub fn daemon_lock_path(config_dir: &Path) -> PathBuf {
     config_dir.join("kcap-watch").join("daemon.lock")
 }

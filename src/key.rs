@@ -50,7 +50,7 @@ pub(crate) fn normalize_id(id: &str) -> String {
     id.trim().chars().filter(|c| *c != '-').collect()
 }
 
-/// Why a watcher cannot know its key yet (`revision-2.md` R4.6). The shell turns it into the
+/// Why a watcher cannot know its key yet (docs/behaviour.md R4.6). The shell turns it into the
 /// exit-2 message when no id on the command line fills the gap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MissingKey {

@@ -5,7 +5,7 @@
 //! stdout, which carries only a command's own output (`inspect --json` can be piped).
 //!
 //! Two rules make the logs safe under a spawner and against hostile input
-//! (`spec/revision-2.md` R5, R6):
+//! (docs/behaviour.md R5, R6):
 //!
 //! - **A log write never fails the process.** The kcap CLI spawns watchers with stdout and
 //!   stderr pipes whose reading ends it closes at once, so every write to stderr fails with
@@ -33,7 +33,7 @@ use crate::config::LogFormat;
 /// The log file, attached once the watcher knows its key (`<config>/logs/<key>.log`).
 static LOG_FILE: OnceLock<Mutex<Option<CappedFile>>> = OnceLock::new();
 
-/// Where a long-lived log file is rotated (`revision-3.md` S2.5): past this size it is
+/// Where a long-lived log file is rotated (docs/behaviour.md S2.5): past this size it is
 /// renamed to `<name>.1` (replacing the one before) and a fresh file is started.
 const LOG_CAP: u64 = 10 * 1024 * 1024;
 

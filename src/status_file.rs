@@ -1,4 +1,4 @@
-//! The status files of `../shared/spec/revision-3.md` S3: what a running kcap-watch process
+//! The status files of docs/behaviour.md S3: what a running kcap-watch process
 //! (`watch`, `supervise` or `daemon`) says about itself, for `kcap-watch status`.
 //!
 //! This module is the contract between the writers (the host's telemetry) and the reader (the

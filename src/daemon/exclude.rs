@@ -1,5 +1,5 @@
 //! `KCAP_WATCH_EXCLUDE`: glob patterns on a session's `cwd` that leave the session to the
-//! kcap CLI (`revision-3.md` S2.1).
+//! kcap CLI (docs/behaviour.md S2.1).
 //!
 //! Patterns are separated as `PATH` is (`:` on Unix, `;` on Windows). `*` matches within one
 //! path component, `**` across components, `?` one character of a component; everything else

@@ -1,4 +1,4 @@
-//! The daemon's restart rule for a session's supervisor (`revision-3.md` S2.2), as a pure
+//! The daemon's restart rule for a session's supervisor (docs/behaviour.md S2.2), as a pure
 //! function of how it ended, what the daemon did, and `now`.
 //!
 //! Exit 0 (a signal, the idle end), 2 (usage), 3 (rewritten) and 75 (another supervisor holds

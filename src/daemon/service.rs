@@ -1,4 +1,4 @@
-//! `kcap-watch daemon --print-service systemd|launchd|windows` (`revision-3.md` S2.6): the
+//! `kcap-watch daemon --print-service systemd|launchd|windows` (docs/behaviour.md S2.6): the
 //! service definition that keeps the daemon running for this user, with the absolute path
 //! of the installed binary and the non-secret variables of the current environment.
 //!

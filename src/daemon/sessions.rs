@@ -1,5 +1,5 @@
 //! Which Codex sessions the kcap CLI watches, and what the daemon needs to supervise one
-//! (`revision-3.md` S2.1, S2.3).
+//! (docs/behaviour.md S2.1, S2.3).
 //!
 //! A session is watched when `<watchers>/<key>.pid` names a watcher alive by the kcap CLI's
 //! rule ([`crate::host::ownership::judge_key`]) and the key is a session key: 32

@@ -41,7 +41,7 @@ pub struct StopProgress {
 }
 
 /// **4a. Subagent stop** (child role): the turn ended, nothing in flight, and `grace` has
-/// passed (`>=`) since the last line. A usage-limit pause does not hold it (`revision-2.md`
+/// passed (`>=`) since the last line. A usage-limit pause does not hold it (docs/behaviour.md
 /// R4.2): Codex never resumes such a turn by itself, so it ends like any other, and the stop
 /// carries Codex's message. Queued mail is not a line here (R4.3).
 pub fn subagent_stop_due(
@@ -64,7 +64,7 @@ pub fn subagent_stop_due(
 }
 
 /// **4b. Idle end** (a session's idle end, a child's reap): more than `window` (`>`) since
-/// `max(last activity, close of the last pause, watcher start)` (`revision-2.md` R4.5: a
+/// `max(last activity, close of the last pause, watcher start)` (docs/behaviour.md R4.5: a
 /// watcher started on a file idle for hours still gets a full window), and no tool call in
 /// flight. An open pause counts until its reported end, so it keeps this from firing.
 pub fn idle_end_due(state: &State, window: Duration, watcher_start: Ts) -> Option<Ts> {
@@ -276,7 +276,7 @@ pub enum WatcherEnd {
 /// Why a stop is owed at exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwedBecause {
-    /// The stop was due (its grace had passed) but not acknowledged (`revision-2.md` R3).
+    /// The stop was due (its grace had passed) but not acknowledged (docs/behaviour.md R3).
     Due,
     /// The watcher is ending on reap, ceiling or parent exit and no card may keep spinning
     /// after it (R4.4), whether or not the turn ended (a Codex crash mid-turn ends none).

@@ -66,7 +66,7 @@ pub struct PendingCall {
     pub since: Ts,
 }
 
-/// Why a rate-limit window was taken as the one that parks the thread (`revision-2.md` R4.1).
+/// Why a rate-limit window was taken as the one that parks the thread (docs/behaviour.md R4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BindingReason {
     /// One or more windows read `used_percent >= 100`; this one resets latest among them.
@@ -181,7 +181,7 @@ pub struct Counters {
     /// Lines over the 64 KiB redaction limit.
     pub oversize: u64,
     /// Lines of queued inter-agent mail (the `trigger_turn: false` announcement and its
-    /// `agent_message`): shipped, but not activity (`revision-2.md` R4.3).
+    /// `agent_message`): shipped, but not activity (docs/behaviour.md R4.3).
     pub queued_mail: u64,
     /// Lines of the parent's history that Codex copied into a sub-agent's rollout before the
     /// child's own (S6): shipped, never folded.
@@ -224,7 +224,7 @@ pub struct State {
     /// with no agent message).
     pub last_agent_message: Option<String>,
     /// The text of the last `event_msg` `agent_message`, whatever the turn: what a stop owed
-    /// for a turn that never ended reports (`revision-2.md` R4.4).
+    /// for a turn that never ended reports (docs/behaviour.md R4.4).
     pub last_agent_text: Option<String>,
     /// Announced inter-agent mail still waiting for its `agent_message`, oldest first: `true`
     /// when queued (`trigger_turn: false`), `false` when it triggers a turn.
@@ -457,7 +457,7 @@ impl State {
         }
     }
 
-    /// The time idle end and reap count from (`revision-2.md` R4.5):
+    /// The time idle end and reap count from (docs/behaviour.md R4.5):
     /// `max(last activity, close of the last pause, watcher start)`, so a watcher started on a
     /// file that was idle for hours (a `codex resume` appends to the old file) gets a full
     /// window.
@@ -510,7 +510,7 @@ impl IdleSince {
     }
 }
 
-/// The window that parks the thread (`revision-2.md` R4.1), from the windows of the most
+/// The window that parks the thread (docs/behaviour.md R4.1), from the windows of the most
 /// recent `token_count` at or before the usage-limit `task_complete`: the windows at
 /// `used_percent >= 100` bind, the latest reset among them winning; with none at 100, the
 /// single window with the highest `used_percent` binds, the earliest reset breaking ties. A

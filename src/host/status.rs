@@ -1,4 +1,4 @@
-//! The status file a running `watch` or `supervise` keeps (`revision-3.md` S3), in the shape
+//! The status file a running `watch` or `supervise` keeps (docs/behaviour.md S3), in the shape
 //! [`crate::status_file`] fixes: written atomically at most every 2 s while something changed
 //! and at least every 60 s, removed on a clean exit.
 //!

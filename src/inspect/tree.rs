@@ -53,7 +53,7 @@ pub struct TreeRequest<'a> {
 pub struct TreeReport {
     /// The root thread's id (without dashes).
     pub root_id: String,
-    /// The session every descendant ships under (`revision-2.md` R8): the root's session id,
+    /// The session every descendant ships under (docs/behaviour.md R8): the root's session id,
     /// which for a session rollout is its own id. Child watcher keys are
     /// `<session_id>-<thread_id>`.
     pub session_id: String,

@@ -371,7 +371,7 @@ impl Pipeline {
     }
 
     /// A pipeline that follows a child again in the process that already stopped it
-    /// (`revision-3.md` S2.7): the stop stays latched, none is posted again.
+    /// (docs/behaviour.md S2.7): the stop stays latched, none is posted again.
     pub(crate) fn latch_stop(&mut self) {
         self.hooks.latch(Lifecycle::SubagentStop);
     }

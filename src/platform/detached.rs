@@ -1,6 +1,6 @@
 //! Starting a process that outlives and stands apart from its starter, and ending one.
 //!
-//! The daemon starts one `supervise` per session (`revision-3.md` S2.2). Each must be its
+//! The daemon starts one `supervise` per session (docs/behaviour.md S2.2). Each must be its
 //! own kill unit: the kcap CLI's teardown of one session signals that session's supervisor
 //! only, and a terminal's hangup or a Ctrl-C aimed at the daemon's process group must not
 //! reach the supervisors (the daemon ends them itself, each with a SIGTERM, so they spool).

@@ -1,5 +1,5 @@
 //! Files and directories only this user may use, never reached through a symbolic link at
-//! their own path (`spec/revision-2.md` R5): everything the watcher makes under `<config>`
+//! their own path (docs/behaviour.md R5): everything the watcher makes under `<config>`
 //! (and the kcap CLI's token store) is created and opened through these.
 //!
 //! Unix: new files get mode 0600 from their first byte, new directories 0700, and every open

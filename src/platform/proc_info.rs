@@ -1,6 +1,6 @@
 //! What another process of this user was started with: its command line and environment.
 //!
-//! The daemon reads the kcap CLI's session watcher this way (`revision-3.md` S2.1): the
+//! The daemon reads the kcap CLI's session watcher this way (docs/behaviour.md S2.1): the
 //! rollout path is on its command line (`watch <id> "<path>" ...`) and the server, config
 //! directory and Codex home it runs with are in its environment. Linux reads
 //! `/proc/<pid>/cmdline` and `/proc/<pid>/environ` (readable for one's own processes only);

@@ -30,7 +30,7 @@ pub enum Kind {
     TurnContext,
     Compacted,
     /// `inter_agent_communication_metadata`: announces the inter-agent mail that follows
-    /// (`trigger_turn: false` means it is only queued, `revision-2.md` R4.3).
+    /// (`trigger_turn: false` means it is only queued, docs/behaviour.md R4.3).
     InterAgentMetadata,
     /// Any other kind (`world_state`, `token_usage_record`, `inter_agent_communication`, ...),
     /// or none at all: shipped, and activity, but nothing else to the fold.

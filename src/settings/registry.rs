@@ -1,4 +1,4 @@
-//! The registry: every setting, once (`spec/configuration.md`, `revision-2.md` R1).
+//! The registry: every setting, once (`spec/configuration.md`, docs/behaviour.md R1).
 //!
 //! An entry here is all a new setting needs to get its flag (if any), `--help`, the man page's
 //! ENVIRONMENT section, the README table (`UPDATE_README=1 cargo test --test it readme::`, then

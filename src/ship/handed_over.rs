@@ -3,7 +3,7 @@
 //!
 //! Offline, the transcript spool alone cannot say where to resume: `replay` empties it, and the
 //! next offline run would then spool the whole file again (and on a large session hit the spool
-//! cap every cycle). This file survives the replay (`revision-2.md` R3).
+//! cap every cycle). This file survives the replay (docs/behaviour.md R3).
 
 use std::io;
 use std::path::{Path, PathBuf};

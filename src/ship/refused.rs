@@ -1,4 +1,4 @@
-//! Lines the server refuses (`revision-3.md` S4.1): set aside, never retried.
+//! Lines the server refuses (docs/behaviour.md S4.1): set aside, never retried.
 //!
 //! A line the server answers with a 4xx that is not about the token or the route (401, 404,
 //! 405) and not "later" (408, 429) will be refused again however often it is sent. Kept in the

@@ -5,7 +5,7 @@
 //! never collide, and whatever the server did not acknowledge is put back. Delivering twice
 //! is harmless (the server de-duplicates), so a crash midway loses nothing.
 //!
-//! **Only what this tool can vouch for** (`spec/revision-2.md` R7). The spool directories are
+//! **Only what this tool can vouch for** (docs/behaviour.md R7). The spool directories are
 //! shared with every vendor the kcap CLI serves. A replay posts transcript records whose
 //! `vendor` is `codex` and hook records this tool wrote (`"writer":"kcap-watch"`); anything else
 //! (Claude's and Cursor's records, batches the kcap CLI quarantined, records it cannot read) is

@@ -1,4 +1,4 @@
-//! `kcap-watch status [--json] [--clean]` (`revision-3.md` S3): every watched session and
+//! `kcap-watch status [--json] [--clean]` (docs/behaviour.md S3): every watched session and
 //! sub-agent on this machine, from the watcher directory and kcap-watch's status files.
 //!
 //! The kcap CLI's files say who holds a key and whether it is alive by its rule; kcap-watch's

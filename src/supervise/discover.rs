@@ -1,4 +1,4 @@
-//! Finding every descendant rollout of one session (`revision-2.md` R8, issue 14).
+//! Finding every descendant rollout of one session (docs/behaviour.md R8, issue 14).
 //!
 //! Two layers, as everywhere in this crate:
 //!

@@ -48,7 +48,7 @@ struct Member {
     path: PathBuf,
 }
 
-/// A child whose pipeline ended by reap or at its lifetime ceiling (`revision-3.md` S2.7):
+/// A child whose pipeline ended by reap or at its lifetime ceiling (docs/behaviour.md S2.7):
 /// its key stays ours (lock, pid, heartbeat), so the kcap CLI starts no watcher of its own,
 /// and a fresh pipeline follows it again once its rollout grows (Codex re-engaged it).
 struct Held {
@@ -100,7 +100,7 @@ pub async fn run_until(
             .unwrap_or_else(|| root_thread.clone()),
     };
     files::check_id("session id", &session_id)?;
-    // One supervisor per session (`revision-3.md` S2.2): a second exits 75, and the daemon
+    // One supervisor per session (docs/behaviour.md S2.2): a second exits 75, and the daemon
     // adopts the one holding this lock instead of starting another.
     let lock_path = files::supervise_lock_path(&settings.config_dir, &session_id);
     let _session_lock = files::ExclusiveLock::try_take(&lock_path)

@@ -1,4 +1,4 @@
-//! Authentication as the kcap CLI does it (`revision-2.md` R1), against the real binary: the
+//! Authentication as the kcap CLI does it (docs/behaviour.md R1), against the real binary: the
 //! kcap CLI's token store files written here as the kcap CLI writes them, the fake kcap
 //! server (which also answers `/auth/refresh`), and local fakes of the WorkOS and machine
 //! token endpoints. Also TLS trust through `SSL_CERT_FILE`, proxies and `KCAP_URL` checks.
@@ -624,7 +624,7 @@ fn half_machine_credential_warns_and_uses_store() {
     }
 }
 
-// ---- the refresh floor (`revision-3.md` S4.2) -----------------------------------------
+// ---- the refresh floor (docs/behaviour.md S4.2) -----------------------------------------
 
 /// A session rollout long enough for several transcript batches (1000 lines each).
 fn long_rollout() -> Sandbox {
@@ -876,7 +876,7 @@ fn every_request_carries_user_agent() {
     }
 }
 
-// ---- token files (`revision-3.md` S4.3) -----------------------------------------------
+// ---- token files (docs/behaviour.md S4.3) -----------------------------------------------
 
 fn utf16(text: &str, big_endian: bool) -> Vec<u8> {
     let mut bytes = if big_endian {
@@ -986,7 +986,7 @@ fn unusable_token_file_is_named_with_the_true_reason_and_the_401_says_none_was_s
     }
 }
 
-// ---- the legacy token file (`revision-3.md` S4.4) -------------------------------------
+// ---- the legacy token file (docs/behaviour.md S4.4) -------------------------------------
 
 #[test]
 fn legacy_tokens_json_kept_when_other_profile_refreshes() {

@@ -1,4 +1,4 @@
-//! `revision-2.md` R4 end to end: the real binary against the fake kcap server (or none), with
+//! docs/behaviour.md R4 end to end: the real binary against the fake kcap server (or none), with
 //! rollouts shaped as Codex 0.15x writes them. A usage limit at a stale 99 %, a child that
 //! crashed mid-turn, a resumed session, and a sub-agent header that names no parent.
 

@@ -1,6 +1,6 @@
 //! `kcap-watch inspect` against real files: the fold scenarios of `spec/lifecycle.md`
 //! section 8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, bad paths, and the
-//! facts `revision-2.md` R4 adds (binding window, queued mail, stop owed at exit, idle from
+//! facts docs/behaviour.md R4 adds (binding window, queued mail, stop owed at exit, idle from
 //! the watcher's start, a child header without a parent).
 
 use crate::support;
@@ -324,7 +324,7 @@ fn scenario_7_inspect_shows_a_stall_after_65_minutes_of_silence_in_an_open_turn(
 }
 
 // ---------------------------------------------------------------------------------------------
-// `revision-2.md` R4: each new fact `inspect` shows, on the fixtures of the real shapes.
+// docs/behaviour.md R4: each new fact `inspect` shows, on the fixtures of the real shapes.
 
 fn text_of(path: &str, now: &str) -> String {
     let out = kcap_watch()
@@ -469,7 +469,7 @@ fn the_current_shapes_fixture_inspects_without_malformed_lines_or_anything_in_fl
     assert_eq!(r["pause"], Value::Null);
 }
 
-/// Issue 20, item 10 (`revision-3.md` S6): newer Codex starts a sub-agent's rollout with a
+/// Issue 20, item 10 (docs/behaviour.md S6): newer Codex starts a sub-agent's rollout with a
 /// copy of its parent's history (the parent's header, a usage-limited turn, the open turn and
 /// its `spawn_agent` call). Before the fix the child showed the parent's open turn with that
 /// call in flight (so its reap waited for the 12 h orphan rule and a stall warning was

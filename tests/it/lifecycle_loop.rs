@@ -249,7 +249,7 @@ async fn loop_scenario_7_a_pending_call_blocks_the_reap_until_it_is_twelve_hours
 
 #[tokio::test(start_paused = true)]
 async fn loop_scenario_8_the_stop_comes_after_the_grace_and_the_watcher_outlives_the_pause() {
-    // `revision-2.md` R4.2: a usage-limit turn ends like any other turn.
+    // docs/behaviour.md R4.2: a usage-limit turn ends like any other turn.
     let s = Setup::new(&[child_meta(), started()]);
     let mut settings = s.settings();
     settings.reap_after = 30 * MIN;

@@ -1,5 +1,5 @@
 //! The real binary as the kcap CLI runs it and as an attacker with write access to `<config>`
-//! would find it (`spec/revision-2.md` R5, R6, R7):
+//! would find it (docs/behaviour.md R5, R6, R7):
 //!
 //! - spawned with stdin, stdout and stderr closed (both ways: pipes whose reading ends the
 //!   spawner closed, as the kcap CLI does, and descriptors really closed), every exit path

@@ -1,4 +1,4 @@
-//! Provider formats (`spec/revision-3.md` S1.4): a generated sample of every text-applicable rule
+//! Provider formats (docs/behaviour.md S1.4): a generated sample of every text-applicable rule
 //! family of gitleaks v8.30's default configuration, each as the whole output of one tool call,
 //! must ship without its secret. Coverage over the family list is asserted at 95 % or more; the
 //! families not covered are listed in the README ("Provider formats").

@@ -1,4 +1,4 @@
-//! The redaction floor as a table (`spec/revision-2.md` R2): every rule of the kcap CLI's
+//! The redaction floor as a table (docs/behaviour.md R2): every rule of the kcap CLI's
 //! `SecretRedactor.cs` and every form R2.2 adds, each written the ways a rollout carries it:
 //!
 //! - as plain text (a crash fragment, a decoded message);

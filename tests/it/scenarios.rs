@@ -1,4 +1,4 @@
-//! The scenarios of `spec/lifecycle.md` section 8 (as `revision-2.md` R4 revises them) and
+//! The scenarios of `spec/lifecycle.md` section 8 (as docs/behaviour.md R4 revises them) and
 //! the "done when" cases of R4, against the pure core: the fold and the decision functions,
 //! with every time injected. (The same scenarios run through the binary in
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)
@@ -472,7 +472,7 @@ fn a_session_never_gets_a_subagent_stop() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// `revision-2.md` R4: the cases its "done when" names.
+// docs/behaviour.md R4: the cases its "done when" names.
 
 /// Folds a fixture, each line observed at its own timestamp (the last line's when it has none).
 fn fold_fixture(name: &str) -> State {

@@ -1,4 +1,4 @@
-//! The status files of `revision-3.md` S3, written by the real binary: a running `watch`
+//! The status files of docs/behaviour.md S3, written by the real binary: a running `watch`
 //! keeps `<config>/kcap-watch/status/<key>.watch.json` with its figures (lines on disk,
 //! confirmed by the server, the stop) and removes it when it ends cleanly. The `supervise`
 //! side (`<session>.supervise.json`, one line per child, `held` after a reap) is checked in

@@ -3,7 +3,7 @@
 //! The daemon watches the watcher directory, where every held key's heartbeat is replaced
 //! every 10 s: with 10 sessions of 10 children, `notify`'s thread woke about 19 times a second
 //! to read those events (and to drop them in the filter), which made the idle daemon cost twice
-//! an idle `watch` (`revision-3.md` S2.4 asks for no more than one). `notify` 8 cannot narrow
+//! an idle `watch` (docs/behaviour.md S2.4 asks for no more than one). `notify` 8 cannot narrow
 //! its inotify mask nor pace its reads, so here:
 //!
 //! - the mask has only the events that can mean a new, grown, replaced or removed file

@@ -1,4 +1,4 @@
-//! Authentication as the kcap CLI does it (`revision-2.md` R1): which bearer token a request
+//! Authentication as the kcap CLI does it (docs/behaviour.md R1): which bearer token a request
 //! carries, and what to do when the server refuses it.
 //!
 //! Sources, first found wins: `KCAP_TOKEN`; the file named by `KCAP_TOKEN_FILE`; a machine
@@ -11,7 +11,7 @@
 //! one exists). Both take `now`; both are single-flight within the process, so a burst of
 //! requests never refreshes twice, and the file lock makes that hold across processes.
 //!
-//! When a token is renewed (`revision-3.md` S4.2): at max(obtained + 60 s, expiry - 30 s)
+//! When a token is renewed (docs/behaviour.md S4.2): at max(obtained + 60 s, expiry - 30 s)
 //! for a stored token and max(obtained + 60 s, expiry - 60 s) for a machine token, so a token
 //! endpoint that answers a short or no lifetime costs one refresh a minute, not one per
 //! request. A stored token was obtained when this process refreshed it, else when its file was

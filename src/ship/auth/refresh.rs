@@ -19,7 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(15);
 /// (the kcap CLI's fallback).
 const JWT_FALLBACK_LIFETIME: Duration = Duration::from_secs(5 * 60);
 /// An answer whose `expires_in` is missing, zero or negative is taken to live this long
-/// (`revision-3.md` S4.2): not forever, and not "expired at once", which would make every
+/// (docs/behaviour.md S4.2): not forever, and not "expired at once", which would make every
 /// request refresh again.
 pub(crate) const UNSTATED_LIFETIME: Duration = Duration::from_secs(60);
 

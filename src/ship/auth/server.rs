@@ -1,5 +1,5 @@
 //! Which server a stored token belongs to: the canonical form of a server URL, compared
-//! instead of raw strings (`revision-2.md` R1, "Server binding"; the kcap CLI's
+//! instead of raw strings (docs/behaviour.md R1, "Server binding"; the kcap CLI's
 //! `ServerIdentity`).
 //!
 //! The kcap CLI stamps `server_url` in canonical form (`https://host:443`), while users write

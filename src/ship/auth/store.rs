@@ -1,5 +1,5 @@
 //! The kcap CLI's token store, read and written exactly as the kcap CLI does
-//! (`revision-2.md` R1; the kcap CLI's `TokenStore`):
+//! (docs/behaviour.md R1; the kcap CLI's `TokenStore`):
 //!
 //! - the profile is `--profile`/`KCAP_PROFILE`, else `<config>/config.json`'s
 //!   `active_profile` (empty or missing: `default`);
@@ -13,7 +13,7 @@
 //! - a save writes `<profile>.json.<pid>.<random>.tmp` with mode 0600 from its first byte
 //!   (the name the kcap CLI's logout sweeps), renames it over the file, and removes the
 //!   legacy file when the profile saved is the legacy file's owner, the on-disk active profile
-//!   at that moment (the newer kcap CLI's rule, `revision-3.md` S4.4): a refresh of another
+//!   at that moment (the newer kcap CLI's rule, docs/behaviour.md S4.4): a refresh of another
 //!   profile must not erase the active profile's only login.
 //!
 //! The document is kept as a JSON object, so every field this watcher does not know (and the
@@ -228,7 +228,7 @@ impl Store {
         let dir = self.tokens_dir();
         private_file::dir_builder().create(&dir)?;
         let path = self.lock_path();
-        // A symlink planted here is refused, never followed (`revision-2.md` R5).
+        // A symlink planted here is refused, never followed (docs/behaviour.md R5).
         let file = private_file::open(
             private_file::options()
                 .read(true)

@@ -1,4 +1,4 @@
-//! JSON string decoding with a map back to the raw bytes (`spec/revision-3.md` S1.1).
+//! JSON string decoding with a map back to the raw bytes (docs/behaviour.md S1.1).
 //!
 //! The rules run on decoded text, but what ships is the raw text with spans replaced. So a
 //! decoded string keeps, for every piece of it, where in the raw content it came from: runs of

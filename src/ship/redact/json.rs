@@ -1,5 +1,5 @@
 //! A flat token list of a JSON text that is known to be valid, for the structural rules
-//! (`spec/revision-3.md` S1.1, S1.3): which strings are keys, which are values, and which
+//! (docs/behaviour.md S1.1, S1.3): which strings are keys, which are values, and which
 //! container each belongs to. Strings are kept as raw content ranges (no decoding here).
 
 use std::ops::Range;

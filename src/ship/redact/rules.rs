@@ -1,4 +1,4 @@
-//! The core rule table (`spec/revision-3.md` S1.6): everything that is not a provider's token
+//! The core rule table (docs/behaviour.md S1.6): everything that is not a provider's token
 //! format. Each rule has an id, the family it covers, its keywords (lowercase; the rule runs on
 //! a decoded string only when one occurs in it), a pattern, and examples a test checks.
 //!

@@ -402,7 +402,7 @@ impl HeartbeatSampler {
     }
 
     /// Asserts the heartbeat was sampled at least `min_samples` times and never older than 15 s
-    /// (`revision-3.md` S5).
+    /// (docs/behaviour.md S5).
     pub fn assert_fresh(self, min_samples: usize) {
         let (oldest, samples) = self.finish();
         assert!(
