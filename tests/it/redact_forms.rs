@@ -318,3 +318,42 @@ leak_tests! {
 left_alone_tests! {
     percent_encoded_path_without_secrets: "GET /search?q=token%20counts%20by%20model&page=2 HTTP/1.1";
 }
+
+// Text that already holds the marker (docs/behaviour.md T2.1): a value glued to `[REDACTED]`,
+// before or after it, is still a value.
+leak_tests! {
+    marker_glued_before_the_value: "password=[REDACTED]Xk9vQ2mLp7Rz" => ["Xk9vQ2mLp7Rz", "Xk9v"];
+    marker_glued_after_the_value: "API_TOKEN=Zq8Wm3Np7Lk[REDACTED]" => ["Zq8Wm3Np7Lk"];
+    marker_inside_the_value: "client_secret: ab12CdEf[REDACTED]Gh34IjKl" => ["ab12CdEf", "Gh34IjKl"];
+    marker_glued_in_a_quoted_value: "DB_PASSWORD='[REDACTED]Tr4ilingPw'" => ["Tr4ilingPw"];
+    marker_glued_to_a_bearer_token: "Authorization: Bearer [REDACTED]eyJhbGciOiJIUzI1NiJ9Qx7" => ["eyJhbGciOiJIUzI1NiJ9Qx7"];
+    marker_glued_in_a_flag: "mysql -u root --password=[REDACTED]MyFl4gPw db" => ["MyFl4gPw"];
+    marker_glued_under_a_secret_key: r#"{"password": "[REDACTED]JsonGlu3d", "user": "bob"}"# => ["JsonGlu3d"];
+}
+
+left_alone_tests! {
+    marker_alone_stays: "password=[REDACTED] user=bob";
+    marker_with_punctuation_after_it_stays: "token: [REDACTED], next: ([REDACTED]).";
+    marker_next_to_a_short_word_stays: "API_KEY=[REDACTED]abc and secret=[REDACTED]";
+}
+
+#[test]
+fn a_value_glued_to_a_marker_ships_as_one_marker() {
+    for (input, want) in [
+        ("password=[REDACTED]Xk9vQ2mLp7Rz", "password=[REDACTED]"),
+        (
+            "API_TOKEN=Zq8Wm3Np7Lk[REDACTED] next",
+            "API_TOKEN=[REDACTED] next",
+        ),
+    ] {
+        let shipped = global().redact_line(input.as_bytes());
+        assert_eq!(shipped, want, "{input}");
+        assert_eq!(global().redact_line(shipped.as_bytes()), shipped);
+    }
+}
+
+// A second `htpasswd -b` on the line after a quote or a shell operator is its own command.
+leak_tests! {
+    tools_htpasswd_after_a_quote_on_one_line: "htpasswd -b f u HtA1x9 \"htpasswd -b f u HtB2y9" => ["HtA1x9", "HtB2y9"];
+    tools_htpasswd_after_a_semicolon: "htpasswd -b f u HtA1x9;htpasswd -b f u HtB2y9" => ["HtB2y9"];
+}

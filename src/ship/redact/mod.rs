@@ -947,11 +947,15 @@ fn ends_with_begin_marker(raw: &[u8]) -> bool {
         .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
 }
 
-/// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
-/// marker was judged when the marker was made, and reading it again differs (the marker is
-/// longer than what it replaced, and a separator may have gone with the value). So redacting
-/// twice gives what redacting once gives, and no marker is ever cut. A private key block is
-/// the exception, split around markers before it gets here ([`split_at_markers`]).
+/// Spans from `first` on that overlap an earlier `[REDACTED]`: what lies next to a marker was
+/// judged when the marker was made, and reading it again differs (the marker is longer than
+/// what it replaced, and a separator may have gone with the value), so such a span is dropped
+/// and no marker is ever cut: redacting twice gives what redacting once gives. Unless the span
+/// also holds a value glued to the marker (`password=[REDACTED]Xk9v…`,
+/// docs/behaviour.md T2.1): text that already held the marker before any redaction, whose
+/// value is still a value. Then the whole span goes, marker included, and the output holds one
+/// marker where the value was, which a second pass leaves as it is. A private key block is the
+/// exception, split around markers before it gets here ([`split_at_markers`]).
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
         return;
@@ -959,15 +963,73 @@ fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     let markers = markers_in(text);
     let mut i = first;
     while i < spans.len() {
-        let s = &spans[i];
+        let s = spans[i].clone();
         let k = markers.partition_point(|m| m.end <= s.start);
-        if markers.get(k).is_some_and(|m| m.start < s.end) {
-            spans.swap_remove(i);
-        } else {
+        let inside: &[Range<usize>] = &markers[k..];
+        let n = inside.iter().take_while(|m| m.start < s.end).count();
+        if n == 0 {
             i += 1;
+            continue;
+        }
+        if glued_value(text, &s, &inside[..n]) {
+            // The span and every marker it touches become one.
+            let start = s.start.min(inside[0].start);
+            let end = s.end.max(inside[n - 1].end);
+            spans[i] = start..end;
+            i += 1;
+        } else {
+            spans.swap_remove(i);
         }
     }
 }
+
+/// Whether `span`, which overlaps `markers`, is a value glued to a marker: one marker, with
+/// only a token's characters (letters, digits, `+/_-.~`, and `=` padding after the marker)
+/// around it in the span, at least [`GLUED_MIN`] letters and digits on one side, with a digit
+/// or mixed case or more than 16 of them: not a name, a word, an escape or the punctuation a
+/// rule may have taken with the marker. Anything more (two markers, a blank, a bracket) is
+/// where an earlier pass's own markers sit beside what it judged, which stays judged.
+fn glued_value(text: &str, span: &Range<usize>, markers: &[Range<usize>]) -> bool {
+    let bytes = text.as_bytes();
+    let end = span.end.min(bytes.len());
+    let [m] = markers else { return false };
+    if m.start < span.start || m.end > end {
+        return false;
+    }
+    let token =
+        |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-' | b'.' | b'~');
+    let secret_like = |run: &[u8]| {
+        let alnum = run.iter().filter(|b| b.is_ascii_alphanumeric()).count();
+        let digit = run.iter().any(u8::is_ascii_digit);
+        let upper = run.iter().any(u8::is_ascii_uppercase);
+        let lower = run.iter().any(u8::is_ascii_lowercase);
+        alnum >= GLUED_MIN && (digit || (upper && lower) || alnum > 16)
+    };
+    let mut before = &bytes[span.start..m.start];
+    // A header's value with its scheme: `Bearer [REDACTED]eyJ…`.
+    for scheme in [&b"bearer "[..], b"basic ", b"token ", b"bot "] {
+        if before.len() >= scheme.len() && before[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            before = &before[scheme.len()..];
+        }
+    }
+    let after = &bytes[m.end..end];
+    let after_body = after
+        .strip_suffix(b"==")
+        .or_else(|| after.strip_suffix(b"="))
+        .unwrap_or(after);
+    before.iter().all(token)
+        && after_body.iter().all(token)
+        && (secret_like(before) || secret_like(after_body))
+}
+
+/// Whether `value`, which holds a marker, also holds a value glued to one ([`glued_value`]).
+pub(crate) fn glued_to_marker(value: &str) -> bool {
+    let markers = markers_in(value);
+    !markers.is_empty() && glued_value(value, &(0..value.len()), &markers)
+}
+
+/// The fewest letters and digits a value glued to a marker has ([`glued_value`]).
+const GLUED_MIN: usize = 4;
 
 fn markers_in(text: &str) -> Vec<Range<usize>> {
     memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())

@@ -1172,8 +1172,13 @@ pub(crate) fn value_exempt(name: &str, value: &str, rest: &str) -> bool {
 /// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
 /// bare name there is not a variable.
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
-    if value.is_empty() || value == MARKER || value.starts_with(MARKER) {
+    if value.is_empty() || value == MARKER {
         return true;
+    }
+    // Text that already held the marker: a value glued to it is still one (T2.1); the marker
+    // and what a rule took with it (a comma, a short word) are not.
+    if value.contains(MARKER) {
+        return !super::glued_to_marker(value);
     }
     if is_shell_reference(value) || is_code(rest) || is_type_or_literal(value) {
         return true;
@@ -1442,7 +1447,12 @@ fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let mut starts: Vec<usize> = memchr::memmem::find_iter(b, b"htpasswd")
         .filter(|&i| {
             let end = i + "htpasswd".len();
-            (i == 0 || b[i - 1].is_ascii_whitespace())
+            // After a blank, a quote or a shell operator (`\"htpasswd`, `;htpasswd`), not
+            // inside a word (of any script) or a path.
+            (i == 0
+                || !(b[i - 1].is_ascii_alphanumeric()
+                    || b[i - 1] >= 0x80
+                    || matches!(b[i - 1], b'.' | b'/' | b'_' | b'-')))
                 && (end == b.len() || b[end].is_ascii_whitespace())
         })
         .collect();
