@@ -357,3 +357,154 @@ leak_tests! {
     tools_htpasswd_after_a_quote_on_one_line: "htpasswd -b f u HtA1x9 \"htpasswd -b f u HtB2y9" => ["HtA1x9", "HtB2y9"];
     tools_htpasswd_after_a_semicolon: "htpasswd -b f u HtA1x9;htpasswd -b f u HtB2y9" => ["HtB2y9"];
 }
+
+// Encoded secrets (docs/behaviour.md T2.2): base64 (standard, URL-safe, padded or not, wrapped
+// or not), hex and `\x` escapes whose decoding holds a secret go whole, in every placement.
+
+/// `plain` base64-encoded (standard alphabet), wrapped at `width` columns (0: not wrapped).
+fn base64_of(plain: &str, url_safe: bool, width: usize) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let enc = if url_safe {
+        URL_SAFE_NO_PAD.encode(plain)
+    } else {
+        STANDARD.encode(plain)
+    };
+    if width == 0 {
+        return enc;
+    }
+    enc.as_bytes()
+        .chunks(width)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The pieces of an encoded run that must not ship: each line of it, cut to 20 characters
+/// from its start and its end.
+fn encoded_pieces(enc: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in enc.lines().filter(|l| l.len() >= 20) {
+        out.push(line[..20].to_owned());
+        out.push(line[line.len() - 20..].to_owned());
+    }
+    out
+}
+
+fn assert_encoded_leaks_nothing(text: &str, enc: &str, plain_secrets: &[&str]) {
+    let pieces = encoded_pieces(enc);
+    let mut secrets: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    secrets.extend_from_slice(plain_secrets);
+    let failures = leaks(text, &secrets);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const DOTENV: &str = "# app settings\nDATABASE_URL=postgres://app:Pg5ecretPw@db:5432/app\nSTRIPE_SECRET_KEY=sk_live_4eC39HqLyjWDarjtT1zdp7dc\nLOG_LEVEL=info\n";
+
+#[test]
+fn encoded_base64_dotenv_wrapped_at_76() {
+    let enc = base64_of(DOTENV, false, 76);
+    assert_encoded_leaks_nothing(&format!("$ base64 .env\n{enc}\n$ "), &enc, &["Pg5ecretPw"]);
+}
+
+#[test]
+fn encoded_base64_wrapped_at_64() {
+    let enc = base64_of(DOTENV, false, 64);
+    assert_encoded_leaks_nothing(&format!("-----\n{enc}\n-----"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_url_safe_unpadded() {
+    let enc = base64_of("{\"client_secret\": \"Cl13ntS3cretValue99\"}", true, 0);
+    assert_encoded_leaks_nothing(&format!("state={enc}&next=/home"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_of_a_provider_token() {
+    let enc = base64_of("ghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx", false, 0);
+    assert_encoded_leaks_nothing(&format!("echo {enc} | base64 -d"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_twice() {
+    let inner = base64_of("API_TOKEN=Tw1ceEnc0dedTokenValue", false, 0);
+    let enc = base64_of(&inner, false, 0);
+    assert_encoded_leaks_nothing(&format!("value: {enc}"), &enc, &[]);
+}
+
+#[test]
+fn encoded_kubernetes_secret_data_in_json_and_yaml() {
+    let enc = base64_of("DB_PASSWORD=K8sDataPw77\nDB_USER=app\n", false, 0);
+    let json = format!(
+        r#"{{"apiVersion":"v1","data":{{"app.env":"{enc}"}},"kind":"Secret","metadata":{{"name":"app-env"}},"type":"Opaque"}}"#
+    );
+    assert_encoded_leaks_nothing(&json, &enc, &[]);
+    let yaml = format!(
+        "apiVersion: v1\ndata:\n  app.env: {enc}\nkind: Secret\nmetadata:\n  name: app-env\n"
+    );
+    assert_encoded_leaks_nothing(&yaml, &enc, &[]);
+}
+
+#[test]
+fn encoded_docker_config_auth_holding_a_token() {
+    let enc = base64_of("bob:ghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx", false, 0);
+    let json = format!(r#"{{"auths": {{"ghcr.io": {{"auth": "{enc}"}}}}}}"#);
+    assert_encoded_leaks_nothing(&json, &enc, &[]);
+}
+
+#[test]
+fn encoded_hex_dump_wrapped_at_60() {
+    let hex: String = DOTENV.bytes().map(|b| format!("{b:02x}")).collect();
+    let wrapped = hex
+        .as_bytes()
+        .chunks(60)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_encoded_leaks_nothing(&format!("$ xxd -p .env\n{wrapped}\n"), &wrapped, &[]);
+}
+
+#[test]
+fn encoded_backslash_x_escapes() {
+    let esc: String = "password=Esc4pedPw99"
+        .bytes()
+        .map(|b| format!("\\x{b:02x}"))
+        .collect();
+    let text = format!("printf '{esc}' > creds");
+    let failures = leaks(&text, &[&esc[..24], &esc[esc.len() - 24..]]);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn encoded_text_without_secrets_ships_byte_for_byte() {
+    let prose = base64_of(
+        "Hello! This is the README of a project that counts tokens per model.\n",
+        false,
+        76,
+    );
+    let failures = changes(&format!("$ base64 README\n{prose}\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let hex: String = "plain words and nothing secret at all"
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(changes(&hex).is_empty());
+}
+
+left_alone_tests! {
+    encoded_random_bytes_stay: "\"encrypted_content\": \"gAAAAABo3x1Y5kQ2mZ8vR4tW8zB1nC6yD3fH5jG0sA1bZxq7Lp2Nw9Ek4Ru6Ty8Ii1Op3Aa5Ss7DdFf\"";
+    encoded_digests_stay: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 integrity sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg==";
+    encoded_png_data_uri_stays: "<img src=\"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==\">";
+}
+
+// A Kubernetes Secret's data values go whatever their names or encodings (T2.2).
+leak_tests! {
+    kubernetes_secret_yaml_data_of_any_name: "$ kubectl get secret app -o yaml\napiVersion: v1\ndata:\n  api: c2tfbGl2ZV9ub3Rfd29yZHM=\n  ca.crt: Q2FDcnREYXRhOTk=\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque" => ["c2tfbGl2ZV9ub3Rfd29yZHM", "Q2FDcnREYXRhOTk"];
+    kubernetes_secret_yaml_string_data: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\nstringData:\n  connection: Server=db;User=sa\n  pin: \"48213377\"\ntype: Opaque" => ["Server=db;User=sa", "48213377"];
+    kubernetes_secret_json_data_of_any_name: r#"{"apiVersion": "v1", "data": {"api": "c2tfbGl2ZV9ub3Rfd29yZHM=", "n": "MTIzNDU2"}, "kind": "Secret", "metadata": {"name": "app"}}"# => ["c2tfbGl2ZV9ub3Rfd29yZHM", "MTIzNDU2"];
+}
+
+left_alone_tests! {
+    kubernetes_config_map_data_stays: "apiVersion: v1\ndata:\n  log.level: info\n  feature: on\nkind: ConfigMap\nmetadata:\n  name: app-secret-refs";
+    kubernetes_secret_metadata_stays: "apiVersion: v1\ndata: {}\nkind: Secret\nmetadata:\n  name: app-tls\n  namespace: web\ntype: kubernetes.io/tls";
+}

@@ -19,6 +19,7 @@
 //! copy of the line) and are returned untouched.
 
 mod decode;
+mod encoded;
 mod json;
 pub(crate) mod providers;
 pub(crate) mod rules;
@@ -68,6 +69,9 @@ pub fn global() -> &'static Redactor {
 /// How deep strings inside strings (and views of views) are followed. Each level is shorter
 /// than the one holding it, so this only bounds pathological input.
 const MAX_DEPTH: usize = 12;
+
+/// How many encodings deep a secret is looked for (base64 of base64 of a secret).
+const ENCODED_DEPTH: usize = 3;
 
 /// Command words whose argv arrays are joined into one command line.
 const COMMANDS: &[&str] = &[
@@ -267,12 +271,26 @@ impl Redactor {
 
     /// `known_json`: whether `text` is JSON, when the caller already knows.
     fn redact<'a>(&self, text: &'a str, known_json: Option<bool>) -> Cow<'a, str> {
+        self.redact_at(text, known_json, 0)
+    }
+
+    /// [`Redactor::redact`] of text decoded from an encoded run `encoded` levels deep.
+    fn redact_at<'a>(
+        &self,
+        text: &'a str,
+        known_json: Option<bool>,
+        encoded: usize,
+    ) -> Cow<'a, str> {
         let hits = self.scan(text);
         let hidden = decode::hides_ascii(text.as_bytes()) || decode::has_invisible(text);
-        if hits.is_empty() && !hidden {
+        let mut spans = if encoded < ENCODED_DEPTH {
+            self.encoded_spans(text, encoded)
+        } else {
+            Vec::new()
+        };
+        if hits.is_empty() && !hidden && spans.is_empty() {
             return Cow::Borrowed(text);
         }
-        let mut spans = Vec::new();
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
         if maybe_json && known_json.unwrap_or_else(|| json::is_json(text)) {
@@ -281,6 +299,28 @@ impl Redactor {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
         apply(text, spans)
+    }
+
+    /// Every encoded run of `text` (base64, hex, `\x` escapes) that decodes to text holding a
+    /// secret, whole ([`encoded`], docs/behaviour.md T2.2).
+    fn encoded_spans(&self, text: &str, depth: usize) -> Vec<Range<usize>> {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let secret =
+            |decoded: &str| matches!(self.redact_at(decoded, None, depth + 1), Cow::Owned(_));
+        for run in encoded::runs(bytes) {
+            if let Some((span, decoded)) = encoded::decoded_text(bytes, &run)
+                && secret(&decoded)
+            {
+                out.push(span);
+            }
+        }
+        for (span, decoded) in encoded::escape_runs(bytes) {
+            if secret(&decoded) {
+                out.push(span);
+            }
+        }
+        out
     }
 
     /// Every position where a keyword starts, in order, with the keyword that ends first
@@ -526,10 +566,16 @@ impl Redactor {
         };
         let hidden =
             decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
-        if hits.is_empty() && !hidden {
+        // An encoded run the raw text hides behind escapes (`\u0051UJD…`); one written plain
+        // was found in the whole line already.
+        let mut inner = if decoded.is_identity() {
+            Vec::new()
+        } else {
+            self.encoded_spans(&decoded.text, 0)
+        };
+        if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
-        let mut inner = Vec::new();
         if depth < MAX_DEPTH
             && json::looks_like_container(&decoded.text)
             && json::is_json(&decoded.text)
@@ -692,6 +738,7 @@ impl Walk<'_> {
         };
         if obj {
             self.header_pair(&kids, &mut forced);
+            self.kubernetes_secret(&kids, &mut forced);
         } else {
             // Node's rawHeaders and `[N, V]` pairs: a credential header's next string.
             for i in 0..kids.len().saturating_sub(1) {
@@ -826,6 +873,26 @@ impl Walk<'_> {
         if named {
             for (i, &(k, _)) in kids.iter().enumerate() {
                 if key_is(k, &["value", "values"]) {
+                    forced[i] = true;
+                }
+            }
+        }
+    }
+
+    /// A Kubernetes `Secret` object (`"kind": "Secret"`): everything under its `data` and
+    /// `stringData` is a secret, whatever the names (docs/behaviour.md T2.2).
+    fn kubernetes_secret(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
+        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) => &self.text[r.clone()],
+            _ => "",
+        };
+        let secret = kids.iter().any(|&(k, v)| {
+            key(k) == "kind"
+                && matches!(&self.toks[v], Tok::Str(r) if &self.text[r.clone()] == "Secret")
+        });
+        if secret {
+            for (i, &(k, _)) in kids.iter().enumerate() {
+                if matches!(key(k), "data" | "stringData") {
                     forced[i] = true;
                 }
             }

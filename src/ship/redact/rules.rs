@@ -60,6 +60,9 @@ pub(crate) enum Refine {
     /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
     /// joined by `_`, a name such as `npm_config_cache`.
     Token,
+    /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
+    /// `stringData:` blocks.
+    KubernetesSecret,
 }
 
 /// kcap's credential header names and the others S1.4 lists, as a regex alternation.
@@ -167,6 +170,18 @@ const fn bare(r: Rule) -> Rule {
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
 /// united.
 pub(crate) static RULES: &[Rule] = &[
+    // docs/behaviour.md T2.2: a Secret's data values are secrets whatever their names (base64
+    // of anything, `stringData` plain), as `kubectl get secret -o yaml` prints them (keys in
+    // order: `data` comes before `kind`).
+    multiline(rule(
+        "kubernetes-secret-data",
+        "kubernetes",
+        &["secret"],
+        r#"(?m)^[ \t]*kind:[ \t]*["']?Secret["']?[ \t]*\r?$"#,
+        Refine::KubernetesSecret,
+        &["apiVersion: v1\ndata:\n  app.env: QXBwRW52RGF0YTk5\nkind: Secret\ntype: Opaque"],
+        &["apiVersion: v1\ndata:\n  app.env: bG9nPWluZm8=\nkind: ConfigMap"],
+    )),
     multiline(rule(
         "pem-private-key",
         "private-key",
@@ -1339,6 +1354,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 out.push(m.range());
             }
         }
+        Refine::KubernetesSecret => kubernetes_secret_data(text, out),
         Refine::UrlToken => {
             let Some(s) = caps.name("s") else { return };
             let v = s.as_str();
@@ -1504,6 +1520,43 @@ fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usiz
         let r = positional[want - 1].clone();
         if !r.is_empty() && &text[r.clone()] != MARKER {
             out.push(r);
+        }
+    }
+}
+
+/// Every value under a `data:` or `stringData:` block of YAML `text` (a Kubernetes Secret):
+/// the lines indented deeper than the block's name, each `key: value`'s value (a block
+/// scalar's lines too).
+fn kubernetes_secret_data(text: &str, out: &mut Vec<Range<usize>>) {
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let mut block: Option<usize> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start_matches([' ', '\t']);
+        if trimmed.is_empty() {
+            continue;
+        }
+        let depth = indent(body);
+        if let Some(b) = block {
+            if depth > b {
+                // `key: value`, or a continuation line of a block scalar.
+                let value_at = trimmed.find(": ").map_or(depth, |colon| depth + colon + 2);
+                let raw = &body[value_at..];
+                let value = raw.trim();
+                let lead = raw.len() - raw.trim_start().len();
+                if !value.is_empty() && !matches!(value, "|" | ">" | "|-" | ">-" | "|+" | ">+") {
+                    let s = start + value_at + lead;
+                    out.push(s..s + value.len());
+                }
+                continue;
+            }
+            block = None;
+        }
+        if matches!(trimmed.trim_end(), "data:" | "stringData:") {
+            block = Some(depth);
         }
     }
 }
