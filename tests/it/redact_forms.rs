@@ -508,3 +508,31 @@ left_alone_tests! {
     kubernetes_config_map_data_stays: "apiVersion: v1\ndata:\n  log.level: info\n  feature: on\nkind: ConfigMap\nmetadata:\n  name: app-secret-refs";
     kubernetes_secret_metadata_stays: "apiVersion: v1\ndata: {}\nkind: Secret\nmetadata:\n  name: app-tls\n  namespace: web\ntype: kubernetes.io/tls";
 }
+
+// YAML values on the line after their secret name, and block scalars (T2.4).
+leak_tests! {
+    yaml_value_on_the_next_line: "spring:\n  datasource:\n    password:\n      Spr1ngNextLinePw\n    url: jdbc:postgresql://db/app" => ["Spr1ngNextLinePw"];
+    yaml_quoted_value_on_the_next_line: "auth:\n  client_secret:\n    \"Qu0tedNextL1ne\"\n" => ["Qu0tedNextL1ne"];
+    yaml_literal_block_scalar: "ssh:\n  private_key: |\n    b3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n    AAAAEbm9uZQAAAAAAAAABAAAAMwAAAAt\n  user: git" => ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmU", "AAAAEbm9uZQAAAAAAAAABAAAAMwAAAAt"];
+    yaml_folded_block_scalar_with_chomping: "api:\n  token: >-\n    F0ldedT0kenPartOne\n    F0ldedT0kenPartTwo\n" => ["F0ldedT0kenPartOne", "F0ldedT0kenPartTwo"];
+    yaml_list_item_key: "users:\n- name: bob\n  password:\n    L1stItemPw99" => ["L1stItemPw99"];
+}
+
+left_alone_tests! {
+    yaml_settings_section_under_a_secret_name: "password:\n  min_length: 12\n  require_digits: true\nnext: 1";
+    yaml_secret_list_of_references: "secrets:\n  - db-credentials\n  - tls-cert\n";
+    yaml_next_line_reference: "env:\n  API_TOKEN:\n    ${{ secrets.API_TOKEN }}\n";
+}
+
+// A provider's prefix joined to the rest of its token in code (T2.4).
+leak_tests! {
+    joined_prefix_with_plus: "const key = 'sk_live_' + '4eC39HqLyjWDarjtT1zdp7dc';" => ["4eC39HqLyjWDarjtT1zdp7dc"];
+    joined_prefix_with_plus_double_quotes: "token = \"ghp_\" + \"Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx\"" => ["Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx"];
+    joined_prefix_php_dot: "$k = 'xoxb-' . '123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx';" => ["AbCdEfGhIjKlMnOpQrStUvWx"];
+    joined_prefix_adjacent_literals: "KEY = (\"AKIA\" \"QYLPMN5HHHFPZAM2\")" => ["QYLPMN5HHHFPZAM2"];
+}
+
+left_alone_tests! {
+    joined_strings_without_a_token_stay: "msg = 'token count: ' + str(n) + ' of ' + 'max'";
+    joined_path_stays: "path = base + '/' + 'secrets' + '/' + name";
+}

@@ -503,6 +503,18 @@ impl Redactor {
                 out.extend(inner.into_iter().map(|s| view.to_raw(s)));
             }
         }
+        // String literals joined in code: `'sk_live_' + 'Xk9…'`.
+        if depth < MAX_DEPTH
+            && !keys_only
+            && let Some(view) = decode::joined(text)
+        {
+            let view_hits = self.scan(&view.text);
+            if !view_hits.is_empty() {
+                let mut inner = Vec::new();
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
+                out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+            }
+        }
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
             let view = decode::decode(text);
             if !view.is_identity() {

@@ -60,6 +60,9 @@ pub(crate) enum Refine {
     /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
     /// joined by `_`, a name such as `npm_config_cache`.
     Token,
+    /// A YAML key with a secret's name (group `n`) and no value on its line: the value on the
+    /// next, deeper-indented line, or a block scalar's lines (group `b`: `|`, `>`, `>-`).
+    YamlNextLine,
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
@@ -170,6 +173,27 @@ const fn bare(r: Rule) -> Rule {
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
 /// united.
 pub(crate) static RULES: &[Rule] = &[
+    // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
+    // scalar (`password: |`).
+    multiline(rule(
+        "yaml-next-line",
+        "assignment",
+        NAME_KEYWORDS,
+        concat!(
+            r"(?m)^(?P<i>[ \t]*)(?:- )?(?P<n>[A-Za-z0-9_.-]*(?i:",
+            name_words!(),
+            r#")[A-Za-z0-9_.-]*)[ \t]*:[ \t]*(?P<b>[|>][-+0-9]*)?[ \t]*(?:#[^\n]*)?\r?\n"#
+        ),
+        Refine::YamlNextLine,
+        &[
+            "db:\n  password:\n    Hunt3rNextLine\n  user: app",
+            "tls:\n  private_key: |\n    MIIEvQIBADANBgkqhkiG9w0BAQ\n    EFAASCBKcwggSjAgEAAoIBAQC7\n  port: 443",
+        ],
+        &[
+            "password:\n  min_length: 12\n  require_digits: true",
+            "secrets:\n  - name: db\n    key: password",
+        ],
+    )),
     // docs/behaviour.md T2.2: a Secret's data values are secrets whatever their names (base64
     // of anything, `stringData` plain), as `kubectl get secret -o yaml` prints them (keys in
     // order: `data` comes before `kind`).
@@ -1355,6 +1379,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::KubernetesSecret => kubernetes_secret_data(text, out),
+        Refine::YamlNextLine => yaml_next_line(caps, text, out),
         Refine::UrlToken => {
             let Some(s) = caps.name("s") else { return };
             let v = s.as_str();
@@ -1521,6 +1546,50 @@ fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usiz
         if !r.is_empty() && &text[r.clone()] != MARKER {
             out.push(r);
         }
+    }
+}
+
+/// The value of a YAML key with a secret's name and nothing after its colon: a block
+/// scalar's lines, or one plain scalar on the next deeper line (not a nested mapping, a list
+/// or a comment: `password:` then `  min_length: 12` is a section of settings).
+fn yaml_next_line(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let (Some(m), Some(n)) = (caps.get(0), caps.name("n")) else {
+        return;
+    };
+    if !name_is_secret(n.as_str()) {
+        return;
+    }
+    let base = caps.name("i").map_or(0, |i| i.len());
+    let block = caps.name("b").is_some();
+    let mut at = m.end();
+    for line in text[m.end()..].split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let value = body.trim();
+        let lead = body.len() - body.trim_start_matches([' ', '\t']).len();
+        if value.is_empty() {
+            if block {
+                continue;
+            }
+            return;
+        }
+        if lead <= base {
+            return;
+        }
+        let span = start + lead..start + lead + value.len();
+        if block {
+            out.push(span);
+            continue;
+        }
+        let mapping = value.contains(": ") || value.ends_with(':');
+        if mapping || value.starts_with(['-', '#', '[', '{']) {
+            return;
+        }
+        if !value_exempt(n.as_str(), value, value) {
+            out.push(span);
+        }
+        return;
     }
 }
 
