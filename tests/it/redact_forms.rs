@@ -536,3 +536,29 @@ left_alone_tests! {
     joined_strings_without_a_token_stay: "msg = 'token count: ' + str(n) + ' of ' + 'max'";
     joined_path_stays: "path = base + '/' + 'secrets' + '/' + name";
 }
+
+// Credentials named only by their vendor (T2.6): a service's name, a short gap, a random value
+// of a key's shape.
+leak_tests! {
+    vendor_yaml_hex_key: "cloudsmith: \"9e4f1c3a8b2d7e6f0a5c4b3d2e1f0a9b8c7d6e5f\"" => ["9e4f1c3a8b2d7e6f0a5c4b3d2e1f0a9b8c7d6e5f"];
+    vendor_words_then_value: "scraperapi token = 'Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O'" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"];
+    vendor_env_name: "export MAILJET_APIKEY_PRIVATE=8f3a9c2e71b04d5f9a6e3c1b7d2f4a80" => ["8f3a9c2e71b04d5f9a6e3c1b7d2f4a80"];
+    vendor_camel_case_field: "const deepgramClient = createClient(\"a1b2c3d4e5f60718293a4b5c6d7e8f9012345678\");" => ["a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"];
+    vendor_in_json_key: r#"{"pagerduty": {"routing": "R0u7ingK3y9Zq8Wm3Np7Lk2V"}}"# => ["R0u7ingK3y9Zq8Wm3Np7Lk2V"];
+    vendor_on_the_line_above: "[virustotal]\nQx7Lm2Np9Kv4Rt8Wz3Bn6Hy1Dj5Gf0Sa2Ew" => ["Qx7Lm2Np9Kv4Rt8Wz3Bn6Hy1Dj5Gf0Sa2Ew"];
+    vendor_two_words: "Scraper API key: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"];
+    vendor_common_word_with_a_secret_word: "segment write key: Wk7Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh" => ["Wk7Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh"];
+}
+
+left_alone_tests! {
+    vendor_lockfile_integrity: "\"node_modules/@sentry/browser\": {\"version\": \"7.1.0\", \"integrity\": \"sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg==\"}";
+    vendor_go_sum: "github.com/stripe/stripe-go/v72 v72.5.0 h1:QyB6M2a9mqPkbRzzTHXhEFuA6KxnJxf4cUqEdIuQ6Zo=";
+    vendor_commit_link: "fixed in https://github.com/mailjet/mailjet-apiv3-go/commit/3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345";
+    vendor_request_id: "mailjet request id 0199a2b4-c0de-7000-a000-000000000001";
+    vendor_common_word_alone: "segment 3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345 of the log";
+    vendor_identifier: "import { sendTransactionalEmailV3 } from 'mailjet_node_client_library_v6'";
+}
+
+left_alone_tests! {
+    vendor_common_word_with_a_secret_word_further_away: "the key is in the wiki; see github Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh";
+}

@@ -203,7 +203,10 @@ fn base64_text(body: &[u8]) -> Option<String> {
 
 /// The text a hex run decodes to, if it is text.
 fn hex_text(body: &[u8]) -> Option<String> {
-    if body.len() < MIN_HEX || !body.len().is_multiple_of(2) || !body.iter().all(u8::is_ascii_hexdigit) {
+    if body.len() < MIN_HEX
+        || !body.len().is_multiple_of(2)
+        || !body.iter().all(u8::is_ascii_hexdigit)
+    {
         return None;
     }
     let decode = |b: &[u8]| -> Vec<u8> {

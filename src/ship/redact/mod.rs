@@ -23,6 +23,7 @@ mod encoded;
 mod json;
 pub(crate) mod providers;
 pub(crate) mod rules;
+mod vendors;
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -284,7 +285,7 @@ impl Redactor {
         let hits = self.scan(text);
         let hidden = decode::hides_ascii(text.as_bytes()) || decode::has_invisible(text);
         let mut spans = if encoded < ENCODED_DEPTH {
-            self.encoded_spans(text, encoded)
+            self.run_spans(text, encoded)
         } else {
             Vec::new()
         };
@@ -301,9 +302,10 @@ impl Redactor {
         apply(text, spans)
     }
 
-    /// Every encoded run of `text` (base64, hex, `\x` escapes) that decodes to text holding a
-    /// secret, whole ([`encoded`], docs/behaviour.md T2.2).
-    fn encoded_spans(&self, text: &str, depth: usize) -> Vec<Range<usize>> {
+    /// The runs of `text` that are secrets as runs: every encoded run (base64, hex, `\x`
+    /// escapes) that decodes to text holding a secret, whole ([`encoded`], docs/behaviour.md
+    /// T2.2), and every random run a vendor's name marks ([`vendors`], T2.6).
+    fn run_spans(&self, text: &str, depth: usize) -> Vec<Range<usize>> {
         let bytes = text.as_bytes();
         let mut out = Vec::new();
         let secret =
@@ -320,6 +322,8 @@ impl Redactor {
                 out.push(span);
             }
         }
+        // A long random run with a vendor's name shortly before it (T2.6).
+        vendors::spans(text, &mut out);
         out
     }
 
@@ -583,7 +587,7 @@ impl Redactor {
         let mut inner = if decoded.is_identity() {
             Vec::new()
         } else {
-            self.encoded_spans(&decoded.text, 0)
+            self.run_spans(&decoded.text, 0)
         };
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
