@@ -562,3 +562,19 @@ left_alone_tests! {
 left_alone_tests! {
     vendor_common_word_with_a_secret_word_further_away: "the key is in the wiki; see github Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh";
 }
+
+// Cloud CLI tables (T2.6): a secret in a table cell, named by its row or its column.
+leak_tests! {
+    table_aws_vertical_key_value: "||  AccessKeyId      |  AKIAQYLPMN5HHHFPZAM2                       ||\n||  SecretAccessKey  |  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  ||\n||  Status           |  Active                                     ||" => ["wJalrXUtnFEMI9K7MDENGbPxRfiCYzQ8mLp2Vb6X", "AKIAQYLPMN5HHHFPZAM2"];
+    table_az_storage_keys: "$ az storage account keys list -g rg -n acct -o table\nKeyName    Permissions    Value\n---------  -------------  ----------------------------------------------------------------------------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O==\nkey2       FULL           Ab8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0P==" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6", "Ab8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6"];
+    table_markdown_password_column: "| user | password |\n|------|----------|\n| bob  | Hunt3rTabl3Pw |\n| amy  | S3condTablePw |" => ["Hunt3rTabl3Pw", "S3condTablePw"];
+}
+
+left_alone_tests! {
+    table_without_secret_columns: "NAME     STATUS   ROLES    AGE\nnode-1   Ready    master   5d\nnode-2   Ready    <none>   5d";
+    table_secret_names_only: "NAME                  TYPE                                  DATA   AGE\ndb-credentials        Opaque                                2      5d\ndefault-token-x7k2p   kubernetes.io/service-account-token   3      5d";
+}
+
+left_alone_tests! {
+    table_documentation_column_named_token: "| Setting | Token | Meaning |\n|---|---|---|\n| KCAP_URL | no secret | the server's address |\n| KCAP_TOKEN | the API token | read from the keychain |";
+}

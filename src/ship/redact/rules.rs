@@ -63,6 +63,12 @@ pub(crate) enum Refine {
     /// A YAML key with a secret's name (group `n`) and no value on its line: the value on the
     /// next, deeper-indented line, or a block scalar's lines (group `b`: `|`, `>`, `>-`).
     YamlNextLine,
+    /// A table row whose first cell (group `n`) names a secret: the next cell (from group
+    /// `s`), if it is one word.
+    TableRow,
+    /// A table's header (group `h`) over a separator line (group `sep`): the cells of every
+    /// column with a secret's name, in the rows below.
+    TableColumn,
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
@@ -173,6 +179,52 @@ const fn bare(r: Rule) -> Rule {
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
 /// united.
 pub(crate) static RULES: &[Rule] = &[
+    // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
+    // in its first cell (`aws ... --output table`)...
+    rule(
+        "table-row-pair",
+        "cli-table",
+        NAME_KEYWORDS,
+        concat!(
+            r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
+            name_words!(),
+            r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+        ),
+        Refine::TableRow,
+        &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
+        &[
+            "||  SecretAccessKey  |  [REDACTED]  ||",
+            "| token | string | the API token |",
+        ],
+    ),
+    // ...and a column named for one, under a header and its separator line (`az ... -o
+    // table`, Markdown, psql).
+    multiline(rule(
+        "table-column",
+        "cli-table",
+        &[
+            "secret",
+            "token",
+            "passw",
+            "pwd",
+            "keyname",
+            "apikey",
+            "api_key",
+            "accesskey",
+            "access_key",
+            "credential",
+            "private_key",
+            "privatekey",
+        ],
+        r"(?m)^(?P<h>[^\n]*[A-Za-z][^\n]*)\r?\n(?P<sep>[ \t|+:]*-{3,}[-| \t+:]*)\r?$",
+        Refine::TableColumn,
+        &[
+            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5",
+        ],
+        &[
+            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
+        ],
+    )),
     // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
     // scalar (`password: |`).
     multiline(rule(
@@ -1380,6 +1432,23 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::KubernetesSecret => kubernetes_secret_data(text, out),
         Refine::YamlNextLine => yaml_next_line(caps, text, out),
+        Refine::TableColumn => table_column(caps, text, out),
+        Refine::TableRow => {
+            let (Some(n), Some(v)) = (caps.name("n"), caps.name("s")) else {
+                return;
+            };
+            let end = text[v.start()..]
+                .find(['|', '\n'])
+                .map_or(text.len(), |o| v.start() + o);
+            let value = text[v.start()..end].trim_end();
+            // Prose in a cell (`the API token`) describes; a credential is one word.
+            if name_is_secret(n.as_str())
+                && !value.contains(char::is_whitespace)
+                && !value_exempt(n.as_str(), value, value)
+            {
+                out.push(v.start()..v.start() + value.len());
+            }
+        }
         Refine::UrlToken => {
             let Some(s) = caps.name("s") else { return };
             let v = s.as_str();
@@ -1545,6 +1614,119 @@ fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usiz
         let r = positional[want - 1].clone();
         if !r.is_empty() && &text[r.clone()] != MARKER {
             out.push(r);
+        }
+    }
+}
+
+/// The cells of a table's secret columns: the header (group `h`) is split into columns by
+/// `|` when the separator line has pipes, else by the separator's runs of dashes (fixed-width
+/// tables); a column is secret when its name is a secret's, or when it is `Value` beside a
+/// key's name (`KeyName`, Azure's key lists). Rows run to the first blank line.
+fn table_column(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let (Some(h), Some(sep)) = (caps.name("h"), caps.name("sep")) else {
+        return;
+    };
+    let piped = sep.as_str().contains('|');
+    // Each column's byte range within a line.
+    let columns: Vec<Range<usize>> = if piped {
+        let mut cols = Vec::new();
+        let mut from = 0;
+        for (i, c) in h.as_str().char_indices() {
+            if c == '|' {
+                cols.push(from..i);
+                from = i + 1;
+            }
+        }
+        cols.push(from..h.as_str().len());
+        cols
+    } else {
+        let b = sep.as_str().as_bytes();
+        let mut cols = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'-' {
+                let start = i;
+                while i < b.len() && b[i] == b'-' {
+                    i += 1;
+                }
+                cols.push(start..i);
+            } else {
+                i += 1;
+            }
+        }
+        // A cell runs to the next column's start (values may be wider than their dashes).
+        let starts: Vec<usize> = cols.iter().map(|c| c.start).collect();
+        cols.iter()
+            .enumerate()
+            .map(|(k, c)| c.start..starts.get(k + 1).copied().unwrap_or(usize::MAX))
+            .collect()
+    };
+    let cell = |line: &str, k: usize| -> Option<Range<usize>> {
+        if piped {
+            let mut from = 0;
+            let mut n = 0;
+            for (i, c) in line.char_indices() {
+                if c == '|' {
+                    if n == k {
+                        return Some(from..i);
+                    }
+                    n += 1;
+                    from = i + 1;
+                }
+            }
+            (n == k).then_some(from..line.len())
+        } else {
+            let r = columns.get(k)?;
+            let start = r.start.min(line.len());
+            let end = r.end.min(line.len());
+            (line.is_char_boundary(start) && line.is_char_boundary(end)).then_some(start..end)
+        }
+    };
+    let names: Vec<String> = (0..columns.len())
+        .filter_map(|k| cell(h.as_str(), k))
+        .map(|r| h.as_str()[r].trim().to_owned())
+        .collect();
+    let keyed = names.iter().any(|n| n.eq_ignore_ascii_case("keyname"));
+    let secret: Vec<usize> = names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| name_is_secret(n) || (keyed && n.eq_ignore_ascii_case("value")))
+        .map(|(k, _)| k)
+        .collect();
+    if secret.is_empty() {
+        return;
+    }
+    let mut at = sep.end();
+    let rows = &text[at..];
+    let rows = rows.strip_prefix("\r").unwrap_or(rows);
+    let rows = rows.strip_prefix('\n').unwrap_or(rows);
+    at = text.len() - rows.len();
+    for line in rows.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        if body.trim().is_empty() {
+            return;
+        }
+        for &k in &secret {
+            let Some(r) = cell(body, k) else { continue };
+            let raw = &body[r.clone()];
+            let value = raw.trim();
+            // Prose in a cell (`the user's token`) describes; a credential is one word.
+            if value.len() < 4
+                || value.contains(char::is_whitespace)
+                || value
+                    .chars()
+                    .all(|c| matches!(c, '-' | '+' | '|' | ':' | '='))
+            {
+                continue;
+            }
+            if value_exempt(&names[k], value, value) {
+                continue;
+            }
+            let lead = raw.len() - raw.trim_start().len();
+            let s = start + r.start + lead;
+            out.push(s..s + value.len());
         }
     }
 }
