@@ -23,6 +23,7 @@ mod encoded;
 mod json;
 pub(crate) mod providers;
 pub(crate) mod rules;
+mod runs;
 mod vendors;
 
 use std::borrow::Cow;
@@ -310,7 +311,9 @@ impl Redactor {
         let mut out = Vec::new();
         let secret =
             |decoded: &str| matches!(self.redact_at(decoded, None, depth + 1), Cow::Owned(_));
-        for run in encoded::runs(bytes) {
+        // One search for the long runs of token characters both kinds are made of.
+        let found = runs::long_runs(bytes, encoded::MIN_RUN);
+        for run in encoded::runs(bytes, &found) {
             if let Some((span, decoded)) = encoded::decoded_text(bytes, &run)
                 && secret(&decoded)
             {
@@ -323,7 +326,7 @@ impl Redactor {
             }
         }
         // A long random run with a vendor's name shortly before it (T2.6).
-        vendors::spans(text, &mut out);
+        vendors::spans(text, &found, &mut out);
         out
     }
 
@@ -582,13 +585,14 @@ impl Redactor {
         };
         let hidden =
             decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
-        // An encoded run the raw text hides behind escapes (`\u0051UJD…`); one written plain
-        // was found in the whole line already.
-        let mut inner = if decoded.is_identity() {
-            Vec::new()
-        } else {
-            self.run_spans(&decoded.text, 0)
-        };
+        // A run the raw text hides behind escapes of ASCII (`\u0051UJD…`); one written plain
+        // (line breaks escaped or not) was found in the whole line already.
+        let mut inner =
+            if decoded.is_identity() || !decode::hides_ascii(&text.as_bytes()[content.clone()]) {
+                Vec::new()
+            } else {
+                self.run_spans(&decoded.text, 0)
+            };
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
