@@ -540,8 +540,14 @@ impl Redactor {
     }
 
     fn run_rule(&self, r: u16, text: &str, window: Range<usize>, out: &mut Vec<Range<usize>>) {
-        let re = self.regex(r);
         let slice = &text[window.clone()];
+        if let RuleRef::Core(rule) = self.rule(r)
+            && let Some(pre) = rule.pre
+            && !pre(slice)
+        {
+            return;
+        }
+        let re = self.regex(r);
         // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so without
         // the capture machinery, which allocates its slots on every call.
         if !re.is_match(slice) {
