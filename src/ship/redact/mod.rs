@@ -462,6 +462,9 @@ impl Redactor {
                 let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
                 line = start..end;
             }
+            if is_plain_word(bytes, at) {
+                continue;
+            }
             for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
                     continue;
@@ -1004,6 +1007,31 @@ impl Walk<'_> {
             }
         }
     }
+}
+
+/// Words that hold a keyword and never name a secret, whole (`Author:` in every `git log`
+/// holds `auth`): an occurrence that is one of them runs no rule. A name built on one
+/// (`author_token`) holds another keyword, which runs its rules.
+const PLAIN_WORDS: &[&str] = &[
+    "author",
+    "authors",
+    "authored",
+    "authoring",
+    "authority",
+    "authorities",
+];
+
+/// Whether the keyword at `at` is the start of one of [`PLAIN_WORDS`], standing alone.
+fn is_plain_word(bytes: &[u8], at: usize) -> bool {
+    PLAIN_WORDS.iter().any(|w| {
+        let end = at + w.len();
+        bytes
+            .get(at..end)
+            .is_some_and(|t| t.eq_ignore_ascii_case(w.as_bytes()))
+            && bytes
+                .get(end)
+                .is_none_or(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+    })
 }
 
 /// Calls `hit(start, pattern)` for every position where one of `ac`'s patterns starts, with
