@@ -290,7 +290,7 @@ impl Redactor {
         } else {
             Vec::new()
         };
-        if hits.is_empty() && !hidden && spans.is_empty() {
+        if !hidden && spans.is_empty() && !self.any_live(text.as_bytes(), &hits) {
             return Cow::Borrowed(text);
         }
         // A line that is one JSON string is JSON too: its quotes must survive.
@@ -343,6 +343,26 @@ impl Redactor {
             });
         });
         hits
+    }
+
+    /// Whether any keyword occurrence may start something: not one inside a plain word
+    /// (`Author`), nor one inside a word whose rules all match tokens starting at the keyword
+    /// (`sk` in `TaskStarted`), which [`Redactor::text_spans`] would skip. A line with none is
+    /// returned as it is, without walking its JSON.
+    fn any_live(&self, bytes: &[u8], hits: &[Hit]) -> bool {
+        if hits.is_empty() {
+            return false;
+        }
+        self.occurrences(bytes, hits)
+            .into_iter()
+            .any(|(at, keyword)| {
+                if is_plain_word(bytes, at) {
+                    return false;
+                }
+                let rules = &self.keyword_rules[keyword as usize];
+                let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+                !(in_word && !rules.is_empty() && rules.iter().all(|&(_, token)| token))
+            })
     }
 
     /// Every keyword occurrence the hits stand for, as (start, keyword): each hit, and each
