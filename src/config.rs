@@ -18,7 +18,7 @@ use crate::decide::Windows;
 use crate::platform::config_dir::{self, HomeRule};
 use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
-use crate::settings::{self as registry, Resolver, SettingsArgs};
+use crate::settings::{self as registry, Command, Resolver, SettingsArgs};
 use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};
 
 pub use crate::settings::{ConfigError, LogFormat};
@@ -162,6 +162,16 @@ pub fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Resolved, ConfigError> {
     resolve_with(&mut Resolver::new(args, env))
+}
+
+/// Resolves the settings `command` takes as [`resolve`] does; the others keep their defaults
+/// and their variables are not read.
+pub fn resolve_for(
+    command: Command,
+    args: &SettingsArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resolved, ConfigError> {
+    resolve_with(&mut Resolver::for_command(command, args, env))
 }
 
 fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {

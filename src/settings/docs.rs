@@ -73,6 +73,7 @@ mod tests {
         OptionalText {
             absent: "none",
             what: "an id",
+            example: "id",
         },
         "An id.",
     );
@@ -81,6 +82,7 @@ mod tests {
         OptionalText {
             absent: "none",
             what: "a URL",
+            example: "http://127.0.0.1:9",
         },
         "For tests.",
     );

@@ -16,6 +16,7 @@ mod cli_config;
 mod client;
 mod daemon;
 mod daemon_faults;
+mod daemon_settings;
 mod defects_r3;
 mod e2e_delivery;
 mod e2e_follow;
