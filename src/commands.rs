@@ -5,6 +5,7 @@
 //! CLI's key rule (`files::check_id`), or the command exits 2 naming it.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -239,7 +240,8 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
             .and_then(std::fs::canonicalize)
             .map(crate::platform::plain_path::plain)
             .context("failed to find this binary's path")?;
-        if crate::daemon::in_build_dir(&exe) {
+        let cargo_target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
+        if crate::daemon::service::in_build_dir(&exe, cargo_target_dir.as_deref()) {
             return Err(UsageError(format!(
                 "{} is in a build directory, which the next build replaces: install kcap-watch \
                  (for example cargo install --profile dist --locked --path .) and run \

@@ -80,9 +80,3 @@ pub fn supervise_flags(given: &[GivenSetting]) -> Vec<OsString> {
     }
     words
 }
-
-/// Whether `exe` runs from a build directory (`target/`), where the next build replaces it:
-/// no service may point there.
-pub fn in_build_dir(exe: &std::path::Path) -> bool {
-    run::in_build_dir(exe)
-}

@@ -1021,21 +1021,6 @@ fn supervise_command(
     cmd
 }
 
-/// Whether `path` is under a cargo target directory, whatever its name (the spec: recognised
-/// by what it is, as `CARGO_TARGET_DIR` may name any directory): one holding cargo's
-/// `.rustc_info.json` or its `CACHEDIR.TAG`, or a directory named `target` with `debug` or
-/// `release` in it. A binary there is replaced by the next build.
-pub(crate) fn in_build_dir(path: &Path) -> bool {
-    path.ancestors().any(|dir| {
-        let cargo_tag = crate::files::read_small(&dir.join("CACHEDIR.TAG"), 4096)
-            .is_ok_and(|t| t.contains("created by cargo"));
-        cargo_tag
-            || dir.join(".rustc_info.json").is_file()
-            || (dir.file_name().is_some_and(|n| n == "target")
-                && (dir.join("debug").is_dir() || dir.join("release").is_dir()))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1120,28 +1105,6 @@ mod tests {
                 .iter()
                 .any(|(k, _)| k == "KCAP_CODEX_SUBAGENT_REAP_MINUTES")
         );
-    }
-
-    /// A `CARGO_TARGET_DIR` of any name is a build directory (`--print-service` refuses a
-    /// binary there); an installed binary's directory is not.
-    #[test]
-    fn a_cargo_target_directory_of_any_name_is_a_build_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("target-daemon");
-        std::fs::create_dir_all(out.join("debug")).unwrap();
-        std::fs::write(
-            out.join("CACHEDIR.TAG"),
-            "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by cargo.\n",
-        )
-        .unwrap();
-        assert!(in_build_dir(&out.join("debug/kcap-watch")));
-        let rustc = tmp.path().join("builds");
-        std::fs::create_dir_all(&rustc).unwrap();
-        std::fs::write(rustc.join(".rustc_info.json"), "{}").unwrap();
-        assert!(in_build_dir(&rustc.join("debug/kcap-watch")));
-        let bin = tmp.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        assert!(!in_build_dir(&bin.join("kcap-watch")));
     }
 
     /// Idle, the watcher directory never rests: the kcap CLI's watchers and every supervisor

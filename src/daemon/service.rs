@@ -121,6 +121,29 @@ pub fn carried(
     Ok(c)
 }
 
+/// Whether `exe` is in a cargo target directory, where the next build replaces it, so no
+/// service may point there. Recognised by what it is, never by its name (`CARGO_TARGET_DIR`
+/// may name any directory, and a directory named `target` may be anything):
+/// `cargo_target_dir` (the `CARGO_TARGET_DIR` set now) or a directory above `exe` holding
+/// what cargo writes into every target directory, `.rustc_info.json` or a `CACHEDIR.TAG`
+/// (a cache directory, by the tag's own convention, is no place to install a program either).
+pub fn in_build_dir(exe: &Path, cargo_target_dir: Option<&Path>) -> bool {
+    let target_dir = cargo_target_dir
+        .filter(|d| !d.as_os_str().is_empty())
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        // As the binary's own path is written (no `\\?\` prefix on Windows).
+        .map(crate::platform::plain_path::plain);
+    exe.ancestors().any(|dir| {
+        target_dir.as_deref() == Some(dir)
+            || dir.join(".rustc_info.json").is_file()
+            || crate::files::read_small(&dir.join("CACHEDIR.TAG"), 4096)
+                .is_ok_and(|t| t.starts_with(CACHEDIR_SIGNATURE))
+    })
+}
+
+/// The first line of every `CACHEDIR.TAG` (the Cache Directory Tagging convention).
+const CACHEDIR_SIGNATURE: &str = "Signature: 8a477f597d28d172789f06886806bc55";
+
 /// Which service manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServiceKind {
@@ -454,6 +477,44 @@ mod tests {
         assert_eq!(windows_quote("C:\\a b\\"), "\"C:\\a b\\\\\"");
         assert_eq!(windows_quote("say \"hi\""), "\"say \\\"hi\\\"\"");
         assert_eq!(windows_quote(""), "\"\"");
+    }
+
+    /// A cargo target directory of any name is a build directory: named by CARGO_TARGET_DIR,
+    /// or holding cargo's CACHEDIR.TAG or .rustc_info.json; an installed binary's directory
+    /// is not, and neither is a directory merely named `target`.
+    #[test]
+    fn a_cargo_target_directory_is_recognised_by_what_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let tagged = root.join("target-daemon");
+        std::fs::create_dir_all(tagged.join("debug")).unwrap();
+        std::fs::write(
+            tagged.join("CACHEDIR.TAG"),
+            format!(
+                "{CACHEDIR_SIGNATURE}\n# This file is a cache directory tag created by cargo.\n"
+            ),
+        )
+        .unwrap();
+        assert!(in_build_dir(&tagged.join("debug/kcap-watch"), None));
+        let rustc = root.join("builds");
+        std::fs::create_dir_all(&rustc).unwrap();
+        std::fs::write(rustc.join(".rustc_info.json"), "{}").unwrap();
+        assert!(in_build_dir(&rustc.join("debug/kcap-watch"), None));
+        // Untagged (cargo has not finished its first build there): only CARGO_TARGET_DIR says.
+        let out = root.join("out");
+        std::fs::create_dir_all(out.join("release")).unwrap();
+        let exe = out.join("release/kcap-watch");
+        assert!(!in_build_dir(&exe, None));
+        assert!(in_build_dir(&exe, Some(&out)));
+        assert!(in_build_dir(&exe, Some(&tmp.path().join("out"))));
+        assert!(!in_build_dir(&exe, Some(&tagged)));
+        let named = root.join("target");
+        std::fs::create_dir_all(named.join("debug")).unwrap();
+        assert!(!in_build_dir(&named.join("debug/kcap-watch"), None));
+        let bin = root.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        assert!(!in_build_dir(&bin.join("kcap-watch"), None));
+        assert!(!in_build_dir(&bin.join("kcap-watch"), Some(Path::new(""))));
     }
 
     #[test]

@@ -385,3 +385,45 @@ fn status_refuses_a_setting_it_does_not_use() {
     assert!(err.contains("--stop-grace"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// T5.4: `--print-service` refuses a binary in a cargo target directory, whatever its name
+/// and whether or not CARGO_TARGET_DIR is set: the binary this suite was built into (tagged
+/// by cargo), and an untagged directory CARGO_TARGET_DIR names; the same binary elsewhere is
+/// accepted.
+#[test]
+fn print_service_refuses_a_cargo_target_directory_with_or_without_cargo_target_dir() {
+    let refused = |exe: &Path, target_dir: Option<&Path>| {
+        let mut c = Command_::new(exe);
+        c.env_clear().env("HOME", "/home/u");
+        if let Some(d) = target_dir {
+            c.env("CARGO_TARGET_DIR", d);
+        }
+        c.args(["daemon", "--print-service", "systemd"]);
+        let out = support::bin::run(c, WAIT);
+        let err = support::bin::stderr(&out);
+        match out.status.code() {
+            Some(2) => {
+                assert!(err.contains("build directory"), "{err}");
+                assert!(out.stdout.is_empty());
+                true
+            }
+            Some(0) => false,
+            other => panic!("{other:?}: {err}"),
+        }
+    };
+    let built = Path::new(support::harness::BIN);
+    assert!(refused(built, None));
+    assert!(refused(
+        built,
+        std::env::var_os("CARGO_TARGET_DIR")
+            .as_deref()
+            .map(Path::new)
+    ));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let exe = installed(&out_dir.join("release"));
+    assert!(refused(&exe, Some(&out_dir)));
+    assert!(!refused(&exe, None));
+    assert!(!refused(&exe, Some(&tmp.path().join("elsewhere"))));
+}
