@@ -370,7 +370,7 @@ fn render_into(out: &mut Vec<u8>, render: impl FnOnce(&mut dyn Write) -> std::io
     render(out).expect("writing to a Vec never fails");
 }
 
-/// Exit codes as documented to users (`spec/lifecycle.md` section 7; mapped in `main.rs`).
+/// Exit codes as documented to users (docs/behaviour.md L7; mapped in `main.rs`).
 const EXIT_CODES: &[(&str, &str)] = &[
     (
         "0",

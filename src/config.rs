@@ -1,7 +1,7 @@
 //! Resolved, typed settings: the one place where flag, `KCAP_*` variable and default meet.
 //!
 //! Every setting is described once in the registry ([`crate::settings`]), whose kinds read
-//! flag, variable and default by the rules of `spec/configuration.md`: a bad flag exits 2
+//! flag, variable and default by the rules of docs/behaviour.md C: a bad flag exits 2
 //! naming it; a bad variable falls back to its default with a warning naming the variable and
 //! the value, and never aborts a spawned watcher. This module adds what only it knows: the
 //! typed [`Settings`] the rest of the program reads, and the checks that tie settings to each
@@ -59,7 +59,7 @@ pub struct Settings {
     pub token_file: Option<PathBuf>,
     /// `None`: the kcap CLI's active profile (`config.json`), resolved when the store is read.
     pub profile: Option<String>,
-    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (revision-2 R1).
+    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (docs/behaviour.md R1).
     pub machine: Option<MachineCredential>,
     pub config_dir: PathBuf,
     pub watcher_dir: PathBuf,
@@ -243,7 +243,7 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
     let Some(host) = url.host_str() else {
         return Err(fail("it has no host".to_string()));
     };
-    // The server's identity binds stored tokens (revision-2 R1): user info (whose password
+    // The server's identity binds stored tokens (docs/behaviour.md R1): user info (whose password
     // would travel twice), a query or a fragment cannot be part of one.
     if !url.username().is_empty() || url.password().is_some() {
         return Err(fail(

@@ -2,7 +2,7 @@
 //! private-mode, atomic-write helpers everything under `<config>` goes through.
 //!
 //! The kcap CLI's spawner reads these files from another process, so their formats are its
-//! formats (`spec/files.md`): the pid file is `"<pid>\n<start token>"` with no trailing newline
+//! formats (docs/behaviour.md F): the pid file is `"<pid>\n<start token>"` with no trailing newline
 //! (some of its readers split on `'\n'` and expect exactly two parts), and the time files hold a
 //! bare RFC 3339 timestamp. Every file another process reads whole is replaced atomically, so a
 //! reader never sees half a timestamp.
@@ -33,7 +33,7 @@ use crate::time::Ts;
 /// How often a held key's heartbeat is rewritten: the kcap CLI's spawner replaces a watcher
 /// whose heartbeat is older than 20 s, and docs/behaviour.md S5 keeps it rewritten at least every
 /// 10 s and never older than 15 s on disk (a beat is one atomic rename, so 10 s leaves 5 s for
-/// a slow disk). Slower beats are what an idle watcher costs (revision-2's 2 s was five times
+/// a slow disk). Slower beats are what an idle watcher costs (round 2's 2 s was five times
 /// this).
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
@@ -554,7 +554,7 @@ fn check_file_key(key: &str) -> Result<(), crate::error::UsageError> {
 /// (`crate::host::ownership`).
 ///
 /// A thread rather than a runtime task, because nothing on the runtime may delay a beat: the
-/// spawner replaces a watcher whose heartbeat is 20 s old (`spec/files.md`, "Heartbeat").
+/// spawner replaces a watcher whose heartbeat is 20 s old (docs/behaviour.md F).
 #[derive(Debug)]
 pub struct Heartbeats {
     beats: Arc<Mutex<BTreeMap<String, Beating>>>,
@@ -949,7 +949,7 @@ mod tests {
         );
     }
 
-    /// One thread beats every key (issue 18): a key taken while the thread sleeps out a long
+    /// One thread beats every key (docs/design.md, "One host"): a key taken while the thread sleeps out a long
     /// period is beaten at once, not at the next round (a fresh `watch`'s first beat replaces
     /// the heartbeat name a killed predecessor's slot still holds), and a removed key is never
     /// written again.

@@ -1,5 +1,5 @@
 //! `kcap-watch`: parse the command line, set up logging, run the command, and map errors to
-//! exit codes (the only place that does: `spec/lifecycle.md` section 7).
+//! exit codes (the only place that does: docs/behaviour.md L7).
 //!
 //! Nothing here may abort: the kcap CLI spawns watchers with stdin, stdout and stderr pipes
 //! whose other ends it closes at once, so every print is a fallible write whose failure is

@@ -1,5 +1,5 @@
 //! `kcap-watch daemon`: one long-lived process per user that gives every Codex session the
-//! kcap CLI watches its own `kcap-watch supervise` (docs/behaviour.md S2, issue 19).
+//! kcap CLI watches its own `kcap-watch supervise` (docs/behaviour.md S2).
 //!
 //! The kcap CLI's spawner starts only its own executable, but its session watcher starts a
 //! child watcher only when none is alive for `<session>-<child>` by its rule, and `supervise`

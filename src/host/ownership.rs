@@ -1,5 +1,5 @@
 //! Owning keys: the one way the host holds a key, for `watch`'s one child and `supervise`'s
-//! many (docs/behaviour.md R8, `spec/files.md`).
+//! many (docs/behaviour.md R8 and F).
 //!
 //! `watch` takes its key with its lock alone ([`Ownership::take`]; held by another watcher, it
 //! exits 75): the kcap CLI's spawner started it, holding the spawn lock meanwhile.

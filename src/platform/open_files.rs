@@ -2,7 +2,7 @@
 //! lock) and a few per child being shipped, so the usual soft limit of 1,024 (systemd's default
 //! for services, most shells') runs out at a few hundred children while the hard limit allows
 //! far more. Every command that may hold keys raises its soft limit to the hard one at start
-//! (the spec, and the README's "Daemon" section); the daemon's supervisors inherit it.
+//! (docs/behaviour.md T4, and docs/guide.md, "Daemon"); the daemon's supervisors inherit it.
 //!
 //! Windows has no such per-process limit on handles worth raising: nothing is done there.
 

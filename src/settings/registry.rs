@@ -1,4 +1,4 @@
-//! The registry: every setting, once (`spec/configuration.md`, docs/behaviour.md R1).
+//! The registry: every setting, once (docs/behaviour.md C and R1).
 //!
 //! An entry here is all a new setting needs to get its flag (if any), `--help`, the man page's
 //! ENVIRONMENT section, the README table (`UPDATE_README=1 cargo test --test it readme::`, then
@@ -177,7 +177,7 @@ registry! {
         Millis {
             min: Duration::from_millis(10),
             max: Duration::from_secs(3600),
-            // `spec/lifecycle.md` section 4a.
+            // docs/behaviour.md L4a.
             default: Duration::from_secs(60),
         },
         "Pause between failed subagent-stop attempts: the spec's 60 s, lowered by tests that \

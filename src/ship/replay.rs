@@ -1,6 +1,6 @@
 //! `kcap-watch replay`: deliver what the spools hold (lines first, then lifecycle requests).
 //!
-//! The files are the kcap CLI's own, drained with the same protocol (`spec/files.md`): a spool
+//! The files are the kcap CLI's own, drained with the same protocol (docs/behaviour.md F): a spool
 //! file is renamed to a private `.draining` file before it is read, so concurrent appends
 //! never collide, and whatever the server did not acknowledge is put back. Delivering twice
 //! is harmless (the server de-duplicates), so a crash midway loses nothing.

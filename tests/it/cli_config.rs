@@ -1,5 +1,5 @@
 //! The command line and the resolution of flag > `KCAP_*` variable > default
-//! (`spec/configuration.md`), as a user or a spawning kcap CLI sees them.
+//! (docs/behaviour.md C), as a user or a spawning kcap CLI sees them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -265,7 +265,7 @@ fn a_password_in_the_server_url_never_appears_in_warnings_or_errors() {
     }
 }
 
-/// Secret shapes of `spec/server-api.md` section 2, as they would sit in a tool's output.
+/// Secret shapes of docs/behaviour.md A2, as they would sit in a tool's output.
 const SECRETS: &[&str] = &[
     "ghp_R4nd0mT0k3nV4lu3F0rT3st1ng00aa",
     "AKIAIOSFODNN7EXAMPLE",
@@ -434,7 +434,7 @@ fn plain_http_to_a_host_other_than_loopback_warns_and_nothing_else_does() {
     sandbox.append(b"");
     let run = |url: &str, flag: bool| {
         // By flag through `replay` (with nothing spooled, it sends nothing): `inspect` takes
-        // no `--server` since each command accepts only its own settings (issue 18).
+        // no `--server` since each command accepts only its own settings (docs/behaviour.md T5).
         let mut c = if flag {
             let mut c = sandbox.cmd(None);
             c.args(["replay", "--server", url]);

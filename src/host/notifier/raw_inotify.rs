@@ -13,7 +13,7 @@
 //!   at most one wake-up of the loop instead of one each.
 //!
 //! `notify` keeps its role everywhere else (`watch` and `supervise` on every platform, the
-//! daemon on macOS and Windows); the README says why this one path goes below it.
+//! daemon on macOS and Windows); docs/performance.md says why this one path goes below it.
 
 use std::collections::HashMap;
 use std::io;
