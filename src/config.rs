@@ -213,13 +213,22 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         log_format: r.get(&registry::LOG_FORMAT)?,
         exclude: r
             .get(&registry::WATCH_EXCLUDE)?
-            .map(|g| crate::daemon::exclude::patterns(&g.value))
+            .map(|g| exclude_patterns(&g.value))
             .unwrap_or_default(),
     };
     Ok(Resolved {
         settings,
         warnings: std::mem::take(&mut r.warnings),
     })
+}
+
+/// The patterns of a `KCAP_WATCH_EXCLUDE` value, separated as `PATH` is (`:` on Unix, `;` on
+/// Windows), empty parts dropped. How they match is the daemon's business.
+fn exclude_patterns(value: &str) -> Vec<String> {
+    std::env::split_paths(value)
+        .map(|p| p.to_string_lossy().trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 /// Checks the server URL (`--server` or `KCAP_URL`) and normalises it: http or https with a
@@ -383,6 +392,13 @@ mod tests {
         let r = resolve_env(&[("KCAP_WATCH_STOP_RETRY_MS", "5")]);
         assert_eq!(r.settings.stop_retry, Duration::from_secs(60));
         assert!(r.warnings[0].contains("KCAP_WATCH_STOP_RETRY_MS=\"5\""));
+    }
+
+    #[test]
+    fn exclude_patterns_are_separated_as_path_is() {
+        let value = std::env::join_paths(["/a/*", "", "/b/**", " "]).unwrap();
+        let r = resolve_env(&[("KCAP_WATCH_EXCLUDE", &value.to_string_lossy())]);
+        assert_eq!(r.settings.exclude, ["/a/*", "/b/**"]);
     }
 
     #[test]

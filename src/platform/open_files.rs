@@ -6,6 +6,32 @@
 //!
 //! Windows has no such per-process limit on handles worth raising: nothing is done there.
 
+/// The OS error codes that say a resource ran out (descriptors, the disk, a quota), as an
+/// `io::Error` carries them. Empty on Windows, whose errors say so by their kind alone.
+pub fn exhausted_codes() -> &'static [i32] {
+    #[cfg(unix)]
+    {
+        &[libc::EMFILE, libc::ENFILE, libc::ENOSPC, libc::EDQUOT]
+    }
+    #[cfg(not(unix))]
+    {
+        &[]
+    }
+}
+
+/// The code of "too many open files" (`EMFILE`), for an error made up when descriptors are
+/// kept in reserve; the POSIX number where the platform has none.
+pub fn too_many_open_files() -> i32 {
+    #[cfg(unix)]
+    {
+        libc::EMFILE
+    }
+    #[cfg(not(unix))]
+    {
+        24
+    }
+}
+
 /// Below this hard limit a long-lived supervisor may run short: said at start.
 pub const LOW: u64 = 4096;
 
