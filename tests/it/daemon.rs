@@ -188,6 +188,11 @@ impl World {
 
     /// [`World::daemon`] with more variables set.
     fn daemon_with(&self, log: &str, env: &[(&str, &str)]) -> Child {
+        self.daemon_with_flags(log, env, &[])
+    }
+
+    /// [`World::daemon_with`] and settings flags after `daemon` (passed on to supervisors).
+    fn daemon_with_flags(&self, log: &str, env: &[(&str, &str)], flags: &[&str]) -> Child {
         let mut c = kcap_watch(&self.config);
         c.env_remove("CODEX_HOME")
             .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
@@ -195,6 +200,7 @@ impl World {
             .env("KCAP_LOG_FORMAT", "json")
             .envs(env.iter().copied())
             .arg("daemon")
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
         c.spawn().unwrap()
@@ -963,7 +969,8 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let stand = w.standin(s1, &r1);
     let watchers = w.config.join("watchers");
     w.standins_started(&[s1]);
-    let mut daemon = w.daemon_with("daemon.log", &[("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")]);
+    // The reap window in seconds: the daemon passes its flags on to the supervisor.
+    let mut daemon = w.daemon_with_flags("daemon.log", &[], &["--reap-after", "3s"]);
     assert!(
         wait_for(WAIT, || w.supervisor_pid(s1).is_some()),
         "{}",
@@ -973,9 +980,9 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let key = format!("{}-{}", s1.key(), bare(&a.id));
     write_watched(&a.path, &a.text, &watchers, &key);
     assert!(w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)));
-    // Past the reap (a minute without activity), then Codex re-engages the child.
+    // Past the reap (3 s without activity), then Codex re-engages the child.
     assert!(
-        wait_for(Duration::from_secs(90), || w.logs().contains("idle_reap")),
+        wait_for(WAIT, || w.logs().contains("idle_reap")),
         "the child was not reaped: {}",
         w.logs()
     );
