@@ -41,6 +41,7 @@ pub mod positional;
 pub mod private_file;
 pub mod proc_info;
 pub mod process;
+pub(crate) mod process_handle;
 pub mod replace;
 pub mod signals;
 pub mod start_token;
