@@ -189,7 +189,12 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
         files::check_id("session id", id)?;
     }
     files::check_state_dir(&s.config_dir, "config directory", false)?;
-    let report = runtime()?.block_on(crate::ship::replay::replay(&s, &url, session.as_deref()))?;
+    let report = runtime()?.block_on(crate::ship::replay::replay(
+        &s.config_dir,
+        &url,
+        s.credentials(&url),
+        session.as_deref(),
+    ))?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
