@@ -276,6 +276,10 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
         force_poll: s.force_poll,
         exclude: s.exclude.clone(),
         supervise_flags: crate::daemon::supervise_flags(&given),
+        restart_timing: crate::daemon::RestartTiming {
+            settle: s.restart_settle,
+            first_backoff: s.restart_backoff,
+        },
     };
     runtime()?.block_on(crate::daemon::run(daemon))?;
     Ok(code::OK)

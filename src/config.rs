@@ -78,6 +78,10 @@ pub struct Settings {
     pub force_poll: bool,
     /// Pause between failed subagent-stop attempts.
     pub stop_retry: Duration,
+    /// The daemon's wait after a supervisor's crash before it restarts it.
+    pub restart_settle: Duration,
+    /// The daemon's first restart backoff (doubling to 60 times it).
+    pub restart_backoff: Duration,
     pub log: String,
     pub log_format: LogFormat,
     /// `KCAP_WATCH_EXCLUDE`: glob patterns on a session's cwd the daemon leaves alone.
@@ -105,6 +109,8 @@ impl Settings {
             poll_interval: registry::POLL_INTERVAL.kind.default,
             force_poll: false,
             stop_retry: registry::STOP_RETRY.kind.default,
+            restart_settle: registry::RESTART_SETTLE.kind.default,
+            restart_backoff: registry::RESTART_BACKOFF.kind.default,
             log: registry::LOG.kind.default.to_string(),
             log_format: LogFormat::default(),
             exclude: Vec::new(),
@@ -209,6 +215,8 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         poll_interval: r.get(&registry::POLL_INTERVAL)?,
         force_poll: r.get(&registry::FORCE_POLL)?,
         stop_retry: r.get(&registry::STOP_RETRY)?,
+        restart_settle: r.get(&registry::RESTART_SETTLE)?,
+        restart_backoff: r.get(&registry::RESTART_BACKOFF)?,
         log: r.get(&registry::LOG)?,
         log_format: r.get(&registry::LOG_FORMAT)?,
         exclude: r

@@ -21,6 +21,7 @@ pub(crate) mod run;
 pub mod service;
 pub(crate) mod sessions;
 
+pub use policy::RestartTiming;
 pub use run::run;
 
 use std::ffi::OsString;
@@ -46,6 +47,8 @@ pub struct DaemonConfig {
     /// The settings flags the daemon was given that every supervisor gets too
     /// ([`supervise_flags`]); its variables reach them through the environment they inherit.
     pub supervise_flags: Vec<OsString>,
+    /// The waits of the restart rule.
+    pub restart_timing: policy::RestartTiming,
 }
 
 /// The settings the daemon decides per session and sets through the supervisor's variables

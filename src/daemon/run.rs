@@ -521,7 +521,7 @@ impl Daemon {
                 server_source: source,
                 codex_home,
                 supervisor: Supervisor::RestartAt(Ts::now()),
-                restarts: Restarts::default(),
+                restarts: Restarts::new(self.settings.restart_timing),
             },
         );
         self.start_supervisor(key);
@@ -1063,6 +1063,7 @@ mod tests {
             force_poll: true,
             exclude: Vec::new(),
             supervise_flags: super::super::supervise_flags(&given),
+            restart_timing: Default::default(),
         };
         let cmd = supervise_command(
             Path::new("/bin/kcap-watch"),

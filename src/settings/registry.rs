@@ -184,6 +184,30 @@ registry! {
          exercise a failing server in seconds instead of minutes.",
     )
         .taken_by(FOLLOWING);
+    RESTART_SETTLE: Millis = Setting::hidden(
+        "KCAP_DAEMON_RESTART_SETTLE_MS",
+        Millis {
+            min: Duration::from_millis(10),
+            max: Duration::from_secs(3600),
+            // docs/behaviour.md S2: the kcap CLI's teardown ends within its 8 s.
+            default: Duration::from_secs(10),
+        },
+        "How long after a supervisor's crash the daemon looks whether its session is still \
+         watched before restarting it: 10 s, lowered by tests that crash supervisors several \
+         times in a row.",
+    )
+        .taken_by(&[Daemon]);
+    RESTART_BACKOFF: Millis = Setting::hidden(
+        "KCAP_DAEMON_RESTART_BACKOFF_MS",
+        Millis {
+            min: Duration::from_millis(10),
+            max: Duration::from_secs(60),
+            default: Duration::from_secs(1),
+        },
+        "The first restart backoff of a crashed supervisor, doubling to 60 times it: 1 s, \
+         lowered by tests that spend the hour's restarts in seconds.",
+    )
+        .taken_by(&[Daemon]);
     WATCH_EXCLUDE: OptionalText = Setting::env_only(
         "KCAP_WATCH_EXCLUDE",
         OptionalText {

@@ -1362,7 +1362,14 @@ fn a_spent_restart_budget_is_not_restarted_by_childrens_writes_and_status_says_u
     let r1 = w.session(s1);
     let _stand = w.standin(s1, &r1);
     w.standins_started(&[s1]);
-    let mut daemon = w.daemon("daemon.log");
+    // The restart waits lowered (10 s to settle, a backoff from 1 s: a minute in all).
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[
+            ("KCAP_DAEMON_RESTART_SETTLE_MS", "300"),
+            ("KCAP_DAEMON_RESTART_BACKOFF_MS", "50"),
+        ],
+    );
     let mut last = None;
     // The first start and five restarts, each SIGKILLed once it runs.
     for round in 0..6 {
