@@ -454,7 +454,10 @@ mod tests {
             assert!(text.contains("/opt/kcap watch/kcap-watch"), "{text}");
             assert!(text.contains("30s"), "{text}");
             assert!(text.contains("KCAP_TOKEN, KCAP_CLIENT_SECRET"), "{text}");
-            assert!(text.contains("tokens/<active profile>.json"), "{text}");
+            let store = Path::new("/home/u/.config/kcap")
+                .join("tokens")
+                .join("<active profile>.json");
+            assert!(text.contains(&store.display().to_string()), "{text}");
         }
     }
 
@@ -485,7 +488,8 @@ mod tests {
     #[test]
     fn a_cargo_target_directory_is_recognised_by_what_it_is() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        // As the binary's path is taken: canonical, without Windows' `\\?\` prefix.
+        let root = crate::platform::plain_path::plain(std::fs::canonicalize(tmp.path()).unwrap());
         let tagged = root.join("target-daemon");
         std::fs::create_dir_all(tagged.join("debug")).unwrap();
         std::fs::write(
