@@ -188,6 +188,11 @@ impl World {
 
     /// [`World::daemon`] with more variables set.
     fn daemon_with(&self, log: &str, env: &[(&str, &str)]) -> Child {
+        self.daemon_with_flags(log, env, &[])
+    }
+
+    /// [`World::daemon_with`] and settings flags after `daemon` (passed on to supervisors).
+    fn daemon_with_flags(&self, log: &str, env: &[(&str, &str)], flags: &[&str]) -> Child {
         let mut c = kcap_watch(&self.config);
         c.env_remove("CODEX_HOME")
             .env("KCAP_CODEX_SUBAGENT_IDLE_MINUTES", "0")
@@ -195,6 +200,7 @@ impl World {
             .env("KCAP_LOG_FORMAT", "json")
             .envs(env.iter().copied())
             .arg("daemon")
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
         c.spawn().unwrap()
@@ -963,7 +969,8 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let stand = w.standin(s1, &r1);
     let watchers = w.config.join("watchers");
     w.standins_started(&[s1]);
-    let mut daemon = w.daemon_with("daemon.log", &[("KCAP_CODEX_SUBAGENT_REAP_MINUTES", "1")]);
+    // The reap window in seconds: the daemon passes its flags on to the supervisor.
+    let mut daemon = w.daemon_with_flags("daemon.log", &[], &["--reap-after", "3s"]);
     assert!(
         wait_for(WAIT, || w.supervisor_pid(s1).is_some()),
         "{}",
@@ -973,9 +980,9 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     let key = format!("{}-{}", s1.key(), bare(&a.id));
     write_watched(&a.path, &a.text, &watchers, &key);
     assert!(w.server.wait_until(WAIT, |_| w.shipped_completely(s1, a)));
-    // Past the reap (a minute without activity), then Codex re-engages the child.
+    // Past the reap (3 s without activity), then Codex re-engages the child.
     assert!(
-        wait_for(Duration::from_secs(90), || w.logs().contains("idle_reap")),
+        wait_for(WAIT, || w.logs().contains("idle_reap")),
         "the child was not reaped: {}",
         w.logs()
     );
@@ -1134,22 +1141,32 @@ fn a_url_secret_read_from_the_session_watcher_is_shown_nowhere() {
 fn a_printed_service_shows_no_url_secret_and_allows_thousands_of_open_files() {
     let tmp = tempfile::tempdir().unwrap();
     let exe = installed_binary(tmp.path());
+    // A KCAP_URL with user info is one the daemon refuses (exit 2): no service is printed
+    // for it, and the refusal shows no secret either.
+    let url = [(
+        "KCAP_URL",
+        "https://svcuser:SvcPw5ecret@kcap.example/?api_key=SvcKey1",
+    )];
+    let out = print_service(&exe, "systemd", &url);
+    assert_eq!(out.status.code(), Some(2), "{}", support::bin::stderr(&out));
+    assert!(out.stdout.is_empty());
+    let err = support::bin::stderr(&out);
+    assert!(err.contains("svcuser:[REDACTED]@kcap.example"), "{err}");
+    assert!(
+        !err.contains("SvcPw5ecret") && !err.contains("SvcKey1"),
+        "{err}"
+    );
     let env = [
-        (
-            "KCAP_URL",
-            "https://svcuser:SvcPw5ecret@kcap.example/?api_key=SvcKey1",
-        ),
+        ("KCAP_URL", "https://kcap.example"),
         ("HTTPS_PROXY", "http://proxyuser:ProxyPw5ecret@proxy:3128"),
     ];
     for kind in ["systemd", "launchd", "windows"] {
         let out = print_service(&exe, kind, &env);
         assert_eq!(out.status.code(), Some(0), "{}", support::bin::stderr(&out));
         let text = support::bin::stdout(&out);
-        for secret in ["SvcPw5ecret", "SvcKey1", "ProxyPw5ecret"] {
-            assert!(!text.contains(secret), "{kind}: {secret} shown:\n{text}");
-        }
+        assert!(!text.contains("ProxyPw5ecret"), "{kind}: shown:\n{text}");
         assert!(
-            text.contains("svcuser:[REDACTED]@kcap.example"),
+            text.contains("proxyuser:[REDACTED]@proxy:3128"),
             "{kind}: {text}"
         );
         match kind {
@@ -1345,7 +1362,14 @@ fn a_spent_restart_budget_is_not_restarted_by_childrens_writes_and_status_says_u
     let r1 = w.session(s1);
     let _stand = w.standin(s1, &r1);
     w.standins_started(&[s1]);
-    let mut daemon = w.daemon("daemon.log");
+    // The restart waits lowered (10 s to settle, a backoff from 1 s: a minute in all).
+    let mut daemon = w.daemon_with(
+        "daemon.log",
+        &[
+            ("KCAP_DAEMON_RESTART_SETTLE_MS", "300"),
+            ("KCAP_DAEMON_RESTART_BACKOFF_MS", "50"),
+        ],
+    );
     let mut last = None;
     // The first start and five restarts, each SIGKILLed once it runs.
     for round in 0..6 {

@@ -1,4 +1,4 @@
-//! Delivery v2 with the real binary (issue 11): every numbered case that lost or misplaced
+//! Delivery v2 with the real binary (docs/behaviour.md R3): every numbered case that lost or misplaced
 //! data, each against the fake kcap server or offline, asserting what a user would see on the
 //! server and in the spools.
 // Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is

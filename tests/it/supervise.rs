@@ -535,7 +535,7 @@ fn sigterm_with_a_hung_server_spools_every_childs_lines_within_the_budget() {
     }
 }
 
-/// docs/behaviour.md S2.7, a defect found from outside (issue 19: reproduced 3 of 3 with a 4 s
+/// docs/behaviour.md S2.7, a defect found from outside (reproduced 3 of 3 with a 4 s
 /// reap): a child whose pipeline was reaped and that Codex then re-engages. Before the fix, the
 /// supervisor released the key at the reap and never looked at the child again, so the lines
 /// of the second turn were never shipped, spooled or logged. Now the key stays ours through
