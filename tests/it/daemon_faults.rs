@@ -29,7 +29,8 @@ fn once_with_the_server_unreachable_reports_where_the_stop_was_spooled() {
     assert_eq!(p.exit_code(W, "--once"), 0, "{}", p.stderr());
     let hook_spool = sb
         .config
-        .join(format!("spool/{}.jsonl", harness::SESSION_ND));
+        .join("spool")
+        .join(format!("{}.jsonl", harness::SESSION_ND));
     let out = p.stdout();
     assert!(
         out.contains(&format!(
@@ -102,13 +103,15 @@ impl Many {
         // On a memory file system where there is one: the test is about descriptors, and on
         // the CI machine's busy ext4 creating a file took 6.5 ms (a claim creates about seven).
         let shm = std::path::Path::new("/dev/shm");
-        let tmp = if shm.is_dir() {
+        let tmp = if cfg!(target_os = "linux") && shm.is_dir() {
             tempfile::tempdir_in(shm).unwrap()
         } else {
             tempfile::tempdir().unwrap()
         };
         let home = tmp.path().join("codex");
-        let day = home.join("sessions/2026/07/28");
+        // Joined part by part: the paths the tests expect in output are the ones kcap-watch
+        // finds, with the platform's separator throughout.
+        let day = home.join("sessions").join("2026").join("07").join("28");
         std::fs::create_dir_all(&day).unwrap();
         let session = day.join(format!("rollout-2026-07-28T22-13-45-{ROOT}.jsonl"));
         harness::append_lines(
