@@ -363,8 +363,33 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Processes running this very kcap-watch binary with `config` as their config directory:
+/// every process `ps` lists whose arguments and environment, read as the daemon reads the
+/// kcap CLI's, name the binary and `config`.
+#[cfg(target_os = "macos")]
+fn kcap_watch_processes(config: &Path) -> Vec<u32> {
+    let out = std::process::Command::new("ps")
+        .args(["-axo", "pid="])
+        .output()
+        .unwrap();
+    let bin = fs::canonicalize(BIN).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .filter(|pid| {
+            kcap_watch::platform::proc_info::read(*pid).is_some_and(|l| {
+                l.var("KCAP_CONFIG_DIR") == Some(config.as_str())
+                    && l.args
+                        .first()
+                        .is_some_and(|a| fs::canonicalize(a).is_ok_and(|a| a == bin))
+            })
+        })
+        .collect()
+}
+
 /// Whether `pid` runs.
-#[cfg(windows)]
+#[cfg(not(target_os = "linux"))]
 fn alive(pid: u32) -> bool {
     kcap_watch::platform::process::alive(pid)
 }
