@@ -550,7 +550,16 @@ mod tests {
             .arg(&path)
             .env("KCAP_URL", "https://kcap.example/?t=1");
         let mut child = cmd.spawn().unwrap();
-        let launch = read(child.id());
+        // Linux lets the starter run on before the new program's arguments are in place (a
+        // read then finds none): looked at until they are, as the daemon's next poll would.
+        let begin = std::time::Instant::now();
+        let launch = loop {
+            let launch = read(child.id()).filter(|l| l.args.iter().any(|a| a == "watch"));
+            if launch.is_some() || begin.elapsed() > std::time::Duration::from_secs(10) {
+                break launch;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
         drop(child.stdin.take());
         child.wait().unwrap();
         let launch = launch.expect("the child's launch");
