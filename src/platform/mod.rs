@@ -58,19 +58,24 @@ pub(crate) mod test_child {
     const MARK: &str = "KCAP_WATCH_TEST_CHILD";
 
     pub(crate) fn spawn() -> Child {
-        Command::new(std::env::current_exe().expect("the test binary's path"))
-            .args([
-                "--exact",
-                "platform::test_child::wait_for_stdin_to_close",
-                "--ignored",
-                "--quiet",
-            ])
-            .env(MARK, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the test binary as a child")
+        command().spawn().expect("spawn the test binary as a child")
+    }
+
+    /// The command [`spawn`] runs; arguments added to it are test-name filters that match
+    /// nothing more.
+    pub(crate) fn command() -> Command {
+        let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+        cmd.args([
+            "--exact",
+            "platform::test_child::wait_for_stdin_to_close",
+            "--ignored",
+            "--quiet",
+        ])
+        .env(MARK, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        cmd
     }
 
     #[test]

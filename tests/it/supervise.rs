@@ -338,7 +338,13 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     ) == Some(watch_pid)));
 
     let mut sup = home.supervise(&server, &[]);
-    std::thread::sleep(Duration::from_millis(600));
+    // The supervisor has found the child and left it to the live watcher (waited for as it
+    // says so: a fixed pause may end before a process has even started, under Wine).
+    assert!(
+        wait_for(WAIT, || home.logs().contains("\"event\":\"child_held\"")),
+        "{}",
+        home.logs()
+    );
     assert_eq!(
         kcap_cli_alive(&home.watchers(), &key(CHILD_A), 30),
         Some(watch_pid),
