@@ -1,6 +1,6 @@
 //! Redaction throughput on rollout-like lines: `cargo bench --bench redact`.
 //!
-//! Targets (issue 17): at least 400 MB/s on secret-free tool output (`quiet_*`, `noisy_*`) and
+//! Targets (docs/redaction.md, "Speed"): at least 400 MB/s on secret-free tool output (`quiet_*`, `noisy_*`) and
 //! at least 100 MB/s on output dense with secrets (`dense_*`).
 //!
 //! Every shipped line goes through the redactor, and almost none holds a secret, so the

@@ -1,4 +1,4 @@
-//! Redaction v2 (docs/behaviour.md S1, issue 17): every rule's examples in every placement a
+//! Redaction v2 (docs/behaviour.md S1): every rule's examples in every placement a
 //! rollout has, each form the issue lists as leaking, and each false-positive class it lists as
 //! left alone, one named test each.
 //!

@@ -1,4 +1,4 @@
-//! The kcap CLI's `SecretRedactor` as a test oracle (issue 17): on a generated corpus of its
+//! The kcap CLI's `SecretRedactor` as a test oracle: on a generated corpus of its
 //! rules' inputs, nothing the oracle removes survives in what kcap-watch ships.
 //!
 //! Two versions of `src/Capacitor.Cli/SecretRedactor.cs` in kurrent-io/kcap-cli are read here

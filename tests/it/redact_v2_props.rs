@@ -1,4 +1,4 @@
-//! Property tests of redaction v2 (docs/behaviour.md S1, issue 17): on lines built from
+//! Property tests of redaction v2 (docs/behaviour.md S1): on lines built from
 //! secrets of every form, JSON escapes, nested JSON strings and noise, valid JSON in gives valid
 //! JSON out, text outside redacted spans is unchanged, redacting twice equals redacting once,
 //! and no input panics.

@@ -228,9 +228,9 @@ fn percent_ascii(b: &[u8]) -> Option<char> {
 
 /// The view of `text` the rules see when it holds [`has_invisible`] characters: ANSI escape
 /// sequences and zero-width characters removed, full-width forms as their ASCII letters,
-/// percent escapes of ASCII decoded (`token%3Dghp%5F…`, the revision-4 spec's T2.2), with
+/// percent escapes of ASCII decoded (`token%3Dghp%5F…`, docs/behaviour.md T2.2), with
 /// the same map back to `text` that a decoded string has (a span over a changed piece covers
-/// it whole). The revision-4 spec's T2.3: they must not hide a secret.
+/// it whole). docs/behaviour.md T2.3: they must not hide a secret.
 pub(crate) fn visible(text: &str) -> Decoded<'_> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());

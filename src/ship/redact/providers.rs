@@ -743,9 +743,8 @@ pub(crate) static RULES: &[ProviderRule] = &[
         ],
         negative: &[r"HRKU-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"],
     },
-    // Newer AI-service prefixes, written from each vendor's published key format (the spec's
-    // revision-4 T2.6): a fixed prefix, then a run of the family's characters.
-    // Newer formats (docs/behaviour.md T2.6), each from its vendor's published key shape.
+    // Newer formats (docs/behaviour.md T2.6), each written from its vendor's published key
+    // shape: a fixed prefix, then a run of the family's characters.
     ProviderRule {
         id: "slk-api-key",
         family: "slk-api-key",

@@ -757,7 +757,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["openssl pkcs12 -export -passout pass:P12Secret -out a.p12"],
         &["openssl pkcs12 -passout env:P12PASS"],
     ),
-    // Password flags of database, directory and key tools (the spec's revision-4 T2.5): each
+    // Password flags of database, directory and key tools (docs/behaviour.md T2.5): each
     // tool's own flag, spelled as it is (`sqlcmd -P` is the password, `-p` prints statistics).
     rule(
         "sqlcmd-p",
