@@ -35,6 +35,7 @@ mod readme;
 mod redact_families;
 mod redact_forms;
 mod redact_oracle;
+mod redact_precision;
 mod redact_props;
 mod redact_table;
 mod redact_v2_props;
