@@ -32,6 +32,7 @@ mod lifecycle_loop;
 mod man_pages;
 mod process_behaviour;
 mod readme;
+mod redact_code_classes;
 mod redact_families;
 mod redact_forms;
 mod redact_oracle;

@@ -1092,7 +1092,9 @@ fn is_format_directive(v: &str) -> bool {
 /// Prose naming alternatives: `JSON/File/Stream)` in "a credential (JSON/File/Stream)": words
 /// of letters joined by `/`.
 fn is_word_list(value: &str) -> bool {
-    let v = value.trim_end_matches(['.', ',', ';', ':', ')']);
+    let v = value
+        .trim_start_matches('(')
+        .trim_end_matches(['.', ',', ';', ':', ')']);
     let parts: Vec<&str> = v.split('/').collect();
     parts.len() >= 2
         && parts
@@ -1376,11 +1378,23 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Label => {
-            if let Some(s) = group()
-                && !is_shell_reference(s.as_str())
+            let Some(s) = group() else { return };
+            let unquoted = s.as_str().trim_matches(['"', '\'']);
+            // The label may end a longer name (`accessToken`): the name starts before it.
+            let annotated = caps.get(0).is_some_and(|m| {
+                let name_at = text[..m.start()]
+                    .char_indices()
+                    .rev()
+                    .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+                    .map_or(0, |(i, c)| i + c.len_utf8());
+                annotates(text, name_at, s.start(), true)
+            });
+            if !is_shell_reference(s.as_str())
                 && !is_code(&text[s.start()..])
                 && !is_word_list(s.as_str())
-                && !super::code::is_name_of_thing(s.as_str())
+                && !super::code::is_name_of_thing(unquoted)
+                && !annotated
+                && !string_prefix(text, s.range())
             {
                 out.push(s.range());
             }
@@ -1539,6 +1553,16 @@ fn is_password_name(name: &str) -> bool {
         .any(|w| lower.contains(w))
 }
 
+/// Whether `text[r]` is a Python string prefix (`f`, `b`, `rb`, ...) right before a quote.
+fn string_prefix(text: &str, r: Range<usize>) -> bool {
+    r.len() <= 2
+        && matches!(
+            text[r.clone()].to_ascii_lowercase().as_str(),
+            "f" | "b" | "r" | "u" | "rb" | "br" | "fr" | "rf"
+        )
+        && matches!(text.as_bytes().get(r.end), Some(b'"' | b'\''))
+}
+
 /// Whether the quote at `at` closes the string the name sits in (`console.log('Access
 /// token:', tokenResponse.access_token)`) rather than opening a value: an odd number of the
 /// same quote before it on its line, and none after it.
@@ -1573,6 +1597,20 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     let Some(range) = value_extent(text, start) else {
         return;
     };
+    // Python's string prefixes (`f"{self.token}"`, `b'...'`): the value is the string.
+    if string_prefix(text, range.clone()) {
+        push_value(name, text, range.end, min, out);
+        return;
+    }
+    // `await`, `new`: the value is the expression after the keyword.
+    if matches!(&text[range.clone()], "await" | "new" | "yield")
+        && !is_code(&text[start..])
+        && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
+        && blank > 0
+    {
+        push_value(name, text, range.end + blank, min, out);
+        return;
+    }
     let value = &text[range.clone()];
     if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
         return;
