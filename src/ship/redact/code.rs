@@ -105,12 +105,21 @@ enum Tok<'a> {
     Other,
 }
 
-/// The tokens of `line`, up to its first line break.
+/// How much of a line is read as code: a value and its arguments fit, and a long line of
+/// minified code, with a keyword every few bytes, is not read to its end from each one.
+const MAX_CODE: usize = 512;
+
+/// The tokens of `line`, up to its first line break (or [`MAX_CODE`] bytes, where an `Other`
+/// ends them: what is cut off is not judged code).
 fn tokenize(line: &str) -> Vec<Tok<'_>> {
     let b = line.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
+        if i >= MAX_CODE {
+            out.push(Tok::Other);
+            break;
+        }
         let c = b[i];
         let start = i;
         match c {

@@ -1483,8 +1483,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
 /// (`const token: SharedJWE = [`) or, for an assignment (`colon` false), a type alias
 /// (`type DefaultCredentials = Credentials`).
 fn annotates(text: &str, name_at: usize, value_at: usize, colon: bool) -> bool {
-    let line_start = text[..name_at].rfind('\n').map_or(0, |i| i + 1);
-    let before = text[line_start..name_at].trim_end();
+    let before = line_before(text, name_at).trim_end();
     let word_before = before
         .rsplit(|c: char| c.is_whitespace() || c == '(' || c == ',')
         .next()
@@ -1522,10 +1521,11 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     if matches!(bytes.get(value_at), Some(b'"' | b'\'' | b'`')) {
         return false;
     }
-    let line_end = text[value_at..]
-        .find('\n')
-        .map_or(text.len(), |o| value_at + o);
-    let value = text[value_at..line_end].trim_end();
+    let after = line_after(text, value_at);
+    if value_at + after.len() < text.len() && !text[value_at + after.len()..].starts_with('\n') {
+        return false;
+    }
+    let value = after.trim_end();
     let word = value.trim_end_matches([',', ';', '}', ')']);
     if !super::code::is_compound_identifier(word) {
         return false;
@@ -1533,8 +1533,7 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     let quoted_key = name.start > 0
         && matches!(bytes[name.start - 1], b'"' | b'\'')
         && bytes.get(name.end) == Some(&bytes[name.start - 1]);
-    let line_start = text[..name.start].rfind('\n').map_or(0, |i| i + 1);
-    let indent = &text[line_start..name.start];
+    let indent = line_before(text, name.start);
     let parameter = !indent.is_empty()
         && indent.bytes().all(|b| b == b' ' || b == b'\t')
         && bytes[name.start].is_ascii_lowercase()
@@ -1563,6 +1562,32 @@ fn string_prefix(text: &str, r: Range<usize>) -> bool {
         && matches!(text.as_bytes().get(r.end), Some(b'"' | b'\''))
 }
 
+/// How far the precision checks look along a line from a name or value: a long line of
+/// minified code holds a keyword every few bytes, and looking to its ends from each one would
+/// cost the square of its length.
+const LOOK_AROUND: usize = 1024;
+
+/// The text from the start of `at`'s line (or [`LOOK_AROUND`] bytes back, on a longer line)
+/// to `at`.
+fn line_before(text: &str, at: usize) -> &str {
+    let mut from = at.saturating_sub(LOOK_AROUND);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let window = &text[from..at];
+    window.rfind('\n').map_or(window, |i| &window[i + 1..])
+}
+
+/// The text from `at` to the end of its line, or [`LOOK_AROUND`] bytes on.
+fn line_after(text: &str, at: usize) -> &str {
+    let mut to = (at + LOOK_AROUND).min(text.len());
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    let window = &text[at..to];
+    window.find('\n').map_or(window, |i| &window[..i])
+}
+
 /// Whether the quote at `at` closes the string the name sits in (`console.log('Access
 /// token:', tokenResponse.access_token)`) rather than opening a value: an odd number of the
 /// same quote before it on its line, and none after it.
@@ -1574,7 +1599,11 @@ fn closes_string(text: &str, at: usize) -> bool {
     if !matches!(q, b'"' | b'\'' | b'`') {
         return false;
     }
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_start = at - line_before(text, at).len();
+    if line_start > 0 && bytes[line_start - 1] != b'\n' {
+        // A line too long to judge: the quote opens a value.
+        return false;
+    }
     let mut count = 0;
     let mut i = line_start;
     while i < at {
@@ -1585,8 +1614,14 @@ fn closes_string(text: &str, at: usize) -> bool {
         }
         i += 1;
     }
-    let end = closing_quote(bytes, at + 1, q);
-    count % 2 == 1 && bytes.get(end).is_none_or(|&b| b != q)
+    if count % 2 == 0 {
+        return false;
+    }
+    // No closing quote on the rest of the line (as far as it is looked at).
+    let rest = line_after(text, at + 1);
+    let end = at + 1 + rest.len();
+    let close = closing_quote(rest.as_bytes(), 0, q);
+    (end == text.len() || bytes[end] == b'\n') && rest.as_bytes().get(close) != Some(&q)
 }
 
 /// The value of an assignment or pair from `start`, if it is a secret.
