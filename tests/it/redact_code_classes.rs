@@ -168,6 +168,16 @@ class_tests! {
             "  const @ = 'Xk9vQ2mLp7Rz'",
             "type Default@ = Xk9vQ2mLp7Rz",
         ];
+    // Generic types and subscripted type hints, on the name's line or the next.
+    code_generic_type_annotation: NAMES,
+        left alone [
+            "  setFirst@Received:\n    React.Dispatch<React.SetStateAction<boolean>>;",
+            "  set@: React.Dispatch<React.SetStateAction<string | null>>;",
+            "    @: t.Optional[t.Dict[str, t.Any]] = None,",
+            "  @: Map<string, SecretValue>;",
+            "@ = aws4auth.Auth(creds.access_key, creds.secret_key, region, 'es')",
+        ],
+        redacted ["  @: Xk9vQ2mLp7Rz<T>;", "@ = t.Xk9vQ2mLp7Rz"];
     // A name inside a string literal, whose quote closes the string, not a value.
     code_name_inside_a_string: NAMES,
         left alone ["  console.log('Access @:', tokenResponse.access_token);"],

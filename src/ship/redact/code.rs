@@ -13,7 +13,8 @@ use regex::Regex;
 
 /// A name a person wrote: `snake_case` (digits anywhere, as the call names revision 3 already
 /// took), `camelCase`, `PascalCase` whose first word has two lowercase letters or more
-/// (`SSOTokenProvider`, `FlattenedJWE`; not `Ab9`), or `UPPER_SNAKE`. Digits only close a word.
+/// (`SSOTokenProvider`, `FlattenedJWE`; not `Ab9`), or `UPPER_SNAKE`. Digits only close a word
+/// (`Q7ubAo` is a random run).
 pub(super) fn is_word(w: &str) -> bool {
     static WORD: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
@@ -189,8 +190,9 @@ enum Group {
 }
 
 /// The end of the group opened at `toks[open]`: `Some(index after its close)`, or
-/// `Some(toks.len())` when the line ends inside it (the rest is on the next lines); `None` if
-/// it holds anything that is not code.
+/// `Some(toks.len())` when the line ends right after its opening brackets (the rest is on the
+/// next lines: `useCallback(`, `exchangeToken({`); `None` if it holds anything that is not code, or the line ends
+/// inside it after something (`Q7ubAo(W4yuFcf && ./run`).
 fn group(toks: &[Tok<'_>], open: usize, kind: Group) -> Option<usize> {
     let mut depth = 0usize;
     let mut i = open;
@@ -217,7 +219,10 @@ fn group(toks: &[Tok<'_>], open: usize, kind: Group) -> Option<usize> {
         }
         i += 1;
     }
-    Some(toks.len())
+    toks[open + 1..]
+        .iter()
+        .all(|t| matches!(t, Tok::Space | Tok::Punct(b'(' | b'[' | b'{')))
+        .then_some(toks.len())
 }
 
 fn ident_in_literal_is_code(toks: &[Tok<'_>], i: usize) -> bool {
@@ -282,7 +287,10 @@ pub(super) fn is_code_expression(rest: &str) -> bool {
             };
             close
         }
-        Some(Tok::Ident(w)) if w.len() >= 2 && is_word(w) => {
+        // A one-letter name only as a module alias (`t.Any`): `x(S)` is a secret.
+        Some(Tok::Ident(w))
+            if is_word(w) && (w.len() >= 2 || toks.get(i + 1) == Some(&Tok::Punct(b'.'))) =>
+        {
             let Some((end, structured)) = path(&toks, i) else {
                 return false;
             };
@@ -327,9 +335,36 @@ fn path(toks: &[Tok<'_>], mut i: usize) -> Option<(usize, bool)> {
                 i = group(toks, i, Group::Literal)?;
                 structured = true;
             }
+            (Some(Tok::Punct(b'<')), Some(Tok::Ident(_)), _) => {
+                i = generic(toks, i)?;
+                structured = true;
+            }
             _ => return Some((i, structured)),
         }
     }
+}
+
+/// The end of the type arguments opened at `toks[open]` (`React.Dispatch<React.SetStateAction<
+/// boolean>>`, `Map<string, SecretValue>`), closed on the line: words, and the punctuation of
+/// types.
+fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, t) in toks.iter().enumerate().skip(open) {
+        match t {
+            Tok::Punct(b'<') => depth += 1,
+            Tok::Punct(b'>') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            Tok::Ident(w) if is_word(w) => {}
+            Tok::Space
+            | Tok::Punct(b',' | b'.' | b'[' | b']' | b'(' | b')' | b'|' | b'&' | b'?') => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn rest_is_blank(toks: &[Tok<'_>]) -> bool {
@@ -453,6 +488,7 @@ mod tests {
             "await getAccessTokenSilently(options);",
             "await client.getTokenSilently(opts);",
             "useCallback(",
+            "exchangeToken({",
             "namedtuple(\n    'ReadOnlyCredentials',",
             "self.environ.get(self._mapping['access_key'], '')",
             "fetcher(require_expiry=False)",
@@ -475,6 +511,10 @@ mod tests {
             "authhandler.TokenSourceWithPKCE(ctx, config, params.State, params.PKCE),",
             "computeTokenSource(\"\", params.EarlyTokenRefresh, params.Scopes...),",
             "await navigator.credentials.create({ publicKey: challenge.authn_params });",
+            "React.Dispatch<React.SetStateAction<boolean>>;",
+            "t.Optional[t.Dict[str, t.Any]] = None,",
+            "Map<string, SecretValue>;",
+            "aws4auth.Auth(creds.access_key, creds.secret_key, region, 'es')",
         ] {
             assert!(is_code_expression(yes), "{yes}");
         }
@@ -493,6 +533,11 @@ mod tests {
             "{ abcDef }",
             "(hunter2)",
             "aBcDeFgH more words",
+            "Xk9v<Q2mLp7>",
+            "Q7ubAo(W4yuFcf && ./run",
+            "Qubao(Wyufcf && ./run",
+            "{=Authorization: Bearer abc.def-123",
+            "x.Xk9vQ2",
         ] {
             assert!(!is_code_expression(no), "{no}");
         }
