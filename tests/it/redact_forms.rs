@@ -318,3 +318,263 @@ leak_tests! {
 left_alone_tests! {
     percent_encoded_path_without_secrets: "GET /search?q=token%20counts%20by%20model&page=2 HTTP/1.1";
 }
+
+// Text that already holds the marker (docs/behaviour.md T2.1): a value glued to `[REDACTED]`,
+// before or after it, is still a value.
+leak_tests! {
+    marker_glued_before_the_value: "password=[REDACTED]Xk9vQ2mLp7Rz" => ["Xk9vQ2mLp7Rz", "Xk9v"];
+    marker_glued_after_the_value: "API_TOKEN=Zq8Wm3Np7Lk[REDACTED]" => ["Zq8Wm3Np7Lk"];
+    marker_inside_the_value: "client_secret: ab12CdEf[REDACTED]Gh34IjKl" => ["ab12CdEf", "Gh34IjKl"];
+    marker_glued_in_a_quoted_value: "DB_PASSWORD='[REDACTED]Tr4ilingPw'" => ["Tr4ilingPw"];
+    marker_glued_to_a_bearer_token: "Authorization: Bearer [REDACTED]eyJhbGciOiJIUzI1NiJ9Qx7" => ["eyJhbGciOiJIUzI1NiJ9Qx7"];
+    marker_glued_in_a_flag: "mysql -u root --password=[REDACTED]MyFl4gPw db" => ["MyFl4gPw"];
+    marker_glued_under_a_secret_key: r#"{"password": "[REDACTED]JsonGlu3d", "user": "bob"}"# => ["JsonGlu3d"];
+}
+
+left_alone_tests! {
+    marker_alone_stays: "password=[REDACTED] user=bob";
+    marker_with_punctuation_after_it_stays: "token: [REDACTED], next: ([REDACTED]).";
+    marker_next_to_a_short_word_stays: "API_KEY=[REDACTED]abc and secret=[REDACTED]";
+}
+
+#[test]
+fn a_value_glued_to_a_marker_ships_as_one_marker() {
+    for (input, want) in [
+        ("password=[REDACTED]Xk9vQ2mLp7Rz", "password=[REDACTED]"),
+        (
+            "API_TOKEN=Zq8Wm3Np7Lk[REDACTED] next",
+            "API_TOKEN=[REDACTED] next",
+        ),
+    ] {
+        let shipped = global().redact_line(input.as_bytes());
+        assert_eq!(shipped, want, "{input}");
+        assert_eq!(global().redact_line(shipped.as_bytes()), shipped);
+    }
+}
+
+// A second `htpasswd -b` on the line after a quote or a shell operator is its own command.
+leak_tests! {
+    tools_htpasswd_after_a_quote_on_one_line: "htpasswd -b f u HtA1x9 \"htpasswd -b f u HtB2y9" => ["HtA1x9", "HtB2y9"];
+    tools_htpasswd_after_a_semicolon: "htpasswd -b f u HtA1x9;htpasswd -b f u HtB2y9" => ["HtB2y9"];
+}
+
+// Encoded secrets (docs/behaviour.md T2.2): base64 (standard, URL-safe, padded or not, wrapped
+// or not), hex and `\x` escapes whose decoding holds a secret go whole, in every placement.
+
+/// `plain` base64-encoded (standard alphabet), wrapped at `width` columns (0: not wrapped).
+fn base64_of(plain: &str, url_safe: bool, width: usize) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let enc = if url_safe {
+        URL_SAFE_NO_PAD.encode(plain)
+    } else {
+        STANDARD.encode(plain)
+    };
+    if width == 0 {
+        return enc;
+    }
+    enc.as_bytes()
+        .chunks(width)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The pieces of an encoded run that must not ship: each line of it, cut to 20 characters
+/// from its start and its end.
+fn encoded_pieces(enc: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in enc.lines().filter(|l| l.len() >= 20) {
+        out.push(line[..20].to_owned());
+        out.push(line[line.len() - 20..].to_owned());
+    }
+    out
+}
+
+fn assert_encoded_leaks_nothing(text: &str, enc: &str, plain_secrets: &[&str]) {
+    let pieces = encoded_pieces(enc);
+    let mut secrets: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    secrets.extend_from_slice(plain_secrets);
+    let failures = leaks(text, &secrets);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const DOTENV: &str = "# app settings\nDATABASE_URL=postgres://app:Pg5ecretPw@db:5432/app\nSTRIPE_SECRET_KEY=sk_live_4eC39HqLyjWDarjtT1zdp7dc\nLOG_LEVEL=info\n";
+
+#[test]
+fn encoded_base64_dotenv_wrapped_at_76() {
+    let enc = base64_of(DOTENV, false, 76);
+    assert_encoded_leaks_nothing(&format!("$ base64 .env\n{enc}\n$ "), &enc, &["Pg5ecretPw"]);
+}
+
+#[test]
+fn encoded_base64_wrapped_at_64() {
+    let enc = base64_of(DOTENV, false, 64);
+    assert_encoded_leaks_nothing(&format!("-----\n{enc}\n-----"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_url_safe_unpadded() {
+    let enc = base64_of("{\"client_secret\": \"Cl13ntS3cretValue99\"}", true, 0);
+    assert_encoded_leaks_nothing(&format!("state={enc}&next=/home"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_of_a_provider_token() {
+    let enc = base64_of("ghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx", false, 0);
+    assert_encoded_leaks_nothing(&format!("echo {enc} | base64 -d"), &enc, &[]);
+}
+
+#[test]
+fn encoded_base64_twice() {
+    let inner = base64_of("API_TOKEN=Tw1ceEnc0dedTokenValue", false, 0);
+    let enc = base64_of(&inner, false, 0);
+    assert_encoded_leaks_nothing(&format!("value: {enc}"), &enc, &[]);
+}
+
+#[test]
+fn encoded_kubernetes_secret_data_in_json_and_yaml() {
+    let enc = base64_of("DB_PASSWORD=K8sDataPw77\nDB_USER=app\n", false, 0);
+    let json = format!(
+        r#"{{"apiVersion":"v1","data":{{"app.env":"{enc}"}},"kind":"Secret","metadata":{{"name":"app-env"}},"type":"Opaque"}}"#
+    );
+    assert_encoded_leaks_nothing(&json, &enc, &[]);
+    let yaml = format!(
+        "apiVersion: v1\ndata:\n  app.env: {enc}\nkind: Secret\nmetadata:\n  name: app-env\n"
+    );
+    assert_encoded_leaks_nothing(&yaml, &enc, &[]);
+}
+
+#[test]
+fn encoded_docker_config_auth_holding_a_token() {
+    let enc = base64_of("bob:ghp_Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx", false, 0);
+    let json = format!(r#"{{"auths": {{"ghcr.io": {{"auth": "{enc}"}}}}}}"#);
+    assert_encoded_leaks_nothing(&json, &enc, &[]);
+}
+
+#[test]
+fn encoded_hex_dump_wrapped_at_60() {
+    let hex: String = DOTENV.bytes().map(|b| format!("{b:02x}")).collect();
+    let wrapped = hex
+        .as_bytes()
+        .chunks(60)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_encoded_leaks_nothing(&format!("$ xxd -p .env\n{wrapped}\n"), &wrapped, &[]);
+}
+
+#[test]
+fn encoded_backslash_x_escapes() {
+    let esc: String = "password=Esc4pedPw99"
+        .bytes()
+        .map(|b| format!("\\x{b:02x}"))
+        .collect();
+    let text = format!("printf '{esc}' > creds");
+    let failures = leaks(&text, &[&esc[..24], &esc[esc.len() - 24..]]);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn encoded_text_without_secrets_ships_byte_for_byte() {
+    let prose = base64_of(
+        "Hello! This is the README of a project that counts tokens per model.\n",
+        false,
+        76,
+    );
+    let failures = changes(&format!("$ base64 README\n{prose}\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let hex: String = "plain words and nothing secret at all"
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(changes(&hex).is_empty());
+}
+
+left_alone_tests! {
+    encoded_random_bytes_stay: "\"encrypted_content\": \"gAAAAABo3x1Y5kQ2mZ8vR4tW8zB1nC6yD3fH5jG0sA1bZxq7Lp2Nw9Ek4Ru6Ty8Ii1Op3Aa5Ss7DdFf\"";
+    encoded_digests_stay: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 integrity sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg==";
+    encoded_png_data_uri_stays: "<img src=\"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==\">";
+}
+
+// A Kubernetes Secret's data values go whatever their names or encodings (T2.2).
+leak_tests! {
+    kubernetes_secret_yaml_data_of_any_name: "$ kubectl get secret app -o yaml\napiVersion: v1\ndata:\n  api: c2tfbGl2ZV9ub3Rfd29yZHM=\n  ca.crt: Q2FDcnREYXRhOTk=\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque" => ["c2tfbGl2ZV9ub3Rfd29yZHM", "Q2FDcnREYXRhOTk"];
+    kubernetes_secret_yaml_string_data: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\nstringData:\n  connection: Server=db;User=sa\n  pin: \"48213377\"\ntype: Opaque" => ["Server=db;User=sa", "48213377"];
+    kubernetes_secret_json_data_of_any_name: r#"{"apiVersion": "v1", "data": {"api": "c2tfbGl2ZV9ub3Rfd29yZHM=", "n": "MTIzNDU2"}, "kind": "Secret", "metadata": {"name": "app"}}"# => ["c2tfbGl2ZV9ub3Rfd29yZHM", "MTIzNDU2"];
+}
+
+left_alone_tests! {
+    kubernetes_config_map_data_stays: "apiVersion: v1\ndata:\n  log.level: info\n  feature: on\nkind: ConfigMap\nmetadata:\n  name: app-secret-refs";
+    kubernetes_secret_metadata_stays: "apiVersion: v1\ndata: {}\nkind: Secret\nmetadata:\n  name: app-tls\n  namespace: web\ntype: kubernetes.io/tls";
+}
+
+// YAML values on the line after their secret name, and block scalars (T2.4).
+leak_tests! {
+    yaml_value_on_the_next_line: "spring:\n  datasource:\n    password:\n      Spr1ngNextLinePw\n    url: jdbc:postgresql://db/app" => ["Spr1ngNextLinePw"];
+    yaml_quoted_value_on_the_next_line: "auth:\n  client_secret:\n    \"Qu0tedNextL1ne\"\n" => ["Qu0tedNextL1ne"];
+    yaml_literal_block_scalar: "ssh:\n  private_key: |\n    b3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n    AAAAEbm9uZQAAAAAAAAABAAAAMwAAAAt\n  user: git" => ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmU", "AAAAEbm9uZQAAAAAAAAABAAAAMwAAAAt"];
+    yaml_folded_block_scalar_with_chomping: "api:\n  token: >-\n    F0ldedT0kenPartOne\n    F0ldedT0kenPartTwo\n" => ["F0ldedT0kenPartOne", "F0ldedT0kenPartTwo"];
+    yaml_list_item_key: "users:\n- name: bob\n  password:\n    L1stItemPw99" => ["L1stItemPw99"];
+}
+
+left_alone_tests! {
+    yaml_settings_section_under_a_secret_name: "password:\n  min_length: 12\n  require_digits: true\nnext: 1";
+    yaml_secret_list_of_references: "secrets:\n  - db-credentials\n  - tls-cert\n";
+    yaml_next_line_reference: "env:\n  API_TOKEN:\n    ${{ secrets.API_TOKEN }}\n";
+}
+
+// A provider's prefix joined to the rest of its token in code (T2.4).
+leak_tests! {
+    joined_prefix_with_plus: "const key = 'sk_live_' + '4eC39HqLyjWDarjtT1zdp7dc';" => ["4eC39HqLyjWDarjtT1zdp7dc"];
+    joined_prefix_with_plus_double_quotes: "token = \"ghp_\" + \"Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx\"" => ["Pc7Xk2mQ9vR4tW8zB1nC6yD3fH5jG0sA1bZx"];
+    joined_prefix_php_dot: "$k = 'xoxb-' . '123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx';" => ["AbCdEfGhIjKlMnOpQrStUvWx"];
+    joined_prefix_adjacent_literals: "KEY = (\"AKIA\" \"QYLPMN5HHHFPZAM2\")" => ["QYLPMN5HHHFPZAM2"];
+}
+
+left_alone_tests! {
+    joined_strings_without_a_token_stay: "msg = 'token count: ' + str(n) + ' of ' + 'max'";
+    joined_path_stays: "path = base + '/' + 'secrets' + '/' + name";
+}
+
+// Credentials named only by their vendor (T2.6): a service's name, a short gap, a random value
+// of a key's shape.
+leak_tests! {
+    vendor_yaml_hex_key: "cloudsmith: \"9e4f1c3a8b2d7e6f0a5c4b3d2e1f0a9b8c7d6e5f\"" => ["9e4f1c3a8b2d7e6f0a5c4b3d2e1f0a9b8c7d6e5f"];
+    vendor_words_then_value: "scraperapi token = 'Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O'" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"];
+    vendor_env_name: "export MAILJET_APIKEY_PRIVATE=8f3a9c2e71b04d5f9a6e3c1b7d2f4a80" => ["8f3a9c2e71b04d5f9a6e3c1b7d2f4a80"];
+    vendor_camel_case_field: "const deepgramClient = createClient(\"a1b2c3d4e5f60718293a4b5c6d7e8f9012345678\");" => ["a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"];
+    vendor_in_json_key: r#"{"pagerduty": {"routing": "R0u7ingK3y9Zq8Wm3Np7Lk2V"}}"# => ["R0u7ingK3y9Zq8Wm3Np7Lk2V"];
+    vendor_on_the_line_above: "[virustotal]\nQx7Lm2Np9Kv4Rt8Wz3Bn6Hy1Dj5Gf0Sa2Ew" => ["Qx7Lm2Np9Kv4Rt8Wz3Bn6Hy1Dj5Gf0Sa2Ew"];
+    vendor_two_words: "Scraper API key: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"];
+    vendor_common_word_with_a_secret_word: "segment write key: Wk7Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh" => ["Wk7Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh"];
+}
+
+left_alone_tests! {
+    vendor_lockfile_integrity: "\"node_modules/@sentry/browser\": {\"version\": \"7.1.0\", \"integrity\": \"sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg==\"}";
+    vendor_go_sum: "github.com/stripe/stripe-go/v72 v72.5.0 h1:QyB6M2a9mqPkbRzzTHXhEFuA6KxnJxf4cUqEdIuQ6Zo=";
+    vendor_commit_link: "fixed in https://github.com/mailjet/mailjet-apiv3-go/commit/3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345";
+    vendor_request_id: "mailjet request id 0199a2b4-c0de-7000-a000-000000000001";
+    vendor_common_word_alone: "segment 3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345 of the log";
+    vendor_identifier: "import { sendTransactionalEmailV3 } from 'mailjet_node_client_library_v6'";
+}
+
+left_alone_tests! {
+    vendor_common_word_with_a_secret_word_further_away: "the key is in the wiki; see github Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh";
+}
+
+// Cloud CLI tables (T2.6): a secret in a table cell, named by its row or its column.
+leak_tests! {
+    table_aws_vertical_key_value: "||  AccessKeyId      |  AKIAQYLPMN5HHHFPZAM2                       ||\n||  SecretAccessKey  |  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  ||\n||  Status           |  Active                                     ||" => ["wJalrXUtnFEMI9K7MDENGbPxRfiCYzQ8mLp2Vb6X", "AKIAQYLPMN5HHHFPZAM2"];
+    table_az_storage_keys: "$ az storage account keys list -g rg -n acct -o table\nKeyName    Permissions    Value\n---------  -------------  ----------------------------------------------------------------------------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O==\nkey2       FULL           Ab8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0P==" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6", "Ab8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OZq8Wm3Np7Lk2Vb6"];
+    table_markdown_password_column: "| user | password |\n|------|----------|\n| bob  | Hunt3rTabl3Pw |\n| amy  | S3condTablePw |" => ["Hunt3rTabl3Pw", "S3condTablePw"];
+}
+
+left_alone_tests! {
+    table_without_secret_columns: "NAME     STATUS   ROLES    AGE\nnode-1   Ready    master   5d\nnode-2   Ready    <none>   5d";
+    table_secret_names_only: "NAME                  TYPE                                  DATA   AGE\ndb-credentials        Opaque                                2      5d\ndefault-token-x7k2p   kubernetes.io/service-account-token   3      5d";
+}
+
+left_alone_tests! {
+    table_documentation_column_named_token: "| Setting | Token | Meaning |\n|---|---|---|\n| KCAP_URL | no secret | the server's address |\n| KCAP_TOKEN | the API token | read from the keychain |";
+}

@@ -291,6 +291,78 @@ pub(crate) fn visible(text: &str) -> Decoded<'_> {
     }
 }
 
+/// The view of `text` with string literals joined where code joins them: `'sk_live_' +
+/// 'Xk9…'`, `"ghp_" . "…"` (PHP), `"xoxb-" "…"` (adjacent literals, Python and C) become one
+/// run, so a provider's prefix joined to the rest of its token is still seen
+/// (docs/behaviour.md T2.4). Each join (closing quote, operator, blanks, opening quote) maps
+/// back as one piece. `None` when `text` joins nothing.
+pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
+    let b = text.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'/' | b'+');
+    // Every join: from a closing quote to the opening quote of the next literal.
+    let mut joins: Vec<Range<usize>> = Vec::new();
+    let mut i = 0;
+    while let Some(o) = memchr::memchr2(b'\'', b'"', &b[i..]) {
+        let q = i + o;
+        i = q + 1;
+        if q == 0 || !word(b[q - 1]) {
+            continue;
+        }
+        let mut j = q + 1;
+        while j < b.len() && matches!(b[j], b' ' | b'\t') {
+            j += 1;
+        }
+        let blanks = j > q + 1;
+        if j < b.len() && matches!(b[j], b'+' | b'.') {
+            j += 1;
+            while j < b.len() && matches!(b[j], b' ' | b'\t') {
+                j += 1;
+            }
+        } else if !blanks {
+            continue;
+        }
+        if j + 1 < b.len() && matches!(b[j], b'\'' | b'"') && word(b[j + 1]) {
+            joins.push(q..j + 1);
+            i = j + 1;
+        }
+    }
+    if joins.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut units = Vec::new();
+    let mut from = 0;
+    for j in joins {
+        if from < j.start {
+            units.push(Unit {
+                dec: out.len() as u32,
+                raw: from as u32,
+                escape_len: 0,
+            });
+            out.push_str(&text[from..j.start]);
+        }
+        units.push(Unit {
+            dec: out.len() as u32,
+            raw: j.start as u32,
+            escape_len: j.len() as u32,
+        });
+        from = j.end;
+    }
+    if from < text.len() {
+        units.push(Unit {
+            dec: out.len() as u32,
+            raw: from as u32,
+            escape_len: 0,
+        });
+        out.push_str(&text[from..]);
+    }
+    Some(Decoded {
+        text: Cow::Owned(out),
+        units,
+        raw_len: text.len(),
+    })
+}
+
 /// The UTF-8 length of a zero-width character.
 fn invisible_len(c: char) -> Option<usize> {
     matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}').then(|| c.len_utf8())

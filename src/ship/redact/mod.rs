@@ -20,9 +20,11 @@
 
 mod code;
 mod decode;
+mod encoded;
 mod json;
 pub(crate) mod providers;
 pub(crate) mod rules;
+mod vendors;
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -69,6 +71,9 @@ pub fn global() -> &'static Redactor {
 /// How deep strings inside strings (and views of views) are followed. Each level is shorter
 /// than the one holding it, so this only bounds pathological input.
 const MAX_DEPTH: usize = 12;
+
+/// How many encodings deep a secret is looked for (base64 of base64 of a secret).
+const ENCODED_DEPTH: usize = 3;
 
 /// Command words whose argv arrays are joined into one command line.
 const COMMANDS: &[&str] = &[
@@ -268,12 +273,26 @@ impl Redactor {
 
     /// `known_json`: whether `text` is JSON, when the caller already knows.
     fn redact<'a>(&self, text: &'a str, known_json: Option<bool>) -> Cow<'a, str> {
+        self.redact_at(text, known_json, 0)
+    }
+
+    /// [`Redactor::redact`] of text decoded from an encoded run `encoded` levels deep.
+    fn redact_at<'a>(
+        &self,
+        text: &'a str,
+        known_json: Option<bool>,
+        encoded: usize,
+    ) -> Cow<'a, str> {
         let hits = self.scan(text);
         let hidden = decode::hides_ascii(text.as_bytes()) || decode::has_invisible(text);
-        if hits.is_empty() && !hidden {
+        let mut spans = if encoded < ENCODED_DEPTH {
+            self.run_spans(text, encoded)
+        } else {
+            Vec::new()
+        };
+        if hits.is_empty() && !hidden && spans.is_empty() {
             return Cow::Borrowed(text);
         }
-        let mut spans = Vec::new();
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
         if maybe_json && known_json.unwrap_or_else(|| json::is_json(text)) {
@@ -282,6 +301,31 @@ impl Redactor {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
         apply(text, spans)
+    }
+
+    /// The runs of `text` that are secrets as runs: every encoded run (base64, hex, `\x`
+    /// escapes) that decodes to text holding a secret, whole ([`encoded`], docs/behaviour.md
+    /// T2.2), and every random run a vendor's name marks ([`vendors`], T2.6).
+    fn run_spans(&self, text: &str, depth: usize) -> Vec<Range<usize>> {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let secret =
+            |decoded: &str| matches!(self.redact_at(decoded, None, depth + 1), Cow::Owned(_));
+        for run in encoded::runs(bytes) {
+            if let Some((span, decoded)) = encoded::decoded_text(bytes, &run)
+                && secret(&decoded)
+            {
+                out.push(span);
+            }
+        }
+        for (span, decoded) in encoded::escape_runs(bytes) {
+            if secret(&decoded) {
+                out.push(span);
+            }
+        }
+        // A long random run with a vendor's name shortly before it (T2.6).
+        vendors::spans(text, &mut out);
+        out
     }
 
     /// Every position where a keyword starts, in order, with the keyword that ends first
@@ -464,6 +508,18 @@ impl Redactor {
                 out.extend(inner.into_iter().map(|s| view.to_raw(s)));
             }
         }
+        // String literals joined in code: `'sk_live_' + 'Xk9…'`.
+        if depth < MAX_DEPTH
+            && !keys_only
+            && let Some(view) = decode::joined(text)
+        {
+            let view_hits = self.scan(&view.text);
+            if !view_hits.is_empty() {
+                let mut inner = Vec::new();
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
+                out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+            }
+        }
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
             let view = decode::decode(text);
             if !view.is_identity() {
@@ -527,10 +583,16 @@ impl Redactor {
         };
         let hidden =
             decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
-        if hits.is_empty() && !hidden {
+        // An encoded run the raw text hides behind escapes (`\u0051UJD…`); one written plain
+        // was found in the whole line already.
+        let mut inner = if decoded.is_identity() {
+            Vec::new()
+        } else {
+            self.run_spans(&decoded.text, 0)
+        };
+        if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
-        let mut inner = Vec::new();
         if depth < MAX_DEPTH
             && json::looks_like_container(&decoded.text)
             && json::is_json(&decoded.text)
@@ -693,6 +755,7 @@ impl Walk<'_> {
         };
         if obj {
             self.header_pair(&kids, &mut forced);
+            self.kubernetes_secret(&kids, &mut forced);
         } else {
             // Node's rawHeaders and `[N, V]` pairs: a credential header's next string.
             for i in 0..kids.len().saturating_sub(1) {
@@ -833,6 +896,26 @@ impl Walk<'_> {
         }
     }
 
+    /// A Kubernetes `Secret` object (`"kind": "Secret"`): everything under its `data` and
+    /// `stringData` is a secret, whatever the names (docs/behaviour.md T2.2).
+    fn kubernetes_secret(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
+        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) => &self.text[r.clone()],
+            _ => "",
+        };
+        let secret = kids.iter().any(|&(k, v)| {
+            key(k) == "kind"
+                && matches!(&self.toks[v], Tok::Str(r) if &self.text[r.clone()] == "Secret")
+        });
+        if secret {
+            for (i, &(k, _)) in kids.iter().enumerate() {
+                if matches!(key(k), "data" | "stringData") {
+                    forced[i] = true;
+                }
+            }
+        }
+    }
+
     /// A private key whose lines are separate strings (S1.3): every string from the BEGIN
     /// marker to the END marker.
     fn pem_split(&self, kids: &[(Option<usize>, usize)], forced: &mut [bool]) {
@@ -948,11 +1031,15 @@ fn ends_with_begin_marker(raw: &[u8]) -> bool {
         .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
 }
 
-/// Spans from `first` on that overlap an earlier `[REDACTED]` are dropped: what lies next to a
-/// marker was judged when the marker was made, and reading it again differs (the marker is
-/// longer than what it replaced, and a separator may have gone with the value). So redacting
-/// twice gives what redacting once gives, and no marker is ever cut. A private key block is
-/// the exception, split around markers before it gets here ([`split_at_markers`]).
+/// Spans from `first` on that overlap an earlier `[REDACTED]`: what lies next to a marker was
+/// judged when the marker was made, and reading it again differs (the marker is longer than
+/// what it replaced, and a separator may have gone with the value), so such a span is dropped
+/// and no marker is ever cut: redacting twice gives what redacting once gives. Unless the span
+/// also holds a value glued to the marker (`password=[REDACTED]Xk9v…`,
+/// docs/behaviour.md T2.1): text that already held the marker before any redaction, whose
+/// value is still a value. Then the whole span goes, marker included, and the output holds one
+/// marker where the value was, which a second pass leaves as it is. A private key block is the
+/// exception, split around markers before it gets here ([`split_at_markers`]).
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
         return;
@@ -960,15 +1047,73 @@ fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
     let markers = markers_in(text);
     let mut i = first;
     while i < spans.len() {
-        let s = &spans[i];
+        let s = spans[i].clone();
         let k = markers.partition_point(|m| m.end <= s.start);
-        if markers.get(k).is_some_and(|m| m.start < s.end) {
-            spans.swap_remove(i);
-        } else {
+        let inside: &[Range<usize>] = &markers[k..];
+        let n = inside.iter().take_while(|m| m.start < s.end).count();
+        if n == 0 {
             i += 1;
+            continue;
+        }
+        if glued_value(text, &s, &inside[..n]) {
+            // The span and every marker it touches become one.
+            let start = s.start.min(inside[0].start);
+            let end = s.end.max(inside[n - 1].end);
+            spans[i] = start..end;
+            i += 1;
+        } else {
+            spans.swap_remove(i);
         }
     }
 }
+
+/// Whether `span`, which overlaps `markers`, is a value glued to a marker: one marker, with
+/// only a token's characters (letters, digits, `+/_-.~`, and `=` padding after the marker)
+/// around it in the span, at least [`GLUED_MIN`] letters and digits on one side, with a digit
+/// or mixed case or more than 16 of them: not a name, a word, an escape or the punctuation a
+/// rule may have taken with the marker. Anything more (two markers, a blank, a bracket) is
+/// where an earlier pass's own markers sit beside what it judged, which stays judged.
+fn glued_value(text: &str, span: &Range<usize>, markers: &[Range<usize>]) -> bool {
+    let bytes = text.as_bytes();
+    let end = span.end.min(bytes.len());
+    let [m] = markers else { return false };
+    if m.start < span.start || m.end > end {
+        return false;
+    }
+    let token =
+        |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-' | b'.' | b'~');
+    let secret_like = |run: &[u8]| {
+        let alnum = run.iter().filter(|b| b.is_ascii_alphanumeric()).count();
+        let digit = run.iter().any(u8::is_ascii_digit);
+        let upper = run.iter().any(u8::is_ascii_uppercase);
+        let lower = run.iter().any(u8::is_ascii_lowercase);
+        alnum >= GLUED_MIN && (digit || (upper && lower) || alnum > 16)
+    };
+    let mut before = &bytes[span.start..m.start];
+    // A header's value with its scheme: `Bearer [REDACTED]eyJ…`.
+    for scheme in [&b"bearer "[..], b"basic ", b"token ", b"bot "] {
+        if before.len() >= scheme.len() && before[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            before = &before[scheme.len()..];
+        }
+    }
+    let after = &bytes[m.end..end];
+    let after_body = after
+        .strip_suffix(b"==")
+        .or_else(|| after.strip_suffix(b"="))
+        .unwrap_or(after);
+    before.iter().all(token)
+        && after_body.iter().all(token)
+        && (secret_like(before) || secret_like(after_body))
+}
+
+/// Whether `value`, which holds a marker, also holds a value glued to one ([`glued_value`]).
+pub(crate) fn glued_to_marker(value: &str) -> bool {
+    let markers = markers_in(value);
+    !markers.is_empty() && glued_value(value, &(0..value.len()), &markers)
+}
+
+/// The fewest letters and digits a value glued to a marker has ([`glued_value`]).
+const GLUED_MIN: usize = 4;
 
 fn markers_in(text: &str) -> Vec<Range<usize>> {
     memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())

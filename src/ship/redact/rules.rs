@@ -60,6 +60,18 @@ pub(crate) enum Refine {
     /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
     /// joined by `_`, a name such as `npm_config_cache`.
     Token,
+    /// A YAML key with a secret's name (group `n`) and no value on its line: the value on the
+    /// next, deeper-indented line, or a block scalar's lines (group `b`: `|`, `>`, `>-`).
+    YamlNextLine,
+    /// A table row whose first cell (group `n`) names a secret: the next cell (from group
+    /// `s`), if it is one word.
+    TableRow,
+    /// A table's header (group `h`) over a separator line (group `sep`): the cells of every
+    /// column with a secret's name, in the rows below.
+    TableColumn,
+    /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
+    /// `stringData:` blocks.
+    KubernetesSecret,
 }
 
 /// kcap's credential header names and the others S1.4 lists, as a regex alternation.
@@ -167,6 +179,85 @@ const fn bare(r: Rule) -> Rule {
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
 /// united.
 pub(crate) static RULES: &[Rule] = &[
+    // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
+    // in its first cell (`aws ... --output table`)...
+    rule(
+        "table-row-pair",
+        "cli-table",
+        NAME_KEYWORDS,
+        concat!(
+            r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
+            name_words!(),
+            r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+        ),
+        Refine::TableRow,
+        &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
+        &[
+            "||  SecretAccessKey  |  [REDACTED]  ||",
+            "| token | string | the API token |",
+        ],
+    ),
+    // ...and a column named for one, under a header and its separator line (`az ... -o
+    // table`, Markdown, psql).
+    multiline(rule(
+        "table-column",
+        "cli-table",
+        &[
+            "secret",
+            "token",
+            "passw",
+            "pwd",
+            "keyname",
+            "apikey",
+            "api_key",
+            "accesskey",
+            "access_key",
+            "credential",
+            "private_key",
+            "privatekey",
+        ],
+        r"(?m)^(?P<h>[^\n]*[A-Za-z][^\n]*)\r?\n(?P<sep>[ \t|+:]*-{3,}[-| \t+:]*)\r?$",
+        Refine::TableColumn,
+        &[
+            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5",
+        ],
+        &[
+            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
+        ],
+    )),
+    // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
+    // scalar (`password: |`).
+    multiline(rule(
+        "yaml-next-line",
+        "assignment",
+        NAME_KEYWORDS,
+        concat!(
+            r"(?m)^(?P<i>[ \t]*)(?:- )?(?P<n>[A-Za-z0-9_.-]*(?i:",
+            name_words!(),
+            r#")[A-Za-z0-9_.-]*)[ \t]*:[ \t]*(?P<b>[|>][-+0-9]*)?[ \t]*(?:#[^\n]*)?\r?\n"#
+        ),
+        Refine::YamlNextLine,
+        &[
+            "db:\n  password:\n    Hunt3rNextLine\n  user: app",
+            "tls:\n  private_key: |\n    MIIEvQIBADANBgkqhkiG9w0BAQ\n    EFAASCBKcwggSjAgEAAoIBAQC7\n  port: 443",
+        ],
+        &[
+            "password:\n  min_length: 12\n  require_digits: true",
+            "secrets:\n  - name: db\n    key: password",
+        ],
+    )),
+    // docs/behaviour.md T2.2: a Secret's data values are secrets whatever their names (base64
+    // of anything, `stringData` plain), as `kubectl get secret -o yaml` prints them (keys in
+    // order: `data` comes before `kind`).
+    multiline(rule(
+        "kubernetes-secret-data",
+        "kubernetes",
+        &["secret"],
+        r#"(?m)^[ \t]*kind:[ \t]*["']?Secret["']?[ \t]*\r?$"#,
+        Refine::KubernetesSecret,
+        &["apiVersion: v1\ndata:\n  app.env: QXBwRW52RGF0YTk5\nkind: Secret\ntype: Opaque"],
+        &["apiVersion: v1\ndata:\n  app.env: bG9nPWluZm8=\nkind: ConfigMap"],
+    )),
     multiline(rule(
         "pem-private-key",
         "private-key",
@@ -1240,8 +1331,13 @@ pub(crate) fn value_exempt(name: &str, value: &str, rest: &str) -> bool {
 /// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
 /// bare name there is not a variable.
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
-    if value.is_empty() || value == MARKER || value.starts_with(MARKER) {
+    if value.is_empty() || value == MARKER {
         return true;
+    }
+    // Text that already held the marker: a value glued to it is still one (T2.1); the marker
+    // and what a rule took with it (a comma, a short word) are not.
+    if value.contains(MARKER) {
+        return !super::glued_to_marker(value);
     }
     // A JSON string under a secret's key is data, the whole value: only revision 3's calls and
     // paths are code there; the structures of code (a bracket left open at the end of a line,
@@ -1463,6 +1559,25 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             });
             if random {
                 out.push(m.range());
+            }
+        }
+        Refine::KubernetesSecret => kubernetes_secret_data(text, out),
+        Refine::YamlNextLine => yaml_next_line(caps, text, out),
+        Refine::TableColumn => table_column(caps, text, out),
+        Refine::TableRow => {
+            let (Some(n), Some(v)) = (caps.name("n"), caps.name("s")) else {
+                return;
+            };
+            let end = text[v.start()..]
+                .find(['|', '\n'])
+                .map_or(text.len(), |o| v.start() + o);
+            let value = text[v.start()..end].trim_end();
+            // Prose in a cell (`the API token`) describes; a credential is one word.
+            if name_is_secret(n.as_str())
+                && !value.contains(char::is_whitespace)
+                && !value_exempt(n.as_str(), value, value)
+            {
+                out.push(v.start()..v.start() + value.len());
             }
         }
         Refine::UrlToken => {
@@ -1748,7 +1863,12 @@ fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let mut starts: Vec<usize> = memchr::memmem::find_iter(b, b"htpasswd")
         .filter(|&i| {
             let end = i + "htpasswd".len();
-            (i == 0 || b[i - 1].is_ascii_whitespace())
+            // After a blank, a quote or a shell operator (`\"htpasswd`, `;htpasswd`), not
+            // inside a word (of any script) or a path.
+            (i == 0
+                || !(b[i - 1].is_ascii_alphanumeric()
+                    || b[i - 1] >= 0x80
+                    || matches!(b[i - 1], b'.' | b'/' | b'_' | b'-')))
                 && (end == b.len() || b[end].is_ascii_whitespace())
         })
         .collect();
@@ -1800,6 +1920,200 @@ fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usiz
         let r = positional[want - 1].clone();
         if !r.is_empty() && &text[r.clone()] != MARKER {
             out.push(r);
+        }
+    }
+}
+
+/// The cells of a table's secret columns: the header (group `h`) is split into columns by
+/// `|` when the separator line has pipes, else by the separator's runs of dashes (fixed-width
+/// tables); a column is secret when its name is a secret's, or when it is `Value` beside a
+/// key's name (`KeyName`, Azure's key lists). Rows run to the first blank line.
+fn table_column(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let (Some(h), Some(sep)) = (caps.name("h"), caps.name("sep")) else {
+        return;
+    };
+    let piped = sep.as_str().contains('|');
+    // Each column's byte range within a line.
+    let columns: Vec<Range<usize>> = if piped {
+        let mut cols = Vec::new();
+        let mut from = 0;
+        for (i, c) in h.as_str().char_indices() {
+            if c == '|' {
+                cols.push(from..i);
+                from = i + 1;
+            }
+        }
+        cols.push(from..h.as_str().len());
+        cols
+    } else {
+        let b = sep.as_str().as_bytes();
+        let mut cols = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'-' {
+                let start = i;
+                while i < b.len() && b[i] == b'-' {
+                    i += 1;
+                }
+                cols.push(start..i);
+            } else {
+                i += 1;
+            }
+        }
+        // A cell runs to the next column's start (values may be wider than their dashes).
+        let starts: Vec<usize> = cols.iter().map(|c| c.start).collect();
+        cols.iter()
+            .enumerate()
+            .map(|(k, c)| c.start..starts.get(k + 1).copied().unwrap_or(usize::MAX))
+            .collect()
+    };
+    let cell = |line: &str, k: usize| -> Option<Range<usize>> {
+        if piped {
+            let mut from = 0;
+            let mut n = 0;
+            for (i, c) in line.char_indices() {
+                if c == '|' {
+                    if n == k {
+                        return Some(from..i);
+                    }
+                    n += 1;
+                    from = i + 1;
+                }
+            }
+            (n == k).then_some(from..line.len())
+        } else {
+            let r = columns.get(k)?;
+            let start = r.start.min(line.len());
+            let end = r.end.min(line.len());
+            (line.is_char_boundary(start) && line.is_char_boundary(end)).then_some(start..end)
+        }
+    };
+    let names: Vec<String> = (0..columns.len())
+        .filter_map(|k| cell(h.as_str(), k))
+        .map(|r| h.as_str()[r].trim().to_owned())
+        .collect();
+    let keyed = names.iter().any(|n| n.eq_ignore_ascii_case("keyname"));
+    let secret: Vec<usize> = names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| name_is_secret(n) || (keyed && n.eq_ignore_ascii_case("value")))
+        .map(|(k, _)| k)
+        .collect();
+    if secret.is_empty() {
+        return;
+    }
+    let mut at = sep.end();
+    let rows = &text[at..];
+    let rows = rows.strip_prefix("\r").unwrap_or(rows);
+    let rows = rows.strip_prefix('\n').unwrap_or(rows);
+    at = text.len() - rows.len();
+    for line in rows.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        if body.trim().is_empty() {
+            return;
+        }
+        for &k in &secret {
+            let Some(r) = cell(body, k) else { continue };
+            let raw = &body[r.clone()];
+            let value = raw.trim();
+            // Prose in a cell (`the user's token`) describes; a credential is one word.
+            if value.len() < 4
+                || value.contains(char::is_whitespace)
+                || value
+                    .chars()
+                    .all(|c| matches!(c, '-' | '+' | '|' | ':' | '='))
+            {
+                continue;
+            }
+            if value_exempt(&names[k], value, value) {
+                continue;
+            }
+            let lead = raw.len() - raw.trim_start().len();
+            let s = start + r.start + lead;
+            out.push(s..s + value.len());
+        }
+    }
+}
+
+/// The value of a YAML key with a secret's name and nothing after its colon: a block
+/// scalar's lines, or one plain scalar on the next deeper line (not a nested mapping, a list
+/// or a comment: `password:` then `  min_length: 12` is a section of settings).
+fn yaml_next_line(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let (Some(m), Some(n)) = (caps.get(0), caps.name("n")) else {
+        return;
+    };
+    if !name_is_secret(n.as_str()) {
+        return;
+    }
+    let base = caps.name("i").map_or(0, |i| i.len());
+    let block = caps.name("b").is_some();
+    let mut at = m.end();
+    for line in text[m.end()..].split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let value = body.trim();
+        let lead = body.len() - body.trim_start_matches([' ', '\t']).len();
+        if value.is_empty() {
+            if block {
+                continue;
+            }
+            return;
+        }
+        if lead <= base {
+            return;
+        }
+        let span = start + lead..start + lead + value.len();
+        if block {
+            out.push(span);
+            continue;
+        }
+        let mapping = value.contains(": ") || value.ends_with(':');
+        if mapping || value.starts_with(['-', '#', '[', '{']) {
+            return;
+        }
+        if !value_exempt(n.as_str(), value, value) {
+            out.push(span);
+        }
+        return;
+    }
+}
+
+/// Every value under a `data:` or `stringData:` block of YAML `text` (a Kubernetes Secret):
+/// the lines indented deeper than the block's name, each `key: value`'s value (a block
+/// scalar's lines too).
+fn kubernetes_secret_data(text: &str, out: &mut Vec<Range<usize>>) {
+    let indent = |line: &str| line.len() - line.trim_start_matches([' ', '\t']).len();
+    let mut block: Option<usize> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start_matches([' ', '\t']);
+        if trimmed.is_empty() {
+            continue;
+        }
+        let depth = indent(body);
+        if let Some(b) = block {
+            if depth > b {
+                // `key: value`, or a continuation line of a block scalar.
+                let value_at = trimmed.find(": ").map_or(depth, |colon| depth + colon + 2);
+                let raw = &body[value_at..];
+                let value = raw.trim();
+                let lead = raw.len() - raw.trim_start().len();
+                if !value.is_empty() && !matches!(value, "|" | ">" | "|-" | ">-" | "|+" | ">+") {
+                    let s = start + value_at + lead;
+                    out.push(s..s + value.len());
+                }
+                continue;
+            }
+            block = None;
+        }
+        if matches!(trimmed.trim_end(), "data:" | "stringData:") {
+            block = Some(depth);
         }
     }
 }
