@@ -207,6 +207,7 @@ class_tests! {
         left alone [
             "    @@ = 'aws_secret_access_key'",
             "\taws@Header = \"x-amz-security-token\"",
+            "\tawsIMDSv2Session@Header = \"X-aws-ec2-metadata-token\"",
             "\tremote@Prefix = \"docker-credential-\"",
             "  subject_@: 'external_token_value',",
         ],
