@@ -212,6 +212,7 @@ class_tests! {
             "  subject_@: 'external_token_value',",
         ],
         redacted ["@ = 'correct_horse_Xk9vQ2mLp7Rz'", "@ = 'Xk9vQ2mLp7Rz-token'"];
+
     name_of_what_handles_a_secret: NAMES,
         left alone [
             "            @_loader_cls = FileWebIdentityTokenLoader",
@@ -253,4 +254,21 @@ class_tests! {
             "golang.org/x/o@2 v0.30.0 h1:dnDm7JmhM45NNpd8FTDQvXxu2qnzcv6Y9DaIr0Br9ow=\ngolang.org/x/o@2 v0.30.0/go.mod h1:B5kvtBvbCcUkpIaL6oGBm4hQrzdT2Fw9VJbGmHdvsXM=",
         ],
         redacted ["@: Xk9vQ2mLp7Rz"];
+}
+
+/// A password of joined words is still one when it ends as a password does, though it holds a
+/// secret's name (`name_key_or_header_naming_a_secret` leaves `aws_secret_access_key` alone).
+#[test]
+fn name_words_ending_as_a_password_are_a_secret() {
+    let mut failures = Vec::new();
+    for name in NAMES {
+        for (template, secret) in [
+            ("@ = 'super_secret_password'", "super_secret_password"),
+            ("@@=my-jwt-secret ./run", "my-jwt-secret"),
+            ("  @: \"dev_db_password\"", "dev_db_password"),
+        ] {
+            failures.extend(leaks(&fill(template, name), &[secret]));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

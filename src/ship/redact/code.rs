@@ -71,10 +71,11 @@ fn joined_words(v: &str) -> Option<Vec<&str>> {
 }
 
 /// A value that names a thing rather than being a secret (T2.8): an environment variable or
-/// constant (`AWS_SECRET_ACCESS_KEY`, two words or more in capitals), or a key, header or prefix
-/// that itself names a secret (`aws_secret_access_key`, `x-amz-security-token`,
-/// `docker-credential-`). A human password of joined words that names no secret
-/// (`correct-horse-battery`) is not one.
+/// constant (`AWS_SECRET_ACCESS_KEY`, two words or more in capitals), or a key or header of
+/// three words or more that itself names a secret (`aws_secret_access_key`,
+/// `x-amz-security-token`). A password of joined words is not one, whether it names no secret
+/// (`correct-horse-battery`) or ends as a password does (`super_secret_password`,
+/// `my-jwt-secret`).
 pub(super) fn is_name_of_thing(value: &str) -> bool {
     let v = value.trim_end_matches([')', ',', ';']);
     if v.len() > 96 {
@@ -88,7 +89,14 @@ pub(super) fn is_name_of_thing(value: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
         && words.len() >= 2
         && words.iter().all(|w| w.len() >= 2);
-    upper || super::rules::name_is_secret(v)
+    let last = words
+        .last()
+        .map_or(String::new(), |w| w.to_ascii_lowercase());
+    let password_word = matches!(
+        last.as_str(),
+        "password" | "passwd" | "pass" | "pwd" | "secret" | "passphrase"
+    );
+    upper || (words.len() >= 3 && !password_word && super::rules::name_is_secret(v))
 }
 
 /// One piece of a line of code.
@@ -466,7 +474,6 @@ mod tests {
             "aws_secret_access_key",
             "x-amz-security-token",
             "X-aws-ec2-metadata-token",
-            "docker-credential-",
             "external_token_value",
         ] {
             assert!(is_name_of_thing(yes), "{yes}");
@@ -477,6 +484,9 @@ mod tests {
             "Xk9v_Q2mLp7",
             "p@ss;w0rd",
             "SuperSecret",
+            "super_secret_password",
+            "my-jwt-secret",
+            "db-password",
         ] {
             assert!(!is_name_of_thing(no), "{no}");
         }

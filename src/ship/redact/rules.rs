@@ -1637,23 +1637,29 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
         return false;
     }
     let after = line_after(text, value_at);
-    if value_at + after.len() < text.len() && !text[value_at + after.len()..].starts_with('\n') {
-        return false;
-    }
-    let value = after.trim_end();
-    let word = value.trim_end_matches([',', ';', '}', ')']);
+    let word_len = after
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count();
+    let word = &after[..word_len];
     if !super::code::is_compound_identifier(word) {
         return false;
     }
+    // What follows the word ends it as code does: the line, or a separator of a literal.
+    let next = after[word_len..].trim_start().bytes().next();
     let quoted_key = name.start > 0
         && matches!(bytes[name.start - 1], b'"' | b'\'')
-        && bytes.get(name.end) == Some(&bytes[name.start - 1]);
+        && bytes.get(name.end) == Some(&bytes[name.start - 1])
+        && matches!(next, None | Some(b',' | b'}' | b')' | b';'));
+    let value = after.trim_end();
+    let line_ends = value_at + after.len() == text.len() || bytes[value_at + after.len()] == b'\n';
     let indent = line_before(text, name.start);
     let parameter = !indent.is_empty()
         && indent.bytes().all(|b| b == b' ' || b == b'\t')
         && bytes[name.start].is_ascii_lowercase()
         && !is_password_name(&text[name.clone()])
         && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && line_ends
         && value.len() == word.len() + 1
         && value.ends_with(',');
     quoted_key || parameter
