@@ -578,3 +578,13 @@ left_alone_tests! {
 left_alone_tests! {
     table_documentation_column_named_token: "| Setting | Token | Meaning |\n|---|---|---|\n| KCAP_URL | no secret | the server's address |\n| KCAP_TOKEN | the API token | read from the keychain |";
 }
+
+// Plain words holding a keyword (`Author` holds `auth`) run no rule, while a secret beside
+// them still goes.
+leak_tests! {
+    plain_word_beside_a_secret: "Author: bob auth_token=Au7hT0kenValue99" => ["Au7hT0kenValue99"];
+    plain_word_then_authorization: "Authorization: Bearer Au7hBearer99Zq" => ["Au7hBearer99Zq"];
+}
+left_alone_tests! {
+    plain_word_git_log_author: "commit 3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345\nAuthor: Dev Person <dev@example.com>\nDate:   Mon Jul 28 16:14:05 2026";
+}

@@ -190,23 +190,10 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
 /// Whether text may hold a keyword that only decoding reveals: a `\u` escape of a printable
 /// ASCII character (`\u0074oken`) or an escaped slash (`https:\/\/`).
 pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
-    let mut from = 0;
-    while let Some(o) = memchr::memchr(b'\\', &raw[from..]) {
-        let at = from + o;
-        match raw.get(at + 1) {
-            Some(b'/') => return true,
-            Some(b'u') => {
-                if let Some(code) = hex4(raw, at + 2)
-                    && (0x21..0x7f).contains(&code)
-                {
-                    return true;
-                }
-            }
-            _ => {}
-        }
-        from = at + 1;
-    }
-    false
+    // Two SIMD searches, not a look at every backslash: JSON text holds a `\n` per line.
+    memchr::memmem::find(raw, b"\\/").is_some()
+        || memchr::memmem::find_iter(raw, b"\\u")
+            .any(|at| hex4(raw, at + 2).is_some_and(|code| (0x21..0x7f).contains(&code)))
 }
 
 /// Whether `text` holds a character that can hide a name or a value from the rules: an ANSI
@@ -216,9 +203,12 @@ pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
 pub(crate) fn has_invisible(text: &str) -> bool {
     let b = text.as_bytes();
     memchr::memchr(0x1B, b).is_some()
-        || memchr::memchr2(0xE2, 0xEF, b).is_some_and(|_| {
-            text.chars()
-                .any(|c| invisible_len(c).is_some() || fullwidth(c).is_some())
+        // Only the characters starting with these bytes: U+2000..U+2FFF (zero-width) and
+        // U+F000..U+FFFF (full-width forms, U+FEFF).
+        || memchr::memchr2_iter(0xE2, 0xEF, b).any(|at| {
+            text.get(at..)
+                .and_then(|rest| rest.chars().next())
+                .is_some_and(|c| invisible_len(c).is_some() || fullwidth(c).is_some())
         })
         || memchr::memchr_iter(b'%', b).any(|at| percent_ascii(&b[at..]).is_some())
 }

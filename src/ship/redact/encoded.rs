@@ -16,8 +16,9 @@ use base64::Engine;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
-/// Fewest characters of a run worth decoding: 16 bytes of base64 (22 characters, unpadded).
-const MIN_BASE64: usize = 22;
+/// Fewest characters of a run looked at: 16 bytes of base64 are 22 characters, and a vendor's
+/// key ([`super::vendors`]) 20; one search finds both.
+pub(crate) const MIN_RUN: usize = 20;
 /// Fewest hex digits: 16 bytes.
 const MIN_HEX: usize = 32;
 /// Fewest `\xNN` escapes in a row: 16 bytes.
@@ -36,97 +37,59 @@ pub(crate) struct Run {
     pub segments: Vec<Range<usize>>,
 }
 
-/// The class of each byte: part of a base64 run (either alphabet), or not.
-fn is_b64(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
-}
-
 /// Every run of base64-alphabet characters long enough to hold 16 bytes, with its `=` padding,
 /// joined with the runs that continue it on the next lines when it is wrapped (every segment
 /// but the last of one length, at least 40, the last no longer). A line break is a newline,
 /// CRLF, or either written as an escape (`\n`, `\\n` in JSON inside JSON). A backslash escape
-/// never starts or continues a run (`\nQUJD` holds the run `QUJD`, not `nQUJD`).
-pub(crate) fn runs(text: &[u8]) -> Vec<Run> {
+/// never starts a run (`\nQUJD` holds the run `QUJD`, not `nQUJD`).
+/// `found` are `text`'s long runs ([`super::runs::long_runs`] with [`MIN_RUN`]).
+pub(crate) fn runs(text: &[u8], found: &[Range<usize>]) -> Vec<Run> {
     let mut out: Vec<Run> = Vec::new();
-    let n = text.len();
-    let mut i = 0;
-    // The chain being built: its segments and, once wrapped, the line width.
-    let mut chain: Vec<Range<usize>> = Vec::new();
-    let flush = |chain: &mut Vec<Range<usize>>, out: &mut Vec<Run>| {
-        if let (Some(first), Some(last)) = (chain.first(), chain.last()) {
-            let total: usize = chain.iter().map(|s| s.len()).sum();
-            if total >= MIN_BASE64 {
-                out.push(Run {
-                    span: first.start..last.end,
-                    segments: std::mem::take(chain),
-                });
+    let mut k = 0;
+    while k < found.len() {
+        let mut segments = vec![padded(text, found[k].clone())];
+        k += 1;
+        // A wrapped run: full-width segments, each after a line break, then a last one no
+        // wider (which may be short of `MIN_RUN`, so looked for here).
+        while let (Some(first), Some(last)) = (segments.first(), segments.last()) {
+            let width = first.len();
+            let wraps = width >= 40
+                && segments.iter().all(|s| s.len() == width)
+                && text[last.clone()].last() != Some(&b'=');
+            if !wraps {
+                break;
             }
-        }
-        chain.clear();
-    };
-    while i < n {
-        let b = text[i];
-        if !is_b64(b) {
-            // A line break inside a wrapped run: the chain goes on to the next segment.
-            let lb = line_break_len(&text[i..]);
-            if lb > 0 && wraps(text, &chain) && text.get(i + lb).is_some_and(|&c| is_b64(c)) {
-                i += lb;
-                continue;
+            let lb = line_break_len(&text[last.end..]);
+            if lb == 0 {
+                break;
             }
-            flush(&mut chain, &mut out);
-            if b == b'\\' {
-                // An escape: the backslashes, the escaped character (and a `\u`'s digits).
-                let mut j = i;
-                while j < n && text[j] == b'\\' {
-                    j += 1;
-                }
-                let skip = match text.get(j) {
-                    Some(b'u') => 5,
-                    Some(_) => 1,
-                    None => 0,
-                };
-                i = (j + skip).min(n);
-            } else {
-                i += 1;
+            let from = last.end + lb;
+            let mut end = from;
+            while end < text.len() && super::runs::is_token(text[end]) {
+                end += 1;
             }
-            continue;
+            if end == from || end - from > width {
+                break;
+            }
+            // A long next segment is also the next run found: taken here, not again.
+            if found.get(k).is_some_and(|r| r.start == from) {
+                k += 1;
+            }
+            segments.push(padded(text, from..end));
         }
-        let start = i;
-        while i < n && is_b64(text[i]) {
-            i += 1;
-        }
-        let mut end = i;
-        while end < n && text[end] == b'=' && end - i < 2 {
-            end += 1;
-        }
-        let padded = end > i;
-        i = end;
-        // A continuation: the previous segment ended at a line break right before this one,
-        // and this one is no longer than the width.
-        let continues = chain.last().is_some_and(|last| {
-            is_line_break(&text[last.end..start]) && end - start <= chain[0].len()
-        });
-        if !continues {
-            flush(&mut chain, &mut out);
-        }
-        chain.push(start..end);
-        if padded {
-            flush(&mut chain, &mut out);
-        }
+        let span = segments[0].start..segments[segments.len() - 1].end;
+        out.push(Run { span, segments });
     }
-    flush(&mut chain, &mut out);
     out
 }
 
-/// Whether a chain of segments may go on over a line break: wrapped at a fixed width of 40 or
-/// more, every segment that width, the last one unpadded.
-fn wraps(text: &[u8], chain: &[Range<usize>]) -> bool {
-    let (Some(first), Some(last)) = (chain.first(), chain.last()) else {
-        return false;
-    };
-    first.len() >= 40
-        && chain.iter().all(|s| s.len() == first.len())
-        && text[last.clone()].last() != Some(&b'=')
+/// A run with the `=` padding after it (at most two).
+fn padded(text: &[u8], run: Range<usize>) -> Range<usize> {
+    let mut end = run.end;
+    while end < text.len() && end - run.end < 2 && text[end] == b'=' {
+        end += 1;
+    }
+    run.start..end
 }
 
 /// Length of the line break at the start of `b`: `\n`, `\r\n`, or either escaped with one or
@@ -154,11 +117,6 @@ fn line_break_len(b: &[u8]) -> usize {
     0
 }
 
-/// Whether `b` is exactly one line break.
-fn is_line_break(b: &[u8]) -> bool {
-    !b.is_empty() && line_break_len(b) == b.len()
-}
-
 fn engine(url_safe: bool) -> GeneralPurpose {
     let config = GeneralPurposeConfig::new()
         .with_decode_padding_mode(DecodePaddingMode::Indifferent)
@@ -182,6 +140,45 @@ pub(crate) fn is_text(b: &[u8]) -> bool {
         && b.iter()
             .all(|&c| c >= 0x20 && c != 0x7f || matches!(c, b'\t' | b'\n' | b'\r'))
         && b.iter().filter(|c| c.is_ascii_alphanumeric()).count() * 2 >= b.len()
+}
+
+/// Whether the first characters of a run decode to printable ASCII, as hex or as base64: most
+/// runs (hashes, identifiers, encrypted blobs) fail here, with nothing decoded or allocated.
+fn starts_as_text(run: &[u8]) -> bool {
+    let printable =
+        |c: u32| (0x20..0x7f).contains(&c) || c == u32::from(b'\n') || c == u32::from(b'\t');
+    let hex = |c: u8| (c as char).to_digit(16);
+    let as_hex = run.len() >= 4
+        && run[..4].iter().all(u8::is_ascii_hexdigit)
+        && run[..4].chunks(2).all(|p| match (hex(p[0]), hex(p[1])) {
+            (Some(h), Some(l)) => printable(h * 16 + l),
+            _ => false,
+        });
+    let sextet = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        })
+    };
+    let as_base64 = run.len() >= 8
+        && run[..8].chunks(4).all(|q| {
+            let mut v = 0u32;
+            for &c in q {
+                match sextet(c) {
+                    Some(x) => v = (v << 6) | x,
+                    None => return false,
+                }
+            }
+            // Three bytes; a UTF-8 lead or continuation byte may be text too.
+            [(v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff]
+                .iter()
+                .all(|&b| printable(b) || b >= 0x80)
+        });
+    as_hex || as_base64
 }
 
 /// The text a base64 run decodes to, if it is text.
@@ -245,6 +242,10 @@ pub(crate) fn decoded_text(text: &[u8], run: &Run) -> Option<(Range<usize>, Stri
 }
 
 fn decode_segments(text: &[u8], segments: &[Range<usize>]) -> Option<String> {
+    let first = &text[segments.first()?.clone()];
+    if !starts_as_text(first) {
+        return None;
+    }
     let mut body: Vec<u8> = Vec::new();
     for s in segments {
         body.extend_from_slice(&text[s.clone()]);
@@ -312,10 +313,13 @@ mod tests {
     use base64::engine::general_purpose::STANDARD;
 
     fn texts(line: &str) -> Vec<String> {
-        runs(line.as_bytes())
-            .iter()
-            .filter_map(|r| decoded_text(line.as_bytes(), r).map(|(_, t)| t))
-            .collect()
+        runs(
+            line.as_bytes(),
+            &super::super::runs::long_runs(line.as_bytes(), MIN_RUN),
+        )
+        .iter()
+        .filter_map(|r| decoded_text(line.as_bytes(), r).map(|(_, t)| t))
+        .collect()
     }
 
     #[test]
@@ -339,7 +343,10 @@ mod tests {
         assert!(wrapped.len() > 1);
         for sep in ["\n", "\r\n", "\\n", "\\\\n"] {
             let line = wrapped.join(sep);
-            let found = runs(line.as_bytes());
+            let found = runs(
+                line.as_bytes(),
+                &super::super::runs::long_runs(line.as_bytes(), MIN_RUN),
+            );
             assert_eq!(found.len(), 1, "{sep:?}: {found:?}");
             assert_eq!(found[0].span, 0..line.len(), "{sep:?}");
             assert_eq!(texts(&line), [plain], "{sep:?}");
@@ -350,7 +357,10 @@ mod tests {
     fn an_escape_letter_does_not_start_a_run() {
         let enc = STANDARD.encode("password=Sh0rtButTextual99");
         let line = format!("first line\\n{enc}");
-        let found = runs(line.as_bytes());
+        let found = runs(
+            line.as_bytes(),
+            &super::super::runs::long_runs(line.as_bytes(), MIN_RUN),
+        );
         assert_eq!(found.len(), 1);
         assert_eq!(&line[found[0].span.clone()], enc);
     }

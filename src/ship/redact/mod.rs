@@ -24,6 +24,7 @@ mod encoded;
 mod json;
 pub(crate) mod providers;
 pub(crate) mod rules;
+mod runs;
 mod vendors;
 
 use std::borrow::Cow;
@@ -290,7 +291,7 @@ impl Redactor {
         } else {
             Vec::new()
         };
-        if hits.is_empty() && !hidden && spans.is_empty() {
+        if !hidden && spans.is_empty() && !self.any_live(text.as_bytes(), &hits) {
             return Cow::Borrowed(text);
         }
         // A line that is one JSON string is JSON too: its quotes must survive.
@@ -311,7 +312,9 @@ impl Redactor {
         let mut out = Vec::new();
         let secret =
             |decoded: &str| matches!(self.redact_at(decoded, None, depth + 1), Cow::Owned(_));
-        for run in encoded::runs(bytes) {
+        // One search for the long runs of token characters both kinds are made of.
+        let found = runs::long_runs(bytes, encoded::MIN_RUN);
+        for run in encoded::runs(bytes, &found) {
             if let Some((span, decoded)) = encoded::decoded_text(bytes, &run)
                 && secret(&decoded)
             {
@@ -324,7 +327,7 @@ impl Redactor {
             }
         }
         // A long random run with a vendor's name shortly before it (T2.6).
-        vendors::spans(text, &mut out);
+        vendors::spans(text, &found, &mut out);
         out
     }
 
@@ -341,6 +344,26 @@ impl Redactor {
             });
         });
         hits
+    }
+
+    /// Whether any keyword occurrence may start something: not one inside a plain word
+    /// (`Author`), nor one inside a word whose rules all match tokens starting at the keyword
+    /// (`sk` in `TaskStarted`), which [`Redactor::text_spans`] would skip. A line with none is
+    /// returned as it is, without walking its JSON.
+    fn any_live(&self, bytes: &[u8], hits: &[Hit]) -> bool {
+        if hits.is_empty() {
+            return false;
+        }
+        self.occurrences(bytes, hits)
+            .into_iter()
+            .any(|(at, keyword)| {
+                if is_plain_word(bytes, at) {
+                    return false;
+                }
+                let rules = &self.keyword_rules[keyword as usize];
+                let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+                !(in_word && !rules.is_empty() && rules.iter().all(|&(_, token)| token))
+            })
     }
 
     /// Every keyword occurrence the hits stand for, as (start, keyword): each hit, and each
@@ -460,6 +483,9 @@ impl Redactor {
                 let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
                 line = start..end;
             }
+            if is_plain_word(bytes, at) {
+                continue;
+            }
             for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
                     continue;
@@ -538,8 +564,14 @@ impl Redactor {
     }
 
     fn run_rule(&self, r: u16, text: &str, window: Range<usize>, out: &mut Vec<Range<usize>>) {
-        let re = self.regex(r);
         let slice = &text[window.clone()];
+        if let RuleRef::Core(rule) = self.rule(r)
+            && let Some(pre) = rule.pre
+            && !pre(slice)
+        {
+            return;
+        }
+        let re = self.regex(r);
         // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so without
         // the capture machinery, which allocates its slots on every call.
         if !re.is_match(slice) {
@@ -583,13 +615,14 @@ impl Redactor {
         };
         let hidden =
             decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
-        // An encoded run the raw text hides behind escapes (`\u0051UJD…`); one written plain
-        // was found in the whole line already.
-        let mut inner = if decoded.is_identity() {
-            Vec::new()
-        } else {
-            self.run_spans(&decoded.text, 0)
-        };
+        // A run the raw text hides behind escapes of ASCII (`\u0051UJD…`); one written plain
+        // (line breaks escaped or not) was found in the whole line already.
+        let mut inner =
+            if decoded.is_identity() || !decode::hides_ascii(&text.as_bytes()[content.clone()]) {
+                Vec::new()
+            } else {
+                self.run_spans(&decoded.text, 0)
+            };
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
@@ -995,6 +1028,31 @@ impl Walk<'_> {
             }
         }
     }
+}
+
+/// Words that hold a keyword and never name a secret, whole (`Author:` in every `git log`
+/// holds `auth`): an occurrence that is one of them runs no rule. A name built on one
+/// (`author_token`) holds another keyword, which runs its rules.
+const PLAIN_WORDS: &[&str] = &[
+    "author",
+    "authors",
+    "authored",
+    "authoring",
+    "authority",
+    "authorities",
+];
+
+/// Whether the keyword at `at` is the start of one of [`PLAIN_WORDS`], standing alone.
+fn is_plain_word(bytes: &[u8], at: usize) -> bool {
+    PLAIN_WORDS.iter().any(|w| {
+        let end = at + w.len();
+        bytes
+            .get(at..end)
+            .is_some_and(|t| t.eq_ignore_ascii_case(w.as_bytes()))
+            && bytes
+                .get(end)
+                .is_none_or(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+    })
 }
 
 /// Calls `hit(start, pattern)` for every position where one of `ac`'s patterns starts, with

@@ -26,6 +26,9 @@ pub(crate) struct Rule {
     pub bare: bool,
     /// Turns one match into the spans to redact.
     pub refine: Refine,
+    /// A cheap test the text must pass before the pattern runs (a rule on the whole text whose
+    /// keywords are common words).
+    pub pre: Option<fn(&str) -> bool>,
     pub positive: &'static [&'static str],
     pub negative: &'static [&'static str],
 }
@@ -160,6 +163,7 @@ const fn rule(
         multiline: false,
         bare: false,
         refine,
+        pre: None,
         positive,
         negative,
     }
@@ -174,6 +178,35 @@ const fn multiline(r: Rule) -> Rule {
 
 const fn bare(r: Rule) -> Rule {
     Rule { bare: true, ..r }
+}
+
+const fn when(pre: fn(&str) -> bool, r: Rule) -> Rule {
+    Rule {
+        pre: Some(pre),
+        ..r
+    }
+}
+
+/// Whether YAML text may hold a key with nothing after its colon: a `:` followed by blanks
+/// and the line's end, a block scalar's `|` or `>`, or a comment.
+fn has_bare_colon(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b':', b).any(|at| {
+        let rest = &b[at + 1..];
+        let blanks = rest
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count();
+        matches!(
+            rest.get(blanks),
+            None | Some(b'\n' | b'\r' | b'|' | b'>' | b'#')
+        )
+    })
+}
+
+/// Whether text may hold a table's separator line.
+fn has_dashes(text: &str) -> bool {
+    memchr::memmem::find(text.as_bytes(), b"---").is_some()
 }
 
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
@@ -199,53 +232,59 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // ...and a column named for one, under a header and its separator line (`az ... -o
     // table`, Markdown, psql).
-    multiline(rule(
-        "table-column",
-        "cli-table",
-        &[
-            "secret",
-            "token",
-            "passw",
-            "pwd",
-            "keyname",
-            "apikey",
-            "api_key",
-            "accesskey",
-            "access_key",
-            "credential",
-            "private_key",
-            "privatekey",
-        ],
-        r"(?m)^(?P<h>[^\n]*[A-Za-z][^\n]*)\r?\n(?P<sep>[ \t|+:]*-{3,}[-| \t+:]*)\r?$",
-        Refine::TableColumn,
-        &[
-            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5",
-        ],
-        &[
-            "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
-        ],
-    )),
+    when(
+        has_dashes,
+        multiline(rule(
+            "table-column",
+            "cli-table",
+            &[
+                "secret",
+                "token",
+                "passw",
+                "pwd",
+                "keyname",
+                "apikey",
+                "api_key",
+                "accesskey",
+                "access_key",
+                "credential",
+                "private_key",
+                "privatekey",
+            ],
+            r"(?m)^(?P<h>[^\n]*[A-Za-z][^\n]*)\r?\n(?P<sep>[ \t|+:]*-{3,}[-| \t+:]*)\r?$",
+            Refine::TableColumn,
+            &[
+                "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5",
+            ],
+            &[
+                "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
+            ],
+        )),
+    ),
     // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
     // scalar (`password: |`).
-    multiline(rule(
-        "yaml-next-line",
-        "assignment",
-        NAME_KEYWORDS,
-        concat!(
-            r"(?m)^(?P<i>[ \t]*)(?:- )?(?P<n>[A-Za-z0-9_.-]*(?i:",
-            name_words!(),
-            r#")[A-Za-z0-9_.-]*)[ \t]*:[ \t]*(?P<b>[|>][-+0-9]*)?[ \t]*(?:#[^\n]*)?\r?\n"#
-        ),
-        Refine::YamlNextLine,
-        &[
-            "db:\n  password:\n    Hunt3rNextLine\n  user: app",
-            "tls:\n  private_key: |\n    MIIEvQIBADANBgkqhkiG9w0BAQ\n    EFAASCBKcwggSjAgEAAoIBAQC7\n  port: 443",
-        ],
-        &[
-            "password:\n  min_length: 12\n  require_digits: true",
-            "secrets:\n  - name: db\n    key: password",
-        ],
-    )),
+    when(
+        has_bare_colon,
+        multiline(rule(
+            "yaml-next-line",
+            "assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r"(?m)^(?P<i>[ \t]*)(?:- )?(?P<n>[A-Za-z0-9_.-]*(?i:",
+                name_words!(),
+                r#")[A-Za-z0-9_.-]*)[ \t]*:[ \t]*(?P<b>[|>][-+0-9]*)?[ \t]*(?:#[^\n]*)?\r?\n"#
+            ),
+            Refine::YamlNextLine,
+            &[
+                "db:\n  password:\n    Hunt3rNextLine\n  user: app",
+                "tls:\n  private_key: |\n    MIIEvQIBADANBgkqhkiG9w0BAQ\n    EFAASCBKcwggSjAgEAAoIBAQC7\n  port: 443",
+            ],
+            &[
+                "password:\n  min_length: 12\n  require_digits: true",
+                "secrets:\n  - name: db\n    key: password",
+            ],
+        )),
+    ),
     // docs/behaviour.md T2.2: a Secret's data values are secrets whatever their names (base64
     // of anything, `stringData` plain), as `kubectl get secret -o yaml` prints them (keys in
     // order: `data` comes before `kind`).

@@ -15,7 +15,8 @@
 //! `front`, `square`) count only with a secret word (`key`, `token`, `secret`, …) beside them.
 //! Git hashes and UUIDs need a secret word too.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::sync::LazyLock;
 
@@ -142,57 +143,106 @@ const OTHER_WORDS: &[&str] = &[
     "trace", "span", "request", "session", "build", "image", "tag", "branch",
 ];
 
-struct Tables {
-    vendors: HashSet<&'static str>,
-    weak: HashSet<&'static str>,
-    secret: HashSet<&'static str>,
-    other: HashSet<&'static str>,
-}
+/// What a word is, as bits: a vendor's name, a weak one, a secret word, a word naming
+/// something else.
+const VENDOR: u8 = 1;
+const WEAK_NAME: u8 = 2;
+const SECRET: u8 = 4;
+const OTHER: u8 = 8;
 
-static TABLES: LazyLock<Tables> = LazyLock::new(|| Tables {
-    vendors: VENDORS.iter().copied().collect(),
-    weak: WEAK.iter().copied().collect(),
-    secret: SECRET_WORDS.iter().copied().collect(),
-    other: OTHER_WORDS.iter().copied().collect(),
+/// Every listed word by its hash ([`word_hash`]): one lookup per word of context, no
+/// allocation. 64-bit hashes of a few hundred short words do not collide (a test checks).
+static TABLE: LazyLock<HashMap<u64, u8, BuildHasherDefault<Prehashed>>> = LazyLock::new(|| {
+    let mut t: HashMap<u64, u8, BuildHasherDefault<Prehashed>> = HashMap::default();
+    for (list, bit) in [
+        (VENDORS, VENDOR),
+        (WEAK, WEAK_NAME),
+        (SECRET_WORDS, SECRET),
+        (OTHER_WORDS, OTHER),
+    ] {
+        for w in list {
+            *t.entry(word_hash(w.as_bytes())).or_default() |= bit;
+        }
+    }
+    t
 });
 
-fn token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'+' | b'/')
+/// FNV-1a, continued from `seed` (so a pair of words hashes as their concatenation).
+fn fnv(seed: u64, w: &[u8]) -> u64 {
+    w.iter().fold(seed, |h, &c| {
+        (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+const FNV_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn word_hash(w: &[u8]) -> u64 {
+    fnv(FNV_SEED, w)
+}
+
+/// The table's keys are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fnv(self.0, bytes);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+fn kind(hash: u64) -> u8 {
+    TABLE.get(&hash).copied().unwrap_or(0)
 }
 
 /// Pushes every value in `text` that a vendor's name shortly before it marks as that vendor's
-/// credential.
-pub(crate) fn spans(text: &str, out: &mut Vec<Range<usize>>) {
+/// credential. `found` are `text`'s long runs ([`super::runs::long_runs`]).
+pub(crate) fn spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usize>>) {
     let b = text.as_bytes();
-    let n = b.len();
-    let mut i = 0;
-    while i < n {
-        if !token_byte(b[i]) {
-            i += 1;
+    for run in found {
+        let body = trim_run(run.clone(), b);
+        let value = &b[body.clone()];
+        if value.len() < MIN_LEN || value.len() > MAX_LEN || nearest_is_other(b, body.start) {
             continue;
         }
-        let start = i;
-        while i < n && token_byte(b[i]) {
-            i += 1;
-        }
-        // Padding ends a run.
-        while i < n && b[i] == b'=' && i > start && b[i - 1] != b'=' {
-            i += 1;
-        }
-        // A run right after a backslash starts with an escape's letter (`\nabc`).
-        let mut s = start;
-        if s > 0 && b[s - 1] == b'\\' {
-            s += 1;
-        }
-        let body = trim_run(s..i, b);
-        let value = &b[body.clone()];
-        if value.len() < MIN_LEN || value.len() > MAX_LEN || !looks_random(value) {
+        if !looks_random(value) {
             continue;
         }
         if vendor_before(&b[body.start.saturating_sub(CONTEXT)..body.start]) {
             out.push(body);
         }
     }
+}
+
+/// Whether the word right before `at` (skipping blanks and punctuation on the same line)
+/// names something other than a secret (`commit 3f9c…`, `sha512-…`): the common case of a
+/// long run in tool output, settled without reading more context.
+fn nearest_is_other(b: &[u8], at: usize) -> bool {
+    let mut end = at;
+    while end > 0 && !b[end - 1].is_ascii_alphanumeric() && b[end - 1] != b'\n' && at - end < 8 {
+        end -= 1;
+    }
+    let mut start = end;
+    while start > 0 && b[start - 1].is_ascii_alphanumeric() && end - start < 24 {
+        start -= 1;
+    }
+    // After a backslash, the first letter is an escape's (`\\ncommit`).
+    if start > 0 && b[start - 1] == b'\\' {
+        start += 1;
+    }
+    if start >= end {
+        return false;
+    }
+    let mut word = [0u8; 24];
+    let w = &mut word[..end - start];
+    w.copy_from_slice(&b[start..end]);
+    w.make_ascii_lowercase();
+    kind(word_hash(w)) & OTHER != 0
 }
 
 /// A run without its separators at either end (`-`, `_`, `/`, `+`) and padding.
@@ -272,10 +322,10 @@ fn entropy(v: &[u8]) -> f32 {
         .sum()
 }
 
-/// The words before a value, nearest first: split at anything but letters and digits, at
-/// case changes (`mailjetApiKey`), with escapes (`\n`, `\u0022`) as separators, over at most
-/// one line break and never past a `[REDACTED]` marker.
-fn words_before(context: &[u8]) -> Vec<String> {
+/// The words before a value, nearest first, lowercase in `buf`: split at anything but letters
+/// and digits, at case changes (`mailjetApiKey`), with escapes (`\n`, `\u0022`) as
+/// separators, over at most one line break and never past a `[REDACTED]` marker.
+fn words_before<'b>(context: &[u8], buf: &'b mut [u8; CONTEXT]) -> Vec<&'b [u8]> {
     // Cut at the second line break back (real or escaped).
     let mut breaks = 0;
     let mut from = 0;
@@ -297,69 +347,73 @@ fn words_before(context: &[u8]) -> Vec<String> {
         from += m + super::REDACTED.len();
     }
     let ctx = &context[from..];
-    let mut words: Vec<String> = Vec::new();
-    let mut cur = String::new();
+    let len = ctx.len().min(CONTEXT);
+    let ctx = &ctx[ctx.len() - len..];
+    // Lowercase copy; word boundaries as ranges into it.
+    let mut bounds: Vec<Range<usize>> = Vec::new();
+    let mut cur: Option<usize> = None;
     let mut k = 0;
-    let push = |cur: &mut String, words: &mut Vec<String>| {
-        if !cur.is_empty() {
-            words.push(std::mem::take(cur));
-        }
-    };
     while k < ctx.len() {
         let c = ctx[k];
+        buf[k] = c.to_ascii_lowercase();
+        let boundary = !c.is_ascii_alphanumeric()
+            || (c.is_ascii_uppercase() && k > 0 && ctx[k - 1].is_ascii_lowercase());
+        if boundary && let Some(s) = cur.take() {
+            bounds.push(s..k);
+        }
         if c == b'\\' {
-            push(&mut cur, &mut words);
-            k += match ctx.get(k + 1) {
-                Some(b'u') => 6,
-                _ => 2,
-            };
+            // The backslashes (`\\n` is JSON inside JSON's `\n`), the escaped letter, and a
+            // `\u`'s four digits.
+            let mut e = k;
+            while e < ctx.len() && ctx[e] == b'\\' {
+                e += 1;
+            }
+            let end = (e + if ctx.get(e) == Some(&b'u') { 5 } else { 1 }).min(ctx.len());
+            buf[k..end].fill(b' ');
+            k = end;
             continue;
         }
-        if !c.is_ascii_alphanumeric() {
-            push(&mut cur, &mut words);
-        } else {
-            // `mailjetApi`: a capital after a lowercase letter starts a word.
-            let prev = (k > 0).then(|| ctx[k - 1]);
-            if c.is_ascii_uppercase() && prev.is_some_and(|p| p.is_ascii_lowercase()) {
-                push(&mut cur, &mut words);
-            }
-            cur.push(c.to_ascii_lowercase() as char);
+        if c.is_ascii_alphanumeric() && cur.is_none() {
+            cur = Some(k);
         }
         k += 1;
     }
-    push(&mut cur, &mut words);
+    if let Some(s) = cur {
+        bounds.push(s..ctx.len());
+    }
     // A word cut by the window's start is not a word.
     if from == 0
         && context.len() >= CONTEXT
         && context.first().is_some_and(u8::is_ascii_alphanumeric)
-        && !words.is_empty()
+        && !bounds.is_empty()
     {
-        words.remove(0);
+        bounds.remove(0);
     }
-    words.reverse();
-    words
+    let buf: &'b [u8] = buf;
+    bounds.iter().rev().map(|r| &buf[r.clone()]).collect()
 }
 
 /// Whether a vendor's name is among the words before a value, with nothing naming something
 /// else nearer; a weak name needs a secret word nearer than itself (`segment write key:`).
 fn vendor_before(context: &[u8]) -> bool {
-    let t = &*TABLES;
-    let words = words_before(context);
-    for (i, w) in words.iter().enumerate() {
-        if t.other.contains(w.as_str()) {
+    let mut buf = [0u8; CONTEXT];
+    let words = words_before(context, &mut buf);
+    let hashes: Vec<u64> = words.iter().map(|w| word_hash(w)).collect();
+    for (i, (&w, &h)) in words.iter().zip(&hashes).enumerate() {
+        let k = kind(h);
+        if k & OTHER != 0 {
             return false;
         }
         // A name split in two (`Scraper API` for `scraperapi`).
-        let pair = words.get(i + 1).map(|p| format!("{p}{w}"));
-        let named = |name: &str| t.vendors.contains(name) || t.weak.contains(name);
-        let found = if named(w) {
-            Some(w.as_str())
+        let pair = words.get(i + 1).map_or(0, |p| kind(fnv(word_hash(p), w)));
+        let name = if k & (VENDOR | WEAK_NAME) != 0 {
+            k
         } else {
-            pair.as_deref().filter(|p| named(p))
+            pair
         };
-        if let Some(name) = found {
-            let secret_nearer = words[..i].iter().any(|w| t.secret.contains(w.as_str()));
-            return !t.weak.contains(name) || secret_nearer;
+        if name & (VENDOR | WEAK_NAME) != 0 {
+            let secret_nearer = hashes[..i].iter().any(|&h| kind(h) & SECRET != 0);
+            return name & VENDOR != 0 && name & WEAK_NAME == 0 || secret_nearer;
         }
     }
     false
@@ -371,7 +425,8 @@ mod tests {
 
     fn found(text: &str) -> Vec<&str> {
         let mut out = Vec::new();
-        spans(text, &mut out);
+        let runs = crate::ship::redact::runs::long_runs(text.as_bytes(), MIN_LEN);
+        spans(text, &runs, &mut out);
         out.into_iter().map(|r| &text[r]).collect()
     }
 
@@ -423,6 +478,37 @@ mod tests {
             found("segment Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"),
             Vec::<&str>::new()
         );
+    }
+
+    #[test]
+    fn words_split_at_escapes_of_any_depth() {
+        let mut buf = [0u8; CONTEXT];
+        let words: Vec<String> = words_before(br"Cargo.lock\\ncommit ", &mut buf)
+            .iter()
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        assert_eq!(words, ["commit", "lock", "cargo"]);
+        let mut buf = [0u8; CONTEXT];
+        let words: Vec<String> = words_before(br"x \u0022mailjetKey\u0022: ", &mut buf)
+            .iter()
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        assert_eq!(words, ["key", "mailjet", "x"]);
+    }
+
+    #[test]
+    fn no_two_listed_words_share_a_hash() {
+        let mut seen = std::collections::HashMap::new();
+        for w in VENDORS
+            .iter()
+            .chain(WEAK)
+            .chain(SECRET_WORDS)
+            .chain(OTHER_WORDS)
+        {
+            if let Some(other) = seen.insert(word_hash(w.as_bytes()), *w) {
+                assert_eq!(other, *w, "{other} and {w} share a hash");
+            }
+        }
     }
 
     #[test]

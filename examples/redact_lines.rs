@@ -1,0 +1,31 @@
+//! Redacts every line of a file, a number of times: a fixed workload for profilers
+//! (`valgrind --tool=callgrind`, `perf record`), whose instruction counts do not depend on the
+//! machine's load as timings do (docs/performance.md).
+//!
+//! `cargo run --release --example redact_lines -- FILE [ROUNDS]`: prints the bytes redacted
+//! and how many lines changed.
+
+use std::io::BufRead;
+
+fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let Some(path) = args.next() else {
+        eprintln!("usage: redact_lines FILE [ROUNDS]");
+        std::process::exit(2);
+    };
+    let rounds: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(1);
+    let lines: Vec<Vec<u8>> = std::io::BufReader::new(std::fs::File::open(path)?)
+        .split(b'\n')
+        .collect::<Result<_, _>>()?;
+    let redactor = kcap_watch::ship::redact::global();
+    let (mut bytes, mut changed) = (0usize, 0usize);
+    for _ in 0..rounds {
+        for line in &lines {
+            let out = redactor.redact_line(line);
+            bytes += line.len();
+            changed += usize::from(out.as_bytes() != line.as_slice());
+        }
+    }
+    println!("{bytes} bytes, {changed} lines changed");
+    Ok(())
+}
