@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measures kcap-watch against the targets of issues 17 and 21 (and the older ones of issue
-# "6/6 Performance"), each baseline measured in the same run (these machines are shared and
+# Measures kcap-watch against the round-3 targets of docs/performance.md (and the older ones of
+# round 1), each baseline measured in the same run (these machines are shared and
 # noisy), and prints one table with every figure beside its target, medians and ratios, plus
 # every command it ran: one file (seeding vs `wc -l`, one line per second with the one-time
 # rule compilation apart, latency, idle memory, throughput, CPU per shipped MiB and peak RSS
@@ -20,7 +20,7 @@
 # --supervise-only: run only the many-files scenarios (supervise, Fluent Bit, the daemon).
 # --daemon-only: run only the daemon scenario (the machine).
 # --fluent-bit PATH: the Fluent Bit binary to compare with (default: $FLUENT_BIT, else
-#               `fluent-bit` on PATH; README "Performance" says how to build it). Without one,
+#               `fluent-bit` on PATH; docs/performance.md says how to build it). Without one,
 #               its columns say "not built" and the targets are checked against round 1 where
 #               the issue allows it.
 # --children "50 200": the supervise scenario's child counts (one scenario each).
@@ -92,15 +92,17 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-echo "== building (cargo build --release --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session)" >&2
-cargo build --release --quiet --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session
+# The dist profile: what `cargo install --profile dist` installs (fat LTO), so the figures are the
+# installed binary's.
+echo "== building (cargo build --profile dist --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session)" >&2
+cargo build --profile dist --quiet --bin kcap-watch --example gen_rollout --example sink_server --example kcap_session
 TARGET=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
-BIN=$TARGET/release/kcap-watch
-GEN=$TARGET/release/examples/gen_rollout
-SINK=$TARGET/release/examples/sink_server
-KSESSION=$TARGET/release/examples/kcap_session
+BIN=$TARGET/dist/kcap-watch
+GEN=$TARGET/dist/examples/gen_rollout
+SINK=$TARGET/dist/examples/sink_server
+KSESSION=$TARGET/dist/examples/kcap_session
 
-# Fluent Bit, for the comparisons of issues 17 and 21 (tail -> http, same files, same sink).
+# Fluent Bit, for the round-3 comparisons (tail -> http, same files, same sink).
 if [[ -z $FLUENT_BIT ]] && command -v fluent-bit >/dev/null; then
     FLUENT_BIT=$(command -v fluent-bit)
 fi
@@ -276,7 +278,7 @@ REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "machine: $MACHINE; commit $REV; work dir $WORK${BASE_BIN:+; baseline $BASE_SHORT}"
 
-# === many files (issues 14 and 21): one `supervise` beside Fluent Bit; the daemon ============
+# === many files (docs/behaviour.md R8, docs/performance.md): one `supervise` beside Fluent Bit; the daemon ============
 #
 # One session with N live children (open turns, nothing ends them) under a real
 # CODEX_HOME/sessions/YYYY/MM/DD, for each N of --children (50 and 200). Side by side, at the
@@ -465,7 +467,7 @@ bench_many() { # n
 # Median of column K of a rounds file ("nan" when empty).
 col() { awk -v k="$2" '{print $k}' "$1" | median; }
 
-# The daemon (issue 19, 3/5), as a kcap user runs it: 10 Codex sessions, each watched by a
+# The daemon (docs/behaviour.md S2), as a kcap user runs it: 10 Codex sessions, each watched by a
 # stand-in for the kcap CLI's session watcher (`kcap_session watch`: its pid, started and
 # heartbeat files, its command line naming the session's rollout, KCAP_URL and CODEX_HOME in
 # its environment; nothing given to the daemon but KCAP_CONFIG_DIR). The daemon starts a
@@ -793,7 +795,7 @@ sleep 2
 cmd "$GEN append $BIG --count 1 --first-seq 0   # the first line (rule compilation), measured apart"
 cmd "$GEN append $BIG --count $CPU_SECS --interval 1s --first-seq 1"
 cmd "bash -c 'for ((i = 0; i < $CPU_SECS; i++)); do wc -l < $BIG > /dev/null; sleep 1; done'   # baseline, under /usr/bin/time, alongside"
-# The first shipped line compiles the redaction rules (a one-time cost, revision-3 S5): it is
+# The first shipped line compiles the redaction rules (a one-time cost, docs/behaviour.md S5): it is
 # appended and measured on its own, then the other CPU_SECS lines at one a second.
 c0=$(cpu_ns "$FOLLOW_PID")
 [[ -n $BASE_BIN ]] && b0=$(cpu_ns "$FOLLOW_BASE_PID")
@@ -1034,8 +1036,8 @@ echo "| what | after: $REV | before: $([[ -n $BASE_BIN ]] && echo "$BASE_SHORT" 
 echo "|---|---|---|---|---|---|"
 SEED_CPU_RATIO=$(awk -v a="$SEED_OURS_CPU" -v b="$SEED_WC_CPU" 'BEGIN {printf "%.2f", (b > 0) ? a/b : 0}')
 SEED_BASE_CPU_RATIO=$(awk -v a="${SEED_BASE_CPU:-0}" -v b="$SEED_WC_CPU" 'BEGIN {printf "%.2f", (b > 0) ? a/b : 0}')
-echo "| seed a $SIZE_MB MiB rollout, warm cache (\`inspect --json\`) | $(r2 "$SEED_OURS") s = $SEED_RATIO× \`wc -l\` (CPU $SEED_OURS_CPU s = $SEED_CPU_RATIO×), $JQ_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | $(before "$(r2 "$SEED_BASE") s = $SEED_BASE_RATIO× \`wc -l\` (CPU $SEED_BASE_CPU s = $SEED_BASE_CPU_RATIO×), $JQ_BASE_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_BASE_RSS") MiB)") | \`wc -l\` $(r2 "$SEED_WC") s (CPU $SEED_WC_CPU s); \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | ≤ 2× \`wc -l\` (issue 21); ≥ 12× faster than \`jq\` | wall $(holds "$SEED_RATIO <= 2"), CPU $(holds "$SEED_CPU_RATIO <= 2"); $(holds "$JQ_RATIO >= 12") |"
-echo "| notice 1 appended line/s on the $SIZE_MB MiB file: the first line (compiles the redaction rules, one-time), then $CPU_SECS lines | CPU first line $FOLLOW_FIRST_MS ms; then $FOLLOW_CPU_MS ms = $CPU_PCT % of re-reading ($FOLLOW_GOT lines shipped) | $(before "CPU first line $FOLLOW_BASE_FIRST_MS ms; then $FOLLOW_BASE_CPU_MS ms = $CPU_BASE_PCT %") | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | per-line CPU ≤ round 1's (issue 21; needs --baseline dfbcf0f); ≤ 1 % | $([[ -n $BASE_BIN ]] && holds "$FOLLOW_CPU_MS <= $FOLLOW_BASE_CPU_MS" || echo "n/a (no --baseline)"); $(holds "$CPU_PCT <= 1") |"
+echo "| seed a $SIZE_MB MiB rollout, warm cache (\`inspect --json\`) | $(r2 "$SEED_OURS") s = $SEED_RATIO× \`wc -l\` (CPU $SEED_OURS_CPU s = $SEED_CPU_RATIO×), $JQ_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | $(before "$(r2 "$SEED_BASE") s = $SEED_BASE_RATIO× \`wc -l\` (CPU $SEED_BASE_CPU s = $SEED_BASE_CPU_RATIO×), $JQ_BASE_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_BASE_RSS") MiB)") | \`wc -l\` $(r2 "$SEED_WC") s (CPU $SEED_WC_CPU s); \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | ≤ 2× \`wc -l\` (round 3); ≥ 12× faster than \`jq\` | wall $(holds "$SEED_RATIO <= 2"), CPU $(holds "$SEED_CPU_RATIO <= 2"); $(holds "$JQ_RATIO >= 12") |"
+echo "| notice 1 appended line/s on the $SIZE_MB MiB file: the first line (compiles the redaction rules, one-time), then $CPU_SECS lines | CPU first line $FOLLOW_FIRST_MS ms; then $FOLLOW_CPU_MS ms = $CPU_PCT % of re-reading ($FOLLOW_GOT lines shipped) | $(before "CPU first line $FOLLOW_BASE_FIRST_MS ms; then $FOLLOW_BASE_CPU_MS ms = $CPU_BASE_PCT %") | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | per-line CPU ≤ round 1's (round 3; needs --baseline dfbcf0f); ≤ 1 % | $([[ -n $BASE_BIN ]] && holds "$FOLLOW_CPU_MS <= $FOLLOW_BASE_CPU_MS" || echo "n/a (no --baseline)"); $(holds "$CPU_PCT <= 1") |"
 echo "| append → line at the loopback sink, $LAT_N appends every $LAT_INTERVAL (both watchers at once) | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX"); $LAT_GOT arrived) | $(before "p50 $(r2 "${LAT_BASE_P50:-0}") ms, p99 $(r2 "${LAT_BASE_P99:-0}") ms (max $(r2 "${LAT_BASE_MAX:-0}"); ${LAT_BASE_GOT:-0} arrived)") | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
 idle_cell() { # phase
     local p=$1 alive cpu rmed rmax pmed pmax
@@ -1051,16 +1053,16 @@ idle_row() { # phase label
 }
 idle_row b "after seeding $IDLE_SIZE each (restarted; the server held every line)"
 idle_row a "after shipping $IDLE_SIZE each from line 0" 8192
-echo "| throughput: ship all $BIG_LINES lines from line 0 (redaction rules in place) | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s; Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB MB/s" || echo "not built") | ≥ round 1 (issue 17; needs --baseline dfbcf0f); ≥ 100 MB/s | $([[ -n $BASE_BIN ]] && holds "$THRU_OURS >= $THRU_BASE" || echo "n/a (no --baseline)"); $(holds "$THRU_OURS >= 100") |"
+echo "| throughput: ship all $BIG_LINES lines from line 0 (redaction rules in place) | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s; Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB MB/s" || echo "not built") | ≥ round 1 (round 3; needs --baseline dfbcf0f); ≥ 100 MB/s | $([[ -n $BASE_BIN ]] && holds "$THRU_OURS >= $THRU_BASE" || echo "n/a (no --baseline)"); $(holds "$THRU_OURS >= 100") |"
 if [[ -n $FLUENT_BIT ]]; then
-    CPUMB_TARGET="≤ Fluent Bit's (issue 17)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_FB_CPUMB")
+    CPUMB_TARGET="≤ Fluent Bit's (round 3)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_FB_CPUMB")
 elif [[ -n $BASE_BIN ]]; then
-    CPUMB_TARGET="≤ Fluent Bit's; Fluent Bit not built, so ≤ round 1's (issue 17)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_BASE_CPUMB")
+    CPUMB_TARGET="≤ Fluent Bit's; Fluent Bit not built, so ≤ round 1's (round 3)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_BASE_CPUMB")
 else
-    CPUMB_TARGET="≤ Fluent Bit's (issue 17)" CPUMB_HOLDS="n/a (neither Fluent Bit nor --baseline)"
+    CPUMB_TARGET="≤ Fluent Bit's (round 3)" CPUMB_HOLDS="n/a (neither Fluent Bit nor --baseline)"
 fi
 echo "| CPU per shipped MiB (watcher, all threads) | $THRU_CPUMB ms | $(before "$THRU_BASE_CPUMB ms") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB_CPUMB ms (tail → http, same bytes, no redaction)" || echo "not built") | $CPUMB_TARGET | $CPUMB_HOLDS |"
-echo "| peak RSS (VmHWM) while shipping the $SIZE_MB MiB file | $(mib_of_kib "$THRU_HWM") MiB | $(before "$(mib_of_kib "${THRU_BASE_HWM:-0}") MiB") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$THRU_FB_HWM") MiB" || echo "not built") | < 24 MiB (issue 21) | $(holds "$THRU_HWM < 24576") |"
+echo "| peak RSS (VmHWM) while shipping the $SIZE_MB MiB file | $(mib_of_kib "$THRU_HWM") MiB | $(before "$(mib_of_kib "${THRU_BASE_HWM:-0}") MiB") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$THRU_FB_HWM") MiB" || echo "not built") | < 24 MiB (round 3) | $(holds "$THRU_HWM < 24576") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
 print_many_table

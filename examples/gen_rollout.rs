@@ -8,7 +8,7 @@
 //! tail -F -n0 PATH | gen_rollout stamp [--out latencies.txt]
 //! ```
 //!
-//! The content imitates what `spec/rollout-format.md` describes, because the classifier's and
+//! The content imitates what docs/behaviour.md X describes, because the classifier's and
 //! the redactor's costs depend on it: a `session_meta` header with 10-25 KB of instructions,
 //! then turns of `turn_context`, `task_started`, the user message, reasoning with
 //! `encrypted_content`, `exec_command` calls whose outputs are mostly 1-40 KB of escaped text

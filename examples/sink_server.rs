@@ -6,7 +6,7 @@
 //!             [--latency-log PATH] [--done-after-lines N --done-file PATH]
 //! ```
 //!
-//! It answers the routes a watcher uses (`spec/server-api.md`): the watermark
+//! It answers the routes a watcher uses (docs/behaviour.md A1-A5): the watermark
 //! (`GET /api/sessions/{sid}/last-line`: `--watermark N` for every stream, else the highest line
 //! this sink received on the stream, else `204`, or `404` with `--not-found` so a child watcher
 //! posts `subagent-start` first), `POST /hooks/transcript` (counted, `200`) and any other

@@ -15,7 +15,8 @@ use clap_complete::Shell;
 
 use crate::rollout::header::Role;
 pub use crate::settings::{
-    InspectSettings, ReplaySettings, SettingsArgs, SuperviseSettings, WatchSettings,
+    DaemonSettings, InspectSettings, ReplaySettings, SettingsArgs, StatusSettings,
+    SuperviseSettings, WatchSettings,
 };
 use crate::settings::{SETTINGS, environment_section};
 use crate::time::Ts;
@@ -270,14 +271,15 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
-    /// Print the service definition that runs this daemon at login (with this binary's
-    /// absolute path and the non-secret KCAP_* variables set now), and exit. Refused (exit 2)
-    /// from a build directory such as target/.
+    /// Print the service definition that runs this daemon at login, and exit: with this
+    /// binary's absolute path and every non-secret setting given now (flags after daemon,
+    /// KCAP_* variables in its environment); a secret is never written, the definition names
+    /// where the token is read instead. Refused (exit 2) from a cargo build directory.
     #[arg(long, value_enum, value_name = "MANAGER")]
     pub print_service: Option<crate::daemon::service::ServiceKind>,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: DaemonSettings,
 }
 
 #[derive(Debug, Args)]
@@ -292,7 +294,7 @@ pub struct StatusArgs {
     pub clean: bool,
 
     #[command(flatten)]
-    pub settings: SettingsArgs,
+    pub settings: StatusSettings,
 }
 
 #[derive(Debug, Args)]
@@ -368,7 +370,7 @@ fn render_into(out: &mut Vec<u8>, render: impl FnOnce(&mut dyn Write) -> std::io
     render(out).expect("writing to a Vec never fails");
 }
 
-/// Exit codes as documented to users (`spec/lifecycle.md` section 7; mapped in `main.rs`).
+/// Exit codes as documented to users (docs/behaviour.md L7; mapped in `main.rs`).
 const EXIT_CODES: &[(&str, &str)] = &[
     (
         "0",

@@ -5,20 +5,25 @@
 //! CLI's key rule (`files::check_id`), or the command exits 2 naming it.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{DaemonArgs, ReplayArgs, SettingsArgs, StatusArgs, SuperviseArgs, WatchArgs};
+use crate::cli::{
+    DaemonArgs, DaemonSettings, ReplayArgs, ReplaySettings, SettingsArgs, StatusArgs,
+    StatusSettings, SuperviseArgs, SuperviseSettings, WatchArgs, WatchSettings,
+};
 use crate::config::Resolved;
 use crate::error::{UsageError, code};
 use crate::files;
 use crate::rollout::header::{Role, normalize_id};
+use crate::settings::Command;
 use crate::watch::clock::SystemClock;
 use crate::watch::{self, ExitReason, Summary, WatchOptions};
 
-/// Resolves settings and starts logging (provided by `main`).
-pub type SettingsFn = fn(&SettingsArgs) -> Result<Resolved>;
+/// Resolves the settings a command takes and starts logging (provided by `main`).
+pub type SettingsFn = fn(Command, &SettingsArgs) -> Result<Resolved>;
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     // One thread: the loop is a single select!, requests are tasks, the heartbeat has its own
@@ -62,7 +67,7 @@ fn raise_open_files() {
 }
 
 pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
-    let resolved = settings(&args.settings)?;
+    let resolved = settings(WatchSettings::COMMAND, &args.settings)?;
     raise_open_files();
     let s = &resolved.settings;
     let session = args.session_id().map(normalize_id);
@@ -108,7 +113,7 @@ pub fn watch(args: WatchArgs, settings: SettingsFn) -> Result<i32> {
 }
 
 pub fn supervise(args: SuperviseArgs, settings: SettingsFn) -> Result<i32> {
-    let resolved = settings(&args.settings)?;
+    let resolved = settings(SuperviseSettings::COMMAND, &args.settings)?;
     raise_open_files();
     let s = &resolved.settings;
     if let Some(id) = &args.session_id {
@@ -171,7 +176,7 @@ fn print_summary(s: &Summary, online: bool) -> Result<()> {
 }
 
 pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
-    let resolved = settings(&args.settings)?;
+    let resolved = settings(ReplaySettings::COMMAND, &args.settings)?;
     let s = resolved.settings;
     let Some(url) = s.server.clone() else {
         return Err(UsageError(
@@ -184,7 +189,12 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
         files::check_id("session id", id)?;
     }
     files::check_state_dir(&s.config_dir, "config directory", false)?;
-    let report = runtime()?.block_on(crate::ship::replay::replay(&s, &url, session.as_deref()))?;
+    let report = runtime()?.block_on(crate::ship::replay::replay(
+        &s.config_dir,
+        &url,
+        s.credentials(&url),
+        session.as_deref(),
+    ))?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -221,32 +231,42 @@ pub fn replay(args: ReplayArgs, settings: SettingsFn) -> Result<i32> {
 
 /// `daemon`: prints a service definition, or runs until a signal.
 pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
+    // Resolved first, also for --print-service: a unit must not carry a setting the daemon
+    // it starts would refuse.
+    let resolved = settings(DaemonSettings::COMMAND, &args.settings)?;
+    let s = &resolved.settings;
+    let given = crate::settings::given(
+        DaemonSettings::COMMAND,
+        &args.settings,
+        &crate::config::process_env,
+    );
     if let Some(kind) = args.print_service {
         let exe = std::env::current_exe()
             .and_then(std::fs::canonicalize)
             .map(crate::platform::plain_path::plain)
             .context("failed to find this binary's path")?;
-        if crate::daemon::in_build_dir(&exe) {
+        let cargo_target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
+        if crate::daemon::service::in_build_dir(&exe, cargo_target_dir.as_deref()) {
             return Err(UsageError(format!(
                 "{} is in a build directory, which the next build replaces: install kcap-watch \
-                 (for example cargo install --path .) and run --print-service from the installed binary",
+                 (for example cargo install --profile dist --locked --path .) and run \
+                 --print-service from the installed binary",
                 exe.display()
             ))
             .into());
         }
-        let vars = crate::daemon::service::variables(&crate::config::process_env);
-        let text = crate::daemon::service::render(kind, &exe, &vars);
+        let carried = crate::daemon::service::carried(&given, s, &crate::config::process_env)
+            .map_err(UsageError)?;
+        let text = crate::daemon::service::render(kind, &exe, &carried);
         let mut out = std::io::stdout().lock();
         out.write_all(text.as_bytes())?;
         out.flush()?;
         return Ok(code::OK);
     }
-    let resolved = settings(&args.settings)?;
     raise_open_files();
-    let s = &resolved.settings;
     files::check_state_dir(&s.config_dir, "config directory", true)?;
     files::check_state_dir(&s.watcher_dir, "watcher directory", true)?;
-    let daemon = crate::daemon::DaemonSettings {
+    let daemon = crate::daemon::DaemonConfig {
         config_dir: s.config_dir.clone(),
         watcher_dir: s.watcher_dir.clone(),
         server: s.server.clone(),
@@ -255,6 +275,11 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
         poll_interval: s.poll_interval,
         force_poll: s.force_poll,
         exclude: s.exclude.clone(),
+        supervise_flags: crate::daemon::supervise_flags(&given),
+        restart_timing: crate::daemon::RestartTiming {
+            settle: s.restart_settle,
+            first_backoff: s.restart_backoff,
+        },
     };
     runtime()?.block_on(crate::daemon::run(daemon))?;
     Ok(code::OK)
@@ -262,7 +287,7 @@ pub fn daemon(args: DaemonArgs, settings: SettingsFn) -> Result<i32> {
 
 /// `status`: reads, optionally cleans, prints.
 pub fn status(args: StatusArgs, settings: SettingsFn) -> Result<i32> {
-    let resolved = settings(&args.settings)?;
+    let resolved = settings(StatusSettings::COMMAND, &args.settings)?;
     let dirs = crate::status::StatusDirs {
         config_dir: resolved.settings.config_dir,
         watcher_dir: resolved.settings.watcher_dir,

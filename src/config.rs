@@ -1,7 +1,7 @@
 //! Resolved, typed settings: the one place where flag, `KCAP_*` variable and default meet.
 //!
 //! Every setting is described once in the registry ([`crate::settings`]), whose kinds read
-//! flag, variable and default by the rules of `spec/configuration.md`: a bad flag exits 2
+//! flag, variable and default by the rules of docs/behaviour.md C: a bad flag exits 2
 //! naming it; a bad variable falls back to its default with a warning naming the variable and
 //! the value, and never aborts a spawned watcher. This module adds what only it knows: the
 //! typed [`Settings`] the rest of the program reads, and the checks that tie settings to each
@@ -18,7 +18,7 @@ use crate::decide::Windows;
 use crate::platform::config_dir::{self, HomeRule};
 use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
-use crate::settings::{self as registry, Resolver, SettingsArgs};
+use crate::settings::{self as registry, Command, Resolver, SettingsArgs};
 use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};
 
 pub use crate::settings::{ConfigError, LogFormat};
@@ -59,7 +59,7 @@ pub struct Settings {
     pub token_file: Option<PathBuf>,
     /// `None`: the kcap CLI's active profile (`config.json`), resolved when the store is read.
     pub profile: Option<String>,
-    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (revision-2 R1).
+    /// `KCAP_CLIENT_ID` + `KCAP_CLIENT_SECRET` (docs/behaviour.md R1).
     pub machine: Option<MachineCredential>,
     pub config_dir: PathBuf,
     pub watcher_dir: PathBuf,
@@ -78,6 +78,10 @@ pub struct Settings {
     pub force_poll: bool,
     /// Pause between failed subagent-stop attempts.
     pub stop_retry: Duration,
+    /// The daemon's wait after a supervisor's crash before it restarts it.
+    pub restart_settle: Duration,
+    /// The daemon's first restart backoff (doubling to 60 times it).
+    pub restart_backoff: Duration,
     pub log: String,
     pub log_format: LogFormat,
     /// `KCAP_WATCH_EXCLUDE`: glob patterns on a session's cwd the daemon leaves alone.
@@ -105,6 +109,8 @@ impl Settings {
             poll_interval: registry::POLL_INTERVAL.kind.default,
             force_poll: false,
             stop_retry: registry::STOP_RETRY.kind.default,
+            restart_settle: registry::RESTART_SETTLE.kind.default,
+            restart_backoff: registry::RESTART_BACKOFF.kind.default,
             log: registry::LOG.kind.default.to_string(),
             log_format: LogFormat::default(),
             exclude: Vec::new(),
@@ -164,6 +170,16 @@ pub fn resolve(
     resolve_with(&mut Resolver::new(args, env))
 }
 
+/// Resolves the settings `command` takes as [`resolve`] does; the others keep their defaults
+/// and their variables are not read.
+pub fn resolve_for(
+    command: Command,
+    args: &SettingsArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resolved, ConfigError> {
+    resolve_with(&mut Resolver::for_command(command, args, env))
+}
+
 fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
     let server = server(r.get(&registry::SERVER)?, &mut r.warnings)?;
     let token = r.get(&registry::TOKEN)?.map(|t| Secret(t.value));
@@ -199,17 +215,28 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         poll_interval: r.get(&registry::POLL_INTERVAL)?,
         force_poll: r.get(&registry::FORCE_POLL)?,
         stop_retry: r.get(&registry::STOP_RETRY)?,
+        restart_settle: r.get(&registry::RESTART_SETTLE)?,
+        restart_backoff: r.get(&registry::RESTART_BACKOFF)?,
         log: r.get(&registry::LOG)?,
         log_format: r.get(&registry::LOG_FORMAT)?,
         exclude: r
             .get(&registry::WATCH_EXCLUDE)?
-            .map(|g| crate::daemon::exclude::patterns(&g.value))
+            .map(|g| exclude_patterns(&g.value))
             .unwrap_or_default(),
     };
     Ok(Resolved {
         settings,
         warnings: std::mem::take(&mut r.warnings),
     })
+}
+
+/// The patterns of a `KCAP_WATCH_EXCLUDE` value, separated as `PATH` is (`:` on Unix, `;` on
+/// Windows), empty parts dropped. How they match is the daemon's business.
+fn exclude_patterns(value: &str) -> Vec<String> {
+    std::env::split_paths(value)
+        .map(|p| p.to_string_lossy().trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 /// Checks the server URL (`--server` or `KCAP_URL`) and normalises it: http or https with a
@@ -233,7 +260,7 @@ fn server(given: Option<Given>, warnings: &mut Vec<String>) -> Result<Option<Str
     let Some(host) = url.host_str() else {
         return Err(fail("it has no host".to_string()));
     };
-    // The server's identity binds stored tokens (revision-2 R1): user info (whose password
+    // The server's identity binds stored tokens (docs/behaviour.md R1): user info (whose password
     // would travel twice), a query or a fragment cannot be part of one.
     if !url.username().is_empty() || url.password().is_some() {
         return Err(fail(
@@ -373,6 +400,13 @@ mod tests {
         let r = resolve_env(&[("KCAP_WATCH_STOP_RETRY_MS", "5")]);
         assert_eq!(r.settings.stop_retry, Duration::from_secs(60));
         assert!(r.warnings[0].contains("KCAP_WATCH_STOP_RETRY_MS=\"5\""));
+    }
+
+    #[test]
+    fn exclude_patterns_are_separated_as_path_is() {
+        let value = std::env::join_paths(["/a/*", "", "/b/**", " "]).unwrap();
+        let r = resolve_env(&[("KCAP_WATCH_EXCLUDE", &value.to_string_lossy())]);
+        assert_eq!(r.settings.exclude, ["/a/*", "/b/**"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Error kinds that end the process with a specific exit code.
 //!
 //! Code anywhere returns `anyhow::Error`; when the cause is one of these types (anywhere in
-//! the chain), `main.rs` maps it to its exit code (`spec/lifecycle.md` section 7). Everything
+//! the chain), `main.rs` maps it to its exit code (docs/behaviour.md L7). Everything
 //! else is an unexpected internal error (exit 1).
 
 use std::fmt;
@@ -65,7 +65,7 @@ impl fmt::Display for LockHeld {
 
 impl std::error::Error for LockHeld {}
 
-/// Exit codes (`spec/lifecycle.md` section 7).
+/// Exit codes (docs/behaviour.md L7).
 pub mod code {
     pub const OK: i32 = 0;
     pub const INTERNAL: i32 = 1;

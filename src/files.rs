@@ -2,7 +2,7 @@
 //! private-mode, atomic-write helpers everything under `<config>` goes through.
 //!
 //! The kcap CLI's spawner reads these files from another process, so their formats are its
-//! formats (`spec/files.md`): the pid file is `"<pid>\n<start token>"` with no trailing newline
+//! formats (docs/behaviour.md F): the pid file is `"<pid>\n<start token>"` with no trailing newline
 //! (some of its readers split on `'\n'` and expect exactly two parts), and the time files hold a
 //! bare RFC 3339 timestamp. Every file another process reads whole is replaced atomically, so a
 //! reader never sees half a timestamp.
@@ -33,7 +33,7 @@ use crate::time::Ts;
 /// How often a held key's heartbeat is rewritten: the kcap CLI's spawner replaces a watcher
 /// whose heartbeat is older than 20 s, and docs/behaviour.md S5 keeps it rewritten at least every
 /// 10 s and never older than 15 s on disk (a beat is one atomic rename, so 10 s leaves 5 s for
-/// a slow disk). Slower beats are what an idle watcher costs (revision-2's 2 s was five times
+/// a slow disk). Slower beats are what an idle watcher costs (round 2's 2 s was five times
 /// this).
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
@@ -138,11 +138,7 @@ pub(crate) fn read_small(path: &Path, max: u64) -> io::Result<String> {
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
+    crate::platform::private_file::never_block_on_open(&mut options);
     let file = options.open(path)?;
     if !file.metadata()?.is_file() {
         return Err(crate::platform::private_file::not_regular(path));
@@ -554,7 +550,7 @@ fn check_file_key(key: &str) -> Result<(), crate::error::UsageError> {
 /// (`crate::host::ownership`).
 ///
 /// A thread rather than a runtime task, because nothing on the runtime may delay a beat: the
-/// spawner replaces a watcher whose heartbeat is 20 s old (`spec/files.md`, "Heartbeat").
+/// spawner replaces a watcher whose heartbeat is 20 s old (docs/behaviour.md F).
 #[derive(Debug)]
 pub struct Heartbeats {
     beats: Arc<Mutex<BTreeMap<String, Beating>>>,
@@ -832,21 +828,18 @@ impl Beater {
 /// Whether `e` says a resource ran out (open files, the disk, its quota) rather than that
 /// something is wrong: such a failure ends when the resource returns, and is waited out.
 pub(crate) fn out_of_resources(e: &io::Error) -> bool {
-    #[cfg(unix)]
+    let codes = crate::platform::open_files::exhausted_codes();
+    if e.raw_os_error().is_some_and(|c| codes.contains(&c)) {
+        return true;
+    }
+    // An error given context (`with_context`) keeps its kind but not its code; its text
+    // still ends with the code.
+    let text = e.to_string();
+    if codes
+        .iter()
+        .any(|c| text.contains(&format!("(os error {c})")))
     {
-        let codes = [libc::EMFILE, libc::ENFILE, libc::ENOSPC, libc::EDQUOT];
-        if e.raw_os_error().is_some_and(|c| codes.contains(&c)) {
-            return true;
-        }
-        // An error given context (`with_context`) keeps its kind but not its code; its text
-        // still ends with the code.
-        let text = e.to_string();
-        if codes
-            .iter()
-            .any(|c| text.contains(&format!("(os error {c})")))
-        {
-            return true;
-        }
+        return true;
     }
     matches!(
         e.kind(),
@@ -896,7 +889,6 @@ mod tests {
 
     /// Runs `f` on another thread and fails the test if it has not returned within 20 s (it
     /// blocked, as opening a named pipe without a writer does).
-    #[cfg(unix)]
     fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -909,16 +901,14 @@ mod tests {
     /// A named pipe planted where kcap-watch or the kcap CLI keeps a file (a pid file, a
     /// lock, a status file, a spool) is refused at once: opening it for reading would wait for
     /// a writer forever, hanging the watcher, `status` or the daemon.
-    #[cfg(unix)]
     #[test]
     fn a_named_pipe_at_a_files_path_is_refused_without_waiting() {
         let dir = tempfile::tempdir().unwrap();
         let key = "019fa9812dca7a319c553b1f0e6d2a01";
         for name in [format!("{key}.pid"), format!("{key}.lock"), "x.json".into()] {
-            let c = std::ffi::CString::new(dir.path().join(&name).as_os_str().as_encoded_bytes())
-                .unwrap();
-            // SAFETY: mkfifo with a valid NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            if !crate::platform::test_support::make_fifo(&dir.path().join(&name)) {
+                return; // no named pipes at a path here
+            }
         }
         let d = dir.path().to_path_buf();
         let e = returns(move || read_small(&d.join(format!("{key}.pid")), SMALL_FILE_MAX));
@@ -949,7 +939,7 @@ mod tests {
         );
     }
 
-    /// One thread beats every key (issue 18): a key taken while the thread sleeps out a long
+    /// One thread beats every key (docs/design.md, "One host"): a key taken while the thread sleeps out a long
     /// period is beaten at once, not at the next round (a fresh `watch`'s first beat replaces
     /// the heartbeat name a killed predecessor's slot still holds), and a removed key is never
     /// written again.
@@ -996,26 +986,23 @@ mod tests {
         assert!(ExclusiveLock::try_take(&path).unwrap().is_some());
     }
 
-    /// The descriptors of this process that name a file under `dir`.
-    #[cfg(target_os = "linux")]
+    /// The descriptors of this process that name a file under `dir` (only asked where
+    /// [`crate::platform::test_support::open_files_under`] can tell).
     fn open_under(dir: &Path) -> Vec<PathBuf> {
-        fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| fs::read_link(e.path()).ok())
-            .filter(|p| p.starts_with(dir))
-            .collect()
+        crate::platform::test_support::open_files_under(dir).unwrap_or_default()
     }
 
-    /// Issue 28, item 1: a held key costs its lock at rest and nothing more. A beat opens,
+    /// docs/behaviour.md T4.2: a held key costs its lock at rest and nothing more. A beat opens,
     /// writes and closes its slot, so no descriptor stays open between beats (three per key
     /// before: a supervisor of 400 children ran out under the usual 1,024), and on Windows a
     /// reader opening the heartbeat with read sharing only never meets a handle of ours.
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_heartbeat_keeps_no_descriptor_open_between_beats() {
         let dir = tempfile::tempdir().unwrap();
         let dir = fs::canonicalize(dir.path()).unwrap();
+        if crate::platform::test_support::open_files_under(&dir).is_none() {
+            return; // open descriptors cannot be listed here
+        }
         let path = dir.join("k.heartbeat");
         let mut beater = Beater::new(&path);
         for t in [
@@ -1032,11 +1019,13 @@ mod tests {
 
     /// Where a rename over the heartbeat fails (a file system or Windows emulation that will
     /// not replace an existing file), the beat is written in place: the heartbeat stays fresh.
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_heartbeat_whose_rename_fails_is_written_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let dir = fs::canonicalize(dir.path()).unwrap();
+        if crate::platform::test_support::open_files_under(&dir).is_none() {
+            return; // open descriptors cannot be listed here
+        }
         let path = dir.join("k.heartbeat");
         let mut beater = Beater::new(&path);
         beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();

@@ -6,7 +6,7 @@
 //! an [`Identity`] from a Codex header, and the pipeline, the host, the files and the
 //! requests all speak of it without knowing the Codex format.
 
-/// Which kind of watcher a rollout needs (`spec/lifecycle.md` section 1).
+/// Which kind of watcher a rollout needs (docs/behaviour.md L1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// A sub-agent: posts `subagent-stop`, never session-end.

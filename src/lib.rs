@@ -3,7 +3,7 @@
 //!
 //! The crate splits a pure core (classification, fold, decisions, redaction, batching: no
 //! clock, file or socket inside; `now` is an argument) from a thin shell (tail reader, HTTP
-//! client, files, the runtime loop). See `design.md` in the shared docs and the README.
+//! client, files, the runtime loop). See docs/design.md and docs/guide.md.
 
 pub mod cli;
 pub mod commands;

@@ -1,7 +1,7 @@
 //! Structured logs: stderr always, plus the watcher's log file once its key is known.
 //!
-//! Every acting decision is one record with a stable `event` field (`spec/lifecycle.md`
-//! section 6); text by default, JSON with `KCAP_LOG_FORMAT=json`. Nothing is ever logged to
+//! Every acting decision is one record with a stable `event` field (docs/behaviour.md
+//! L6); text by default, JSON with `KCAP_LOG_FORMAT=json`. Nothing is ever logged to
 //! stdout, which carries only a command's own output (`inspect --json` can be piped).
 //!
 //! Two rules make the logs safe under a spawner and against hostile input

@@ -1,5 +1,5 @@
 //! `kcap-watch`: parse the command line, set up logging, run the command, and map errors to
-//! exit codes (the only place that does: `spec/lifecycle.md` section 7).
+//! exit codes (the only place that does: docs/behaviour.md L7).
 //!
 //! Nothing here may abort: the kcap CLI spawns watchers with stdin, stdout and stderr pipes
 //! whose other ends it closes at once, so every print is a fallible write whose failure is
@@ -13,12 +13,13 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use kcap_watch::cli::{Cli, Command, InspectArgs, SettingsArgs};
+use kcap_watch::cli::{Cli, Command, InspectArgs, InspectSettings, SettingsArgs};
 use kcap_watch::config::{self, Resolved};
 use kcap_watch::error::{LockHeld, RolloutRewritten, UsageError, code};
 use kcap_watch::files::AcquireError;
 use kcap_watch::inspect::tree::TreeRequest;
 use kcap_watch::inspect::{self, InspectRequest};
+use kcap_watch::settings::Command as SettingsCommand;
 use kcap_watch::time::Ts;
 
 fn main() -> ExitCode {
@@ -72,9 +73,10 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// Resolves settings and starts logging; warnings about variables are logged once.
-fn settings(args: &SettingsArgs) -> Result<Resolved> {
-    let resolved = config::resolve(args, &config::process_env)?;
+/// Resolves the settings `command` takes and starts logging; warnings about variables are
+/// logged once.
+fn settings(command: SettingsCommand, args: &SettingsArgs) -> Result<Resolved> {
+    let resolved = config::resolve_for(command, args, &config::process_env)?;
     kcap_watch::logging::init(&resolved.settings.log, resolved.settings.log_format);
     for w in &resolved.warnings {
         tracing::warn!(event = "config_warning", "{w}");
@@ -103,7 +105,7 @@ fn run(cli: Cli) -> Result<i32> {
 }
 
 fn run_inspect(args: &InspectArgs) -> Result<i32> {
-    let resolved = settings(&args.settings)?;
+    let resolved = settings(InspectSettings::COMMAND, &args.settings)?;
     let s = &resolved.settings;
     let now = args.now.unwrap_or_else(Ts::now);
     let windows_for = |role| s.windows_for(role);

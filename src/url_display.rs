@@ -1,8 +1,8 @@
 //! The one way kcap-watch shows a URL: in a log line, a status file, `status`'s text and JSON,
 //! a printed service, an error message. A `KCAP_URL` may carry a credential (a userinfo
 //! password, a `?token=` query value), from a flag, a variable, a token store or the kcap
-//! CLI's session watcher; none of them may ever be written out in clear (the spec, and the
-//! README's Security notes). Requests still use the URL as given: only what is shown changes.
+//! CLI's session watcher; none of them may ever be written out in clear (docs/behaviour.md
+//! T5, and docs/guide.md, "Status"). Requests still use the URL as given: only what is shown changes.
 //!
 //! Works on text that is not a URL at all too (an unparsable `KCAP_URL` is shown in its own
 //! error), so it never fails and never needs the URL parsed first.

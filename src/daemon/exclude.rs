@@ -1,19 +1,12 @@
 //! `KCAP_WATCH_EXCLUDE`: glob patterns on a session's `cwd` that leave the session to the
 //! kcap CLI (docs/behaviour.md S2.1).
 //!
-//! Patterns are separated as `PATH` is (`:` on Unix, `;` on Windows). `*` matches within one
+//! Patterns are separated as `PATH` is (`:` on Unix, `;` on Windows; split by
+//! `crate::config`, which reads the variable). `*` matches within one
 //! path component, `**` across components, `?` one character of a component; everything else
 //! matches itself. A pattern matches a directory and everything below it
 //! (`/home/me/secret` excludes `/home/me/secret/app` too), since a session started in a
 //! subdirectory of an excluded tree is no less private.
-
-/// The patterns of a `KCAP_WATCH_EXCLUDE` value (empty parts dropped).
-pub(crate) fn patterns(value: &str) -> Vec<String> {
-    std::env::split_paths(value)
-        .map(|p| p.to_string_lossy().trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
 
 /// The first pattern that excludes `cwd`.
 pub(crate) fn excluded_by<'a>(patterns: &'a [String], cwd: &str) -> Option<&'a str> {
@@ -79,11 +72,5 @@ mod tests {
         assert!(ex(&["/work/**/tmp-?"], "/work/tmp-1").is_some());
         assert!(ex(&["/work/**/tmp-?"], "/work/x/y/tmp-12").is_none());
         assert!(ex(&[], "/anything").is_none());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn patterns_are_separated_as_path_is() {
-        assert_eq!(patterns("/a/*::/b/**: "), ["/a/*", "/b/**"]);
     }
 }

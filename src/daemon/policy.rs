@@ -15,13 +15,30 @@ use std::time::Duration;
 
 use crate::time::Ts;
 
-/// How long after a crash the daemon looks whether the session is still watched.
-pub(crate) const SETTLE: Duration = Duration::from_secs(10);
 /// Restarts allowed in any hour.
 pub(crate) const MAX_PER_HOUR: usize = 5;
 const HOUR: Duration = Duration::from_secs(3600);
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The backoff doubles up to this many times its first step (1 s to 60 s).
+const MAX_BACKOFF_STEPS: u32 = 60;
+
+/// The waits of the restart rule (settings `KCAP_DAEMON_RESTART_SETTLE_MS` and
+/// `KCAP_DAEMON_RESTART_BACKOFF_MS`, hidden: only tests lower them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartTiming {
+    /// How long after a crash the daemon looks whether the session is still watched.
+    pub settle: Duration,
+    /// The first backoff, doubling up to [`MAX_BACKOFF_STEPS`] times it.
+    pub first_backoff: Duration,
+}
+
+impl Default for RestartTiming {
+    fn default() -> RestartTiming {
+        RestartTiming {
+            settle: Duration::from_secs(10),
+            first_backoff: Duration::from_secs(1),
+        }
+    }
+}
 
 /// How a supervisor process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,9 +72,18 @@ pub(crate) struct Restarts {
     recent: VecDeque<Ts>,
     /// Restarts since the daemon took the session (for `status`).
     pub total: u32,
+    timing: RestartTiming,
 }
 
 impl Restarts {
+    /// No restart yet, with these waits.
+    pub fn new(timing: RestartTiming) -> Restarts {
+        Restarts {
+            timing,
+            ..Restarts::default()
+        }
+    }
+
     /// The decision for a supervisor that `ended` at `now`. `sent_signal`: the daemon had
     /// asked it to end.
     pub fn on_end(&mut self, ended: Ended, sent_signal: bool, now: Ts) -> Next {
@@ -82,13 +108,14 @@ impl Restarts {
         if self.recent.len() >= MAX_PER_HOUR
             && let Some(oldest) = self.recent.front()
         {
-            return Next::GiveUp(oldest.plus(HOUR).max(now.plus(SETTLE)));
+            return Next::GiveUp(oldest.plus(HOUR).max(now.plus(self.timing.settle)));
         }
         let doublings = u32::try_from(self.recent.len()).unwrap_or(u32::MAX).min(6);
-        let backoff = FIRST_BACKOFF
+        let first = self.timing.first_backoff;
+        let backoff = first
             .saturating_mul(1 << doublings)
-            .min(MAX_BACKOFF);
-        Next::RestartAt(now.plus(SETTLE.max(backoff)))
+            .min(first.saturating_mul(MAX_BACKOFF_STEPS));
+        Next::RestartAt(now.plus(self.timing.settle.max(backoff)))
     }
 
     /// Records a restart made at `now`.
@@ -139,7 +166,7 @@ mod tests {
             r.restarted(t(now));
         }
         // Given up until the first of the five restarts is an hour old.
-        let first = t(0).plus(SETTLE);
+        let first = t(0).plus(RestartTiming::default().settle);
         assert_eq!(
             r.on_end(Ended::Code(1), false, t(now)),
             Next::GiveUp(first.plus(HOUR))
@@ -150,6 +177,29 @@ mod tests {
         assert!(matches!(
             r.on_end(Ended::Code(1), false, t(later)),
             Next::RestartAt(_)
+        ));
+    }
+
+    #[test]
+    fn lowered_waits_spend_the_hours_restarts_in_a_second() {
+        let mut r = Restarts::new(RestartTiming {
+            settle: Duration::from_millis(100),
+            first_backoff: Duration::from_millis(10),
+        });
+        let start = t(0);
+        let mut now = start;
+        for _ in 0..5 {
+            let Next::RestartAt(at) = r.on_end(Ended::Code(1), false, now) else {
+                panic!("not restarted")
+            };
+            now = at;
+            r.restarted(now);
+        }
+        assert!(now.duration_since(start) <= Duration::from_secs(1));
+        // The hourly cap is not a wait to lower: given up until the first restart's hour.
+        assert!(matches!(
+            r.on_end(Ended::Code(1), false, now),
+            Next::GiveUp(until) if until.duration_since(start) >= Duration::from_secs(3600)
         ));
     }
 

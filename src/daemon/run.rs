@@ -21,7 +21,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use super::DaemonSettings;
+use super::DaemonConfig;
 use super::policy::{Ended, Next, Restarts};
 use super::sessions::{self, LaunchFacts, RolloutCheck, ServerSource};
 use crate::error::LockHeld;
@@ -124,7 +124,7 @@ struct Exit {
 }
 
 pub(crate) struct Daemon {
-    settings: DaemonSettings,
+    settings: DaemonConfig,
     exe: PathBuf,
     sessions: BTreeMap<String, Session>,
     /// Sessions left alone, with the watcher pid they were judged under, why, and whether
@@ -142,7 +142,7 @@ pub(crate) struct Daemon {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
-pub async fn run(settings: DaemonSettings) -> Result<()> {
+pub async fn run(settings: DaemonConfig) -> Result<()> {
     let lock_path = files::daemon_lock_path(&settings.config_dir);
     let _lock = ExclusiveLock::try_take(&lock_path)
         .context("failed to take the daemon lock")?
@@ -521,7 +521,7 @@ impl Daemon {
                 server_source: source,
                 codex_home,
                 supervisor: Supervisor::RestartAt(Ts::now()),
-                restarts: Restarts::default(),
+                restarts: Restarts::new(self.settings.restart_timing),
             },
         );
         self.start_supervisor(key);
@@ -548,21 +548,14 @@ impl Daemon {
             };
             return;
         }
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("supervise")
-            .arg(&session.rollout)
-            .args(["--session-id", key])
-            .env("KCAP_URL", &session.server)
-            .env("KCAP_CONFIG_DIR", &self.settings.config_dir)
-            .env("KCAP_WATCHER_DIR", &self.settings.watcher_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            // Its reason for refusing a configuration, and anything it says before its own
-            // log file is open, goes to `<config>/logs/kcap-watch-supervise-<key>.log`.
-            .stderr(Stdio::piped());
-        if let Some(home) = &session.codex_home {
-            cmd.env("CODEX_HOME", home);
-        }
+        let mut cmd = supervise_command(
+            &self.exe,
+            &self.settings,
+            key,
+            &session.rollout,
+            &session.server,
+            session.codex_home.as_deref(),
+        );
         detached::detach(&mut cmd);
         match cmd.spawn() {
             Ok(mut child) => {
@@ -997,19 +990,35 @@ fn default_codex_home() -> Option<PathBuf> {
     directories::BaseDirs::new().map(|b| b.home_dir().join(".codex"))
 }
 
-/// Whether `path` is under a cargo target directory, whatever its name (the spec: recognised
-/// by what it is, as `CARGO_TARGET_DIR` may name any directory): one holding cargo's
-/// `.rustc_info.json` or its `CACHEDIR.TAG`, or a directory named `target` with `debug` or
-/// `release` in it. A binary there is replaced by the next build.
-pub(crate) fn in_build_dir(path: &Path) -> bool {
-    path.ancestors().any(|dir| {
-        let cargo_tag = crate::files::read_small(&dir.join("CACHEDIR.TAG"), 4096)
-            .is_ok_and(|t| t.contains("created by cargo"));
-        cargo_tag
-            || dir.join(".rustc_info.json").is_file()
-            || (dir.file_name().is_some_and(|n| n == "target")
-                && (dir.join("debug").is_dir() || dir.join("release").is_dir()))
-    })
+/// The command that starts session `key`'s supervisor. It gets every setting the daemon was
+/// given: the flags as flags ([`DaemonConfig::supervise_flags`]), the variables by inheriting
+/// the daemon's environment, and the settings decided per session (server, Codex home) and the
+/// daemon's directories as variables, which win over the inherited ones.
+fn supervise_command(
+    exe: &Path,
+    settings: &DaemonConfig,
+    key: &str,
+    rollout: &Path,
+    server: &str,
+    codex_home: Option<&Path>,
+) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.arg("supervise")
+        .arg(rollout)
+        .args(["--session-id", key])
+        .args(&settings.supervise_flags)
+        .env("KCAP_URL", server)
+        .env("KCAP_CONFIG_DIR", &settings.config_dir)
+        .env("KCAP_WATCHER_DIR", &settings.watcher_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // Its reason for refusing a configuration, and anything it says before its own
+        // log file is open, goes to `<config>/logs/kcap-watch-supervise-<key>.log`.
+        .stderr(Stdio::piped());
+    if let Some(home) = codex_home {
+        cmd.env("CODEX_HOME", home);
+    }
+    cmd
 }
 
 #[cfg(test)]
@@ -1019,26 +1028,84 @@ mod tests {
     const SESSION: &str = "019fa9812dca7a319c553b1f0e6d2a01";
     const CHILD: &str = "019fa9816ea27b028d115c2e9f7a4b02";
 
-    /// A `CARGO_TARGET_DIR` of any name is a build directory (`--print-service` refuses a
-    /// binary there); an installed binary's directory is not.
+    /// T5.1: a supervisor gets the settings flags the daemon was given (as flags, parsed by
+    /// supervise like the daemon's own) and the daemon's directories and the session's server
+    /// as variables; the daemon's own server flag is not passed, the session's server wins.
     #[test]
-    fn a_cargo_target_directory_of_any_name_is_a_build_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("target-daemon");
-        std::fs::create_dir_all(out.join("debug")).unwrap();
-        std::fs::write(
-            out.join("CACHEDIR.TAG"),
-            "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by cargo.\n",
-        )
+    fn a_supervisor_is_started_with_the_settings_the_daemon_was_given() {
+        use crate::settings::DaemonSettings;
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Argv {
+            #[command(flatten)]
+            settings: DaemonSettings,
+        }
+        let argv = Argv::try_parse_from([
+            "daemon",
+            "--stop-grace",
+            "30s",
+            "--force-poll",
+            "--server",
+            "https://daemon.example",
+            "--log",
+            "kcap_watch=debug",
+        ])
         .unwrap();
-        assert!(in_build_dir(&out.join("debug/kcap-watch")));
-        let rustc = tmp.path().join("builds");
-        std::fs::create_dir_all(&rustc).unwrap();
-        std::fs::write(rustc.join(".rustc_info.json"), "{}").unwrap();
-        assert!(in_build_dir(&rustc.join("debug/kcap-watch")));
-        let bin = tmp.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        assert!(!in_build_dir(&bin.join("kcap-watch")));
+        let env = |name: &str| (name == "KCAP_CODEX_SUBAGENT_REAP_MINUTES").then(|| "7".into());
+        let given = crate::settings::given(DaemonSettings::COMMAND, &argv.settings, &env);
+        let config = DaemonConfig {
+            config_dir: PathBuf::from("/c"),
+            watcher_dir: PathBuf::from("/c/w"),
+            server: Some("https://daemon.example".into()),
+            profile: None,
+            codex_home: None,
+            poll_interval: Duration::from_secs(1),
+            force_poll: true,
+            exclude: Vec::new(),
+            supervise_flags: super::super::supervise_flags(&given),
+            restart_timing: Default::default(),
+        };
+        let cmd = supervise_command(
+            Path::new("/bin/kcap-watch"),
+            &config,
+            SESSION,
+            Path::new("/r.jsonl"),
+            "https://session.example",
+            Some(Path::new("/codex")),
+        );
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(
+            args,
+            [
+                "supervise",
+                "/r.jsonl",
+                "--session-id",
+                SESSION,
+                "--stop-grace",
+                "30s",
+                "--force-poll",
+                "--log",
+                "kcap_watch=debug"
+            ]
+        );
+        let envs: Vec<_> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_string_lossy(), v.map(|v| v.to_string_lossy())))
+            .collect();
+        for (k, v) in [
+            ("KCAP_URL", "https://session.example"),
+            ("KCAP_CONFIG_DIR", "/c"),
+            ("KCAP_WATCHER_DIR", "/c/w"),
+            ("CODEX_HOME", "/codex"),
+        ] {
+            assert!(envs.contains(&(k.into(), Some(v.into()))), "{k}: {envs:?}");
+        }
+        // The variable is inherited, not removed.
+        assert!(
+            !envs
+                .iter()
+                .any(|(k, _)| k == "KCAP_CODEX_SUBAGENT_REAP_MINUTES")
+        );
     }
 
     /// Idle, the watcher directory never rests: the kcap CLI's watchers and every supervisor

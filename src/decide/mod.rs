@@ -3,7 +3,7 @@
 //! Every function here returns the earliest time its decision becomes due if nothing else is
 //! appended (`None`: it cannot become due). The running watcher sleeps until the earliest of
 //! them; `inspect` prints them. One implementation serves both, so what `inspect` shows is
-//! what the watcher acts on (`spec/lifecycle.md` sections 4 and 5).
+//! what the watcher acts on (docs/behaviour.md L4 and L5).
 
 use std::time::Duration;
 
@@ -190,7 +190,7 @@ impl Ceiling {
         })
     }
 
-    /// The exit message when the ceiling fires at `now` (`spec/lifecycle.md` section 5).
+    /// The exit message when the ceiling fires at `now` (docs/behaviour.md L5).
     pub fn exit_message(&self, pauses: &[Pause], now: Ts) -> String {
         let last_usable = pauses
             .iter()

@@ -118,7 +118,7 @@ impl Binding {
     }
 }
 
-/// A usage-limit pause (`spec/lifecycle.md` section 5).
+/// A usage-limit pause (docs/behaviour.md L5).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pause {
     /// When the `task_complete` with `usage_limit_exceeded` was observed.
@@ -205,7 +205,7 @@ pub struct Observed<'a> {
     pub info: &'a LineInfo,
 }
 
-/// The folded state (`spec/lifecycle.md` section 2).
+/// The folded state (docs/behaviour.md L2).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct State {
     /// Identity from the first `session_meta`, once seen.

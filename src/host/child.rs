@@ -283,7 +283,7 @@ impl Child {
         // rewrite guard (which checks the file up to the fold's position) covers every shipped
         // line. Reading to the end of the file instead shipped lines appended since the fold's
         // last read, and a truncation back to the fold's position then went unnoticed, with
-        // lines on the server that the file no longer holds (issue 20, item 8).
+        // lines on the server that the file no longer holds (docs/behaviour.md S4).
         let behind = t.fold.next_number().saturating_sub(t.ship.next_number());
         if !self.pipeline.wants_text() || behind == 0 {
             return Ok(None);

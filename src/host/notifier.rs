@@ -9,71 +9,30 @@
 //! in one of them, so the host routes each changed path to the pipeline that follows it, and
 //! hands the rest to its membership (discovery).
 //!
-//! Events are only hints. They are collected as a set of paths (a burst of appends to one
-//! file is one entry) behind one coalesced wake-up; past [`MAX_EVENT_PATHS`] distinct paths
-//! the set is dropped and a full scan is asked for instead, so memory stays bounded. The
-//! safety-net poll covers anything notification misses.
-//!
-//! Opening a file or directory is no change: `notify` reports every `open(2)` in a watched
-//! directory (inotify `IN_OPEN`), including the supervisor's own directory listings and
-//! rollout reads, and treating those as changes fed a loop (a listing's open woke a
-//! listing) that kept a core busy while every child was idle. Such access events are
-//! dropped; only a close after writing is kept.
+//! Events are only hints, collected by the backend (`crate::platform::notifier`: `notify`, or
+//! inotify read directly for the daemon on Linux) as a set of paths behind one coalesced
+//! wake-up, or a request for a full scan. The safety-net poll covers anything notification
+//! misses, and is all there is when no backend could start or polling is forced.
 //!
 //! The owner may also name which paths matter to it ([`Notifier::start_filtered`]); the rest
-//! are dropped in the notification thread, before anyone is woken. On Linux that notifier
-//! reads inotify itself ([`raw_inotify`]: a narrower mask, paced reads) instead of through
-//! `notify`. The daemon watches the
+//! are dropped in the notification thread, before anyone is woken. The daemon watches the
 //! kcap CLI's watcher directory for sessions' pid files, where every held key's heartbeat is
 //! rewritten every 10 s (about ten a second with 10 sessions of 10 children): without the
 //! filter, each woke its loop.
 
-#[cfg(target_os = "linux")]
-mod raw_inotify;
-
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecursiveMode, Watcher};
-use tokio::sync::Notify;
+use crate::platform::notifier::{self as backends, Backend, Sink};
 
-/// How many paths one notification batch may name before a full scan is cheaper.
-pub(crate) const MAX_EVENT_PATHS: usize = 4096;
-
-/// What changed since the last [`Notifier::take`].
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Changes {
-    /// Paths named by events, each once.
-    pub paths: Vec<PathBuf>,
-    /// Too many paths, or an event without paths: scan everything.
-    pub rescan: bool,
-    /// The notifier reported an error (warn once; the poll carries on).
-    pub failed: bool,
-}
-
-#[derive(Debug, Default)]
-struct Inbox {
-    paths: HashSet<PathBuf>,
-    rescan: bool,
-    failed: bool,
-}
-
-/// An event that changes nothing: a file or directory opened, read or closed unwritten.
-fn is_mere_access(kind: &EventKind) -> bool {
-    matches!(kind, EventKind::Access(a) if *a != AccessKind::Close(AccessMode::Write))
-}
+pub(crate) use crate::platform::notifier::Changes;
 
 /// The host's one notifier.
 pub(crate) struct Notifier {
-    watcher: Option<notify::RecommendedWatcher>,
-    /// The daemon's, on Linux: inotify read directly (see [`raw_inotify`]).
-    #[cfg(target_os = "linux")]
-    raw: Option<raw_inotify::RawInotify>,
+    /// `None`: polling only (see [`Notifier::polling_because`]).
+    backend: Option<Box<dyn Backend>>,
     watched: BTreeSet<PathBuf>,
-    inbox: Arc<Mutex<Inbox>>,
-    wake: Arc<Notify>,
+    sink: Sink,
     /// Why there is no notification (forced polling, or the notifier could not start).
     polling_because: Option<String>,
 }
@@ -81,106 +40,51 @@ pub(crate) struct Notifier {
 impl Notifier {
     /// Starts the notifier, or polling only when `force_poll` is set or it cannot start.
     pub fn start(force_poll: bool) -> Notifier {
-        let mut this = Notifier::bare();
-        if force_poll {
-            this.polling_because = Some("polling forced by KCAP_WATCH_FORCE_POLL".into());
-            return this;
-        }
-        this.start_notify(|_| true);
-        this
+        Notifier::with(force_poll, |sink| {
+            backends::recommended(sink, Box::new(|_| true))
+        })
     }
 
     /// [`Notifier::start`], keeping only the paths `wanted` accepts: an event none of whose
-    /// paths it accepts wakes nobody. An event without paths (a rescan) is always kept. On
-    /// Linux this reads inotify directly, with a narrower mask and paced reads
-    /// ([`raw_inotify`]): the daemon's watcher directory changes ten times a second.
+    /// paths it accepts wakes nobody. An event without paths (a rescan) is always kept. Its
+    /// backend is the one for a busy directory ([`backends::filtered`]: on Linux inotify read
+    /// directly, with a narrower mask and paced reads): the daemon's watcher directory changes
+    /// ten times a second.
     pub fn start_filtered(
         force_poll: bool,
         wanted: impl Fn(&Path) -> bool + Send + 'static,
     ) -> Notifier {
-        let mut this = Notifier::bare();
-        if force_poll {
-            this.polling_because = Some("polling forced by KCAP_WATCH_FORCE_POLL".into());
-            return this;
-        }
-        #[cfg(target_os = "linux")]
-        {
-            match raw_inotify::RawInotify::start(
-                this.inbox.clone(),
-                this.wake.clone(),
-                Box::new(wanted),
-            ) {
-                Ok(raw) => this.raw = Some(raw),
-                Err(e) => {
-                    this.polling_because = Some(format!(
+        Notifier::with(force_poll, |sink| {
+            backends::filtered(sink, Box::new(wanted))
+        })
+    }
+
+    fn with(
+        force_poll: bool,
+        start: impl FnOnce(&Sink) -> Result<Box<dyn Backend>, String>,
+    ) -> Notifier {
+        let sink = Sink::default();
+        let (backend, polling_because) = if force_poll {
+            (
+                None,
+                Some("polling forced by KCAP_WATCH_FORCE_POLL".to_string()),
+            )
+        } else {
+            match start(&sink) {
+                Ok(b) => (Some(b), None),
+                Err(e) => (
+                    None,
+                    Some(format!(
                         "file notification unavailable ({e}); polling instead"
-                    ));
-                }
+                    )),
+                ),
             }
-            this
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            this.start_notify(wanted);
-            this
-        }
-    }
-
-    fn bare() -> Notifier {
-        Notifier {
-            watcher: None,
-            #[cfg(target_os = "linux")]
-            raw: None,
-            watched: BTreeSet::new(),
-            inbox: Arc::new(Mutex::new(Inbox::default())),
-            wake: Arc::new(Notify::new()),
-            polling_because: None,
-        }
-    }
-
-    /// Starts `notify`'s watcher, keeping the paths `wanted` accepts.
-    fn start_notify(&mut self, wanted: impl Fn(&Path) -> bool + Send + 'static) {
-        let (inbox, wake) = (self.inbox.clone(), self.wake.clone());
-        let handler = move |mut res: notify::Result<notify::Event>| {
-            if let Ok(event) = &mut res {
-                if is_mere_access(&event.kind) {
-                    return;
-                }
-                if !event.paths.is_empty() {
-                    event.paths.retain(|p| wanted(p));
-                    if event.paths.is_empty() {
-                        return;
-                    }
-                }
-            }
-            let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
-            match res {
-                Ok(event) if event.paths.is_empty() => inbox.rescan = true,
-                Ok(event) => {
-                    for path in event.paths {
-                        if inbox.paths.len() >= MAX_EVENT_PATHS {
-                            inbox.rescan = true;
-                            inbox.paths.clear();
-                            break;
-                        }
-                        inbox.paths.insert(path);
-                    }
-                }
-                Err(_) => {
-                    inbox.failed = true;
-                    inbox.rescan = true;
-                }
-            }
-            drop(inbox);
-            wake.notify_one();
         };
-        match notify::recommended_watcher(handler) {
-            Ok(w) => self.watcher = Some(w),
-            Err(e) => {
-                self.polling_because = Some(format!(
-                    "file notification unavailable ({e}); polling instead"
-                ));
-            }
+        Notifier {
+            backend,
+            watched: BTreeSet::new(),
+            sink,
+            polling_because,
         }
     }
 
@@ -194,9 +98,8 @@ impl Notifier {
     /// failed this time are returned with why.
     pub fn sync(&mut self, dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
         let mut failed = Vec::new();
-        #[cfg(target_os = "linux")]
-        if let Some(raw) = self.raw.as_mut() {
-            for dir in raw.take_lost() {
+        if let Some(backend) = self.backend.as_mut() {
+            for dir in backend.take_lost() {
                 self.watched.remove(&dir);
             }
         }
@@ -231,27 +134,14 @@ impl Notifier {
         failed
     }
 
-    /// Watches `dir` with whichever backend runs (`None`: none, polling only).
+    /// Watches `dir` with the backend (`None`: none, polling only).
     fn watch(&mut self, dir: &Path) -> Option<Result<(), String>> {
-        #[cfg(target_os = "linux")]
-        if let Some(raw) = self.raw.as_mut() {
-            return Some(raw.watch(dir).map_err(|e| e.to_string()));
-        }
-        let watcher = self.watcher.as_mut()?;
-        Some(
-            watcher
-                .watch(dir, RecursiveMode::NonRecursive)
-                .map_err(|e| e.to_string()),
-        )
+        Some(self.backend.as_mut()?.watch(dir))
     }
 
     fn unwatch(&mut self, dir: &Path) {
-        #[cfg(target_os = "linux")]
-        if let Some(raw) = self.raw.as_mut() {
-            raw.unwatch(dir);
-        }
-        if let Some(watcher) = self.watcher.as_mut() {
-            let _ = watcher.unwatch(dir);
+        if let Some(backend) = self.backend.as_mut() {
+            backend.unwatch(dir);
         }
     }
 
@@ -263,38 +153,17 @@ impl Notifier {
 
     /// Waits for the next batch of events (coalesced: many events, one wake-up).
     pub async fn changed(&self) {
-        self.wake.notified().await;
+        self.sink.changed().await;
     }
 
-    /// Test helper: everything delivered until `last` is among the paths (one inotify queue
-    /// delivers in order, so what was done before `last` was written has been delivered, or
-    /// dropped), failing after 10 s; a batch that asks for a rescan fails too.
+    /// Test helper: see [`Sink::paths_until`].
     #[cfg(test)]
     pub async fn paths_until(&self, last: &Path) -> BTreeSet<PathBuf> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut paths = BTreeSet::new();
-        while !paths.contains(last) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            assert!(
-                tokio::time::timeout(left, self.changed()).await.is_ok(),
-                "no notification for {}",
-                last.display()
-            );
-            let changes = self.take();
-            assert!(!changes.rescan, "a rescan was asked for");
-            paths.extend(changes.paths);
-        }
-        paths
+        self.sink.paths_until(last).await
     }
 
     /// Takes what the events since the last call named.
     pub fn take(&self) -> Changes {
-        let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = std::mem::take(&mut *inbox);
-        Changes {
-            paths: taken.paths.into_iter().collect(),
-            rescan: taken.rescan,
-            failed: taken.failed,
-        }
+        self.sink.take()
     }
 }

@@ -1,5 +1,5 @@
 //! Owning keys: the one way the host holds a key, for `watch`'s one child and `supervise`'s
-//! many (docs/behaviour.md R8, `spec/files.md`).
+//! many (docs/behaviour.md R8 and F).
 //!
 //! `watch` takes its key with its lock alone ([`Ownership::take`]; held by another watcher, it
 //! exits 75): the kcap CLI's spawner started it, holding the spawn lock meanwhile.
@@ -50,21 +50,9 @@ fn descriptors_short() -> Option<io::Error> {
         io::Error::other(format!(
             "only {spare} open files left under the limit, kept for the keys already held \
              (os error {})",
-            too_many_open_files()
+            crate::platform::open_files::too_many_open_files()
         ))
     })
-}
-
-/// `EMFILE`'s number, as an error text carries it (`out_of_resources` recognises it).
-fn too_many_open_files() -> i32 {
-    #[cfg(unix)]
-    {
-        libc::EMFILE
-    }
-    #[cfg(not(unix))]
-    {
-        24
-    }
 }
 
 /// The kcap CLI's startup grace: a watcher younger than this is never stale.

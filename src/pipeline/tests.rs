@@ -1,4 +1,4 @@
-//! Each numbered case of issue 11 replayed against the pipeline with injected time: the
+//! Each numbered delivery fault (docs/behaviour.md R3) replayed against the pipeline with injected time: the
 //! driver below plays the shell (spool writes and cursor moves answered at once, requests
 //! left for the test to answer).
 

@@ -1,7 +1,7 @@
 //! Handing freed heap memory back to the operating system. glibc's allocator keeps freed
 //! memory for reuse, so a watcher (or a supervisor of dozens of children) that once caught up
 //! on a backlog would keep its peak resident size for the rest of its life: after 50
-//! children caught up, 56 % of the supervisor's resident memory was freed heap (issue 21).
+//! children caught up, 56 % of the supervisor's resident memory was freed heap (docs/performance.md).
 //! Elsewhere (musl, macOS, Windows) the allocator returns memory by itself or offers no such
 //! call, and this does nothing.
 //!

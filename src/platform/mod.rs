@@ -17,6 +17,8 @@
 //! - [`plain_path`]: a canonical path without Windows' verbatim `\\?\` prefix, as a service
 //!   definition names the binary;
 //! - [`memory`]: handing freed heap memory back to the system where the allocator keeps it;
+//! - [`notifier`]: change notification backends behind one trait (`notify` everywhere, inotify
+//!   read directly on Linux for the daemon's busy watcher directory);
 //! - [`signals`]: the signals that end a watcher, and detaching from a terminal;
 //! - [`proc_info`]: another process's command line and environment (the daemon reads the
 //!   kcap CLI's session watcher);
@@ -32,15 +34,19 @@ pub mod detached;
 pub mod file_id;
 pub mod lock;
 pub mod memory;
+pub(crate) mod notifier;
 pub mod open_files;
 pub mod plain_path;
 pub mod positional;
 pub mod private_file;
 pub mod proc_info;
 pub mod process;
+pub(crate) mod process_handle;
 pub mod replace;
 pub mod signals;
 pub mod start_token;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 /// A real process to point the liveness and token checks at: this test binary again,
 /// running only [`test_child::wait_for_stdin_to_close`], which lives until its stdin closes.
@@ -52,19 +58,24 @@ pub(crate) mod test_child {
     const MARK: &str = "KCAP_WATCH_TEST_CHILD";
 
     pub(crate) fn spawn() -> Child {
-        Command::new(std::env::current_exe().expect("the test binary's path"))
-            .args([
-                "--exact",
-                "platform::test_child::wait_for_stdin_to_close",
-                "--ignored",
-                "--quiet",
-            ])
-            .env(MARK, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the test binary as a child")
+        command().spawn().expect("spawn the test binary as a child")
+    }
+
+    /// The command [`spawn`] runs; arguments added to it are test-name filters that match
+    /// nothing more.
+    pub(crate) fn command() -> Command {
+        let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+        cmd.args([
+            "--exact",
+            "platform::test_child::wait_for_stdin_to_close",
+            "--ignored",
+            "--quiet",
+        ])
+        .env(MARK, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        cmd
     }
 
     #[test]

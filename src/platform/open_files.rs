@@ -2,9 +2,35 @@
 //! lock) and a few per child being shipped, so the usual soft limit of 1,024 (systemd's default
 //! for services, most shells') runs out at a few hundred children while the hard limit allows
 //! far more. Every command that may hold keys raises its soft limit to the hard one at start
-//! (the spec, and the README's "Daemon" section); the daemon's supervisors inherit it.
+//! (docs/behaviour.md T4, and docs/guide.md, "Daemon"); the daemon's supervisors inherit it.
 //!
 //! Windows has no such per-process limit on handles worth raising: nothing is done there.
+
+/// The OS error codes that say a resource ran out (descriptors, the disk, a quota), as an
+/// `io::Error` carries them. Empty on Windows, whose errors say so by their kind alone.
+pub fn exhausted_codes() -> &'static [i32] {
+    #[cfg(unix)]
+    {
+        &[libc::EMFILE, libc::ENFILE, libc::ENOSPC, libc::EDQUOT]
+    }
+    #[cfg(not(unix))]
+    {
+        &[]
+    }
+}
+
+/// The code of "too many open files" (`EMFILE`), for an error made up when descriptors are
+/// kept in reserve; the POSIX number where the platform has none.
+pub fn too_many_open_files() -> i32 {
+    #[cfg(unix)]
+    {
+        libc::EMFILE
+    }
+    #[cfg(not(unix))]
+    {
+        24
+    }
+}
 
 /// Below this hard limit a long-lived supervisor may run short: said at start.
 pub const LOW: u64 = 4096;

@@ -66,6 +66,13 @@ pub fn restrict_temp_files(builder: &mut tempfile::Builder<'_, '_>) {
     os::restrict_temp_files(builder);
 }
 
+/// Makes `options` open a named pipe or device at the path at once (to be refused as not a
+/// regular file) instead of blocking until some writer opens it; on a regular file this
+/// changes nothing. Windows opens a pipe's path without waiting: nothing to do there.
+pub fn never_block_on_open(options: &mut OpenOptions) {
+    os::never_block_on_open(options);
+}
+
 /// Takes away every access but the owner's from an existing file (a no-op on Windows, where
 /// access is the directory's ACL).
 pub fn make_private(path: &Path) -> io::Result<()> {
@@ -96,6 +103,10 @@ mod os {
     pub(super) fn is_link(_file: &File) -> io::Result<bool> {
         // O_NOFOLLOW already failed the open of a link.
         Ok(false)
+    }
+
+    pub(super) fn never_block_on_open(options: &mut OpenOptions) {
+        options.custom_flags(libc::O_NONBLOCK);
     }
 
     pub(super) fn is_link_refusal(e: &io::Error) -> bool {
@@ -148,6 +159,8 @@ mod os {
 
 #[cfg(windows)]
 mod os {
+    pub(super) fn never_block_on_open(_options: &mut OpenOptions) {}
+
     use super::*;
     use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
 

@@ -185,7 +185,7 @@ mod os {
     use windows_sys::Win32::System::Threading::GetProcessTimes;
 
     pub(super) fn for_pid(pid: u32) -> Option<String> {
-        let process = crate::platform::process::OpenProcess::running(pid)?;
+        let process = crate::platform::process_handle::OpenProcess::running(pid)?;
         let zero = FILETIME {
             dwLowDateTime: 0,
             dwHighDateTime: 0,

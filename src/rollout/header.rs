@@ -67,7 +67,7 @@ impl Identity {
     }
 }
 
-/// `agent_type` as the kcap server expects it (`spec/server-api.md` section 3). Older and
+/// `agent_type` as the kcap server expects it (docs/behaviour.md A3). Older and
 /// grandchild headers name the child only under `source.subagent.thread_spawn`, so those
 /// fields stand in for missing top-level ones.
 pub(crate) fn agent_type(meta: &SessionMetaInfo) -> String {

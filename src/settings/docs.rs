@@ -45,17 +45,21 @@ pub fn environment_section(settings: &[&dyn Entry]) -> roff::Roff {
     r
 }
 
-/// The README's configuration table for `settings` (the registry's [`super::SETTINGS`]).
+/// The README's configuration table for `settings` (the registry's [`super::SETTINGS`]), with
+/// the commands that take each.
 pub fn markdown_table(settings: &[&dyn Entry]) -> String {
-    let mut s =
-        String::from("| variable | flag | value | default | meaning |\n|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| variable | flag | value | default | commands | meaning |\n|---|---|---|---|---|---|\n",
+    );
     for e in documented(settings) {
         let flag = e.flag().map_or("—".to_string(), |f| format!("`{f}`"));
+        let commands: Vec<&str> = e.commands().iter().map(|c| c.name()).collect();
         s.push_str(&format!(
-            "| `{}` | {flag} | {} | `{}` | {} |\n",
+            "| `{}` | {flag} | {} | `{}` | {} | {} |\n",
             e.var(),
             e.var_syntax(),
             e.shown_default(),
+            commands.join(", "),
             e.doc()
         ));
     }
@@ -73,6 +77,7 @@ mod tests {
         OptionalText {
             absent: "none",
             what: "an id",
+            example: "id",
         },
         "An id.",
     );
@@ -81,6 +86,7 @@ mod tests {
         OptionalText {
             absent: "none",
             what: "a URL",
+            example: "http://127.0.0.1:9",
         },
         "For tests.",
     );
@@ -93,7 +99,9 @@ mod tests {
             .chain([&SECRET_ID as &dyn Entry, &OVERRIDE])
             .collect();
         let table = markdown_table(&settings);
-        assert!(table.contains("| `KCAP_TEST_ID` | — | an id | `none` | An id. |"));
+        assert!(table.contains("| `KCAP_TEST_ID` | — | an id | `none` |  | An id. |"));
+        assert!(table.contains("| `KCAP_WATCH_EXCLUDE` | — |"));
+        assert!(table.contains("| daemon | kcap-watch daemon leaves a session"));
         assert!(!table.contains("KCAP_TEST_OVERRIDE_URL"));
         let man = environment_section(&settings).render();
         assert!(man.contains("KCAP_TEST_ID"));

@@ -44,6 +44,9 @@ pub trait Kind: Sync + 'static {
     fn shown_default(&self) -> String;
     /// What the variable takes, for the documents.
     fn var_syntax(&self) -> String;
+    /// A valid variable value other than the default, and a flag value (`None`: a switch):
+    /// see [`super::Entry::example`].
+    fn example(&self) -> (String, Option<String>);
     /// Flag, else variable, else default; warnings about a bad variable go to `warnings`.
     fn resolve(
         &self,
@@ -194,6 +197,14 @@ fn window_syntax(unit: TimeUnit) -> String {
     format!("whole {}", unit.name())
 }
 
+/// Seven units more than the default for the variable, 90 s more for the flag (a value the
+/// variable cannot say).
+fn window_example(unit: TimeUnit, default: Duration) -> (String, Option<String>) {
+    let var = default.as_secs() / unit.secs() + 7;
+    let flag = show_duration(default + Duration::from_secs(90));
+    (var.to_string(), Some(flag))
+}
+
 impl Kind for Window {
     type Value = Duration;
 
@@ -207,6 +218,10 @@ impl Kind for Window {
 
     fn var_syntax(&self) -> String {
         window_syntax(self.unit)
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        window_example(self.unit, self.default)
     }
 
     fn resolve(
@@ -240,6 +255,10 @@ impl Kind for OptionalWindow {
 
     fn var_syntax(&self) -> String {
         window_syntax(self.unit)
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        window_example(self.unit, self.default)
     }
 
     fn resolve(
@@ -300,6 +319,14 @@ impl Kind for Millis {
 
     fn shown_default(&self) -> String {
         format!("{}ms", self.default.as_millis())
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        let ms = |d: Duration| (d + Duration::from_millis(250)).min(self.max).as_millis();
+        (
+            ms(self.default).to_string(),
+            Some(format!("{}ms", ms(self.min))),
+        )
     }
 
     fn var_syntax(&self) -> String {
@@ -450,6 +477,10 @@ impl Kind for Switch {
         "off".to_string()
     }
 
+    fn example(&self) -> (String, Option<String>) {
+        ("1".to_string(), None)
+    }
+
     fn var_syntax(&self) -> String {
         "1, true or yes to turn it on (anything else leaves it off)".to_string()
     }
@@ -487,6 +518,8 @@ pub struct OptionalText {
     pub absent: &'static str,
     /// What the value is, for the documents (`an http or https URL`).
     pub what: &'static str,
+    /// A valid value, for tests ([`Kind::example`]).
+    pub example: &'static str,
 }
 
 impl Kind for OptionalText {
@@ -502,6 +535,10 @@ impl Kind for OptionalText {
 
     fn var_syntax(&self) -> String {
         self.what.to_string()
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        (self.example.to_string(), Some(self.example.to_string()))
     }
 
     fn resolve(&self, input: Input<'_>, _: &mut Vec<String>) -> Result<Option<Given>, ConfigError> {
@@ -533,6 +570,8 @@ pub struct Text {
     /// What the value is, for the documents (`a profile name`).
     pub what: &'static str,
     pub check: Option<Check>,
+    /// A valid value other than the default, for tests ([`Kind::example`]).
+    pub example: &'static str,
 }
 
 impl Kind for Text {
@@ -546,6 +585,10 @@ impl Kind for Text {
 
     fn shown_default(&self) -> String {
         self.default.to_string()
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        (self.example.to_string(), Some(self.example.to_string()))
     }
 
     fn var_syntax(&self) -> String {
@@ -615,6 +658,11 @@ impl Kind for Path {
         "a path".to_string()
     }
 
+    fn example(&self) -> (String, Option<String>) {
+        let path = "/srv/kcap example/dir".to_string();
+        (path.clone(), Some(path))
+    }
+
     fn resolve(
         &self,
         input: Input<'_>,
@@ -669,6 +717,15 @@ impl<T: ValueEnum + Default + 'static> Kind for Choice<T> {
 
     fn shown_default(&self) -> String {
         choice_name(&T::default()).into_owned()
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        let other = T::value_variants()
+            .iter()
+            .map(choice_name)
+            .find(|n| *n != choice_name(&T::default()))
+            .unwrap_or_else(|| choice_name(&T::default()));
+        (other.to_string(), Some(other.into_owned()))
     }
 
     fn var_syntax(&self) -> String {

@@ -18,23 +18,23 @@
 mod docs;
 pub mod kinds;
 /// Declares the settings flags one command accepts: a type to flatten into its arguments
-/// (it reads as [`SettingsArgs`]). A flag of another command is clap's "unexpected argument"
-/// error naming it (exit 2); variables of settings a command does not use are not read.
+/// (it reads as [`SettingsArgs`]), taking the flags of every registry entry whose commands
+/// name `$command`. A flag of another command is clap's "unexpected argument" error naming it
+/// (exit 2); variables of settings a command does not use are not read
+/// ([`crate::config::resolve_for`]).
 macro_rules! command_settings {
-    ($(#[$attr:meta])* $name:ident: [$($setting:ident),* $(,)?]) => {
+    ($(#[$attr:meta])* $name:ident: $command:expr) => {
         $(#[$attr])*
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
         pub struct $name(pub SettingsArgs);
 
         impl $name {
+            /// The command these settings are for.
+            pub const COMMAND: Command = $command;
+
             /// The long flags this command accepts, in registry order.
             pub fn flags() -> Vec<&'static str> {
-                let mine: &[&dyn Entry] = &[$(&$setting),*];
-                SETTINGS
-                    .iter()
-                    .filter(|s| mine.iter().any(|m| m.var() == s.var()))
-                    .filter_map(|s| s.flag())
-                    .collect()
+                Self::COMMAND.flags()
             }
         }
 
@@ -47,11 +47,10 @@ macro_rules! command_settings {
 
         impl clap::Args for $name {
             fn augment_args(cmd: clap::Command) -> clap::Command {
-                let flags = $name::flags();
                 cmd.args(
                     SETTINGS
                         .iter()
-                        .filter(|s| s.flag().is_some_and(|f| flags.contains(&f)))
+                        .filter(|s| s.commands().contains(&Self::COMMAND))
                         .filter_map(|s| s.arg()),
                 )
             }
@@ -102,8 +101,57 @@ pub enum Exposure {
     Hidden,
 }
 
-/// One setting: its variable, how it is exposed, what it does, and its kind (unit, default,
-/// reading rules).
+/// A command that takes settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Watch,
+    Supervise,
+    Inspect,
+    Replay,
+    Daemon,
+    Status,
+}
+
+impl Command {
+    /// Every command that takes settings, in the order of `--help`.
+    pub const ALL: [Command; 6] = [
+        Command::Watch,
+        Command::Inspect,
+        Command::Supervise,
+        Command::Replay,
+        Command::Daemon,
+        Command::Status,
+    ];
+
+    /// The subcommand's name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Command::Watch => "watch",
+            Command::Supervise => "supervise",
+            Command::Inspect => "inspect",
+            Command::Replay => "replay",
+            Command::Daemon => "daemon",
+            Command::Status => "status",
+        }
+    }
+
+    /// Whether this command takes `setting`.
+    pub fn takes(self, setting: &dyn Entry) -> bool {
+        setting.commands().contains(&self)
+    }
+
+    /// The long flags this command accepts, in registry order.
+    pub fn flags(self) -> Vec<&'static str> {
+        SETTINGS
+            .iter()
+            .filter(|s| self.takes(**s))
+            .filter_map(|s| s.flag())
+            .collect()
+    }
+}
+
+/// One setting: its variable, how it is exposed, what it does, its kind (unit, default,
+/// reading rules), the commands that take it and whether it is a secret.
 #[derive(Debug)]
 pub struct Setting<K> {
     pub var: &'static str,
@@ -112,6 +160,12 @@ pub struct Setting<K> {
     /// variable and the default are added from the kind; do not repeat them.
     pub doc: &'static str,
     pub kind: K,
+    /// The commands that use it (the daemon takes what it passes on to its supervisors too).
+    /// Any other command refuses its flag and does not read its variable.
+    pub commands: &'static [Command],
+    /// A credential, or half of one: never a flag, never written to a service file or a
+    /// command line (the service names where it comes from instead).
+    pub secret: bool,
 }
 
 impl<K> Setting<K> {
@@ -128,6 +182,8 @@ impl<K> Setting<K> {
             exposure: Exposure::Flag { long, value_name },
             doc,
             kind,
+            commands: &[],
+            secret: false,
         }
     }
 
@@ -138,6 +194,8 @@ impl<K> Setting<K> {
             exposure: Exposure::EnvOnly,
             doc,
             kind,
+            commands: &[],
+            secret: false,
         }
     }
 
@@ -148,7 +206,22 @@ impl<K> Setting<K> {
             exposure: Exposure::Hidden,
             doc: why,
             kind,
+            commands: &[],
+            secret: false,
         }
+    }
+
+    /// The commands that take this setting.
+    pub const fn taken_by(mut self, commands: &'static [Command]) -> Setting<K> {
+        self.commands = commands;
+        self
+    }
+
+    /// Marks a credential: it can have no flag (checked by a unit test) and is never written
+    /// where others read (service files, command lines of spawned processes).
+    pub const fn secret(mut self) -> Setting<K> {
+        self.secret = true;
+        self
     }
 
     /// The flag (`--server`), if the setting has one.
@@ -174,6 +247,14 @@ pub trait Entry: Sync {
     fn var_syntax(&self) -> String;
     /// The clap argument for the flag, `None` without one.
     fn arg(&'static self) -> Option<Arg>;
+    /// The commands that take it.
+    fn commands(&self) -> &'static [Command];
+    /// Whether it is a credential (see [`Setting::secret`]).
+    fn is_secret(&self) -> bool;
+    /// A valid value for the variable other than the default, and one for the flag (`None`
+    /// for a switch, which takes none): what a test gives every setting to prove it
+    /// round-trips (through a printed service, to a supervisor).
+    fn example(&self) -> (String, Option<String>);
 }
 
 impl<K: Kind> Entry for Setting<K> {
@@ -195,6 +276,18 @@ impl<K: Kind> Entry for Setting<K> {
 
     fn shown_default(&self) -> String {
         self.kind.shown_default()
+    }
+
+    fn commands(&self) -> &'static [Command] {
+        self.commands
+    }
+
+    fn is_secret(&self) -> bool {
+        self.secret
+    }
+
+    fn example(&self) -> (String, Option<String>) {
+        self.kind.example()
     }
 
     fn var_syntax(&self) -> String {
@@ -294,6 +387,53 @@ impl SettingsArgs {
     }
 }
 
+/// A setting as one command was given it: by its flag, its variable, or both (the flag wins
+/// when the command resolves it).
+#[derive(Clone)]
+pub struct GivenSetting {
+    pub setting: &'static dyn Entry,
+    /// The flag and its raw value; a switch's value is empty.
+    pub flag: Option<(&'static str, OsString)>,
+    /// The variable's value, when set and not blank.
+    pub var: Option<String>,
+}
+
+impl fmt::Debug for GivenSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The value of a secret is not shown.
+        let var = match (&self.var, self.setting.is_secret()) {
+            (Some(_), true) => Some("[REDACTED]"),
+            (v, _) => v.as_deref(),
+        };
+        f.debug_struct("GivenSetting")
+            .field("setting", &self.setting.var())
+            .field("flag", &self.flag)
+            .field("var", &var)
+            .finish()
+    }
+}
+
+/// Every setting `command` takes that it was given, by flag or variable, in registry order:
+/// what it must hand on unchanged (to a printed service, to the processes it starts).
+pub fn given(
+    command: Command,
+    args: &SettingsArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<GivenSetting> {
+    SETTINGS
+        .iter()
+        .copied()
+        .filter(|s| command.takes(*s))
+        .filter_map(|setting| {
+            let flag = setting
+                .flag()
+                .and_then(|long| args.get(long).map(|v| (long, v.to_os_string())));
+            let var = env(setting.var()).filter(|v| !v.trim().is_empty());
+            (flag.is_some() || var.is_some()).then_some(GivenSetting { setting, flag, var })
+        })
+        .collect()
+}
+
 /// A configuration the watcher cannot run with (exit code 2). The message names the flag or
 /// variable, which is also in `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,6 +456,9 @@ impl std::error::Error for ConfigError {}
 pub struct Resolver<'a> {
     args: &'a SettingsArgs,
     env: &'a dyn Fn(&str) -> Option<String>,
+    /// The command resolving: a setting it does not take is its default, its variable unread.
+    /// `None`: every setting is read.
+    command: Option<Command>,
     pub warnings: Vec<String>,
     /// Every variable read so far, so a test can prove no registry entry is left unread.
     read: Vec<&'static str>,
@@ -326,14 +469,37 @@ impl<'a> Resolver<'a> {
         Resolver {
             args,
             env,
+            command: None,
             warnings: Vec::new(),
             read: Vec::new(),
+        }
+    }
+
+    /// A resolver for `command`: the settings it does not take keep their defaults, their
+    /// variables unread (a variable meant for another command, e.g. a `KCAP_URL` `status`
+    /// has no use for, can neither warn nor fail).
+    pub fn for_command(
+        command: Command,
+        args: &'a SettingsArgs,
+        env: &'a dyn Fn(&str) -> Option<String>,
+    ) -> Resolver<'a> {
+        Resolver {
+            command: Some(command),
+            ..Resolver::new(args, env)
         }
     }
 
     /// The value of `setting`.
     pub fn get<K: Kind>(&mut self, setting: &'static Setting<K>) -> Result<K::Value, ConfigError> {
         self.read.push(setting.var);
+        if self.command.is_some_and(|c| !c.takes(setting)) {
+            let unused = kinds::Input {
+                var: setting.var,
+                flag: None,
+                raw_var: None,
+            };
+            return setting.kind.resolve(unused, &mut self.warnings);
+        }
         let flag = setting
             .long()
             .and_then(|long| self.args.get(long).map(|v| (long, v)));
@@ -381,6 +547,70 @@ mod tests {
         for f in flags {
             assert!(f.starts_with("--"), "{f} must be written with its dashes");
         }
+    }
+
+    #[test]
+    fn every_setting_is_taken_by_a_command_and_no_secret_is_a_flag() {
+        for s in SETTINGS {
+            assert!(!s.commands().is_empty(), "no command takes {}", s.var());
+            if s.is_secret() {
+                assert_eq!(s.flag(), None, "{} is a secret with a flag", s.var());
+                assert_ne!(s.exposure(), Exposure::Hidden, "{}", s.var());
+            }
+        }
+    }
+
+    #[test]
+    fn a_command_reads_only_the_variables_of_its_settings() {
+        let args = SettingsArgs::default();
+        let env = |name: &str| match name {
+            "KCAP_URL" => Some("ftp://not-for-status".to_string()),
+            "KCAP_CODEX_STALL_MINUTES" => Some("soon".to_string()),
+            "HOME" => Some("/home/u".to_string()),
+            _ => None,
+        };
+        let mut status = Resolver::for_command(Command::Status, &args, &env);
+        assert_eq!(status.get(&SERVER), Ok(None));
+        assert_eq!(status.get(&STALL_AFTER), Ok(Some(STALL_AFTER.kind.default)));
+        assert!(status.warnings.is_empty(), "{:?}", status.warnings);
+        let mut watch = Resolver::for_command(Command::Watch, &args, &env);
+        assert!(watch.get(&SERVER).unwrap().is_some());
+        watch.get(&STALL_AFTER).unwrap();
+        assert_eq!(watch.warnings.len(), 1, "{:?}", watch.warnings);
+    }
+
+    #[test]
+    fn given_lists_what_the_command_takes_flag_and_variable() {
+        let mut args = SettingsArgs::default();
+        args.given.insert("--stop-grace", OsString::from("30s"));
+        let env = |name: &str| match name {
+            "KCAP_CODEX_SUBAGENT_REAP_MINUTES" => Some("7".to_string()),
+            "KCAP_WATCH_EXCLUDE" => Some("/srv/**".to_string()),
+            "KCAP_PROFILE" => Some("  ".to_string()),
+            _ => None,
+        };
+        let vars = |c: Command| -> Vec<&str> {
+            given(c, &args, &env)
+                .iter()
+                .map(|g| g.setting.var())
+                .collect()
+        };
+        assert_eq!(
+            vars(Command::Daemon),
+            [
+                "KCAP_CODEX_SUBAGENT_IDLE_MINUTES",
+                "KCAP_CODEX_SUBAGENT_REAP_MINUTES",
+                "KCAP_WATCH_EXCLUDE"
+            ]
+        );
+        assert_eq!(
+            vars(Command::Watch),
+            [
+                "KCAP_CODEX_SUBAGENT_IDLE_MINUTES",
+                "KCAP_CODEX_SUBAGENT_REAP_MINUTES"
+            ]
+        );
+        assert!(vars(Command::Status).is_empty());
     }
 
     #[test]

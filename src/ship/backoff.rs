@@ -1,6 +1,6 @@
 //! Retry pacing for transient delivery failures (`408`, `429`, `5xx`, transport errors).
 //!
-//! The watcher never gives up on a transient failure (`spec/server-api.md` section 2): a kcap
+//! The watcher never gives up on a transient failure (docs/behaviour.md A2): a kcap
 //! server that is down for an hour must get every line once it is back. So the policy has no
 //! attempt limit; it only spreads the retries out. The runtime loop runs each request as a
 //! spawned task and schedules the retry itself, which is why this is a small stateful

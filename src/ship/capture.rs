@@ -183,13 +183,7 @@ fn capture_cow(raw: Cow<'_, [u8]>, redactor: &Redactor) -> Result<String, Loss> 
     Ok(redacted.unwrap_or_else(|| text.into_owned()))
 }
 
-/// The length of `raw` in UTF-16 code units once decoded as the shipping path decodes it (each
-/// invalid sequence becomes one U+FFFD). Allocates nothing.
-pub fn utf16_len(raw: &[u8]) -> u64 {
-    let mut count = crate::tail::reader::Utf16Count::default();
-    count.add(raw);
-    count.total()
-}
+pub use crate::tail::reader::utf16_len;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! The kcap HTTP API (`spec/server-api.md`): the watermark query, transcript batches and the
+//! The kcap HTTP API (docs/behaviour.md A1-A5): the watermark query, transcript batches and the
 //! lifecycle hooks, and the exact JSON bodies of those hooks.
 //!
 //! This module only speaks HTTP and sorts answers into what the caller must do next
@@ -42,8 +42,8 @@ const SNIPPET_BYTES: usize = 512;
 /// so a 2xx is only believed once complete).
 const KEEP_BYTES: usize = 64 * 1024;
 
-/// Overall deadline of each kind of request (connect + send + read), `spec/server-api.md`
-/// section 5.
+/// Overall deadline of each kind of request (connect + send + read), docs/behaviour.md
+/// A5.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadlines {
     pub watermark: Duration,

@@ -23,7 +23,7 @@ use crate::tail::reader::SizeLimit;
 pub const LINE_LIMIT: SizeLimit = SizeLimit::bytes(capture::MAX_RECORD_BYTES);
 
 /// One `/hooks/transcript` request body; also one record of the transcript spool
-/// (`spec/files.md`), so the kcap CLI and this watcher can deliver each other's spools.
+/// (docs/behaviour.md F), so the kcap CLI and this watcher can deliver each other's spools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptBatch {
     pub session_id: String,

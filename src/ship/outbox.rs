@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-/// At most this many lines per batch (`spec/server-api.md` section 2).
+/// At most this many lines per batch (docs/behaviour.md A2).
 pub(crate) const MAX_BATCH_LINES: usize = 1000;
 
 /// About this many bytes of JSON body per batch.
@@ -66,7 +66,7 @@ impl Batch {
         self.lines.iter().map(|l| l.json.len()).sum()
     }
 
-    /// The `/hooks/transcript` body (`spec/server-api.md` section 2).
+    /// The `/hooks/transcript` body (docs/behaviour.md A2).
     pub(crate) fn body(&self, session_id: &str, agent_id: Option<&str>, vendor: &str) -> String {
         let mut out = String::with_capacity(self.bytes() + self.lines.len() * 12 + 160);
         out.push_str("{\"session_id\":");

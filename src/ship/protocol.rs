@@ -1,4 +1,4 @@
-//! The kcap API as data (`spec/server-api.md`): routes, the hook bodies, the watermark, the
+//! The kcap API as data (docs/behaviour.md A1-A5): routes, the hook bodies, the watermark, the
 //! failure kinds a request can end in, and how the answers' bodies and headers read. No
 //! socket here: the pipeline speaks this vocabulary, and the HTTP transport
 //! ([`super::client`]) carries it. Keeping them apart lets the pure core depend on the
@@ -274,7 +274,7 @@ pub(crate) fn parse_retry_after(value: &str, now: Ts) -> Option<Duration> {
     Some(Ts(at.as_millisecond()).duration_since(now))
 }
 
-/// Why a session watcher posts `session-end` (`spec/lifecycle.md`).
+/// Why a session watcher posts `session-end` (docs/behaviour.md L4b).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionEndReason {
@@ -321,7 +321,7 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("a hook body always serialises")
 }
 
-/// The `subagent-stop` body (`spec/server-api.md` section 3). `last_assistant_message` must
+/// The `subagent-stop` body (docs/behaviour.md A3). `last_assistant_message` must
 /// already be redacted and cut to 4 KiB (or be empty).
 pub fn subagent_stop_body(
     session_id: &str,
@@ -344,7 +344,7 @@ pub fn subagent_stop_body(
     })
 }
 
-/// The `subagent-start` body (`spec/server-api.md` section 3), posted when the child's
+/// The `subagent-start` body (docs/behaviour.md A3), posted when the child's
 /// watermark answered `404`.
 pub fn subagent_start_body(
     session_id: &str,
@@ -362,7 +362,7 @@ pub fn subagent_start_body(
     })
 }
 
-/// The `session-end/codex` body (`spec/server-api.md` section 4).
+/// The `session-end/codex` body (docs/behaviour.md A4).
 pub fn session_end_body(
     session_id: &str,
     transcript_path: &Path,

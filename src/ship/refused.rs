@@ -4,7 +4,7 @@
 //! 405) and not "later" (408, 429) will be refused again however often it is sent. Kept in the
 //! transcript spool it would be re-posted by every `replay` and, since a replay sends a
 //! session's lifecycle requests only once its lines are through, it would hold the session's
-//! `subagent-stop` back for ever (issue 20, item 1). So the watcher and `replay` both isolate
+//! `subagent-stop` back for ever (docs/behaviour.md S4). So the watcher and `replay` both isolate
 //! such a line by halving and append it here instead:
 //! `<config>/kcap-watch/refused/<session>.jsonl`, one [`TranscriptBatch`] a line (the transcript
 //! spool's record format, keyed the same way), so a person or `kcap import` can still read

@@ -1,6 +1,6 @@
 //! `kcap-watch replay`: deliver what the spools hold (lines first, then lifecycle requests).
 //!
-//! The files are the kcap CLI's own, drained with the same protocol (`spec/files.md`): a spool
+//! The files are the kcap CLI's own, drained with the same protocol (docs/behaviour.md F): a spool
 //! file is renamed to a private `.draining` file before it is read, so concurrent appends
 //! never collide, and whatever the server did not acknowledge is put back. Delivering twice
 //! is harmless (the server de-duplicates), so a crash midway loses nothing.
@@ -24,8 +24,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tracing::{error, info, warn};
 
-use crate::config::Settings;
 use crate::ship::TranscriptBatch;
+use crate::ship::auth::Credentials;
 use crate::ship::backoff::Backoff;
 use crate::ship::client::{Deadlines, KcapClient};
 use crate::ship::protocol::Failure;
@@ -81,23 +81,21 @@ impl Spool {
     }
 }
 
-/// Delivers the spools of one session (or of every session with a backlog). `session` must
-/// already be a checked id (`files::check_id`).
+/// Delivers the spools under `config` of one session (or of every session with a backlog)
+/// to `url` with `token`. `session` must already be a checked id (`files::check_id`).
 pub(crate) async fn replay(
-    settings: &Settings,
+    config: &Path,
     url: &str,
+    token: Credentials,
     session: Option<&str>,
 ) -> Result<ReplayReport> {
-    let token = settings.credentials(url);
     let client = KcapClient::new(url, token, Deadlines::default())?;
     let sessions = match session {
         Some(s) => vec![s.to_string()],
-        None => spool::sessions_with_backlog(&settings.config_dir)
-            .context("failed to list the spools")?,
+        None => spool::sessions_with_backlog(config).context("failed to list the spools")?,
     };
     let mut report = ReplayReport::default();
     let pid = std::process::id();
-    let config = &settings.config_dir;
     for session in sessions {
         let path = spool::transcript_spool_path(config, &session);
         let lines_kept = drain(&client, config, &path, pid, Spool::Transcript, &mut report).await?;

@@ -1,5 +1,5 @@
 //! The two spools, in the kcap CLI's formats, so either tool can deliver what the other spooled
-//! (`spec/files.md`, "Spools").
+//! (docs/behaviour.md F).
 //!
 //! - Transcript spool `<config>/transcript-spool/<key>.transcript.jsonl`: one
 //!   [`TranscriptBatch`] (a `/hooks/transcript` body) a line, capped at 8 MiB; a batch that would
@@ -242,7 +242,7 @@ pub struct SpooledLines {
 
 /// The highest line number in the transcript spool for this `session_id` **and** `agent_id`
 /// (`None` matches records whose `agent_id` is `null`): offline, the resume line is one past it
-/// (`spec/lifecycle.md` section 3). Unreadable records are skipped and logged.
+/// (docs/behaviour.md L3). Unreadable records are skipped and logged.
 pub fn highest_spooled_line(
     config_dir: &Path,
     session_id: &str,

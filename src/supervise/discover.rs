@@ -1,4 +1,4 @@
-//! Finding every descendant rollout of one session (docs/behaviour.md R8, issue 14).
+//! Finding every descendant rollout of one session (docs/behaviour.md R8).
 //!
 //! Two layers, as everywhere in this crate:
 //!
@@ -141,7 +141,7 @@ pub(crate) struct ThreadFacts {
     pub parents: Vec<String>,
     /// `session_id` when present and not the thread's own id, without dashes.
     pub session_id: Option<String>,
-    /// Whether the header says it is a sub-agent (`spec/rollout-format.md`).
+    /// Whether the header says it is a sub-agent (docs/behaviour.md X).
     pub is_child: bool,
     /// `agent_type` for lifecycle requests.
     pub agent_type: Option<String>,

@@ -1,5 +1,5 @@
-//! `supervise`: one process for every descendant sub-agent of one session (issue 14,
-//! docs/behaviour.md R8).
+//! `supervise`: one process for every descendant sub-agent of one session (docs/behaviour.md
+//! R8).
 //!
 //! `supervise` is the host (`crate::host`) with a discovered membership:
 //!

@@ -104,6 +104,14 @@ fn valid_units(text: &[u8]) -> u64 {
         .sum()
 }
 
+/// The length of `raw` in UTF-16 code units once decoded as the shipping path decodes it (each
+/// invalid sequence becomes one U+FFFD), as the capture-loss marker names it. Allocates nothing.
+pub fn utf16_len(raw: &[u8]) -> u64 {
+    let mut count = Utf16Count::default();
+    count.add(raw);
+    count.total()
+}
+
 /// A line's length in UTF-16 code units once decoded as the kcap CLI decodes it (each invalid
 /// sequence one U+FFFD, one unit), counted piece by piece as the line streams past, split
 /// anywhere (inside a character too).
@@ -494,7 +502,7 @@ impl LineReader {
         };
         let units = (oversize && self.gives_text).then(|| match kept {
             // Just over the limit, the text still fitted what the reader keeps.
-            Some(t) => crate::ship::capture::utf16_len(t),
+            Some(t) => utf16_len(t),
             // A BOM is one unit, and so is a `\r`.
             None => self
                 .units

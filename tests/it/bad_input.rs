@@ -514,7 +514,7 @@ fn a_single_200_mib_line_streams_through_in_bounded_memory() {
 /// fixed number of times: eight of them (32 MiB of rollout) raise the peak resident memory of
 /// `watch --once` over the same watcher's on a small rollout by at most five lines' worth.
 /// What the watcher holds is bounded by the line, not by the rollout or a batch. (This is the
-/// test build; the release build's absolute figures are in the README, "Performance".)
+/// test build; the release build's absolute figures are in docs/performance.md.)
 #[test]
 #[cfg(target_os = "linux")]
 fn once_over_a_rollout_of_4_mib_lines_ships_them_whole_in_memory_bounded_by_the_line() {

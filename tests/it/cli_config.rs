@@ -1,5 +1,5 @@
 //! The command line and the resolution of flag > `KCAP_*` variable > default
-//! (`spec/configuration.md`), as a user or a spawning kcap CLI sees them.
+//! (docs/behaviour.md C), as a user or a spawning kcap CLI sees them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -211,6 +211,8 @@ fn help_names_every_variable_and_default() {
         ("supervise", kcap_watch::cli::SuperviseSettings::flags()),
         ("inspect", kcap_watch::cli::InspectSettings::flags()),
         ("replay", kcap_watch::cli::ReplaySettings::flags()),
+        ("daemon", kcap_watch::cli::DaemonSettings::flags()),
+        ("status", kcap_watch::cli::StatusSettings::flags()),
     ];
     for (sub, flags) in commands {
         let help = cmd
@@ -639,6 +641,8 @@ fn a_setting_another_command_uses_is_refused_by_name() {
         ],
         &["kcap-watch", "watch", "r.jsonl", "--codex-home", "/tmp"],
         &["kcap-watch", "replay", "--poll-interval", "1s"],
+        &["kcap-watch", "status", "--stop-grace", "5s"],
+        &["kcap-watch", "status", "--server", "http://127.0.0.1:9"],
     ] {
         let e = parse_err(args);
         assert_eq!(
@@ -655,6 +659,15 @@ fn a_setting_another_command_uses_is_refused_by_name() {
         &["kcap-watch", "inspect", "r.jsonl", "--stop-grace", "5m"],
         &["kcap-watch", "supervise", "r.jsonl", "--codex-home", "/tmp"],
         &["kcap-watch", "watch", "r.jsonl", "--poll-interval", "1s"],
+        &["kcap-watch", "status", "--watcher-dir", "/tmp"],
+        &[
+            "kcap-watch",
+            "daemon",
+            "--stop-grace",
+            "30s",
+            "--reap-after",
+            "7m",
+        ],
     ] {
         assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
     }

@@ -1,4 +1,4 @@
-//! Delivery v2 with the real binary (issue 11): every numbered case that lost or misplaced
+//! Delivery v2 with the real binary (docs/behaviour.md R3): every numbered case that lost or misplaced
 //! data, each against the fake kcap server or offline, asserting what a user would see on the
 //! server and in the spools.
 // Every test here ends the watcher with SIGTERM (or reads /proc): unix only. Windows is
@@ -99,16 +99,21 @@ fn once_offline_on_a_long_child_spools_every_line_and_the_stop() {
     assert_eq!(hook_routes(&sb), vec!["subagent-stop"], "{}", p.stdout());
 }
 
-/// Case 4: `--once` with the server unreachable spools lines and stop and exits 0, quickly.
+/// Case 4: `--once` with the server unreachable spools lines and stop and exits 0, quickly:
+/// once its 5 s without progress have passed, not after retrying for longer.
 #[test]
 fn once_with_the_server_unreachable_spools_and_exits_0() {
     let sb = Sandbox::new();
     child_rollout(&sb, 2);
     let url = format!("http://127.0.0.1:{}", free_port());
-    let t = Instant::now();
     let mut p = sb.spawn(&mut sb.watch(Some(&url), &["--once"]));
     assert_eq!(p.exit_code(W, "--once"), 0, "{}", p.stderr());
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // By its own log clock (process start-up, seconds under Wine, is not the behaviour):
+    // the 5 s stall and a few seconds for what runs around it.
+    let took = p
+        .logged_until("watcher_exiting")
+        .expect("a watcher_exiting record");
+    assert!(took < Duration::from_secs(8), "{took:?}: {}", p.stderr());
     assert_eq!(spooled_numbers(&sb), vec![0, 1, 2, 3, 4]);
     assert_eq!(hook_routes(&sb), vec!["subagent-stop"]);
 }

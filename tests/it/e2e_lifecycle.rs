@@ -190,7 +190,7 @@ fn a_pending_wait_agent_call_prevents_idle_end() {
     let status = wait_exit(&mut child, W);
     assert!(status.success());
     assert_eq!(server.lines(SESSION, CHILD).len(), 4);
-    // The turn never ended, but a reaped child owes its stop (revision-2 R4.4): no card spins
+    // The turn never ended, but a reaped child owes its stop (docs/behaviour.md R4.4): no card spins
     // after its watcher is gone.
     assert_eq!(server.hooks("subagent-stop").len(), 1);
 }

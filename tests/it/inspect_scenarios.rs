@@ -1,5 +1,5 @@
-//! `kcap-watch inspect` against real files: the fold scenarios of `spec/lifecycle.md`
-//! section 8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, bad paths, and the
+//! `kcap-watch inspect` against real files: the fold scenarios of docs/behaviour.md
+//! L8 (2, 3, 6 and 10) through `--line-times --now`, the fixtures, bad paths, and the
 //! facts docs/behaviour.md R4 adds (binding window, queued mail, stop owed at exit, idle from
 //! the watcher's start, a child header without a parent).
 

@@ -1,5 +1,5 @@
-//! The running watcher loop under tokio's paused clock: the scenarios of `spec/lifecycle.md`
-//! section 8 that involve the loop's timers, with minutes and hours passing instantly and
+//! The running watcher loop under tokio's paused clock: the scenarios of docs/behaviour.md
+//! L8 that involve the loop's timers, with minutes and hours passing instantly and
 //! deterministically. Offline, so the spools show what the watcher did.
 
 use crate::support;
@@ -368,7 +368,7 @@ async fn a_session_ends_after_its_idle_window_counted_from_the_close_of_a_pause(
     assert!(ends[0].contains("idle_timeout"));
 }
 
-// ---- revision-2 R4 at the loop: decisions that match what real Codex writes ----------------
+// ---- docs/behaviour.md R4 at the loop: decisions that match what real Codex writes ----------------
 
 /// Log records the watcher emits while the guard lives (text format), so a test can see a
 /// `stall_detected` or a `role` the way a user's log file would show it.
@@ -680,7 +680,7 @@ async fn loop_a_resumed_session_idle_for_hours_gets_a_full_window_from_the_watch
     assert_eq!(s.spooled_lines(), 3);
 }
 
-/// The host's shutdown is passed in (issue 18): a test ends a running watcher through a
+/// The host's shutdown is passed in (docs/design.md, "Shutdown from outside"): a test ends a running watcher through a
 /// channel, in-process and with no signal, and it ends as `SIGTERM` ends it: every line
 /// handed over (the spool, offline), the exit reason naming the signal, the key's files and
 /// the status file removed.
@@ -719,7 +719,7 @@ async fn the_injected_shutdown_ends_the_watcher_as_sigterm_does() {
     assert_eq!(files_in(&status_dir, ".json"), 0);
 }
 
-// ---- revision-3 S6: a sub-agent's copy of its parent's history --------------------------------
+// ---- docs/behaviour.md S6: a sub-agent's copy of its parent's history --------------------------------
 
 /// The session of `fixtures/codex/child-inherited-history.jsonl` (its parent's).
 const INHERITING_SESSION: &str = "019fb1a00c417e529d3a51f0c2a7e001";

@@ -68,3 +68,66 @@ fn readme_lists_exactly_the_tests_skipped_under_wine() {
         }
     }
 }
+
+/// The README's two setup commands, from its "Build and test from source" block: the demo
+/// (`cargo run ...`) and the test command.
+fn setup_commands() -> (String, String) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let section = &readme[readme
+        .find("## Build and test from source")
+        .expect("README.md lacks its setup section")..];
+    let block = section.split("```").nth(1).expect("a code block");
+    let commands: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && *l != "sh")
+        .collect();
+    assert_eq!(commands.len(), 2, "two commands: {commands:?}");
+    (commands[0].to_string(), commands[1].to_string())
+}
+
+/// The two setup commands share one build: the demo runs on the dev profile the tests build
+/// (no `--release`, whose fat LTO would be a second cold build), and CI runs exactly the test
+/// command the README gives.
+#[test]
+fn the_setup_commands_share_one_build_and_ci_runs_the_readme_test_command() {
+    let (demo, test) = setup_commands();
+    assert!(demo.contains("cargo run --locked -- "), "{demo}");
+    assert!(
+        !demo.contains("--release") && !demo.contains("--profile"),
+        "{demo}"
+    );
+    assert_eq!(test, "cargo test --locked");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == test),
+        ".ci/run does not run `{test}`"
+    );
+}
+
+/// The demo does what the README says: offline, on the shipped fixture, it folds the rollout,
+/// spools its lines and the stop, and prints where.
+#[test]
+fn the_readme_demo_spools_the_fixtures_lines_and_its_stop() {
+    let (demo, _) = setup_commands();
+    let args = demo
+        .split_once("cargo run --locked -- ")
+        .map(|(_, rest)| rest)
+        .unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let mut c = crate::support::bin::kcap_watch(config.path());
+    c.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args.split_whitespace());
+    let out = crate::support::bin::run(c, std::time::Duration::from_secs(30));
+    let stdout = crate::support::bin::stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        crate::support::bin::stderr(&out)
+    );
+    assert!(stdout.contains("spooled"), "{stdout}");
+    assert!(stdout.contains("subagent-stop"), "{stdout}");
+}

@@ -1,4 +1,4 @@
-//! The scenarios of `spec/lifecycle.md` section 8 (as docs/behaviour.md R4 revises them) and
+//! The scenarios of docs/behaviour.md L8 (as docs/behaviour.md R4 revises them) and
 //! the "done when" cases of R4, against the pure core: the fold and the decision functions,
 //! with every time injected. (The same scenarios run through the binary in
 //! `inspect_scenarios.rs` and, with a running watcher, in the lifecycle tests.)

@@ -250,12 +250,8 @@ fn a_password_in_the_server_url_never_appears_in_warnings_or_errors() {
         "http://kcap:hunter2-pw@kcap.example.com",
         "ftp://kcap:hunter2-pw@kcap.example.com/x",
     ] {
-        let out = sandbox
-            .cmd(Some(url))
-            .arg("inspect")
-            .arg(&sandbox.rollout)
-            .output()
-            .unwrap();
+        // `replay` reads the server (`inspect`, which ships nothing, no longer reads it).
+        let out = sandbox.cmd(Some(url)).arg("replay").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("KCAP_URL"), "{err}");
         assert!(
@@ -265,7 +261,7 @@ fn a_password_in_the_server_url_never_appears_in_warnings_or_errors() {
     }
 }
 
-/// Secret shapes of `spec/server-api.md` section 2, as they would sit in a tool's output.
+/// Secret shapes of docs/behaviour.md A2, as they would sit in a tool's output.
 const SECRETS: &[&str] = &[
     "ghp_R4nd0mT0k3nV4lu3F0rT3st1ng00aa",
     "AKIAIOSFODNN7EXAMPLE",
@@ -433,15 +429,16 @@ fn plain_http_to_a_host_other_than_loopback_warns_and_nothing_else_does() {
     let sandbox = Sandbox::new();
     sandbox.append(b"");
     let run = |url: &str, flag: bool| {
-        // By flag through `replay` (with nothing spooled, it sends nothing): `inspect` takes
-        // no `--server` since each command accepts only its own settings (issue 18).
+        // Through `replay` (with nothing spooled, it sends nothing), by flag and by variable:
+        // a command reads only its own settings (docs/behaviour.md T5), and `inspect` ships
+        // nothing, so it takes no server.
         let mut c = if flag {
             let mut c = sandbox.cmd(None);
             c.args(["replay", "--server", url]);
             c
         } else {
             let mut c = sandbox.cmd(Some(url));
-            c.arg("inspect").arg(&sandbox.rollout);
+            c.arg("replay");
             c
         };
         let out = c.output().unwrap();

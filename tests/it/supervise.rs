@@ -338,7 +338,13 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     ) == Some(watch_pid)));
 
     let mut sup = home.supervise(&server, &[]);
-    std::thread::sleep(Duration::from_millis(600));
+    // The supervisor has found the child and left it to the live watcher (waited for as it
+    // says so: a fixed pause may end before a process has even started, under Wine).
+    assert!(
+        wait_for(WAIT, || home.logs().contains("\"event\":\"child_held\"")),
+        "{}",
+        home.logs()
+    );
     assert_eq!(
         kcap_cli_alive(&home.watchers(), &key(CHILD_A), 30),
         Some(watch_pid),
@@ -535,7 +541,7 @@ fn sigterm_with_a_hung_server_spools_every_childs_lines_within_the_budget() {
     }
 }
 
-/// docs/behaviour.md S2.7, a defect found from outside (issue 19: reproduced 3 of 3 with a 4 s
+/// docs/behaviour.md S2.7, a defect found from outside (reproduced 3 of 3 with a 4 s
 /// reap): a child whose pipeline was reaped and that Codex then re-engages. Before the fix, the
 /// supervisor released the key at the reap and never looked at the child again, so the lines
 /// of the second turn were never shipped, spooled or logged. Now the key stays ours through

@@ -503,13 +503,8 @@ mod tests {
             saved,
             json!({"access_token": "new", "github_username": "alice"})
         );
-        #[cfg(unix)]
+        if let Some(mode) = crate::platform::test_support::mode(&config.join("tokens/default.json"))
         {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(config.join("tokens/default.json"))
-                .unwrap()
-                .permissions()
-                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         assert!(!config.join("tokens.json").exists());

@@ -145,15 +145,18 @@ pub(crate) fn is_text(b: &[u8]) -> bool {
 /// Whether the first characters of a run decode to printable ASCII, as hex or as base64: most
 /// runs (hashes, identifiers, encrypted blobs) fail here, with nothing decoded or allocated.
 fn starts_as_text(run: &[u8]) -> bool {
-    let printable =
-        |c: u32| (0x20..0x7f).contains(&c) || c == u32::from(b'\n') || c == u32::from(b'\t');
+    let control = |c: u32| c < 0x20 && !matches!(c, 0x09 | 0x0a | 0x0d) || c == 0x7f;
+    let ascii = |c: u32| (0x20..0x7f).contains(&c) || matches!(c, 0x09 | 0x0a | 0x0d);
     let hex = |c: u8| (c as char).to_digit(16);
-    let as_hex = run.len() >= 4
-        && run[..4].iter().all(u8::is_ascii_hexdigit)
-        && run[..4].chunks(2).all(|p| match (hex(p[0]), hex(p[1])) {
-            (Some(h), Some(l)) => printable(h * 16 + l),
+    // Hex: the first four bytes printable ASCII.
+    let as_hex = run.len() >= 8
+        && run[..8].chunks(2).all(|p| match (hex(p[0]), hex(p[1])) {
+            (Some(h), Some(l)) => ascii(h * 16 + l),
             _ => false,
         });
+    if as_hex {
+        return true;
+    }
     let sextet = |c: u8| -> Option<u32> {
         Some(match c {
             b'A'..=b'Z' => u32::from(c - b'A'),
@@ -164,21 +167,28 @@ fn starts_as_text(run: &[u8]) -> bool {
             _ => return None,
         })
     };
-    let as_base64 = run.len() >= 8
-        && run[..8].chunks(4).all(|q| {
-            let mut v = 0u32;
-            for &c in q {
-                match sextet(c) {
-                    Some(x) => v = (v << 6) | x,
-                    None => return false,
-                }
+    // Base64: the first twelve bytes hold no control character and mostly ASCII (text in
+    // another script still passes; random bytes pass one time in hundreds).
+    if run.len() < 16 {
+        return false;
+    }
+    let mut printable = 0;
+    for q in run[..16].chunks(4) {
+        let mut v = 0u32;
+        for &c in q {
+            match sextet(c) {
+                Some(x) => v = (v << 6) | x,
+                None => return false,
             }
-            // Three bytes; a UTF-8 lead or continuation byte may be text too.
-            [(v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff]
-                .iter()
-                .all(|&b| printable(b) || b >= 0x80)
-        });
-    as_hex || as_base64
+        }
+        for b in [(v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff] {
+            if control(b) {
+                return false;
+            }
+            printable += usize::from(ascii(b));
+        }
+    }
+    printable >= 9
 }
 
 /// The text a base64 run decodes to, if it is text.

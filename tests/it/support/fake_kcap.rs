@@ -1,4 +1,4 @@
-//! A stateful fake kcap server (`spec/server-api.md`) with fault injection.
+//! A stateful fake kcap server (docs/behaviour.md A1-A5) with fault injection.
 //!
 //! It runs on its own thread with its own tokio runtime, so a test can drive it from sync
 //! code while the real binary talks to it, or from an async test while a `KcapClient` does.

@@ -207,6 +207,21 @@ impl Proc {
             .collect()
     }
 
+    /// How long the process took, by its own log clock, from its first record to the first
+    /// record named `event` (`None` when it logged none). Unlike a clock in the test, it does
+    /// not count starting the process, which takes seconds under Wine on a loaded machine.
+    pub fn logged_until(&self, event: &str) -> Option<Duration> {
+        let at = |e: &Value| {
+            e["timestamp"]
+                .as_str()
+                .and_then(kcap_watch::time::Ts::parse_rfc3339)
+        };
+        let events = self.events();
+        let first = at(events.first()?)?;
+        let then = events.iter().find(|e| e["fields"]["event"] == event)?;
+        Some(at(then)?.duration_since(first))
+    }
+
     pub fn has_event(&self, name: &str) -> bool {
         !self.events_named(name).is_empty()
     }

@@ -17,8 +17,13 @@
 //!   contended) and checked again, it would spawn one: the stand-in records the key instead
 //!   (`no-watcher.txt`), which the tests require to stay empty;
 //! - when `<dir>/end` appears, its session ends: the teardown kills every child key it ensured
-//!   as `KillWatcher` does (SIGTERM to the pid in `<key>.pid`, up to 5 s for it to exit, then
-//!   SIGKILL; the pid, heartbeat and started files removed), removes its own files and exits.
+//!   as `KillWatcher` does (unix: SIGTERM to the pid in `<key>.pid`, up to 5 s for it to
+//!   exit, then SIGKILL; Windows, which has no SIGTERM: the process killed at once, then up to
+//!   5 s for it to exit; the pid, heartbeat and started files removed), removes its own files
+//!   and exits.
+//!
+//! It runs wherever the suite does: on Windows its command line and environment are read by
+//! the daemon from the process itself, as on Linux (`kcap_watch::platform::proc_info`).
 #![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -185,10 +190,19 @@ fn now_text() -> String {
     jiff::Timestamp::now().to_string()
 }
 
+/// Writes `path` whole through a temporary file. On Windows a rename over a file someone
+/// is reading at that moment can be refused: tried again for up to a second (a heartbeat that
+/// still fails is written at the next loop turn).
 fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, path).unwrap();
+    for _ in 0..50 {
+        if fs::rename(&tmp, path).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = fs::remove_file(&tmp);
 }
 
 fn append(path: &Path, line: &str) {
@@ -279,12 +293,10 @@ fn post_start(server: &str, session: &str, agent: &str) -> bool {
 /// at most 20 s old.
 fn watcher_alive(watchers: &Path, key: &str) -> bool {
     let read = |suffix: &str| fs::read_to_string(watchers.join(format!("{key}.{suffix}"))).ok();
-    let Some(pid) = read("pid").and_then(|t| t.lines().next()?.trim().parse::<i32>().ok()) else {
+    let Some(pid) = read("pid").and_then(|t| t.lines().next()?.trim().parse::<u32>().ok()) else {
         return false;
     };
-    // SAFETY: kill(pid, 0) only asks whether the process exists.
-    let runs = unsafe { libc::kill(pid, 0) == 0 } && !is_zombie(pid);
-    if !runs {
+    if !runs(pid) {
         return false;
     }
     let now = jiff::Timestamp::now();
@@ -296,12 +308,29 @@ fn watcher_alive(watchers: &Path, key: &str) -> bool {
     time("heartbeat").is_some_and(|beat| (now - beat).get_milliseconds() <= 20_000)
 }
 
-/// .NET's `HasExited` is true for a zombie.
-fn is_zombie(pid: i32) -> bool {
+/// Whether `pid` runs, as .NET's `HasExited` answers it: a zombie has exited.
+#[cfg(target_os = "linux")]
+fn runs(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-        .unwrap_or(true)
+        .and_then(|s| s.rfind(')').map(|i| !s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Whether `pid` runs (an exited process is not running on Windows, whoever holds it).
+#[cfg(not(target_os = "linux"))]
+fn runs(pid: u32) -> bool {
+    kcap_watch::platform::process::alive(pid)
+}
+
+/// How `KillWatcher` first asks a watcher to end: SIGTERM on unix, where it spools before
+/// exiting; Windows has none, and `Process.Kill` ends it at once.
+fn ask_to_end(pid: u32) {
+    if cfg!(unix) {
+        let _ = kcap_watch::platform::detached::terminate(pid);
+    } else {
+        let _ = kcap_watch::platform::detached::kill(pid);
+    }
 }
 
 /// `EnsureWatcherRunning`, recording instead of spawning.
@@ -355,21 +384,19 @@ fn kill_watcher(watchers: &Path, key: &str) {
         return;
     };
     let mut lines = text.lines();
-    if let Some(pid) = lines.next().and_then(|l| l.trim().parse::<i32>().ok()) {
+    if let Some(pid) = lines.next().and_then(|l| l.trim().parse::<u32>().ok()) {
         let token = lines.next().map(str::trim).unwrap_or("");
         let recycled = !token.is_empty()
-            && kcap_watch::files::process_start_token(pid as u32).is_some_and(|t| t != token);
+            && kcap_watch::files::process_start_token(pid).is_some_and(|t| t != token);
         if !recycled {
-            // SAFETY: kill(2) with plain integers.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            ask_to_end(pid);
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(5) && !is_zombie(pid) {
+            while start.elapsed() < Duration::from_secs(5) && runs(pid) {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            if !is_zombie(pid) {
+            if runs(pid) {
                 eprintln!("{key}: force-killed {pid} after 5 s");
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let _ = kcap_watch::platform::detached::kill(pid);
             } else {
                 eprintln!("{key}: {pid} exited gracefully");
             }

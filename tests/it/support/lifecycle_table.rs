@@ -1,4 +1,4 @@
-//! The lifecycle scenarios of `spec/lifecycle.md` section 8 (as docs/behaviour.md R4 revises
+//! The lifecycle scenarios of docs/behaviour.md L8 (as docs/behaviour.md R4 revises
 //! them) as one data table, run at three levels by three suites:
 //!
 //! - the pure core (`tests/it/scenarios.rs`): each line folded at its time, then

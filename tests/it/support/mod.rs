@@ -6,7 +6,6 @@ pub mod bin;
 pub mod fake_kcap;
 pub mod harness;
 pub mod kcap_cli_reader;
-#[cfg(target_os = "linux")]
 pub mod kcap_standin;
 pub mod lifecycle_table;
 pub mod procs;

@@ -1,4 +1,4 @@
-//! Regression cases of issue 20 (docs/behaviour.md S4.1, S4.6), each named after the defect an
+//! Regression cases of defects found from outside (docs/behaviour.md S4.1, S4.6), each named after the defect an
 //! outside review reproduced, with the real binary against the fake kcap server.
 // Watchers here are ended with SIGTERM or SIGKILL and the watcher directory is checked as the
 // kcap CLI's spawner sees it on unix (hard-link counts of the heartbeat slots): unix only.

@@ -13,7 +13,7 @@
 //!   at most one wake-up of the loop instead of one each.
 //!
 //! `notify` keeps its role everywhere else (`watch` and `supervise` on every platform, the
-//! daemon on macOS and Windows); the README says why this one path goes below it.
+//! daemon on macOS and Windows); docs/performance.md says why this one path goes below it.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,9 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
-use tokio::sync::Notify;
 
-use super::{Inbox, MAX_EVENT_PATHS};
+use super::{Backend, Sink, Wanted};
 
 /// How long the reading thread waits after a read before the next: events of a burst (a
 /// supervisor beating its keys) pile up and are read, filtered and delivered as one.
@@ -53,11 +52,7 @@ fn mask() -> WatchMask {
 
 impl RawInotify {
     /// Starts the reading thread; events whose path `wanted` refuses are dropped there.
-    pub(super) fn start(
-        inbox: Arc<Mutex<Inbox>>,
-        wake: Arc<Notify>,
-        wanted: Box<dyn Fn(&Path) -> bool + Send>,
-    ) -> io::Result<RawInotify> {
+    pub(super) fn start(sink: Sink, wanted: Wanted) -> io::Result<RawInotify> {
         let mut inotify = Inotify::init()?;
         let watches = inotify.watches();
         let by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>> = Arc::default();
@@ -74,11 +69,7 @@ impl RawInotify {
                         Ok(events) => events,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(_) => {
-                            let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
-                            inbox.failed = true;
-                            inbox.rescan = true;
-                            drop(inbox);
-                            wake.notify_one();
+                            sink.fail();
                             return;
                         }
                     };
@@ -118,18 +109,7 @@ impl RawInotify {
                         }
                     }
                     if rescan || !paths.is_empty() {
-                        let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
-                        inbox.rescan |= rescan;
-                        for path in paths {
-                            if inbox.paths.len() >= MAX_EVENT_PATHS {
-                                inbox.rescan = true;
-                                inbox.paths.clear();
-                                break;
-                            }
-                            inbox.paths.insert(path);
-                        }
-                        drop(inbox);
-                        wake.notify_one();
+                        sink.deliver(paths, rescan);
                     }
                     std::thread::sleep(COALESCE);
                 }
@@ -142,9 +122,11 @@ impl RawInotify {
             closed,
         })
     }
+}
 
+impl Backend for RawInotify {
     /// The directories whose watch was dropped since the last call, forgotten here.
-    pub(super) fn take_lost(&mut self) -> Vec<PathBuf> {
+    fn take_lost(&mut self) -> Vec<PathBuf> {
         let lost = std::mem::take(&mut *self.lost.lock().unwrap_or_else(PoisonError::into_inner));
         for dir in &lost {
             self.by_dir.remove(dir);
@@ -152,8 +134,11 @@ impl RawInotify {
         lost
     }
 
-    pub(super) fn watch(&mut self, dir: &Path) -> io::Result<()> {
-        let wd = self.watches.add(dir, mask() | WatchMask::ONLYDIR)?;
+    fn watch(&mut self, dir: &Path) -> Result<(), String> {
+        let wd = self
+            .watches
+            .add(dir, mask() | WatchMask::ONLYDIR)
+            .map_err(|e| e.to_string())?;
         self.by_wd
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -162,7 +147,7 @@ impl RawInotify {
         Ok(())
     }
 
-    pub(super) fn unwatch(&mut self, dir: &Path) {
+    fn unwatch(&mut self, dir: &Path) {
         if let Some(wd) = self.by_dir.remove(dir) {
             self.by_wd
                 .lock()
@@ -187,8 +172,14 @@ impl Drop for RawInotify {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Notifier;
+    use super::*;
     use std::io::Read;
+
+    fn started() -> (Sink, RawInotify) {
+        let sink = Sink::default();
+        let raw = RawInotify::start(sink.clone(), Box::new(|_| true)).unwrap();
+        (sink, raw)
+    }
 
     /// Reading a file is no change: with `notify` every open in the watched directory (every
     /// status reader, every other process listing it) was an event the thread woke for. The
@@ -202,9 +193,8 @@ mod tests {
         let renamed = dir.join("renamed.pid");
         std::fs::write(&read_me, "1").unwrap();
         std::fs::write(&removed, "1").unwrap();
-        let mut notifier = Notifier::start_filtered(false, |_| true);
-        assert_eq!(notifier.polling_because(), None);
-        assert!(notifier.sync(std::slice::from_ref(&dir)).is_empty());
+        let (sink, mut raw) = started();
+        raw.watch(&dir).unwrap();
 
         for _ in 0..3 {
             let mut text = String::new();
@@ -219,41 +209,38 @@ mod tests {
         // One queue delivers in order: once the last write is in, the rest was delivered.
         let last = dir.join("last.pid");
         std::fs::write(&last, "1").unwrap();
-        let paths = notifier.paths_until(&last).await;
+        let paths = sink.paths_until(&last).await;
         assert!(!paths.contains(&read_me), "a read was an event: {paths:?}");
         assert!(paths.contains(&removed), "{paths:?}");
         assert!(paths.contains(&renamed), "{paths:?}");
-        drop(notifier);
+        drop(raw);
     }
-}
-
-#[cfg(test)]
-mod lost_tests {
-    use super::super::Notifier;
 
     /// A watched directory removed and made again (the kcap CLI's watcher directory, say) is
-    /// watched again at the next `sync`: the kernel dropped the old watch with the directory.
+    /// reported lost (with a rescan) and can be watched again: the kernel dropped the old
+    /// watch with the directory.
     #[tokio::test(flavor = "current_thread")]
     async fn a_directory_removed_and_made_again_is_watched_again() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("watchers");
         std::fs::create_dir_all(&dir).unwrap();
-        let mut notifier = Notifier::start_filtered(false, |_| true);
-        assert!(notifier.sync(std::slice::from_ref(&dir)).is_empty());
+        let (sink, mut raw) = started();
+        raw.watch(&dir).unwrap();
         std::fs::remove_dir(&dir).unwrap();
         // The removal is seen (a rescan), then the directory is back.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !notifier.take().rescan {
+        while !sink.take().rescan {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             assert!(
-                tokio::time::timeout(left, notifier.changed()).await.is_ok(),
+                tokio::time::timeout(left, sink.changed()).await.is_ok(),
                 "the removal was not seen"
             );
         }
+        assert_eq!(raw.take_lost(), vec![dir.clone()]);
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(notifier.sync(std::slice::from_ref(&dir)).is_empty());
+        raw.watch(&dir).unwrap();
         let pid = dir.join("s.pid");
         std::fs::write(&pid, "1").unwrap();
-        assert!(notifier.paths_until(&pid).await.contains(&pid));
+        assert!(sink.paths_until(&pid).await.contains(&pid));
     }
 }
