@@ -22,7 +22,7 @@ fn shipped_text(input: &str, shipped: &str) -> Result<String, String> {
 }
 
 /// Checks that none of `secrets` ships in any placement of `text`; returns the failures.
-fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
+pub(crate) fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
     let mut failures = Vec::new();
     for (placement, line) in placements(text) {
         let shipped = global().redact_line(line.as_bytes());
@@ -50,7 +50,7 @@ fn leaks(text: &str, secrets: &[&str]) -> Vec<String> {
 }
 
 /// Checks that every placement of `text` ships byte for byte.
-fn changes(text: &str) -> Vec<String> {
+pub(crate) fn changes(text: &str) -> Vec<String> {
     placements(text)
         .into_iter()
         .filter_map(|(placement, line)| {

@@ -18,6 +18,7 @@
 //! Most lines hold no keyword: they cost one pass of a keyword DFA (case-insensitive, no
 //! copy of the line) and are returned untouched.
 
+mod code;
 mod decode;
 mod encoded;
 mod json;

@@ -548,7 +548,7 @@ pub(crate) static RULES: &[Rule] = &[
             "sharedsecret",
         ],
         r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
-        Refine::Group,
+        Refine::Label,
         &[
             "Server=db;User Id=app;Password=my secret pass;Database=x",
             "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
@@ -985,6 +985,37 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "type",
         "policy",
         "length",
+        // What handles or locates a secret, or says how long it lives (`token_loader_cls`,
+        // `_SSO_TOKEN_CACHE_DIR`, `maxTokenAge`, `refreshTokenMode`, `token.Expiry`,
+        // `defaultRegionalCredentialVerificationUrl`): its value is code, a path or a
+        // setting.
+        "cls",
+        "class",
+        "factory",
+        "provider",
+        "providers",
+        "loader",
+        "sourcer",
+        "fetcher",
+        "cache",
+        "dir",
+        "path",
+        "file",
+        "filename",
+        "url",
+        "uri",
+        "endpoint",
+        "prefix",
+        "mode",
+        "format",
+        "fields",
+        "window",
+        "timeout",
+        "age",
+        "expiry",
+        "expiration",
+        "ttl",
+        "lifetime",
     ];
     let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
     // camelCase: its last word (`secretKeyRef` -> `Ref`); UPPER_SNAKE was split above.
@@ -1123,6 +1154,11 @@ fn is_shell_reference(value: &str) -> bool {
 /// attribute path's segments may be of any case (the spec's revision 4 widened revision 3's
 /// lowercase rule: credential-handling code must ship readable).
 fn is_code(rest: &str) -> bool {
+    is_call_or_path(rest) || super::code::is_code_expression(rest)
+}
+
+/// Revision 3's code: a call or a member path of lowercase names, on one line.
+fn is_call_or_path(rest: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
         let name = r"[a-z_][a-z0-9_]*";
         // An attribute path's segments whatever their case (`Config.API_KEY`,
@@ -1162,6 +1198,38 @@ fn is_placeholder(value: &str) -> bool {
         || lower.starts_with("your-")
         || lower.starts_with("your_")
         || lower.starts_with("[trimmed")
+        // The words docs use for any value (`export AWS_ACCESS_KEY_ID=foo`).
+        || matches!(lower.as_str(), "foo" | "bar" | "baz" | "qux" | "quux" | "foobar")
+        // A value shown elided (`'ey...'`): too little of it left to be one.
+        || v.strip_suffix("...")
+            .or_else(|| v.strip_suffix('…'))
+            .is_some_and(|seen| seen.chars().count() <= 8)
+        || is_format_directive(v)
+}
+
+/// A format string's placeholder where the value goes: `%s`, `%v`, `%-8d`
+/// (`fmt.Sprintf("token: %v\nResponse: %s", ...)`), followed by nothing a value could
+/// continue with.
+fn is_format_directive(v: &str) -> bool {
+    static DIRECTIVE: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)")
+            .expect("format directive pattern is a valid regex")
+    });
+    DIRECTIVE.is_match(v)
+}
+
+/// Prose naming alternatives: `JSON/File/Stream)` in "a credential (JSON/File/Stream)": words
+/// of letters joined by `/`.
+fn is_word_list(value: &str) -> bool {
+    let v = value
+        .trim_start_matches('(')
+        .trim_end_matches(['.', ',', ';', ':', ')']);
+    let parts: Vec<&str> = v.split('/').collect();
+    parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| p.len() >= 2 && p.bytes().all(|b| b.is_ascii_alphabetic()))
 }
 
 /// Type annotations and literals that are never secrets (`setFirstTokenReceived: boolean`).
@@ -1310,21 +1378,62 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if value.contains(MARKER) {
         return !super::glued_to_marker(value);
     }
-    if is_shell_reference(value) || is_code(rest) || is_type_or_literal(value) {
+    // A JSON string under a secret's key is data, the whole value: only revision 3's calls and
+    // paths are code there; the structures of code (a bracket left open at the end of a line,
+    // a literal) are code in a file.
+    let code_value = if code {
+        is_code(rest)
+    } else {
+        is_call_or_path(rest)
+    };
+    if is_shell_reference(value) || code_value || is_type_or_literal(value) {
         return true;
     }
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
-    // `api_key=api_key`, `token: token`: a variable of the same name.
+    // `ACCESS_KEY = 'AWS_ACCESS_KEY_ID'`, `awsSecurityTokenHeader = "x-amz-security-token"`:
+    // the name of a variable, key or header, not a secret (T2.8).
+    if super::code::is_name_of_thing(value) {
+        return true;
+    }
+    let bare = value.trim_end_matches([')', ',', ';']);
+    // `{password}`, `{tf.refreshToken}`, `{self.token}`: a variable or member in a composite
+    // literal or a template placeholder.
+    if let Some(inner) = bare.strip_prefix('{').and_then(|v| v.strip_suffix('}'))
+        && code
+        && !inner.is_empty()
+        && (super::code::is_compound_identifier(inner)
+            || inner.eq_ignore_ascii_case(name.rsplit(['.', '-', ':']).next().unwrap_or(name))
+            || is_code(inner))
+    {
+        return true;
+    }
+    // `self._access_key = value`: what an attribute of `self` or `this` is given unquoted is an
+    // expression; a literal would be quoted.
+    let root = name.split(['.', ':']).next().unwrap_or("");
+    if code
+        && matches!(root, "self" | "this" | "cls")
+        && name.len() > root.len()
+        && super::code::is_word(bare)
+    {
+        return true;
+    }
+    // `api_key=api_key`, `token: token`, `self._token_cache = token_cache`,
+    // `web_identity_token_loader=token_loader`: a variable named as the name, or its end.
     let last = name
         .rsplit(['.', '-', ':'])
         .next()
         .unwrap_or(name)
-        .trim_matches(['"', '\'']);
-    value
-        .trim_end_matches([')', ',', ';'])
-        .eq_ignore_ascii_case(last)
+        .trim_matches(['"', '\''])
+        .trim_start_matches('_');
+    let lower_last = last.to_ascii_lowercase();
+    let lower_bare = bare.to_ascii_lowercase();
+    lower_bare == lower_last
+        || (super::code::is_word(bare)
+            && lower_last.len() > lower_bare.len()
+            && lower_last.ends_with(&lower_bare)
+            && lower_last.as_bytes()[lower_last.len() - lower_bare.len() - 1] == b'_')
 }
 
 /// The spans one match of `rule` redacts in `text`.
@@ -1353,6 +1462,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             if in_query || !name_is_secret(name) {
                 return;
             }
+            if let Some(n) = caps.name("n")
+                && annotates(text, n.start(), s.start(), false)
+            {
+                return;
+            }
             push_value(name, text, s.start(), 1, out);
         }
         Refine::Colon => {
@@ -1364,14 +1478,17 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             if !name_is_secret(name) {
                 return;
             }
+            if let Some(n) = caps.name("n")
+                && (annotates(text, n.start(), first.start(), true)
+                    || names_a_variable(text, n.range(), first.start()))
+            {
+                return;
+            }
             let quoted = matches!(first.as_str(), "\"" | "'" | "`");
             if !quoted && matches!(first.as_str(), ":" | "=") {
                 return;
             }
-            let lower = name.to_ascii_lowercase();
-            let strong = ["passw", "pwd", "secret", "passphrase", "pass"]
-                .iter()
-                .any(|w| lower.contains(w));
+            let strong = is_password_name(name);
             let min = match (quoted, strong) {
                 (true, _) => 1,
                 (false, true) => 4,
@@ -1396,9 +1513,23 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Label => {
-            if let Some(s) = group()
-                && !is_shell_reference(s.as_str())
+            let Some(s) = group() else { return };
+            let unquoted = s.as_str().trim_matches(['"', '\'']);
+            // The label may end a longer name (`accessToken`): the name starts before it.
+            let annotated = caps.get(0).is_some_and(|m| {
+                let name_at = text[..m.start()]
+                    .char_indices()
+                    .rev()
+                    .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+                    .map_or(0, |(i, c)| i + c.len_utf8());
+                annotates(text, name_at, s.start(), true)
+            });
+            if !is_shell_reference(s.as_str())
                 && !is_code(&text[s.start()..])
+                && !is_word_list(s.as_str())
+                && !super::code::is_name_of_thing(unquoted)
+                && !annotated
+                && !string_prefix(text, s.range())
             {
                 out.push(s.range());
             }
@@ -1500,11 +1631,181 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
     }
 }
 
+/// Whether the name at `name_at` is declared with a type rather than given a value, and the
+/// value at `value_at` is that type (T2.7): a docstring field (`:type credential_sourcer:
+/// CanonicalNameCredentialSourcer`, `@param {string} token`), a declaration
+/// (`const token: SharedJWE = [`) or, for an assignment (`colon` false), a type alias
+/// (`type DefaultCredentials = Credentials`).
+fn annotates(text: &str, name_at: usize, value_at: usize, colon: bool) -> bool {
+    let before = line_before(text, name_at).trim_end();
+    let word_before = before
+        .rsplit(|c: char| c.is_whitespace() || c == '(' || c == ',')
+        .next()
+        .unwrap_or("");
+    let declared = if colon {
+        matches!(
+            word_before,
+            ":type" | ":param" | ":ivar" | ":vartype" | "@type" | "@param" | "@property"
+        ) || matches!(
+            word_before,
+            "const" | "let" | "var" | "readonly" | "public" | "private" | "protected"
+        )
+    } else {
+        word_before == "type"
+    };
+    if !declared {
+        return false;
+    }
+    let value = text[value_at..]
+        .split(|c: char| c.is_whitespace())
+        .next()
+        .unwrap_or("")
+        .trim_end_matches([',', ';', ')']);
+    super::code::is_word(value) || is_type_or_literal(value) || is_code(&text[value_at..])
+}
+
+/// Whether an unquoted value at `value_at` after the name at `name` is a variable or a type of
+/// code (T2.7): an identifier of several words (`auth_token`, `SharedJWE`) after a quoted key
+/// (`{'Authorization': auth_token}`), or a type ending an indented line with a comma after a
+/// lowercase name (`  token: SharedJWE,`, a parameter spread over lines). Data would quote
+/// it, and a secret has digits or no words; a password may be two capitalised words
+/// (`password: SuperSecret,`), so not after a password's name.
+fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
+    let bytes = text.as_bytes();
+    if matches!(bytes.get(value_at), Some(b'"' | b'\'' | b'`')) {
+        return false;
+    }
+    let after = line_after(text, value_at);
+    let word_len = after
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count();
+    let word = &after[..word_len];
+    if !super::code::is_compound_identifier(word) {
+        return false;
+    }
+    // What follows the word ends it as code does: the line, or a separator of a literal.
+    let next = after[word_len..].trim_start().bytes().next();
+    let quoted_key = name.start > 0
+        && matches!(bytes[name.start - 1], b'"' | b'\'')
+        && bytes.get(name.end) == Some(&bytes[name.start - 1])
+        && matches!(next, None | Some(b',' | b'}' | b')' | b';'));
+    let value = after.trim_end();
+    let line_ends = value_at + after.len() == text.len() || bytes[value_at + after.len()] == b'\n';
+    let indent = line_before(text, name.start);
+    let parameter = !indent.is_empty()
+        && indent.bytes().all(|b| b == b' ' || b == b'\t')
+        && bytes[name.start].is_ascii_lowercase()
+        && !is_password_name(&text[name.clone()])
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && line_ends
+        && value.len() == word.len() + 1
+        && value.ends_with(',');
+    quoted_key || parameter
+}
+
+/// A name of the words a password goes by, whose values may be short and made of words.
+fn is_password_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    ["passw", "pwd", "secret", "passphrase", "pass"]
+        .iter()
+        .any(|w| lower.contains(w))
+}
+
+/// Whether `text[r]` is a Python string prefix (`f`, `b`, `rb`, ...) right before a quote.
+fn string_prefix(text: &str, r: Range<usize>) -> bool {
+    r.len() <= 2
+        && matches!(
+            text[r.clone()].to_ascii_lowercase().as_str(),
+            "f" | "b" | "r" | "u" | "rb" | "br" | "fr" | "rf"
+        )
+        && matches!(text.as_bytes().get(r.end), Some(b'"' | b'\''))
+}
+
+/// How far the precision checks look along a line from a name or value: a long line of
+/// minified code holds a keyword every few bytes, and looking to its ends from each one would
+/// cost the square of its length.
+const LOOK_AROUND: usize = 1024;
+
+/// The text from the start of `at`'s line (or [`LOOK_AROUND`] bytes back, on a longer line)
+/// to `at`.
+fn line_before(text: &str, at: usize) -> &str {
+    let mut from = at.saturating_sub(LOOK_AROUND);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let window = &text[from..at];
+    window.rfind('\n').map_or(window, |i| &window[i + 1..])
+}
+
+/// The text from `at` to the end of its line, or [`LOOK_AROUND`] bytes on.
+fn line_after(text: &str, at: usize) -> &str {
+    let mut to = (at + LOOK_AROUND).min(text.len());
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    let window = &text[at..to];
+    window.find('\n').map_or(window, |i| &window[..i])
+}
+
+/// Whether the quote at `at` closes the string the name sits in (`console.log('Access
+/// token:', tokenResponse.access_token)`) rather than opening a value: an odd number of the
+/// same quote before it on its line, and none after it.
+fn closes_string(text: &str, at: usize) -> bool {
+    let bytes = text.as_bytes();
+    let Some(&q) = bytes.get(at) else {
+        return false;
+    };
+    if !matches!(q, b'"' | b'\'' | b'`') {
+        return false;
+    }
+    let line_start = at - line_before(text, at).len();
+    if line_start > 0 && bytes[line_start - 1] != b'\n' {
+        // A line too long to judge: the quote opens a value.
+        return false;
+    }
+    let mut count = 0;
+    let mut i = line_start;
+    while i < at {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b if b == q => count += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    if count % 2 == 0 {
+        return false;
+    }
+    // No closing quote on the rest of the line (as far as it is looked at).
+    let rest = line_after(text, at + 1);
+    let end = at + 1 + rest.len();
+    let close = closing_quote(rest.as_bytes(), 0, q);
+    (end == text.len() || bytes[end] == b'\n') && rest.as_bytes().get(close) != Some(&q)
+}
+
 /// The value of an assignment or pair from `start`, if it is a secret.
 fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Range<usize>>) {
+    if closes_string(text, start) {
+        return;
+    }
     let Some(range) = value_extent(text, start) else {
         return;
     };
+    // Python's string prefixes (`f"{self.token}"`, `b'...'`): the value is the string.
+    if string_prefix(text, range.clone()) {
+        push_value(name, text, range.end, min, out);
+        return;
+    }
+    // `await`, `new`: the value is the expression after the keyword.
+    if matches!(&text[range.clone()], "await" | "new" | "yield")
+        && !is_code(&text[start..])
+        && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
+        && blank > 0
+    {
+        push_value(name, text, range.end + blank, min, out);
+        return;
+    }
     let value = &text[range.clone()];
     if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
         return;
@@ -1578,6 +1879,17 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
         return;
     }
     if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
+        return;
+    }
+    // `{'Authorization': auth_token}`: a quoted header name is a key in code, and an unquoted
+    // word or member path after it a variable (data would be quoted).
+    let name_quoted = caps.name("lq").is_some() && caps.name("cq").is_some();
+    let word = value.trim_end_matches([',', ';', '}', ')']);
+    if quote.is_none()
+        && name_quoted
+        && (super::code::is_compound_identifier(word) || is_code(word))
+        && word.len() + 2 >= value.len()
+    {
         return;
     }
     out.push(from..from + value.len());

@@ -297,6 +297,11 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
     if wordy * 10 > v.len() * 6 {
         return false;
     }
+    // A name built of short words (`X-aws-ec2-metadata-token`, `AWS_SECRET_ACCESS_KEY`): a
+    // header, key or variable, not a key of its vendor (T2.8).
+    if std::str::from_utf8(v).is_ok_and(super::code::is_name_of_thing) {
+        return false;
+    }
     let hex = v.iter().all(u8::is_ascii_hexdigit);
     entropy(v) >= if hex { 3.0 } else { 3.3 }
 }

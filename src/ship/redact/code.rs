@@ -1,0 +1,555 @@
+//! Whether a value under a secret's name is code or the name of a thing, not a secret
+//! (docs/behaviour.md T2.7, T2.8): credential-handling code ships readable.
+//!
+//! Code is recognised by its structure, not by a list: a call, a member path, a subscript or a
+//! struct literal whose names are words a person wrote (`snake_case`, `camelCase`,
+//! `PascalCase` with acronyms, `UPPER_SNAKE`), possibly left open at the end of the line (the
+//! arguments follow on the next ones). A random run (`Xk9v`, `Q2mLp7`) is no such word, so a
+//! secret written in the same places (`API_KEY=Xk9v(Q2mLp7)`) is still one.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// A name a person wrote: `snake_case` (digits anywhere, as the call names revision 3 already
+/// took), `camelCase`, `PascalCase` whose first word has two lowercase letters or more
+/// (`SSOTokenProvider`, `FlattenedJWE`; not `Ab9`), or `UPPER_SNAKE`. Digits only close a word
+/// (`Q7ubAo` is a random run).
+pub(super) fn is_word(w: &str) -> bool {
+    static WORD: LazyLock<Regex> = LazyLock::new(|| {
+        // A constant pattern; the unit tests run it.
+        Regex::new(concat!(
+            r"^(?:[a-z_$][a-z0-9_$]*",
+            r"|[a-z]+(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
+            r"|_*[A-Z]+[a-z]{2,}(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
+            r"|_*[A-Z][A-Z0-9_]*)$"
+        ))
+        .expect("word pattern is a valid regex")
+    });
+    !w.is_empty() && w.len() <= 96 && WORD.is_match(w)
+}
+
+/// An identifier of several words and no digit (`auth_token`, `tokenResponse`, `SharedJWE`):
+/// what code names a variable or a type. A single word (`hunter`) or one with digits
+/// (`Hunter2`) may be a password, and letters in random case (`aBcDeF`) a token: each word
+/// here has two letters or more, and one has three lowercase ones in a row.
+pub(super) fn is_compound_identifier(w: &str) -> bool {
+    if !is_word(w) || w.bytes().any(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    // Split at `_` and where a capital starts a word (`tokenResponse`, `SharedJWE`).
+    let b = w.as_bytes();
+    let mut words = Vec::new();
+    let mut start = 0;
+    for i in 1..=b.len() {
+        let boundary = i == b.len()
+            || b[i] == b'_'
+            || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase());
+        if boundary {
+            let word = w[start..i].trim_matches('_');
+            if !word.is_empty() {
+                words.push(word);
+            }
+            start = i;
+        }
+    }
+    words.len() >= 2
+        && words.iter().all(|w| w.len() >= 2)
+        && b.windows(3).any(|t| t.iter().all(u8::is_ascii_lowercase))
+}
+
+/// The words of a name joined by `_`, `-` or `.` (one trailing separator allowed, as in a
+/// prefix `docker-credential-`): each letters, then digits at most (`ec2`, `base64`).
+fn joined_words(v: &str) -> Option<Vec<&str>> {
+    let v = v.strip_suffix(['_', '-']).unwrap_or(v);
+    let words: Vec<&str> = v.split(['_', '-', '.']).collect();
+    let word_ok = |w: &&str| {
+        let letters = w.trim_end_matches(|c: char| c.is_ascii_digit());
+        !letters.is_empty() && letters.bytes().all(|b| b.is_ascii_alphabetic())
+    };
+    (words.len() >= 2 && words.iter().all(word_ok)).then_some(words)
+}
+
+/// A value that names a thing rather than being a secret (T2.8): an environment variable or
+/// constant (`AWS_SECRET_ACCESS_KEY`, two words or more in capitals), or a key or header of
+/// three words or more that itself names a secret (`aws_secret_access_key`,
+/// `x-amz-security-token`). A password of joined words is not one, whether it names no secret
+/// (`correct-horse-battery`) or ends as a password does (`super_secret_password`,
+/// `my-jwt-secret`).
+pub(super) fn is_name_of_thing(value: &str) -> bool {
+    let v = value.trim_end_matches([')', ',', ';']);
+    if v.len() > 96 {
+        return false;
+    }
+    let Some(words) = joined_words(v) else {
+        return false;
+    };
+    let upper = v.starts_with(|c: char| c.is_ascii_uppercase())
+        && v.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && words.len() >= 2
+        && words.iter().all(|w| w.len() >= 2);
+    let last = words
+        .last()
+        .map_or(String::new(), |w| w.to_ascii_lowercase());
+    let password_word = matches!(
+        last.as_str(),
+        "password" | "passwd" | "pass" | "pwd" | "secret" | "passphrase"
+    );
+    upper || (words.len() >= 3 && !password_word && super::rules::name_is_secret(v))
+}
+
+/// One piece of a line of code.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tok<'a> {
+    Ident(&'a str),
+    /// A quoted literal, without its quotes.
+    Str(&'a str),
+    Num,
+    Space,
+    Punct(u8),
+    /// A quote with no closing one on the line: one closing the string the code sits in.
+    Quote,
+    /// Anything else: never code.
+    Other,
+}
+
+/// How much of a line is read as code: a value and its arguments fit, and a long line of
+/// minified code, with a keyword every few bytes, is not read to its end from each one.
+const MAX_CODE: usize = 512;
+
+/// The tokens of `line`, up to its first line break (or [`MAX_CODE`] bytes, where an `Other`
+/// ends them: what is cut off is not judged code).
+fn tokenize(line: &str) -> Vec<Tok<'_>> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if i >= MAX_CODE {
+            out.push(Tok::Other);
+            break;
+        }
+        let c = b[i];
+        let start = i;
+        match c {
+            b'\n' | b'\r' => break,
+            b' ' | b'\t' => {
+                while i < b.len() && matches!(b[i], b' ' | b'\t') {
+                    i += 1;
+                }
+                out.push(Tok::Space);
+            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'_' | b'$' => {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$')) {
+                    i += 1;
+                }
+                out.push(Tok::Ident(&line[start..i]));
+            }
+            b'0'..=b'9' => {
+                while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
+                    i += 1;
+                }
+                // `9Xk2`: a digit run that goes on as letters is no number.
+                if i < b.len() && (b[i].is_ascii_alphabetic() || b[i] == b'_') {
+                    out.push(Tok::Other);
+                    i += 1;
+                } else {
+                    out.push(Tok::Num);
+                }
+            }
+            b'"' | b'\'' | b'`' => {
+                i += 1;
+                while i < b.len() && b[i] != c && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if i < b.len() && b[i] == c {
+                    out.push(Tok::Str(&line[start + 1..i]));
+                    i += 1;
+                } else {
+                    out.push(Tok::Quote);
+                    i = b.len();
+                }
+            }
+            b'.' | b',' | b':' | b';' | b'=' | b'&' | b'*' | b'+' | b'-' | b'/' | b'<' | b'>'
+            | b'!' | b'?' | b'|' | b'%' | b'(' | b')' | b'[' | b']' | b'{' | b'}' => {
+                out.push(Tok::Punct(c));
+                i += 1;
+            }
+            _ => {
+                out.push(Tok::Other);
+                // Whatever follows is not looked at once an `Other` is reached inside code.
+                i += line[i..].chars().next().map_or(1, char::len_utf8);
+            }
+        }
+    }
+    out
+}
+
+/// What a bracketed group may hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// A call's arguments or a subscript: words, numbers, any quoted literal (as revision 3
+    /// took `os.getenv("X")`), operators and nested groups.
+    Args,
+    /// An object, array or struct literal with no call around it: its strings must be names
+    /// (`['AWS_SECURITY_TOKEN', ...]`, `{'clientId': ...}`), or it would hide
+    /// `{"password": "hunter2"}`.
+    Literal,
+}
+
+/// The end of the group opened at `toks[open]`: `Some(index after its close)`, or
+/// `Some(toks.len())` when the line ends right after its opening brackets (the rest is on the
+/// next lines: `useCallback(`, `exchangeToken({`); `None` if it holds anything that is not code, or the line ends
+/// inside it after something (`Q7ubAo(W4yuFcf && ./run`).
+fn group(toks: &[Tok<'_>], open: usize, kind: Group) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = open;
+    while i < toks.len() {
+        match toks[i] {
+            Tok::Punct(b'(' | b'[' | b'{') => depth += 1,
+            Tok::Punct(b')' | b']' | b'}') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            Tok::Ident(w) if !is_word(w) => return None,
+            // A bare word alone in a literal (`[ abc ]`) may be the secret itself; a key, a
+            // value after its key, or a word starting a path or call is code.
+            Tok::Ident(_) if kind == Group::Literal && !ident_in_literal_is_code(toks, i) => {
+                return None;
+            }
+            Tok::Str(s) if kind == Group::Literal && !literal_string_is_code(toks, i, s) => {
+                return None;
+            }
+            Tok::Other | Tok::Quote => return None,
+            _ => {}
+        }
+        i += 1;
+    }
+    toks[open + 1..]
+        .iter()
+        .all(|t| matches!(t, Tok::Space | Tok::Punct(b'(' | b'[' | b'{')))
+        .then_some(toks.len())
+}
+
+fn ident_in_literal_is_code(toks: &[Tok<'_>], i: usize) -> bool {
+    let next = toks[i + 1..].iter().find(|t| **t != Tok::Space);
+    let prev = toks[..i].iter().rev().find(|t| **t != Tok::Space);
+    matches!(next, Some(Tok::Punct(b':' | b'.' | b'(' | b'[')))
+        || matches!(prev, Some(Tok::Punct(b':' | b'.')))
+}
+
+/// A string in a literal with no call around it: a name (`'AWS_SESSION_TOKEN'`), a key before
+/// its colon (`'clientId':`), or the argument of a call or subscript inside the literal
+/// (`token['clientId']`). Any other string may be the secret (`{"password": "hunter2"}`).
+fn literal_string_is_code(toks: &[Tok<'_>], i: usize, s: &str) -> bool {
+    let next = toks[i + 1..].iter().find(|t| **t != Tok::Space);
+    let mut before = toks[..i].iter().rev().filter(|t| **t != Tok::Space);
+    let opened_by_code = matches!(before.next(), Some(Tok::Punct(b'[' | b'(')))
+        && matches!(before.next(), Some(Tok::Ident(_) | Tok::Punct(b']' | b')')));
+    is_name_of_thing(s) || (is_word(s) && next == Some(&Tok::Punct(b':'))) || opened_by_code
+}
+
+/// Whether `rest`, the text from a value's first character, starts with code that covers the
+/// whole value: a call, member path, subscript or struct literal (after `await`, `new`, `&`
+/// ...), an arrow function, a bracket opened at the end of the line, an empty literal, or a
+/// word compared with or combined by an operator.
+pub(super) fn is_code_expression(rest: &str) -> bool {
+    let toks = tokenize(rest);
+    let mut i = 0;
+    // Keywords that start an expression.
+    while let (Some(Tok::Ident(k)), Some(Tok::Space)) = (toks.get(i), toks.get(i + 1)) {
+        if matches!(*k, "await" | "new" | "yield" | "typeof" | "void" | "async") {
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    while matches!(toks.get(i), Some(Tok::Punct(b'&' | b'*' | b'!'))) {
+        i += 1;
+    }
+    let end = match toks.get(i) {
+        Some(Tok::Punct(b'(')) => {
+            // A bracket left open at the end of the line, `()`, or the parameters of an arrow
+            // function: `(options?: Opts) => Promise<void>`.
+            let Some(close) = group(&toks, i, Group::Args) else {
+                return false;
+            };
+            if close == toks.len() {
+                return rest_is_blank(&toks[i + 1..]);
+            }
+            if close > i + 2 {
+                let j = close + usize::from(toks.get(close) == Some(&Tok::Space));
+                let arrow = toks.get(j) == Some(&Tok::Punct(b'='))
+                    && toks.get(j + 1) == Some(&Tok::Punct(b'>'));
+                if !arrow {
+                    return false;
+                }
+            }
+            close
+        }
+        Some(Tok::Punct(b'[' | b'{')) => {
+            let Some(close) = group(&toks, i, Group::Literal) else {
+                return false;
+            };
+            close
+        }
+        // A one-letter name only as a module alias (`t.Any`): `x(S)` is a secret.
+        Some(Tok::Ident(w))
+            if is_word(w) && (w.len() >= 2 || toks.get(i + 1) == Some(&Tok::Punct(b'.'))) =>
+        {
+            let Some((end, structured)) = path(&toks, i) else {
+                return false;
+            };
+            if !structured {
+                return operator_follows(&toks, end);
+            }
+            end
+        }
+        _ => return false,
+    };
+    ends_value(&toks, end)
+}
+
+/// A member path with its calls, subscripts and struct literal from `toks[i]`, an identifier:
+/// where it ends and whether it had any of those (a bare word is not code by itself).
+fn path(toks: &[Tok<'_>], mut i: usize) -> Option<(usize, bool)> {
+    let mut structured = false;
+    i += 1;
+    loop {
+        match (toks.get(i), toks.get(i + 1), toks.get(i + 2)) {
+            (Some(Tok::Punct(b'.')), Some(Tok::Ident(w)), _) => {
+                if !is_word(w) {
+                    return None;
+                }
+                structured = true;
+                i += 2;
+            }
+            (Some(Tok::Punct(b'?')), Some(Tok::Punct(b'.')), Some(Tok::Ident(w)))
+            | (Some(Tok::Punct(b':')), Some(Tok::Punct(b':')), Some(Tok::Ident(w)))
+            | (Some(Tok::Punct(b'-')), Some(Tok::Punct(b'>')), Some(Tok::Ident(w))) => {
+                if !is_word(w) {
+                    return None;
+                }
+                structured = true;
+                i += 3;
+            }
+            (Some(Tok::Punct(b'(' | b'[')), _, _) => {
+                i = group(toks, i, Group::Args)?;
+                structured = true;
+            }
+            (Some(Tok::Punct(b'{')), _, _) => {
+                i = group(toks, i, Group::Literal)?;
+                structured = true;
+            }
+            (Some(Tok::Punct(b'<')), Some(Tok::Ident(_)), _) => {
+                i = generic(toks, i)?;
+                structured = true;
+            }
+            _ => return Some((i, structured)),
+        }
+    }
+}
+
+/// The end of the type arguments opened at `toks[open]` (`React.Dispatch<React.SetStateAction<
+/// boolean>>`, `Map<string, SecretValue>`), closed on the line: words, and the punctuation of
+/// types.
+fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, t) in toks.iter().enumerate().skip(open) {
+        match t {
+            Tok::Punct(b'<') => depth += 1,
+            Tok::Punct(b'>') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            Tok::Ident(w) if is_word(w) => {}
+            Tok::Space
+            | Tok::Punct(b',' | b'.' | b'[' | b']' | b'(' | b')' | b'|' | b'&' | b'?') => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn rest_is_blank(toks: &[Tok<'_>]) -> bool {
+    toks.iter().all(|t| *t == Tok::Space)
+}
+
+/// After code, the value ends: the line does, a blank, or closing punctuation does.
+fn ends_value(toks: &[Tok<'_>], mut i: usize) -> bool {
+    while let Some(Tok::Punct(b',' | b';' | b')' | b']' | b'}' | b'!' | b'?' | b':')) = toks.get(i)
+    {
+        i += 1;
+    }
+    matches!(
+        toks.get(i),
+        None | Some(Tok::Space | Tok::Str(_) | Tok::Quote)
+    )
+}
+
+/// A bare word compared with or combined by an operator: `usage === 'decrypt'`,
+/// `expires * time.Second`. Not `&&` and `||`, which also join shell commands
+/// (`TOKEN=word && deploy`).
+fn operator_follows(toks: &[Tok<'_>], i: usize) -> bool {
+    if toks.get(i) != Some(&Tok::Space) {
+        return false;
+    }
+    let ops: Vec<u8> = toks[i + 1..]
+        .iter()
+        .map_while(|t| match t {
+            Tok::Punct(c) if b"=!<>?+-*/%".contains(c) => Some(*c),
+            _ => None,
+        })
+        .collect();
+    let after = toks.get(i + 1 + ops.len());
+    let known = matches!(
+        ops.as_slice(),
+        b"==="
+            | b"!=="
+            | b"=="
+            | b"!="
+            | b"<="
+            | b">="
+            | b"<"
+            | b">"
+            | b"?"
+            | b"+"
+            | b"-"
+            | b"*"
+            | b"/"
+            | b"%"
+            | b"??"
+    );
+    known && after == Some(&Tok::Space)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words() {
+        for yes in [
+            "token_loader",
+            "getTokenSilently",
+            "getIdTokenClaims",
+            "SSOTokenProvider",
+            "FlattenedJWE",
+            "TokenSourceWithPKCE",
+            "AWS_ACCESS_KEY_ID",
+            "_DEFAULT_TIMEOUT",
+            "Online",
+        ] {
+            assert!(is_word(yes), "{yes}");
+        }
+        for no in ["Xk9v", "Q2mLp7", "Ab9", "xK9v", "S9q", "Zq8"] {
+            assert!(!is_word(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn compound_identifiers() {
+        for yes in [
+            "auth_token",
+            "tokenResponse",
+            "SharedJWE",
+            "getIdTokenClaims",
+        ] {
+            assert!(is_compound_identifier(yes), "{yes}");
+        }
+        for no in ["hunter", "Hunter2", "aBcDeF", "aAbBcC", "token", "Xk9vQ2"] {
+            assert!(!is_compound_identifier(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn names_of_things() {
+        for yes in [
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "aws_secret_access_key",
+            "x-amz-security-token",
+            "X-aws-ec2-metadata-token",
+            "external_token_value",
+        ] {
+            assert!(is_name_of_thing(yes), "{yes}");
+        }
+        for no in [
+            "correct-horse-battery",
+            "hunter2",
+            "Xk9v_Q2mLp7",
+            "p@ss;w0rd",
+            "SuperSecret",
+            "super_secret_password",
+            "my-jwt-secret",
+            "db-password",
+        ] {
+            assert!(!is_name_of_thing(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn expressions() {
+        for yes in [
+            "await getAccessTokenSilently(options);",
+            "await client.getTokenSilently(opts);",
+            "useCallback(",
+            "exchangeToken({",
+            "namedtuple(\n    'ReadOnlyCredentials',",
+            "self.environ.get(self._mapping['access_key'], '')",
+            "fetcher(require_expiry=False)",
+            "creds[self.ACCESS_KEY]",
+            "JSONFileCache(get_login_token_cache_directory())",
+            "SSOTokenLoader(cache=self._token_cache),",
+            "output['accessToken'][",
+            "credentials.DetectDefaultStore(configFile.CredentialsStore)",
+            "encodeAuth(&authCopy)",
+            "time.Now().Add(time.Duration(expires) * time.Second)",
+            "&Token{",
+            "&credentialspb.BasicAuth{",
+            "{",
+            "(",
+            "{}",
+            "['AWS_SECURITY_TOKEN', 'AWS_SESSION_TOKEN']",
+            "(options?: RevokeRefreshTokenOptions) => Promise<void>;",
+            "usage === 'decrypt' || usage === 'sign'",
+            "RefreshTokenMode.Online`): revoking",
+            "authhandler.TokenSourceWithPKCE(ctx, config, params.State, params.PKCE),",
+            "computeTokenSource(\"\", params.EarlyTokenRefresh, params.Scopes...),",
+            "await navigator.credentials.create({ publicKey: challenge.authn_params });",
+            "React.Dispatch<React.SetStateAction<boolean>>;",
+            "t.Optional[t.Dict[str, t.Any]] = None,",
+            "Map<string, SecretValue>;",
+            "aws4auth.Auth(creds.access_key, creds.secret_key, region, 'es')",
+        ] {
+            assert!(is_code_expression(yes), "{yes}");
+        }
+        for no in [
+            "Xk9v(Q2mLp7)",
+            "x(S)",
+            "x(S9q)",
+            "Ab9.Xk2",
+            "Ab9c[Zq8]",
+            "Xk9v.Q2mLp7Rz",
+            "hunter2",
+            "hunter && deploy",
+            "{\"password\": \"hunter2\"}",
+            "['hunter2']",
+            "[ abcDef ]",
+            "{ abcDef }",
+            "(hunter2)",
+            "aBcDeFgH more words",
+            "Xk9v<Q2mLp7>",
+            "Q7ubAo(W4yuFcf && ./run",
+            "Qubao(Wyufcf && ./run",
+            "{=Authorization: Bearer abc.def-123",
+            "x.Xk9vQ2",
+        ] {
+            assert!(!is_code_expression(no), "{no}");
+        }
+    }
+}

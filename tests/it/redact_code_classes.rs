@@ -1,0 +1,274 @@
+//! The precision classes of docs/behaviour.md T2.7-T2.9 found on real credential-handling code
+//! (issue 27, `redact_precision`): for each, cases generated over secret names of every case,
+//! left alone in every placement a rollout has, and the same shape holding a real secret, still
+//! redacted (a precision fix must not open a leak).
+//!
+//! `@` in a template stands for a secret's name, `@@` for it in capitals.
+
+use crate::redact_forms::{changes, leaks};
+
+/// Secret names as code writes them.
+const NAMES: &[&str] = &[
+    "token",
+    "api_key",
+    "apiKey",
+    "accessToken",
+    "client_secret",
+    "secret_key",
+    "password",
+];
+
+/// The names a parameter of code goes by, but not a password's (whose value may be words).
+const NON_PASSWORD_NAMES: &[&str] = &["token", "api_key", "apiKey", "accessToken", "jwt_token"];
+
+/// A random run standing for a real secret.
+const SECRET: &str = "Xk9vQ2mLp7Rz";
+
+fn fill(template: &str, name: &str) -> String {
+    template
+        .replace("@@", &name.to_ascii_uppercase())
+        .replace('@', name)
+}
+
+/// Every template filled with every name ships byte for byte in every placement.
+fn left_alone(names: &[&str], templates: &[&str]) {
+    let mut failures = Vec::new();
+    for name in names {
+        for template in templates {
+            failures.extend(changes(&fill(template, name)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every template filled with every name, holding [`SECRET`] (or the secrets given), ships
+/// without it in every placement.
+fn redacted(names: &[&str], templates: &[&str]) {
+    let mut failures = Vec::new();
+    for name in names {
+        for template in templates {
+            failures.extend(leaks(&fill(template, name), &[SECRET, "Xk9v", "Q2mLp7"]));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `left alone` and `redacted` for one class.
+macro_rules! class_tests {
+    ($($class:ident: $names:expr, left alone [$($neg:expr),+ $(,)?], redacted [$($pos:expr),+ $(,)?];)+) => {$(
+        mod $class {
+            use super::*;
+
+            #[test]
+            fn left_alone_in_every_placement() {
+                left_alone($names, &[$($neg),+]);
+            }
+
+            #[test]
+            fn a_secret_in_the_same_shape_is_redacted() {
+                redacted($names, &[$($pos),+]);
+            }
+        }
+    )+};
+}
+
+class_tests! {
+    // A call whose arguments go on on the next lines.
+    code_call_open_at_line_end: NAMES,
+        left alone [
+            "@ = load_credentials(\n    profile_name,\n)",
+            "const @ = useCallback(\n  async () => client.get(),\n  [client]\n);",
+            "    @ = self._resolve_source_credentials(\n        role_config, profile_name\n    )",
+        ],
+        redacted ["@ = Xk9vQ2mLp7Rz(\n    profile_name,\n)"];
+    // A bracket left open at the end of a line: a literal spread over lines.
+    code_literal_open_at_line_end: NAMES,
+        left alone [
+            "        @ = {\n            'access_key': creds['AccessKeyId'],\n        }",
+            "    _REQUIRED_@@_FIELDS = (\n        'accessToken',\n    )",
+            "\t\t@ = &Token{\n\t\t\tAccessToken: vals.Get(\"access_token\"),\n\t\t}",
+        ],
+        redacted ["@ = &Xk9vQ2mLp7Rz{\n}", "@ = ['Xk9vQ2mLp7Rz']"];
+    // `await`, `new` and a call of words of any case with arguments of any kind.
+    code_await_and_calls_of_any_case: NAMES,
+        left alone [
+            "const @ = await getAccessTokenSilently(options);",
+            "        @ = await client.getTokenSilently(opts);",
+            "@ = JSONFileCache(get_login_token_cache_directory())",
+            "@ = fetcher(require_expiry=False)",
+            "@ = environ.get(mapping['access_key'], '')",
+            "\t@ = credentials.DetectDefaultStore(configFile.CredentialsStore)",
+            "\t@ = time.Now().Add(time.Duration(expires) * time.Second)",
+            "@: authhandler.TokenSourceWithPKCE(ctx, config, params.State, params.PKCE),",
+        ],
+        redacted [
+            "@ = Xk9vQ2mLp7Rz(options)",
+            "@ = getToken(Xk9vQ2mLp7Rz)",
+            "@ = await Xk9vQ2mLp7Rz(opts);",
+        ];
+    // Subscripts and member paths whose segments are words of any case.
+    code_subscripts_and_paths_of_any_case: NAMES,
+        left alone [
+            "@ = creds[self.ACCESS_KEY]",
+            "@ = self._environ[self.ENV_VAR_AUTH_TOKEN_FILE]",
+            "@: types.FlattenedJWSInput,",
+            "(`refreshTokenMode: RefreshTokenMode.Online`): @ = refreshTokenMode.Online;",
+            "'secretAccessKey': output['accessToken'][\n    'secretAccessKey'\n]",
+        ],
+        redacted ["@ = creds[Xk9vQ2mLp7Rz]", "@ = Xk9vQ2mLp7Rz.value"];
+    // Comparisons and arithmetic on a word.
+    code_comparison: NAMES,
+        left alone [
+            "const @ = usage === 'decrypt' || usage === 'sign'",
+            "@ = expires * time.Second",
+        ],
+        redacted ["const @ = Xk9vQ2mLp7Rz === x", "@ = Xk9vQ2mLp7Rz && deploy"];
+    // An arrow function's parameters and a function type.
+    code_arrow_function_type: NAMES,
+        left alone ["  revoke@: (options?: RevokeRefreshTokenOptions) => Promise<void>;"],
+        redacted ["  @: (Xk9vQ2mLp7Rz)"];
+    // A variable named as the name, or as its end, and what `self` is given unquoted.
+    code_same_name_variable: NAMES,
+        left alone [
+            "        self._@ = @",
+            "        self._sso_@ = @",
+            "            web_identity_@=@,",
+            "    def @(self, value):\n        self._@ = value",
+        ],
+        redacted ["self._@ = Xk9vQ2mLp7Rz", "self._@ = 'Xk9vQ2mLp7Rz'"];
+    // A variable or member inside a composite literal or a template placeholder.
+    code_variable_in_braces: NAMES,
+        left alone [
+            "\t\t\"@\":   {@},",
+            "\t\t\"@\": {tf.refreshToken},",
+            "        @ = f\"{self.@}\"",
+        ],
+        redacted ["\"@\": {Xk9vQ2mLp7Rz},", "@ = f\"Xk9vQ2mLp7Rz\""];
+    // A quoted key given a variable: code, where data would quote the value.
+    code_quoted_key_given_a_variable: NAMES,
+        left alone [
+            "            return {'Authorization': auth_token}",
+            "    headers = {\"@\": session_token, \"Accept\": accept}",
+        ],
+        redacted [
+            "return {'Authorization': 'Bearer Xk9vQ2mLp7Rz'}",
+            "    {\"@\": Xk9vQ2mLp7Rz}",
+        ];
+    // Type annotations: docstring fields, declarations, type aliases, parameters.
+    code_type_annotations: NON_PASSWORD_NAMES,
+        left alone [
+            "        :type @: CanonicalNameCredentialSourcer\n        :param @: A provider.",
+            "        :type @: callable",
+            "  const @: SharedJWE = [",
+            "type Default@ = Credentials",
+            "function decrypt(\n  jwe: types.FlattenedJWE,\n  @: SharedJWE,\n  shared: DecryptShared,\n)",
+        ],
+        redacted [
+            "  @: Xk9vQ2mLp7Rz,",
+            "  const @ = 'Xk9vQ2mLp7Rz'",
+            "type Default@ = Xk9vQ2mLp7Rz",
+        ];
+    // Generic types and subscripted type hints, on the name's line or the next.
+    code_generic_type_annotation: NAMES,
+        left alone [
+            "  setFirst@Received:\n    React.Dispatch<React.SetStateAction<boolean>>;",
+            "  set@: React.Dispatch<React.SetStateAction<string | null>>;",
+            "    @: t.Optional[t.Dict[str, t.Any]] = None,",
+            "  @: Map<string, SecretValue>;",
+            "@ = aws4auth.Auth(creds.access_key, creds.secret_key, region, 'es')",
+        ],
+        redacted ["  @: Xk9vQ2mLp7Rz<T>;", "@ = t.Xk9vQ2mLp7Rz"];
+    // A name inside a string literal, whose quote closes the string, not a value.
+    code_name_inside_a_string: NAMES,
+        left alone ["  console.log('Access @:', tokenResponse.access_token);"],
+        redacted ["  console.log('@: Xk9vQ2mLp7Rz ok');"];
+    // Format strings: the value is a directive.
+    code_format_directive: NAMES,
+        left alone [
+            "\treturn fmt.Sprintf(\"oauth2: cannot fetch @: %v\\nResponse: %s\", r.Status, r.Body)",
+            "\treturn fmt.Sprintf(\"%s Credential=%s/%s, SignedHeaders=%s\", a, b, c, d)",
+        ],
+        redacted ["@: %sXk9vQ2mLp7Rz"];
+}
+
+// Names of things (T2.8): a variable's value naming an environment variable, key, header or
+// prefix, and names of what handles or locates a secret.
+class_tests! {
+    name_environment_variable_or_constant: NAMES,
+        left alone [
+            "    @@ = 'AWS_SECRET_ACCESS_KEY'",
+            "\t@ = \"AWS_SESSION_TOKEN\"",
+            "    '@_file': 'AWS_WEB_IDENTITY_TOKEN_FILE',",
+            "        'ec2_credential_refresh_window': _DEFAULT_ADVISORY_REFRESH_TIMEOUT,",
+            "    @S = ['AWS_SECURITY_TOKEN', 'AWS_SESSION_TOKEN']",
+        ],
+        redacted ["@@ = 'XK9V_Q2MLP7RZ'", "@S = ['Xk9vQ2mLp7Rz']"];
+    name_key_or_header_naming_a_secret: NAMES,
+        left alone [
+            "    @@ = 'aws_secret_access_key'",
+            "\taws@Header = \"x-amz-security-token\"",
+            "\tawsIMDSv2Session@Header = \"X-aws-ec2-metadata-token\"",
+            "\tremote@Prefix = \"docker-credential-\"",
+            "  subject_@: 'external_token_value',",
+        ],
+        redacted ["@ = 'correct_horse_Xk9vQ2mLp7Rz'", "@ = 'Xk9vQ2mLp7Rz-token'"];
+
+    name_of_what_handles_a_secret: NAMES,
+        left alone [
+            "            @_loader_cls = FileWebIdentityTokenLoader",
+            "    _SSO_@@_CACHE_DIR = os.path.expanduser(",
+            "    typeof max@Age === 'number' ? max@Age : secs(max@Age),",
+            "\t\t@.Expiry = expiry",
+            "\tdefaultRegional@Url = \"https://sts.{region}.amazonaws.com?Action=GetCallerIdentity\"",
+            "@@_FILE=/var/run/secrets/eks.amazonaws.com/serviceaccount/@",
+        ],
+        redacted ["@@=Xk9vQ2mLp7Rz", "@@_FILE=ghp_Xk9vQ2mLp7RzXk9vQ2mLp7RzXk9vQ2mLp7Rz"];
+    name_kubernetes_secret_key_ref: &["token", "password"],
+        left alone [
+            "        - name: HUGGING_FACE_HUB_@@\n          valueFrom:\n            secretKeyRef:\n              name: hf-secret\n              key: hf_@",
+            "      volumes:\n      - name: secret-volume\n        secret:\n          secretName: nginxsecret",
+            "  adminSecretName: ceph-secret-admin\n  adminSecretNamespace: \"kube-system\"",
+        ],
+        redacted ["          @: Xk9vQ2mLp7Rz"];
+}
+
+// Placeholders (T2.8): the words docs use for any value, an elided value, prose listing
+// alternatives.
+class_tests! {
+    placeholder_metasyntactic_words: &["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "API_TOKEN"],
+        left alone ["        # export @=foo\n        # export @=bar"],
+        redacted ["export @=fooXk9vQ2mLp7Rz"];
+    placeholder_elided_value: NAMES,
+        left alone ["  *   subject_@: 'ey...',", "  @: sk-...,"],
+        redacted ["  @: 'Xk9vQ2mLp7Rz...'"];
+    placeholder_words_joined_by_slashes: &["credential", "token"],
+        left alone ["// If you accept a @ configuration (@ JSON/File/Stream) from an"],
+        redacted ["@ Xk9v/Q2mLp7Rz/Ab12Cd34Ef"];
+}
+
+// Hashes named as such (T2.9), in the lockfiles the precision fixture holds.
+class_tests! {
+    hash_lockfile_integrity: &["auth", "token"],
+        left alone [
+            "    \"node_modules/@-lib\": {\n      \"version\": \"1.2.3\",\n      \"integrity\": \"sha512-Zk9xQ2mLp7Rz8Wq4Tk7Pb1Nc6Hy3Dj5Gf0SaQe4Ur6Ty8Ii1Op3Aa5Ss7DxXk9vQ2mLp7Rz8Wq4Tk7Pb1Nc6Hy3Dj5==\"\n    },",
+            "golang.org/x/o@2 v0.30.0 h1:dnDm7JmhM45NNpd8FTDQvXxu2qnzcv6Y9DaIr0Br9ow=\ngolang.org/x/o@2 v0.30.0/go.mod h1:B5kvtBvbCcUkpIaL6oGBm4hQrzdT2Fw9VJbGmHdvsXM=",
+        ],
+        redacted ["@: Xk9vQ2mLp7Rz"];
+}
+
+/// A password of joined words is still one when it ends as a password does, though it holds a
+/// secret's name (`name_key_or_header_naming_a_secret` leaves `aws_secret_access_key` alone).
+#[test]
+fn name_words_ending_as_a_password_are_a_secret() {
+    let mut failures = Vec::new();
+    for name in NAMES {
+        for (template, secret) in [
+            ("@ = 'super_secret_password'", "super_secret_password"),
+            ("@@=my-jwt-secret ./run", "my-jwt-secret"),
+            ("  @: \"dev_db_password\"", "dev_db_password"),
+        ] {
+            failures.extend(leaks(&fill(template, name), &[secret]));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
