@@ -1,5 +1,5 @@
 //! Redaction of shipped lines: raw rollout text never leaves the process
-//! (docs/behaviour.md S1, docs/behaviour.md R2, `spec/server-api.md` section 2).
+//! (docs/behaviour.md S1, docs/behaviour.md R2, docs/behaviour.md A2).
 //!
 //! - **Decoded text.** In a JSON line every string value and key is decoded (all escapes
 //!   resolved) and the rules run on the decoded text; a decoded string that is itself JSON is
