@@ -558,7 +558,7 @@ impl Daemon {
         );
         detached::detach(&mut cmd);
         match cmd.spawn() {
-            Ok(mut child) => {
+            Ok(child) => {
                 let pid = child.id();
                 info!(event = "supervisor_started", key = %key, pid, rollout = %session.rollout.display(), "started the supervisor of {key} (pid {pid})");
                 session.supervisor = Supervisor::Running {
@@ -569,20 +569,14 @@ impl Daemon {
                 };
                 let tx = self.exits_tx.clone();
                 let key = key.to_owned();
-                let stderr = child.stderr.take();
                 let log_path = supervise_log_path(&self.settings.config_dir, &key);
-                // One small thread per supervisor: it copies the supervisor's stderr to its
-                // capped log file, and waiting is what reaps it; it wakes the loop only when
-                // the process ends.
+                // One small thread per supervisor: waiting is what reaps it, and it wakes the
+                // loop only when the process ends ([`wait_supervisor`]).
                 let spawned = std::thread::Builder::new()
                     .name(format!("wait-{}", &key[..8]))
                     .stack_size(64 * 1024)
                     .spawn(move || {
-                        let error = stderr.and_then(|s| copy_stderr(s, &log_path));
-                        let ended = match child.wait() {
-                            Ok(status) => ended_of(status),
-                            Err(_) => Ended::Code(1),
-                        };
+                        let (ended, error) = wait_supervisor(child, &log_path, STDERR_GRACE);
                         let _ = tx.send(Exit {
                             key,
                             generation,
@@ -947,18 +941,64 @@ pub(crate) fn supervise_log_path(config_dir: &Path, key: &str) -> PathBuf {
         .join(format!("kcap-watch-supervise-{key}.log"))
 }
 
-/// Copies a supervisor's stderr to its capped log file until the supervisor closes it (it
-/// exits); returns its last fatal error line (`kcap-watch: ...`), URLs redacted.
-fn copy_stderr(stderr: impl std::io::Read, log_path: &Path) -> Option<String> {
+/// How long, after a supervisor has ended, its stderr is still read for its last lines.
+const STDERR_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits for a supervisor to end and returns how it ended and its last fatal error line, while
+/// a second small thread copies its stderr to the capped log file. The end is the process's,
+/// never its stderr's: the pipe can outlive the process in one that inherited it (a process
+/// spawned meanwhile on Windows, a descendant anywhere), and a daemon that waited for the
+/// pipe to close never saw such a supervisor end, so never restarted it. After the end the
+/// copy gets `grace` to read what the supervisor wrote last.
+fn wait_supervisor(
+    mut child: std::process::Child,
+    log_path: &Path,
+    grace: Duration,
+) -> (Ended, Option<String>) {
+    let last = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    if let Some(stderr) = child.stderr.take() {
+        let last = std::sync::Arc::clone(&last);
+        let log_path = log_path.to_owned();
+        let copier = std::thread::Builder::new()
+            .name("supervisor-stderr".to_owned())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                copy_stderr(stderr, &log_path, &last);
+                let _ = done_tx.send(());
+            });
+        if copier.is_err() {
+            warn!(
+                event = "supervisor_stderr_unread",
+                "could not start copying a supervisor's stderr"
+            );
+        }
+    }
+    let ended = match child.wait() {
+        Ok(status) => ended_of(status),
+        Err(_) => Ended::Code(1),
+    };
+    // Its last lines are in the pipe already: read them, but not past a pipe kept open.
+    let _ = done_rx.recv_timeout(grace);
+    let error = last.lock().map_or(None, |l| l.clone());
+    (ended, error)
+}
+
+/// Copies a supervisor's stderr to its capped log file until the pipe closes, keeping its
+/// last fatal error line (`kcap-watch: ...`, URLs redacted) in `last`.
+fn copy_stderr(
+    stderr: impl std::io::Read,
+    log_path: &Path,
+    last: &std::sync::Mutex<Option<String>>,
+) {
     use std::io::BufRead;
     let mut log = crate::logging::CappedFile::open(log_path).ok();
-    let mut last = None;
     let mut reader = std::io::BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return last,
+            Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
         if let Some(log) = &mut log {
@@ -972,7 +1012,9 @@ fn copy_stderr(stderr: impl std::io::Read, log_path: &Path) -> Option<String> {
                 .find(|i| message.is_char_boundary(*i))
                 .unwrap_or(0);
             let message = &message[..cut];
-            last = Some(crate::url_display::redacted_in_text(message));
+            if let Ok(mut last) = last.lock() {
+                *last = Some(crate::url_display::redacted_in_text(message));
+            }
         }
     }
 }
@@ -1144,5 +1186,58 @@ mod tests {
         files::write_atomic(&pid, b"1\ntoken").unwrap();
         let paths = notifier.paths_until(&pid).await;
         assert_eq!(paths.into_iter().collect::<Vec<_>>(), vec![pid]);
+    }
+
+    /// Regression: the daemon learned of a supervisor's end only when its stderr closed, so a
+    /// supervisor whose stderr pipe outlived it (held by a process that inherited it) was never
+    /// seen to end, and never restarted. Here the supervisor is a shell that leaves a
+    /// long-sleeping child holding its stderr, writes its fatal line and exits 3 at once.
+    #[test]
+    fn a_supervisor_is_seen_to_end_when_its_stderr_outlives_it() {
+        if std::env::consts::FAMILY != "unix" {
+            return; // the stand-in is a POSIX shell
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("supervise.log");
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                "sleep 600 & echo \"$!\" > \"$0\"; echo 'kcap-watch: KCAP_URL https://u:pw@h is refused' >&2; exit 3",
+            ])
+            .arg(dir.path().join("holder.pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log_path = log.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(wait_supervisor(
+                child,
+                &log_path,
+                Duration::from_millis(200),
+            ));
+        });
+        // Before the fix this waited for the holder's 600 s.
+        let got = rx.recv_timeout(Duration::from_secs(60));
+        let holder = std::fs::read_to_string(dir.path().join("holder.pid")).unwrap_or_default();
+        if let Ok(pid) = holder.trim().parse::<u32>() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+        let (ended, error) =
+            got.expect("the supervisor's end was seen while its stderr stayed open");
+        assert_eq!(ended, Ended::Code(3));
+        let error = error.expect("its last fatal line is kept");
+        assert!(error.contains("is refused"), "{error}");
+        assert!(
+            !error.contains(":pw@"),
+            "the URL's password is redacted: {error}"
+        );
+        assert!(
+            std::fs::read_to_string(&log)
+                .unwrap()
+                .contains("is refused")
+        );
     }
 }
