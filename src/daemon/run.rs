@@ -991,13 +991,14 @@ fn copy_stderr(
     log_path: &Path,
     last: &std::sync::Mutex<Option<String>>,
 ) {
-    use std::io::BufRead;
+    use std::io::{BufRead, Read};
     let mut log = crate::logging::CappedFile::open(log_path).ok();
     let mut reader = std::io::BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match reader.read_until(b'\n', &mut line) {
+        // At most 64 KiB at a time: a line without an end never grows without bound.
+        match (&mut reader).take(64 * 1024).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }

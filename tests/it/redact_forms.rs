@@ -588,3 +588,8 @@ leak_tests! {
 left_alone_tests! {
     plain_word_git_log_author: "commit 3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345\nAuthor: Dev Person <dev@example.com>\nDate:   Mon Jul 28 16:14:05 2026";
 }
+
+// A docker config.json `auth` value: base64 of `user:password`, with no secret word inside.
+leak_tests! {
+    encoded_docker_config_auth_of_user_and_password: r#"{"auths": {"registry.example": {"auth": "Ym9iOkQwY2tlclB3OVpxNw=="}}}"# => ["Ym9iOkQwY2tlclB3OVpxNw"];
+}
