@@ -551,10 +551,12 @@ mod tests {
             .env("KCAP_URL", "https://kcap.example/?t=1");
         let mut child = cmd.spawn().unwrap();
         // Linux lets the starter run on before the new program's arguments are in place (a
-        // read then finds none): looked at until they are, as the daemon's next poll would.
+        // read then finds none), and Wine fills in the environment block after the command
+        // line: looked at until both are, as the daemon's next poll would.
         let begin = std::time::Instant::now();
         let launch = loop {
-            let launch = read(child.id()).filter(|l| l.args.iter().any(|a| a == "watch"));
+            let launch = read(child.id())
+                .filter(|l| l.args.iter().any(|a| a == "watch") && l.var("KCAP_URL").is_some());
             if launch.is_some() || begin.elapsed() > std::time::Duration::from_secs(10) {
                 break launch;
             }
