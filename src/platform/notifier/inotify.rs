@@ -1,19 +1,23 @@
-//! The daemon's notifier on Linux: inotify itself, below `notify`, for one measured cost.
+//! inotify itself, below `notify`, on Linux: for every host (`watch`, `supervise`, the daemon).
 //!
-//! The daemon watches the watcher directory, where every held key's heartbeat is replaced
-//! every 10 s: with 10 sessions of 10 children, `notify`'s thread woke about 19 times a second
-//! to read those events (and to drop them in the filter), which made the idle daemon cost twice
-//! an idle `watch` (docs/behaviour.md S2.4 asks for no more than one). `notify` 8 cannot narrow
-//! its inotify mask nor pace its reads, so here:
+//! Measured costs took it there (docs/performance.md, "Per line"):
 //!
-//! - the mask has only the events that can mean a new, grown, replaced or removed file
-//!   (`CREATE`, `MOVED_TO`, `MOVED_FROM`, `DELETE`, `CLOSE_WRITE`, `MODIFY`): no `OPEN`, no
-//!   `ATTRIB`, nothing for reads;
-//! - after each read the thread pauses [`COALESCE`], so a burst of heartbeats is one read and
-//!   at most one wake-up of the loop instead of one each.
+//! - `notify` reads inotify on a thread of its own and hands each batch to the loop: two
+//!   context switches (its wake-up, then the loop's) for every appended line, on top of the
+//!   loop's own. Here the inotify descriptor is read by a task on the host's own runtime
+//!   (`tokio`'s `AsyncFd`): an appended line wakes the loop once, directly.
+//! - `notify` 8 watches for opens and closes without writing (`IN_OPEN`, `IN_CLOSE_NOWRITE`),
+//!   so every directory listing and every reader woke it. The mask here has only the events
+//!   that can mean a new, grown, replaced or removed file (`CREATE`, `MOVED_TO`, `MOVED_FROM`,
+//!   `DELETE`, `CLOSE_WRITE`, `MODIFY`).
+//! - The daemon watches the kcap CLI's watcher directory, where every held key's heartbeat is
+//!   replaced every 10 s (about 19 events a second with 10 sessions of 10 children): it asks
+//!   for a pause after each read ([`DAEMON_COALESCE`]), so a burst of heartbeats is one read
+//!   and at most one wake-up of its loop instead of one each. `watch` and `supervise` pause
+//!   for nothing: a line is shipped as soon as it is seen.
 //!
-//! `notify` keeps its role everywhere else (`watch` and `supervise` on every platform, the
-//! daemon on macOS and Windows); docs/performance.md says why this one path goes below it.
+//! Outside a `tokio` runtime (no reactor to register with) the descriptor is read by a thread
+//! instead, with the same mask and pause. `notify` keeps its role on macOS and Windows.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,15 +26,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+use inotify::{EventMask, Events, Inotify, WatchDescriptor, WatchMask, Watches};
 
 use super::{Backend, Sink, Wanted};
 
-/// How long the reading thread waits after a read before the next: events of a burst (a
+/// How long the daemon's reader waits after a read before the next: events of a burst (a
 /// supervisor beating its keys) pile up and are read, filtered and delivered as one.
-pub(super) const COALESCE: Duration = Duration::from_millis(200);
+pub(super) const DAEMON_COALESCE: Duration = Duration::from_millis(200);
 
-/// An inotify instance read by its own thread.
+/// The kernel's queue is read in pieces of this size (a few hundred events each).
+const READ_BUFFER: usize = 16 * 1024;
+
+/// An inotify instance, read by a task on the runtime it was started in (or by a thread).
 pub(super) struct RawInotify {
     watches: Watches,
     by_dir: HashMap<PathBuf, WatchDescriptor>,
@@ -39,6 +46,8 @@ pub(super) struct RawInotify {
     /// forgotten at the next `sync`, which watches them again once they are back.
     lost: Arc<Mutex<Vec<PathBuf>>>,
     closed: Arc<AtomicBool>,
+    /// The reading task, ended with the backend.
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 fn mask() -> WatchMask {
@@ -50,77 +59,162 @@ fn mask() -> WatchMask {
         | WatchMask::MODIFY
 }
 
+/// What one read's events mean: the paths to deliver, and whether to rescan everything.
+struct Reader {
+    names: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>>,
+    dropped: Arc<Mutex<Vec<PathBuf>>>,
+    wanted: Wanted,
+    sink: Sink,
+}
+
+impl Reader {
+    /// Delivers what `events` name (those `wanted` accepts), if anything.
+    fn deliver(&self, events: Events<'_>) {
+        let mut paths = Vec::new();
+        let mut rescan = false;
+        {
+            let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+            for event in events {
+                if event.mask.contains(EventMask::Q_OVERFLOW) {
+                    rescan = true;
+                    continue;
+                }
+                if event.mask.contains(EventMask::IGNORED) {
+                    // Still named: not our unwatch, the directory went away.
+                    if let Some(dir) = names.remove(&event.wd) {
+                        self.dropped
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(dir);
+                        rescan = true;
+                    }
+                    continue;
+                }
+                let Some(dir) = names.get(&event.wd) else {
+                    continue;
+                };
+                let path = match event.name {
+                    Some(name) => dir.join(name),
+                    None => dir.clone(),
+                };
+                if (self.wanted)(&path) {
+                    paths.push(path);
+                }
+            }
+        }
+        if rescan || !paths.is_empty() {
+            self.sink.deliver(paths, rescan);
+        }
+    }
+}
+
 impl RawInotify {
-    /// Starts the reading thread; events whose path `wanted` refuses are dropped there.
-    pub(super) fn start(sink: Sink, wanted: Wanted) -> io::Result<RawInotify> {
-        let mut inotify = Inotify::init()?;
+    /// Starts reading: events whose path `wanted` refuses are dropped as they are read, and
+    /// the reader pauses `coalesce` after each read. Inside a `tokio` runtime the reader is a
+    /// task of it, else a thread.
+    pub(super) fn start(sink: Sink, wanted: Wanted, coalesce: Duration) -> io::Result<RawInotify> {
+        // Non-blocking, close-on-exec.
+        let inotify = Inotify::init()?;
         let watches = inotify.watches();
         let by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let lost: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
-        let (names, done, dropped) = (by_wd.clone(), closed.clone(), lost.clone());
-        std::thread::Builder::new()
-            .name("inotify".into())
-            .stack_size(128 * 1024)
-            .spawn(move || {
-                let mut buffer = vec![0u8; 64 * 1024];
-                loop {
-                    let events = match inotify.read_events_blocking(&mut buffer) {
-                        Ok(events) => events,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(_) => {
-                            sink.fail();
-                            return;
-                        }
-                    };
-                    if done.load(Ordering::Acquire) {
-                        return;
-                    }
-                    let mut paths = Vec::new();
-                    let mut rescan = false;
-                    {
-                        let mut names = names.lock().unwrap_or_else(PoisonError::into_inner);
-                        for event in events {
-                            if event.mask.contains(EventMask::Q_OVERFLOW) {
-                                rescan = true;
-                                continue;
-                            }
-                            if event.mask.contains(EventMask::IGNORED) {
-                                // Still named: not our unwatch, the directory went away.
-                                if let Some(dir) = names.remove(&event.wd) {
-                                    dropped
-                                        .lock()
-                                        .unwrap_or_else(PoisonError::into_inner)
-                                        .push(dir);
-                                    rescan = true;
-                                }
-                                continue;
-                            }
-                            let Some(dir) = names.get(&event.wd) else {
-                                continue;
-                            };
-                            let path = match event.name {
-                                Some(name) => dir.join(name),
-                                None => dir.clone(),
-                            };
-                            if wanted(&path) {
-                                paths.push(path);
-                            }
-                        }
-                    }
-                    if rescan || !paths.is_empty() {
-                        sink.deliver(paths, rescan);
-                    }
-                    std::thread::sleep(COALESCE);
-                }
-            })?;
+        let reader = Reader {
+            names: by_wd.clone(),
+            dropped: lost.clone(),
+            wanted,
+            sink,
+        };
+        let task = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let _entered = runtime.enter();
+                // SAFETY: the `Inotify` owns its descriptor, which stays open while the
+                // `AsyncFd` owns it (nothing here closes or replaces it).
+                let fd = unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        inotify,
+                        tokio::io::Interest::READABLE,
+                    )?
+                };
+                Some(runtime.spawn(read_on_loop(fd, reader, coalesce)))
+            }
+            Err(_) => {
+                let done = closed.clone();
+                std::thread::Builder::new()
+                    .name("inotify".into())
+                    .stack_size(128 * 1024)
+                    .spawn(move || read_on_thread(inotify, reader, coalesce, done))?;
+                None
+            }
+        };
         Ok(RawInotify {
             watches,
             by_dir: HashMap::new(),
             by_wd,
             lost,
             closed,
+            task,
         })
+    }
+}
+
+/// The reader as a task: woken by the runtime when the queue holds events, it reads what is
+/// there at once (one wake-up for a burst) and delivers it.
+async fn read_on_loop(
+    mut fd: tokio::io::unix::AsyncFd<Inotify>,
+    reader: Reader,
+    coalesce: Duration,
+) {
+    let mut buffer = vec![0u8; READ_BUFFER];
+    loop {
+        let mut ready = match fd.readable_mut().await {
+            Ok(ready) => ready,
+            Err(_) => {
+                reader.sink.fail();
+                return;
+            }
+        };
+        let read = ready.try_io(|inotify| {
+            inotify
+                .get_mut()
+                .read_events(&mut buffer)
+                .map(|events| reader.deliver(events))
+        });
+        match read {
+            // Nothing left to read: readiness was cleared, wait for the next.
+            Err(_would_block) => continue,
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Err(_)) => {
+                reader.sink.fail();
+                return;
+            }
+        }
+        if !coalesce.is_zero() {
+            tokio::time::sleep(coalesce).await;
+        }
+    }
+}
+
+/// The reader as a thread, outside a runtime: blocks on the queue.
+fn read_on_thread(mut inotify: Inotify, reader: Reader, coalesce: Duration, done: Arc<AtomicBool>) {
+    let mut buffer = vec![0u8; READ_BUFFER];
+    loop {
+        let events = match inotify.read_events_blocking(&mut buffer) {
+            Ok(events) => events,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                reader.sink.fail();
+                return;
+            }
+        };
+        if done.load(Ordering::Acquire) {
+            return;
+        }
+        reader.deliver(events);
+        if !coalesce.is_zero() {
+            std::thread::sleep(coalesce);
+        }
     }
 }
 
@@ -159,9 +253,13 @@ impl Backend for RawInotify {
 }
 
 impl Drop for RawInotify {
-    /// Ends the reading thread: removing the watches makes the kernel queue an `IGNORED`
-    /// event for each, which wakes the blocked read, and the thread sees it is closed.
+    /// Ends the reader: a task is aborted; for a thread, removing the watches makes the
+    /// kernel queue an `IGNORED` event for each, which wakes the blocked read, and the thread
+    /// sees it is closed.
     fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
         self.closed.store(true, Ordering::Release);
         let dirs: Vec<PathBuf> = self.by_dir.keys().cloned().collect();
         for dir in &dirs {
@@ -177,7 +275,7 @@ mod tests {
 
     fn started() -> (Sink, RawInotify) {
         let sink = Sink::default();
-        let raw = RawInotify::start(sink.clone(), Box::new(|_| true)).unwrap();
+        let raw = RawInotify::start(sink.clone(), Box::new(|_| true), Duration::ZERO).unwrap();
         (sink, raw)
     }
 
@@ -214,6 +312,59 @@ mod tests {
         assert!(paths.contains(&removed), "{paths:?}");
         assert!(paths.contains(&renamed), "{paths:?}");
         drop(raw);
+    }
+
+    /// In a runtime, events are read on the runtime's own thread (the host's loop): an
+    /// appended line wakes the loop once, with no thread hop before it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn in_a_runtime_events_are_read_on_its_own_thread() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let readers: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+        let seen = readers.clone();
+        let sink = Sink::default();
+        let mut raw = RawInotify::start(
+            sink.clone(),
+            Box::new(move |_| {
+                seen.lock().unwrap().push(std::thread::current().id());
+                true
+            }),
+            Duration::ZERO,
+        )
+        .unwrap();
+        raw.watch(&dir).unwrap();
+        let rollout = dir.join("rollout.jsonl");
+        let mut file = std::fs::File::create(&rollout).unwrap();
+        for _ in 0..3 {
+            std::io::Write::write_all(&mut file, b"{}\n").unwrap();
+        }
+        assert!(sink.paths_until(&rollout).await.contains(&rollout));
+        let readers = readers.lock().unwrap();
+        assert!(!readers.is_empty());
+        assert!(
+            readers.iter().all(|t| *t == std::thread::current().id()),
+            "read on another thread"
+        );
+    }
+
+    /// Outside a runtime (nothing to register with) a thread reads, and changes still arrive.
+    #[test]
+    fn outside_a_runtime_a_thread_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let sink = Sink::default();
+        let mut raw = RawInotify::start(sink.clone(), Box::new(|_| true), Duration::ZERO).unwrap();
+        assert!(raw.task.is_none());
+        raw.watch(&dir).unwrap();
+        let rollout = dir.join("rollout.jsonl");
+        std::fs::write(&rollout, "{}\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut paths = Vec::new();
+        while !paths.contains(&rollout) && std::time::Instant::now() < deadline {
+            paths.extend(sink.take().paths);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(paths.contains(&rollout), "{paths:?}");
     }
 
     /// A watched directory removed and made again (the kcap CLI's watcher directory, say) is

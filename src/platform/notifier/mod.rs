@@ -1,10 +1,10 @@
 //! Change notification: the backends behind one trait, picked in one place (as `notify`'s
 //! `RecommendedWatcher` picks its own).
 //!
-//! - [`portable`]: the `notify` crate (inotify on Linux, FSEvents or kqueue on macOS,
-//!   `ReadDirectoryChangesW` on Windows), for `watch`, `supervise` and every other use;
-//! - `inotify` (Linux only): inotify read directly, with a narrower mask and paced reads, for
-//!   the one busy directory with a filter (the daemon's watcher directory; see its module).
+//! - `inotify` (Linux): inotify read directly, by a task on the host's own runtime, with a
+//!   mask of the events that can mean a change (see its module for the measured reasons);
+//! - `portable`: the `notify` crate (FSEvents or kqueue on macOS, `ReadDirectoryChangesW` on
+//!   Windows) everywhere else.
 //!
 //! A backend only delivers: it puts the changed paths (or a request to rescan everything)
 //! into a [`Sink`] and wakes its reader. What is watched and what a change means are the
@@ -12,6 +12,7 @@
 
 #[cfg(target_os = "linux")]
 mod inotify;
+#[cfg(not(target_os = "linux"))]
 mod portable;
 
 use std::collections::HashSet;
@@ -38,17 +39,28 @@ pub(crate) trait Backend: Send + Sync {
     }
 }
 
-/// The backend for most uses: `notify`'s.
+/// The backend for most uses (`watch`, `supervise`): every change delivered as soon as it is
+/// read.
 pub(crate) fn recommended(sink: &Sink, wanted: Wanted) -> Result<Box<dyn Backend>, String> {
-    portable::NotifyBackend::start(sink.clone(), wanted).map(|b| Box::new(b) as Box<dyn Backend>)
+    #[cfg(target_os = "linux")]
+    {
+        inotify::RawInotify::start(sink.clone(), wanted, std::time::Duration::ZERO)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        portable::NotifyBackend::start(sink.clone(), wanted)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+    }
 }
 
-/// The backend for a busy directory with a filter: on Linux inotify read directly (a narrower
-/// mask, paced reads), elsewhere [`recommended`].
+/// The backend for a busy directory with a filter (the daemon's watcher directory): on Linux
+/// its reads are paced, so a burst is one delivery; elsewhere [`recommended`].
 pub(crate) fn filtered(sink: &Sink, wanted: Wanted) -> Result<Box<dyn Backend>, String> {
     #[cfg(target_os = "linux")]
     {
-        inotify::RawInotify::start(sink.clone(), wanted)
+        inotify::RawInotify::start(sink.clone(), wanted, inotify::DAEMON_COALESCE)
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .map_err(|e| e.to_string())
     }
