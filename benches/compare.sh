@@ -25,6 +25,11 @@
 #               the issue allows it.
 # --children "50 200": the supervise scenario's child counts (one scenario each).
 #
+# Load: the 1-minute load average is sampled every 2 s; every timing verdict names the highest
+# seen over its scenario ("yes (load 0.42)") and none is given above 1 ("no verdict (load 3.10
+# > 1)"): on a shared machine such a figure is the other work's as much as the tool's. Counts
+# (lines at the sink, errors) get their verdict whatever the load.
+#
 # Needs bash, git, GNU coreutils, /usr/bin/time, jq and curl. Builds the binary and the three
 # examples it uses (examples/gen_rollout.rs, examples/sink_server.rs, examples/kcap_session.rs)
 # itself; the baseline binary is driven with this tree's examples.
@@ -276,6 +281,22 @@ CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 MACHINE="$(nproc) cores ($CPU_MODEL), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), $(jq --version), $(tail --version | head -1)"
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+# The 1-minute load average every 2 s through the run: every timing verdict names the highest
+# seen over its scenario, and none is given when that was above 1 (other work shared the cores,
+# so the figure is not the tool's).
+(while :; do
+    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg)" >>"$WORK/load.samples"
+    sleep 2
+done) &
+PIDS+=("$!")
+mark() { date +%s >"$WORK/mark.$1"; } # name: a scenario's start or end
+load_between() { # from-mark to-mark: the highest load sampled between them (now, if none)
+    local a b
+    a=$(cat "$WORK/mark.$1" 2>/dev/null || echo 0) b=$(cat "$WORK/mark.$2" 2>/dev/null || date +%s)
+    awk -v a="$a" -v b="$b" -v now="$(cut -d' ' -f1 /proc/loadavg)" \
+        '$1 >= a && $1 <= b + 2 {if ($2 > m) m = $2; n++} END {printf "%.2f", n ? m : now}' "$WORK/load.samples" 2>/dev/null ||
+        cut -d' ' -f1 /proc/loadavg
+}
 log "machine: $MACHINE; commit $REV; work dir $WORK${BASE_BIN:+; baseline $BASE_SHORT}"
 
 # === many files (docs/behaviour.md R8, docs/performance.md): one `supervise` beside Fluent Bit; the daemon ============
@@ -460,10 +481,12 @@ bench_many_round() { # n round
 bench_many() { # n
     local n=$1 r
     : >"$WORK/many-$n.s.rounds" >"$WORK/many-$n.f.rounds"
+    mark "many-$n.start"
     for ((r = 0; r < SUP_ROUNDS; r++)); do
         log "many files: $n children, round $((r + 1)) of $SUP_ROUNDS (supervise$([[ -n $FLUENT_BIT ]] && echo ' beside Fluent Bit'))"
         bench_many_round "$n" "$r"
     done
+    mark "many-$n.end"
 }
 
 # Median of column K of a rounds file ("nan" when empty).
@@ -485,6 +508,7 @@ loop_ctxt() { awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {n += $2} END {pri
 
 bench_daemon() {
     DAEMON_PSS="" DAEMON_CPU="" DAEMON_WHY=""
+    mark daemon.start
     if ! "$BIN" daemon --help >/dev/null 2>&1; then
         DAEMON_WHY="no \`kcap-watch daemon\` command in this build"
         log "the machine: $DAEMON_WHY, skipped"
@@ -587,6 +611,7 @@ bench_daemon() {
     DAEMON_PSS=$(for p in $pids; do pss_kib "$p"; done | awk '{t += $1} END {print t + 0}')
     DAEMON_PROCS=$(wc -w <<<"$pids")
     DAEMON_ERRORS=$(cat "$dir/daemon.err" "$dir"/cfg/logs/*.log 2>/dev/null | grep -c '"level":"ERROR"\| ERROR ' || true)
+    mark daemon.end
     stop_pid "$pid"
     for p in "${standins[@]}"; do stop_pid "$p"; done
     stop_pid "$SINK_PID"
@@ -594,6 +619,15 @@ bench_daemon() {
 }
 
 holds() { awk "BEGIN {exit !($1)}" 2>/dev/null && echo yes || echo "**no**"; }
+# A timing verdict: the highest load over the figure's scenario beside it, and no verdict when
+# that was above 1.
+timed() { # load expr
+    if awk -v l="$1" 'BEGIN {exit !(l > 1)}'; then
+        echo "no verdict (load $1 > 1)"
+    else
+        echo "$(holds "$2") (load $1)"
+    fi
+}
 r2() { awk -v x="$1" 'BEGIN {printf "%.2f", x}'; }
 
 print_many_table() {
@@ -607,7 +641,8 @@ print_many_table() {
         fs=$WORK/many-$n.s.rounds ff=$WORK/many-$n.f.rounds
         if ((n <= 50)); then lim=20480; else lim=32768; fi
         local s_rc s_ri s_pss s_ca s_ci s_x s_p s_l s_hb s_th f_rc f_ri f_pss f_ca f_ci f_x f_p f_l
-        local MANY_EXPECT
+        local MANY_EXPECT L
+        L=$(load_between "many-$n.start" "many-$n.end")
         MANY_EXPECT=$(cat "$WORK/many-$n.expect" 2>/dev/null || echo 0)
         s_rc=$(col "$fs" 1) s_ri=$(col "$fs" 2) s_pss=$(col "$fs" 3) s_ca=$(col "$fs" 4) s_ci=$(col "$fs" 5)
         s_x=$(col "$fs" 6) s_p=$(col "$fs" 7) s_l=$(col "$fs" 8) s_hb=$(awk '{print $9}' "$fs" | sort -g | tail -1) s_th=$(col "$fs" 10)
@@ -615,20 +650,20 @@ print_many_table() {
             f_rc=$(col "$ff" 1) f_ri=$(col "$ff" 2) f_pss=$(col "$ff" 3) f_ca=$(col "$ff" 4) f_ci=$(col "$ff" 5)
             f_x=$(col "$ff" 6) f_p=$(col "$ff" 7) f_l=$(col "$ff" 8)
             echo "| lines at the sink (of $MANY_EXPECT) | $n | $s_l | $f_l | all | $(holds "$s_l >= $MANY_EXPECT") |"
-            echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | $(mib_of_kib "$f_ri") MiB | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | $(holds "$s_ri <= 0.8 * $f_ri && $s_ri < $lim") |"
-            echo "| CPU while active, s per minute | $n | $s_ca | $f_ca | ≤ Fluent Bit | $(holds "$s_ca <= $f_ca") |"
-            echo "| CPU while idle, s per minute | $n | $s_ci | $f_ci | ≤ Fluent Bit | $(holds "$s_ci <= $f_ci") |"
-            echo "| context switches per appended line | $n | $s_x | $f_x | ≤ 2 | $(holds "$s_x <= 2") |"
-            echo "| append → sink, worst child's p99 | $n | $s_p ms | $f_p ms | < 10 ms (median of 5 on a quiet machine) | $(holds "$s_p < 10") |"
+            echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | $(mib_of_kib "$f_ri") MiB | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | $(timed "$L" "$s_ri <= 0.8 * $f_ri && $s_ri < $lim") |"
+            echo "| CPU while active, s per minute | $n | $s_ca | $f_ca | ≤ Fluent Bit | $(timed "$L" "$s_ca <= $f_ca") |"
+            echo "| CPU while idle, s per minute | $n | $s_ci | $f_ci | ≤ Fluent Bit | $(timed "$L" "$s_ci <= $f_ci") |"
+            echo "| context switches per appended line | $n | $s_x | $f_x | ≤ 2 | $(timed "$L" "$s_x <= 2") |"
+            echo "| append → sink, worst child's p99 | $n | $s_p ms | $f_p ms | < 10 ms (median of 5 on a quiet machine) | $(timed "$L" "$s_p < 10") |"
         else
             echo "| lines at the sink (of $MANY_EXPECT) | $n | $s_l | not built | all | $(holds "$s_l >= $MANY_EXPECT") |"
-            echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | not built | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | < $((lim / 1024)) MiB: $(holds "$s_ri < $lim"); Fluent Bit: n/a |"
+            echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | not built | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | < $((lim / 1024)) MiB: $(timed "$L" "$s_ri < $lim"); Fluent Bit: n/a |"
             echo "| CPU while active, s per minute | $n | $s_ca | not built | ≤ Fluent Bit | n/a |"
             echo "| CPU while idle, s per minute | $n | $s_ci | not built | ≤ Fluent Bit | n/a |"
-            echo "| context switches per appended line | $n | $s_x | not built | ≤ 2 | $(holds "$s_x <= 2") |"
-            echo "| append → sink, worst child's p99 | $n | $s_p ms | not built | < 10 ms (median of 5 on a quiet machine) | $(holds "$s_p < 10") |"
+            echo "| context switches per appended line | $n | $s_x | not built | ≤ 2 | $(timed "$L" "$s_x <= 2") |"
+            echo "| append → sink, worst child's p99 | $n | $s_p ms | not built | < 10 ms (median of 5 on a quiet machine) | $(timed "$L" "$s_p < 10") |"
         fi
-        echo "| VmRSS 3 s after the catch-up → after the idle phase | $n | $(mib_of_kib "$s_rc") → $(mib_of_kib "$s_ri") MiB | $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$f_rc") → $(mib_of_kib "$f_ri") MiB" || echo "not built") | within 2 MiB | $(holds "$s_rc - $s_ri <= 2048 && $s_ri - $s_rc <= 2048") |"
+        echo "| VmRSS 3 s after the catch-up → after the idle phase | $n | $(mib_of_kib "$s_rc") → $(mib_of_kib "$s_ri") MiB | $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$f_rc") → $(mib_of_kib "$f_ri") MiB" || echo "not built") | within 2 MiB | $(timed "$L" "$s_rc - $s_ri <= 2048 && $s_ri - $s_rc <= 2048") |"
         echo "| PSS after the idle phase; threads | $n | $(mib_of_kib "$s_pss") MiB; $s_th | $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$f_pss") MiB" || echo "not built") | — | — |"
         echo "| oldest heartbeat file seen (every 1 s through the idle phase) | $n | $s_hb s | — | ≤ 15 s (rewritten at least every 10 s) | $(holds "$s_hb <= 15 && $s_hb > 0") |"
     done
@@ -643,6 +678,8 @@ print_daemon_table() {
     echo
     echo "| what | daemon | target | holds |"
     echo "|---|---|---|---|"
+    local L
+    L=$(load_between daemon.start daemon.end)
     if [[ -z $DAEMON_CPU ]]; then
         echo "| every kcap-watch process | n/a ($DAEMON_WHY) | — | n/a |"
         return 0
@@ -650,12 +687,12 @@ print_daemon_table() {
     [[ -n $DAEMON_WHY ]] && echo "| **scenario incomplete** | $DAEMON_WHY | — | **no** |"
     echo "| lines at the sink (of $DAEMON_TOTAL) | $DAEMON_LINES | all | $(holds "$DAEMON_LINES >= $DAEMON_TOTAL") |"
     if [[ -n ${DAEMON_CLAIM_MED:-} && $DAEMON_CLAIM_MED != nan ]]; then
-        echo "| sub-agent header written → its key claimed (\`<session>-<child>.pid\`), $DAEMON_CLAIMED of 100 claimed | median $(r2 "$DAEMON_CLAIM_MED") ms, max $(r2 "$DAEMON_CLAIM_MAX") ms | 100 ms | median $(holds "$DAEMON_CLAIM_MED <= 100"), max $(holds "$DAEMON_CLAIM_MAX <= 100"); all claimed $(holds "$DAEMON_CLAIMED >= 100") |"
+        echo "| sub-agent header written → its key claimed (\`<session>-<child>.pid\`), $DAEMON_CLAIMED of 100 claimed | median $(r2 "$DAEMON_CLAIM_MED") ms, max $(r2 "$DAEMON_CLAIM_MAX") ms | 100 ms | median $(timed "$L" "$DAEMON_CLAIM_MED <= 100"), max $(timed "$L" "$DAEMON_CLAIM_MAX <= 100"); all claimed $(timed "$L" "$DAEMON_CLAIMED >= 100") |"
     fi
-    echo "| total PSS of every kcap-watch process ($DAEMON_PROCS: the daemon and its supervisors), idle | $(mib_of_kib "$DAEMON_PSS") MiB | < 100 MiB | $(holds "$DAEMON_PSS < 102400") |"
-    echo "| total idle CPU of every kcap-watch process, s per minute | $DAEMON_CPU | < 0.2 | $(holds "$DAEMON_CPU < 0.2") |"
+    echo "| total PSS of every kcap-watch process ($DAEMON_PROCS: the daemon and its supervisors), idle | $(mib_of_kib "$DAEMON_PSS") MiB | < 100 MiB | $(timed "$L" "$DAEMON_PSS < 102400") |"
+    echo "| total idle CPU of every kcap-watch process, s per minute | $DAEMON_CPU | < 0.2 | $(timed "$L" "$DAEMON_CPU < 0.2") |"
     if [[ -n $DAEMON_WATCH_CPU ]]; then
-        echo "| the daemon alone while idle: CPU s per minute; its loop's wake-ups (main thread context switches) per minute; all its threads' | $DAEMON_OWN_CPU; $DAEMON_LOOP_CTX; $DAEMON_CTX | ≤ one idle \`watch\` in the same window: $DAEMON_WATCH_CPU s; $DAEMON_WATCH_LOOP wake-ups | CPU $(holds "$DAEMON_OWN_CPU <= $DAEMON_WATCH_CPU"); wake-ups $(holds "$DAEMON_LOOP_CTX <= $DAEMON_WATCH_LOOP") |"
+        echo "| the daemon alone while idle: CPU s per minute; its loop's wake-ups (main thread context switches) per minute; all its threads' | $DAEMON_OWN_CPU; $DAEMON_LOOP_CTX; $DAEMON_CTX | ≤ one idle \`watch\` in the same window: $DAEMON_WATCH_CPU s; $DAEMON_WATCH_LOOP wake-ups | CPU $(timed "$L" "$DAEMON_OWN_CPU <= $DAEMON_WATCH_CPU"); wake-ups $(timed "$L" "$DAEMON_LOOP_CTX <= $DAEMON_WATCH_LOOP") |"
     else
         echo "| the daemon alone while idle: CPU s per minute; its loop's wake-ups (main thread context switches) per minute; all its threads' | $DAEMON_OWN_CPU; $DAEMON_LOOP_CTX; $DAEMON_CTX | ≤ one idle \`watch\` (not measured) | n/a |"
     fi
@@ -689,6 +726,7 @@ BIG_LINES=$(wc -l <"$BIG")
 cat "$BIG" >/dev/null # warm the page cache
 log "corpus: $(mb_of "$BIG_BYTES") MiB, $BIG_LINES lines"
 
+mark single.start
 # --- 1. seeding: inspect --json vs wc -l vs jq ----------------------------------------------
 
 cat >"$WORK/fold.jq" <<'JQ'
@@ -1012,6 +1050,7 @@ THRU_CAT=$(median <"$WORK/thru.cat")
 THRU_BASE=$(median <"$WORK/thru.base")
 THRU_BASE_SHIP=$(median <"$WORK/thru.baseship")
 
+mark single.end
 for n in $SUP_SIZES; do bench_many "$n"; done # the many-files scenarios (defined above)
 bench_daemon
 
@@ -1023,6 +1062,7 @@ CPU_PCT=$(awk -v a="$FOLLOW_CPU_MS" -v b="$REREAD_CPU_MS" 'BEGIN {printf "%.2f",
 SIZE_MB=$(mb_of "$BIG_BYTES")
 
 # The "before" column: the baseline build's figure, or a dash without --baseline.
+L=$(load_between single.start single.end)
 before() { if [[ -n $BASE_BIN ]]; then echo "$1"; else echo "—"; fi; }
 if [[ -n $BASE_BIN ]]; then
     SEED_BASE_RATIO=$(awk -v a="$SEED_BASE" -v b="$SEED_WC" 'BEGIN {printf "%.2f", a/b}')
@@ -1040,9 +1080,9 @@ echo "| what | after: $REV | before: $([[ -n $BASE_BIN ]] && echo "$BASE_SHORT" 
 echo "|---|---|---|---|---|---|"
 SEED_CPU_RATIO=$(awk -v a="$SEED_OURS_CPU" -v b="$SEED_WC_CPU" 'BEGIN {printf "%.2f", (b > 0) ? a/b : 0}')
 SEED_BASE_CPU_RATIO=$(awk -v a="${SEED_BASE_CPU:-0}" -v b="$SEED_WC_CPU" 'BEGIN {printf "%.2f", (b > 0) ? a/b : 0}')
-echo "| seed a $SIZE_MB MiB rollout, warm cache (\`inspect --json\`) | $(r2 "$SEED_OURS") s = $SEED_RATIO× \`wc -l\` (CPU $SEED_OURS_CPU s = $SEED_CPU_RATIO×), $JQ_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | $(before "$(r2 "$SEED_BASE") s = $SEED_BASE_RATIO× \`wc -l\` (CPU $SEED_BASE_CPU s = $SEED_BASE_CPU_RATIO×), $JQ_BASE_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_BASE_RSS") MiB)") | \`wc -l\` $(r2 "$SEED_WC") s (CPU $SEED_WC_CPU s); \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | ≤ 2× \`wc -l\` (round 3); ≥ 12× faster than \`jq\` | wall $(holds "$SEED_RATIO <= 2"), CPU $(holds "$SEED_CPU_RATIO <= 2"); $(holds "$JQ_RATIO >= 12") |"
-echo "| notice 1 appended line/s on the $SIZE_MB MiB file: the first line (compiles the redaction rules, one-time), then $CPU_SECS lines | CPU first line $FOLLOW_FIRST_MS ms; then $FOLLOW_CPU_MS ms = $CPU_PCT % of re-reading ($FOLLOW_GOT lines shipped) | $(before "CPU first line $FOLLOW_BASE_FIRST_MS ms; then $FOLLOW_BASE_CPU_MS ms = $CPU_BASE_PCT %") | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | per-line CPU ≤ round 1's (round 3; needs --baseline dfbcf0f); ≤ 1 % | $([[ -n $BASE_BIN ]] && holds "$FOLLOW_CPU_MS <= $FOLLOW_BASE_CPU_MS" || echo "n/a (no --baseline)"); $(holds "$CPU_PCT <= 1") |"
-echo "| append → line at the loopback sink, $LAT_N appends every $LAT_INTERVAL (both watchers at once) | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX"); $LAT_GOT arrived) | $(before "p50 $(r2 "${LAT_BASE_P50:-0}") ms, p99 $(r2 "${LAT_BASE_P99:-0}") ms (max $(r2 "${LAT_BASE_MAX:-0}"); ${LAT_BASE_GOT:-0} arrived)") | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | p50 ≤ 20 ms, p99 ≤ 100 ms | $(holds "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
+echo "| seed a $SIZE_MB MiB rollout, warm cache (\`inspect --json\`) | $(r2 "$SEED_OURS") s = $SEED_RATIO× \`wc -l\` (CPU $SEED_OURS_CPU s = $SEED_CPU_RATIO×), $JQ_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_OURS_RSS") MiB) | $(before "$(r2 "$SEED_BASE") s = $SEED_BASE_RATIO× \`wc -l\` (CPU $SEED_BASE_CPU s = $SEED_BASE_CPU_RATIO×), $JQ_BASE_RATIO× faster than \`jq\` (max RSS $(mib_of_kib "$SEED_BASE_RSS") MiB)") | \`wc -l\` $(r2 "$SEED_WC") s (CPU $SEED_WC_CPU s); \`jq\` fold $(r2 "$SEED_JQ") s (median of $JQ_RUNS; max RSS $(mib_of_kib "$SEED_JQ_RSS") MiB) | ≤ 2× \`wc -l\` (round 3); ≥ 12× faster than \`jq\` | wall $(timed "$L" "$SEED_RATIO <= 2"), CPU $(timed "$L" "$SEED_CPU_RATIO <= 2"); $(timed "$L" "$JQ_RATIO >= 12") |"
+echo "| notice 1 appended line/s on the $SIZE_MB MiB file: the first line (compiles the redaction rules, one-time), then $CPU_SECS lines | CPU first line $FOLLOW_FIRST_MS ms; then $FOLLOW_CPU_MS ms = $CPU_PCT % of re-reading ($FOLLOW_GOT lines shipped) | $(before "CPU first line $FOLLOW_BASE_FIRST_MS ms; then $FOLLOW_BASE_CPU_MS ms = $CPU_BASE_PCT %") | re-read with \`wc -l\` every second: $REREAD_CPU_MS ms | per-line CPU ≤ round 1's (round 3; needs --baseline dfbcf0f); ≤ 1 % | $([[ -n $BASE_BIN ]] && timed "$L" "$FOLLOW_CPU_MS <= $FOLLOW_BASE_CPU_MS" || echo "n/a (no --baseline)"); $(timed "$L" "$CPU_PCT <= 1") |"
+echo "| append → line at the loopback sink, $LAT_N appends every $LAT_INTERVAL (both watchers at once) | p50 $(r2 "$LAT_P50") ms, p99 $(r2 "$LAT_P99") ms (max $(r2 "$LAT_MAX"); $LAT_GOT arrived) | $(before "p50 $(r2 "${LAT_BASE_P50:-0}") ms, p99 $(r2 "${LAT_BASE_P99:-0}") ms (max $(r2 "${LAT_BASE_MAX:-0}"); ${LAT_BASE_GOT:-0} arrived)") | \`tail -F\`: p50 $(r2 "$TAIL_P50") ms, p99 $(r2 "$TAIL_P99") ms | p50 ≤ 20 ms, p99 ≤ 100 ms | $(timed "$L" "$LAT_P50 <= 20 && $LAT_P99 <= 100 && $LAT_GOT >= $LAT_N") |"
 idle_cell() { # phase
     local p=$1 alive cpu rmed rmax pmed pmax
     alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmed=IDLE_${p}_RSS_MED rmax=IDLE_${p}_RSS_MAX
@@ -1053,20 +1093,20 @@ idle_row() { # phase label
     local p=$1 alive cpu rmax pmax
     alive=IDLE_${p}_ALIVE cpu=IDLE_${p}_CPU rmax=IDLE_${p}_RSS_MAX pmax=IDLE_${p}_PSS_MAX
     local lim=${3:-10240}
-    echo "| idle: $IDLE_N watchers $2, $IDLE_SECS s | $(idle_cell "$p") | $(before "$(idle_cell "base_$p")") | — | CPU ≤ 0.2 s total; VmRSS ≤ $((lim / 1024)) MiB each | CPU $(holds "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(holds "${!rmax} <= $lim"); PSS $(holds "${!pmax} <= $lim") |"
+    echo "| idle: $IDLE_N watchers $2, $IDLE_SECS s | $(idle_cell "$p") | $(before "$(idle_cell "base_$p")") | — | CPU ≤ 0.2 s total; VmRSS ≤ $((lim / 1024)) MiB each | CPU $(timed "$L" "${!cpu} <= 0.2 && ${!alive} == $IDLE_N"); VmRSS $(timed "$L" "${!rmax} <= $lim"); PSS $(timed "$L" "${!pmax} <= $lim") |"
 }
 idle_row b "after seeding $IDLE_SIZE each (restarted; the server held every line)"
 idle_row a "after shipping $IDLE_SIZE each from line 0" 8192
-echo "| throughput: ship all $BIG_LINES lines from line 0 (redaction rules in place) | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s; Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB MB/s" || echo "not built") | ≥ round 1 (round 3; needs --baseline dfbcf0f); ≥ 100 MB/s | $([[ -n $BASE_BIN ]] && holds "$THRU_OURS >= $THRU_BASE" || echo "n/a (no --baseline)"); $(holds "$THRU_OURS >= 100") |"
+echo "| throughput: ship all $BIG_LINES lines from line 0 (redaction rules in place) | $THRU_OURS MB/s spawn → last line (shipping alone $THRU_SHIP MB/s) | $(before "$THRU_BASE MB/s (shipping alone $THRU_BASE_SHIP MB/s)") | \`cat > /dev/null\` $THRU_CAT MB/s; Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB MB/s" || echo "not built") | ≥ round 1 (round 3; needs --baseline dfbcf0f); ≥ 100 MB/s | $([[ -n $BASE_BIN ]] && timed "$L" "$THRU_OURS >= $THRU_BASE" || echo "n/a (no --baseline)"); $(timed "$L" "$THRU_OURS >= 100") |"
 if [[ -n $FLUENT_BIT ]]; then
-    CPUMB_TARGET="≤ Fluent Bit's (round 3)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_FB_CPUMB")
+    CPUMB_TARGET="≤ Fluent Bit's (round 3)" CPUMB_HOLDS=$(timed "$L" "$THRU_CPUMB <= $THRU_FB_CPUMB")
 elif [[ -n $BASE_BIN ]]; then
-    CPUMB_TARGET="≤ Fluent Bit's; Fluent Bit not built, so ≤ round 1's (round 3)" CPUMB_HOLDS=$(holds "$THRU_CPUMB <= $THRU_BASE_CPUMB")
+    CPUMB_TARGET="≤ Fluent Bit's; Fluent Bit not built, so ≤ round 1's (round 3)" CPUMB_HOLDS=$(timed "$L" "$THRU_CPUMB <= $THRU_BASE_CPUMB")
 else
     CPUMB_TARGET="≤ Fluent Bit's (round 3)" CPUMB_HOLDS="n/a (neither Fluent Bit nor --baseline)"
 fi
 echo "| CPU per shipped MiB (watcher, all threads) | $THRU_CPUMB ms | $(before "$THRU_BASE_CPUMB ms") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$THRU_FB_CPUMB ms (tail → http, same bytes, no redaction)" || echo "not built") | $CPUMB_TARGET | $CPUMB_HOLDS |"
-echo "| peak RSS (VmHWM) while shipping the $SIZE_MB MiB file | $(mib_of_kib "$THRU_HWM") MiB | $(before "$(mib_of_kib "${THRU_BASE_HWM:-0}") MiB") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$THRU_FB_HWM") MiB" || echo "not built") | < 24 MiB (round 3) | $(holds "$THRU_HWM < 24576") |"
+echo "| peak RSS (VmHWM) while shipping the $SIZE_MB MiB file | $(mib_of_kib "$THRU_HWM") MiB | $(before "$(mib_of_kib "${THRU_BASE_HWM:-0}") MiB") | Fluent Bit $([[ -n $FLUENT_BIT ]] && echo "$(mib_of_kib "$THRU_FB_HWM") MiB" || echo "not built") | < 24 MiB (round 3) | $(timed "$L" "$THRU_HWM < 24576") |"
 echo
 echo "(MB = MiB = 2^20 bytes. CPU is the scheduler's per-thread accounting (/proc/PID/task/*/schedstat); baselines' CPU and max RSS come from /usr/bin/time.)"
 print_many_table
