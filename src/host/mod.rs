@@ -379,14 +379,15 @@ impl Host {
             );
         }
         let mut others = Vec::new();
-        // One lookup per changed path, not one pass over every child.
-        let by_path: std::collections::HashMap<PathBuf, u64> = self
-            .children
-            .iter()
-            .map(|(slot, c)| (c.path().to_path_buf(), *slot))
-            .collect();
         for path in changes.paths {
-            let slot = by_path.get(&path).copied();
+            // A scan of the children comparing bytes, not a map of every child's path built
+            // for each batch: a batch names a path or two, and the map cost a copy and a hash
+            // of every child's path for each line appended to any child.
+            let slot = self
+                .children
+                .iter()
+                .find(|(_, c)| c.path().as_os_str() == path.as_os_str())
+                .map(|(slot, _)| *slot);
             match slot {
                 Some(slot) => self.check(members, slot)?,
                 None => others.push(path),
@@ -423,6 +424,8 @@ impl Host {
         for slot in self.slots() {
             self.check(members, slot)?;
         }
+        // Memory the last batches freed, each too small to trim for when it drained.
+        crate::platform::memory::release_freed();
         Ok(())
     }
 

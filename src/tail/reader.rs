@@ -355,6 +355,9 @@ impl LineReader {
         }
         let mut emitted = 0;
         let mut taken = 0u64;
+        // Whether bytes may be waiting past where a read stopped for its line or byte
+        // budget: then the grown buffer is kept for the next call.
+        let mut more_waiting = true;
         let mut buf = std::mem::take(&mut self.buf);
         let result = loop {
             if emitted >= max_lines || taken >= self.read_budget {
@@ -385,6 +388,7 @@ impl LineReader {
                         taken += self.complete(end, sink);
                         emitted += 1;
                         if emitted >= max_lines || taken >= self.read_budget {
+                            more_waiting = pos < n || n == buf.len();
                             break;
                         }
                     }
@@ -401,7 +405,12 @@ impl LineReader {
                 buf = vec![0; READ_CHUNK];
             }
         };
-        let caught_up = matches!(result, Ok(ReadStatus { at_eof: true, .. }));
+        // Caught up: at the end of the file, or stopped by a budget exactly where the bytes
+        // read ended (the shipping cursor, which reads only the lines the fold has read,
+        // never sees the end of the file; keeping its catch-up buffer cost a supervisor
+        // 256 KiB per child for good).
+        let caught_up = matches!(result, Ok(ReadStatus { at_eof: true, .. }))
+            || (result.is_ok() && !more_waiting);
         if !(caught_up && buf.len() > FIRST_CHUNK) {
             self.buf = buf;
         }
@@ -628,6 +637,22 @@ mod tests {
         assert_eq!(first.lines.len(), 100);
         assert!(r.retained_bytes() >= READ_CHUNK);
         assert_eq!(read_all(&file, &mut r).len(), 1901);
+
+        // Stopped by the line limit exactly where the file ends (the shipping cursor reads
+        // only the lines the fold has read, so it never sees the end of the file): nothing
+        // waits, and neither the buffer nor the longest line's text is kept.
+        let long = format!("{{\"a\":\"{}\"}}\n", "y".repeat(200_000));
+        file.extend_from_slice(long.as_bytes());
+        let lines = 2002;
+        let mut r = LineReader::new(0, 0, SizeLimit::bytes(1 << 20));
+        let mut all = Record::default();
+        let status = r.read(&file[..], lines, &mut all).unwrap();
+        assert_eq!((all.lines.len(), status.at_eof), (lines, false));
+        assert!(
+            r.retained_bytes() <= 2 * FIRST_CHUNK,
+            "{}",
+            r.retained_bytes()
+        );
     }
 
     #[test]
