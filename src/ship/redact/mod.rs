@@ -22,6 +22,7 @@ mod code;
 mod decode;
 mod encoded;
 mod json;
+mod names;
 pub(crate) mod providers;
 pub(crate) mod rules;
 mod runs;
@@ -737,7 +738,7 @@ impl Walk<'_> {
                 if let Some(r) = str_at(kids[i].1)
                     && r.len() <= 64
                     && self.may_hold(&r)
-                    && rules::is_header(&self.decoded(&r))
+                    && names::is_header(&self.decoded(&r))
                     && str_at(kids[i + 1].1).is_some()
                 {
                     forced[i + 1] = true;
@@ -754,7 +755,7 @@ impl Walk<'_> {
                 && self.may_hold(kr)
             {
                 let decoded = self.decoded(kr);
-                if name.is_none() && rules::name_is_secret(&decoded) {
+                if name.is_none() && names::name_is_secret(&decoded) {
                     name = Some(Cow::Owned(decoded.into_owned()));
                 }
                 // A key that is itself a credential (`{"ghp_...": true}`).
@@ -860,7 +861,7 @@ impl Walk<'_> {
         };
         let named = kids.iter().any(|&(k, v)| {
             key_is(k, &["name", "key", "header", "field"])
-                && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && rules::is_header(&self.decoded(r)))
+                && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && names::is_header(&self.decoded(r)))
         });
         if named {
             for (i, &(k, _)) in kids.iter().enumerate() {
