@@ -194,6 +194,66 @@ fn has_bare_colon(text: &str) -> bool {
     })
 }
 
+/// Necessary characters, checked before a rule's regex runs on a window (most windows around a
+/// keyword hold no match): each is a literal of the rule's pattern outside any optional part,
+/// so a window without it cannot match. Punctuation only, which case-insensitive matching
+/// leaves as it is.
+fn has_equals(text: &str) -> bool {
+    memchr::memchr(b'=', text.as_bytes()).is_some()
+}
+
+fn has_colon(text: &str) -> bool {
+    memchr::memchr(b':', text.as_bytes()).is_some()
+}
+
+fn has_bar(text: &str) -> bool {
+    memchr::memchr(b'|', text.as_bytes()).is_some()
+}
+
+fn has_at(text: &str) -> bool {
+    memchr::memchr(b'@', text.as_bytes()).is_some()
+}
+
+fn has_dash(text: &str) -> bool {
+    memchr::memchr(b'-', text.as_bytes()).is_some()
+}
+
+fn has_quote(text: &str) -> bool {
+    memchr::memchr2(b'"', b'\'', text.as_bytes()).is_some()
+}
+
+/// `url-query`: a `=` and what opens a parameter (`?`, `&`, or the `\` of `\u0026`).
+fn has_query(text: &str) -> bool {
+    has_equals(text) && memchr::memchr3(b'?', b'&', b'\\', text.as_bytes()).is_some()
+}
+
+/// `setter-literal`: `(` and the quote of the literal.
+fn has_paren_and_quote(text: &str) -> bool {
+    memchr::memchr(b'(', text.as_bytes()).is_some() && has_quote(text)
+}
+
+/// `python-auth-tuple`: the `,` between user and password and the password's quote.
+fn has_comma_and_quote(text: &str) -> bool {
+    memchr::memchr(b',', text.as_bytes()).is_some() && has_quote(text)
+}
+
+/// `labelled`: its value, 16 characters or more that are neither whitespace (Unicode, as the
+/// pattern's `\s`) nor `"`.
+fn has_long_word(text: &str) -> bool {
+    let mut run = 0;
+    for c in text.chars() {
+        if c.is_whitespace() || c == '"' {
+            run = 0;
+        } else {
+            run += 1;
+            if run >= 16 {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Whether text may hold a table's separator line.
 fn has_dashes(text: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), b"---").is_some()
@@ -204,21 +264,24 @@ fn has_dashes(text: &str) -> bool {
 pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
-    rule(
-        "table-row-pair",
-        "cli-table",
-        NAME_KEYWORDS,
-        concat!(
-            r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
-            name_words!(),
-            r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+    when(
+        has_bar,
+        rule(
+            "table-row-pair",
+            "cli-table",
+            NAME_KEYWORDS,
+            concat!(
+                r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
+                name_words!(),
+                r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+            ),
+            Refine::TableRow,
+            &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
+            &[
+                "||  SecretAccessKey  |  [REDACTED]  ||",
+                "| token | string | the API token |",
+            ],
         ),
-        Refine::TableRow,
-        &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
-        &[
-            "||  SecretAccessKey  |  [REDACTED]  ||",
-            "| token | string | the API token |",
-        ],
     ),
     // ...and a column named for one, under a header and its separator line (`az ... -o
     // table`, Markdown, psql).
@@ -413,28 +476,31 @@ pub(crate) static RULES: &[Rule] = &[
         &["curl https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"],
         &["https://api.telegram.org/bots/api"],
     ),
-    rule(
-        "header",
-        "http-header",
-        HEADER_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<lq>["'])?(?:^|\b)(?P<n>"#,
-            header_names!(),
-            r#")(?P<cq>["'])?[ \t]*:[ \t]*(?P<s>\S)"#
+    when(
+        has_colon,
+        rule(
+            "header",
+            "http-header",
+            HEADER_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<lq>["'])?(?:^|\b)(?P<n>"#,
+                header_names!(),
+                r#")(?P<cq>["'])?[ \t]*:[ \t]*(?P<s>\S)"#
+            ),
+            Refine::Header,
+            &[
+                "Authorization: Bearer abc.def-123",
+                "X-Auth-Key: 0123456789abcdef",
+                "DD-APPLICATION-KEY: aBcDeFgHiJ0123",
+                "map[Cookie:[sid=GoCookie1] X-Api-Key:[GoKey2]]",
+                "x-functions-key: FnKey123",
+            ],
+            &[
+                "Authorization header missing: 401 Unauthorized",
+                "authorization: string;",
+                "fn parse_cookie_header(raw: &str) -> Vec<Cookie> {",
+            ],
         ),
-        Refine::Header,
-        &[
-            "Authorization: Bearer abc.def-123",
-            "X-Auth-Key: 0123456789abcdef",
-            "DD-APPLICATION-KEY: aBcDeFgHiJ0123",
-            "map[Cookie:[sid=GoCookie1] X-Api-Key:[GoKey2]]",
-            "x-functions-key: FnKey123",
-        ],
-        &[
-            "Authorization header missing: 401 Unauthorized",
-            "authorization: string;",
-            "fn parse_cookie_header(raw: &str) -> Vec<Cookie> {",
-        ],
     ),
     multiline(rule(
         "header-pair-text",
@@ -480,150 +546,171 @@ pub(crate) static RULES: &[Rule] = &[
         &["Bearer eyJhbGciOiJIUzI1NiJ9.e30"],
         &["a bearer token is sent"],
     ),
-    rule(
-        "url-query",
-        "url-query-secret",
-        &[
-            "token",
-            "secret",
-            "passw",
-            "pass",
-            "pwd",
-            "key=",
-            "sig",
-            "auth",
-            "credential",
-            "sas=",
-            "keyid=",
-        ],
-        r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
-        Refine::Query,
-        &[
-            "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
-            "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
-            "https://x.io/?key=it'sMine",
-        ],
-        &["https://example.com/search?q=token+rotation&lang=en"],
-    ),
-    rule(
-        "url-userinfo",
-        "url-password",
-        &["://"],
-        r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/?#@"':]*:(?P<s>[^\s/"@]+)@"#,
-        Refine::Group,
-        &[
-            "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
-            "postgres://app:p#ss?w'rd@db:5432/app",
-        ],
-        &["http://localhost:8080/path"],
-    ),
-    rule(
-        "url-token-user",
-        "git-remote-token",
-        &["://"],
-        r"(?i)\b(?:https?|git|ssh)://(?P<s>[A-Za-z0-9_\-]{16,})@",
-        Refine::UrlToken,
-        &["git remote add o https://ghx0123456789abcdefXYZ7@github.com/o/r.git"],
-        &["https://gitlab-ci-token-user@gitlab.com/o/r.git"],
-    ),
-    rule(
-        "connection-string",
-        "connection-string",
-        &[
-            "password",
-            "pwd",
-            "accountkey",
-            "sharedaccesskey",
-            "sharedaccesssignature",
-            "sharedsecret",
-        ],
-        r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
-        Refine::Label,
-        &[
-            "Server=db;User Id=app;Password=my secret pass;Database=x",
-            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
-        ],
-        &["Server=db;User Id=app;Database=x"],
-    ),
-    rule(
-        "assignment",
-        "generic-assignment",
-        NAME_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
-            name_words!(),
-            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+    when(
+        has_query,
+        rule(
+            "url-query",
+            "url-query-secret",
+            &[
+                "token",
+                "secret",
+                "passw",
+                "pass",
+                "pwd",
+                "key=",
+                "sig",
+                "auth",
+                "credential",
+                "sas=",
+                "keyid=",
+            ],
+            r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
+            Refine::Query,
+            &[
+                "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
+                "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
+                "https://x.io/?key=it'sMine",
+            ],
+            &["https://example.com/search?q=token+rotation&lang=en"],
         ),
-        Refine::Assign,
-        &[
-            "export DB_PASSWORD=p@ss;w0rd|x",
-            "APP_SECRET=x(S)",
-            "DB_PASS=hunter22",
-            "APP_KEY=base64:Zm9vYmFy",
-            "ENCRYPTION_KEY=0123abcd",
-            "_auth=dXNlcjpwYXNz",
-            "SMTP_PASS='a b c'",
-            "API_KEY=Xk9v(Q2mLp7)",
-        ],
-        &[
-            "MY_TOKEN=$OTHER",
-            "TOKEN=${VAR}",
-            "TOKEN=$(cat /run/secrets/t)",
-            "remainingTokens = MAX - used",
-            "api_key = load_key(path)",
-            "token = os.getenv(\"X\")",
-            "input_tokens=1234",
-            "passenger=bob",
-        ],
     ),
-    rule(
-        "colon-pair",
-        "generic-assignment",
-        NAME_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
-            name_words!(),
-            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
+    when(
+        has_at,
+        rule(
+            "url-userinfo",
+            "url-password",
+            &["://"],
+            r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/?#@"':]*:(?P<s>[^\s/"@]+)@"#,
+            Refine::Group,
+            &[
+                "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
+                "postgres://app:p#ss?w'rd@db:5432/app",
+            ],
+            &["http://localhost:8080/path"],
         ),
-        Refine::Colon,
-        &[
-            "db_password: hunter2hunter2",
-            "config: {\"api_key\": \"abc\"}",
-            "pass: \"p w\"",
-            "the password: pa55",
-        ],
-        &[
-            "setFirstTokenReceived: boolean",
-            "apiKey: profile.openai_api_key || \"\"",
-            "test auth::tokens::refresh ... ok",
-            "secret_scanning: on",
-            "\"gpt-tokenizer\": \"^2.1.0\"",
-        ],
     ),
-    rule(
-        "labelled",
-        "generic-label",
-        &[
-            "secret",
-            "token",
-            "passw",
-            "pwd",
-            "api_key",
-            "api-key",
-            "api.key",
-            "apikey",
-            "private",
-            "credential",
-            "access",
-            "auth",
-        ],
-        r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
-        Refine::Label,
-        &[
-            "password p@ss!w0rd-Very-Long-1 for the db",
-            "hcloud:token  9xKMAbcdefghij1234",
-        ],
-        &["token validation failed: expired"],
+    when(
+        has_at,
+        rule(
+            "url-token-user",
+            "git-remote-token",
+            &["://"],
+            r"(?i)\b(?:https?|git|ssh)://(?P<s>[A-Za-z0-9_\-]{16,})@",
+            Refine::UrlToken,
+            &["git remote add o https://ghx0123456789abcdefXYZ7@github.com/o/r.git"],
+            &["https://gitlab-ci-token-user@gitlab.com/o/r.git"],
+        ),
+    ),
+    when(
+        has_equals,
+        rule(
+            "connection-string",
+            "connection-string",
+            &[
+                "password",
+                "pwd",
+                "accountkey",
+                "sharedaccesskey",
+                "sharedaccesssignature",
+                "sharedsecret",
+            ],
+            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
+            Refine::Label,
+            &[
+                "Server=db;User Id=app;Password=my secret pass;Database=x",
+                "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
+            ],
+            &["Server=db;User Id=app;Database=x"],
+        ),
+    ),
+    when(
+        has_equals,
+        rule(
+            "assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+            ),
+            Refine::Assign,
+            &[
+                "export DB_PASSWORD=p@ss;w0rd|x",
+                "APP_SECRET=x(S)",
+                "DB_PASS=hunter22",
+                "APP_KEY=base64:Zm9vYmFy",
+                "ENCRYPTION_KEY=0123abcd",
+                "_auth=dXNlcjpwYXNz",
+                "SMTP_PASS='a b c'",
+                "API_KEY=Xk9v(Q2mLp7)",
+            ],
+            &[
+                "MY_TOKEN=$OTHER",
+                "TOKEN=${VAR}",
+                "TOKEN=$(cat /run/secrets/t)",
+                "remainingTokens = MAX - used",
+                "api_key = load_key(path)",
+                "token = os.getenv(\"X\")",
+                "input_tokens=1234",
+                "passenger=bob",
+            ],
+        ),
+    ),
+    when(
+        has_colon,
+        rule(
+            "colon-pair",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
+            ),
+            Refine::Colon,
+            &[
+                "db_password: hunter2hunter2",
+                "config: {\"api_key\": \"abc\"}",
+                "pass: \"p w\"",
+                "the password: pa55",
+            ],
+            &[
+                "setFirstTokenReceived: boolean",
+                "apiKey: profile.openai_api_key || \"\"",
+                "test auth::tokens::refresh ... ok",
+                "secret_scanning: on",
+                "\"gpt-tokenizer\": \"^2.1.0\"",
+            ],
+        ),
+    ),
+    when(
+        has_long_word,
+        rule(
+            "labelled",
+            "generic-label",
+            &[
+                "secret",
+                "token",
+                "passw",
+                "pwd",
+                "api_key",
+                "api-key",
+                "api.key",
+                "apikey",
+                "private",
+                "credential",
+                "access",
+                "auth",
+            ],
+            r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
+            Refine::Label,
+            &[
+                "password p@ss!w0rd-Very-Long-1 for the db",
+                "hcloud:token  9xKMAbcdefghij1234",
+            ],
+            &["token validation failed: expired"],
+        ),
     ),
     rule(
         "labelled-is",
@@ -715,28 +802,31 @@ pub(crate) static RULES: &[Rule] = &[
         &["redis-cli -h cache -a RedisPw9 ping"],
         &["redis-cli -h cache ping"],
     ),
-    rule(
-        "password-flag",
-        "command-line",
-        // The name words the pattern requires, not `--`: most `--` in tool output are rules,
-        // arrows and diff markers, and each would run this rule for nothing.
-        &[
-            "pass",
-            "pwd",
-            "token",
-            "secret",
-            "api-key",
-            "apikey",
-            "access-key",
-        ],
-        r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
-        Refine::Flag,
-        &[
-            "mysqladmin --password=abc status",
-            "wget --http-password=WgPw1 https://x",
-            "--password hi",
-        ],
-        &["docker login --password-stdin", "--token-file path"],
+    when(
+        has_dash,
+        rule(
+            "password-flag",
+            "command-line",
+            // The name words the pattern requires, not `--`: most `--` in tool output are rules,
+            // arrows and diff markers, and each would run this rule for nothing.
+            &[
+                "pass",
+                "pwd",
+                "token",
+                "secret",
+                "api-key",
+                "apikey",
+                "access-key",
+            ],
+            r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+            Refine::Flag,
+            &[
+                "mysqladmin --password=abc status",
+                "wget --http-password=WgPw1 https://x",
+                "--password hi",
+            ],
+            &["docker login --password-stdin", "--token-file path"],
+        ),
     ),
     rule(
         "openssl-pass",
@@ -871,21 +961,24 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
     // `withSecret("…")`. A variable or a call is code and stays.
-    rule(
-        "setter-literal",
-        "code",
-        &["password", "secret", "token", "apikey", "passwd"],
-        r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
-        Refine::Flag,
-        &[
-            "ds.setPassword(\"DsS3cretPw\");",
-            "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
-            "cfg.withSecret('W1thSecretVal')",
-        ],
-        &[
-            "ds.setPassword(password);",
-            "ds.setPassword(System.getenv(\"DB_PASSWORD\"));",
-        ],
+    when(
+        has_paren_and_quote,
+        rule(
+            "setter-literal",
+            "code",
+            &["password", "secret", "token", "apikey", "passwd"],
+            r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+            Refine::Flag,
+            &[
+                "ds.setPassword(\"DsS3cretPw\");",
+                "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
+                "cfg.withSecret('W1thSecretVal')",
+            ],
+            &[
+                "ds.setPassword(password);",
+                "ds.setPassword(System.getenv(\"DB_PASSWORD\"));",
+            ],
+        ),
     ),
     // An XML element named for a secret (T2.4): Maven `settings.xml`, Jenkins credentials,
     // .NET config. Its attributes (`password="…"`) are assignments, caught as such.
@@ -939,17 +1032,20 @@ pub(crate) static RULES: &[Rule] = &[
         &["sqlplus scott/Tiger123@orcl"],
         &["sqlplus / as sysdba"],
     ),
-    rule(
-        "python-auth-tuple",
-        "command-line",
-        &["auth"],
-        r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
-        Refine::Flag,
-        &[
-            "requests.get(url, auth=('u', 'PyPw1'))",
-            "HTTPBasicAuth('u', \"PyPw2\")",
-        ],
-        &["requests.get(url, auth=auth)"],
+    when(
+        has_comma_and_quote,
+        rule(
+            "python-auth-tuple",
+            "command-line",
+            &["auth"],
+            r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+            Refine::Flag,
+            &[
+                "requests.get(url, auth=('u', 'PyPw1'))",
+                "HTTPBasicAuth('u', \"PyPw2\")",
+            ],
+            &["requests.get(url, auth=auth)"],
+        ),
     ),
 ];
 
@@ -2032,6 +2128,34 @@ fn base64_private_key(b64: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rule's cheap check never turns away text its pattern matches: on every example of
+    /// every rule of both tables, and on each with its punctuation taken out one character at a
+    /// time, a match means the check passes.
+    #[test]
+    fn every_check_before_a_pattern_passes_where_the_pattern_matches() {
+        let mut corpus: Vec<String> = Vec::new();
+        for r in RULES {
+            corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
+        }
+        for p in super::super::providers::RULES {
+            corpus.extend(p.positive.iter().chain(p.negative).map(|t| t.to_string()));
+        }
+        let mut more = Vec::new();
+        for t in &corpus {
+            for (i, c) in t.char_indices().filter(|(_, c)| c.is_ascii_punctuation()) {
+                more.push(format!("{}{}", &t[..i], &t[i + c.len_utf8()..]));
+            }
+        }
+        corpus.extend(more);
+        for rule in RULES {
+            let Some(pre) = rule.pre else { continue };
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            for t in &corpus {
+                assert!(!re.is_match(t) || pre(t), "{}: {t:?}", rule.id);
+            }
+        }
+    }
 
     #[test]
     fn code_values() {
