@@ -523,9 +523,7 @@ impl Redactor {
         let mut found = Vec::new();
         match self.rule(r) {
             RuleRef::Core(rule) => {
-                for caps in re.captures_iter(slice) {
-                    rules::refine(rule, &caps, slice, &mut found);
-                }
+                rules::find(rule, re, slice, &mut found);
                 if rule.multiline {
                     split_at_markers(slice, &mut found);
                 }
