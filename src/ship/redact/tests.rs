@@ -390,3 +390,43 @@ proptest::proptest! {
         }
     }
 }
+
+/// Every keyword of both tables is found wherever it stands: first in the text, after a line
+/// break (real or escaped in JSON, once or twice), after each separator a name or a token
+/// follows, at the end of the text, and in upper or mixed case.
+#[test]
+fn every_keyword_is_found_in_every_placement() {
+    let r = global();
+    let befores = [
+        "", "\n", "\\n", "\\\\n", " ", "=", ":", "\"", "\\\"", "'", "/", "_", "-", "(", ",", "x",
+        "é",
+    ];
+    for (k, word) in r.words.iter().enumerate() {
+        let upper = word.to_ascii_uppercase();
+        let mixed: String = word
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if i % 2 == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        for spelled in [word.to_string(), upper, mixed] {
+            for before in befores {
+                for after in ["", " rest", "\\n"] {
+                    let text = format!("{before}{spelled}{after}");
+                    let at = before.len();
+                    assert!(
+                        r.scan(&text)
+                            .iter()
+                            .any(|h| h.at == at && h.keyword == k as u32),
+                        "{word:?} in {text:?}"
+                    );
+                }
+            }
+        }
+    }
+}
