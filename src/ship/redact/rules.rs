@@ -1385,14 +1385,18 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 }
 
 /// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
-/// match's groups. `assignment` matches most often where secrets are dense, and its groups
-/// follow from the match alone ([`assign_groups`]): its matches come from the lazy DFA, without
-/// the capture engine that costs most of such a text.
+/// match's groups. `assignment` and `colon-pair` match most often where secrets are dense, and
+/// their groups follow from the match alone ([`name_and_last`]): their matches come from the
+/// lazy DFA, without the capture engine that costs most of such a text.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
-    if rule.id == "assignment" {
+    if matches!(rule.refine, Refine::Assign | Refine::Colon) {
         for m in re.find_iter(text) {
-            let (n, s) = assign_groups(text, m.range());
-            assign(text, n, s, out);
+            let (n, last) = name_and_last(text, m.range());
+            if rule.refine == Refine::Assign {
+                assign(text, n, last.start, out);
+            } else {
+                colon(text, n, last, out);
+            }
         }
         return;
     }
@@ -1401,13 +1405,14 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
     }
 }
 
-/// The groups of an `assignment` match (`NAME["']?[ \t]*=[ \t]*V`): the name `n` is the
-/// match's leading name characters (`[A-Za-z0-9_.-]`, which the pattern's case-insensitivity
+/// The groups of an `assignment` or `colon-pair` match (`NAME["']?[ \t]*=[ \t]*V`,
+/// `NAME["']?[ \t]*:[ \t]+V` or `NAME["']?[ \t]*:Q`): the name `n` is the match's leading name
+/// characters (`[A-Za-z0-9_.-]`, which the pattern's case-insensitivity
 /// widens by the two characters that fold to an ASCII letter, the Kelvin sign and the long s;
-/// nothing that may follow the name is one, so the greedy group ends where they stop) and the
-/// value `s` starts at the match's last character (the pattern's last item is that one
-/// character).
-fn assign_groups(text: &str, m: Range<usize>) -> (Range<usize>, usize) {
+/// nothing that may follow the name is one, so the greedy group ends where they stop), and the
+/// value's first character (`s`, or the quote `q`) is the match's last character (the
+/// pattern's last item is that one character).
+fn name_and_last(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
     let name: usize = text[m.clone()]
         .chars()
         .take_while(|&c| {
@@ -1419,7 +1424,33 @@ fn assign_groups(text: &str, m: Range<usize>) -> (Range<usize>, usize) {
         .chars()
         .next_back()
         .map_or(0, char::len_utf8);
-    (m.start..m.start + name, m.end - last)
+    (m.start..m.start + name, m.end - last..m.end)
+}
+
+/// `name: value` (rule `colon-pair`): the value from `first`, its first character or the quote
+/// opening it, unless the name is not a secret's, the name is annotated as code or names a
+/// variable, or an unquoted value is too short for the name. The regex stops at that first
+/// character, so a rejected match hides no pair after it.
+fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let name = &text[n.clone()];
+    if !name_is_secret(name) {
+        return;
+    }
+    if annotates(text, n.start, first.start, true) || names_a_variable(text, n, first.start) {
+        return;
+    }
+    let first_char = &text[first.clone()];
+    let quoted = matches!(first_char, "\"" | "'" | "`");
+    if !quoted && matches!(first_char, ":" | "=") {
+        return;
+    }
+    let strong = is_password_name(name);
+    let min = match (quoted, strong) {
+        (true, _) => 1,
+        (false, true) => 4,
+        (false, false) => 8,
+    };
+    push_value(name, text, first.start, min, out);
 }
 
 /// `name = value` (rule `assignment`): the value from `value_at`, unless the name is not a
@@ -1462,31 +1493,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Colon => {
-            // The regex stops at a value's first character (or the quote right after the
-            // colon), so a rejected match hides no pair after it.
-            let Some(first) = caps.name("s").or_else(|| caps.name("q")) else {
-                return;
-            };
-            if !name_is_secret(name) {
-                return;
-            }
-            if let Some(n) = caps.name("n")
-                && (annotates(text, n.start(), first.start(), true)
-                    || names_a_variable(text, n.range(), first.start()))
+            if let (Some(n), Some(first)) =
+                (caps.name("n"), caps.name("s").or_else(|| caps.name("q")))
             {
-                return;
+                colon(text, n.range(), first.range(), out);
             }
-            let quoted = matches!(first.as_str(), "\"" | "'" | "`");
-            if !quoted && matches!(first.as_str(), ":" | "=") {
-                return;
-            }
-            let strong = is_password_name(name);
-            let min = match (quoted, strong) {
-                (true, _) => 1,
-                (false, true) => 4,
-                (false, false) => 8,
-            };
-            push_value(name, text, first.start(), min, out);
         }
         Refine::Flag => {
             let Some(s) = caps.name("s") else { return };
@@ -2173,15 +2184,11 @@ fn base64_private_key(b64: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// `assignment`'s groups taken from its match alone are the capture engine's, on every
-    /// example of both tables and on lines built around each secret name.
+    /// The groups of `assignment` and `colon-pair` (every rule refined as an assignment or a
+    /// colon pair) taken from their matches alone are the capture engine's, on every example of both tables and on lines built around each secret
+    /// name.
     #[test]
-    fn assignment_groups_from_the_match_are_the_captures() {
-        let rule = RULES
-            .iter()
-            .find(|r| r.id == "assignment")
-            .expect("the assignment rule");
-        let re = Regex::new(rule.pattern).expect("pattern compiles");
+    fn name_rule_groups_from_the_match_are_the_captures() {
         let mut corpus: Vec<String> = Vec::new();
         for r in RULES {
             corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
@@ -2196,28 +2203,41 @@ mod tests {
             "\u{212a}ey_auth",
             "pass",
         ] {
-            for sep in ["=", " = ", "\"=", "'  =\t", "=="] {
-                for value in ["v", "\"q\"", "é1", "${X}", "=>", " ", ""] {
+            for sep in [
+                "=", " = ", "\"=", "'  =\t", "==", ":", ": ", "\":\t", "' :  ", "::",
+            ] {
+                for value in ["v", "\"q\"", "'q'", "é1", "${X}", "=>", " ", "", "\u{a0}x"] {
                     corpus.push(format!("a {name}{sep}{value} b"));
                     corpus.push(format!("?{name}{sep}{value}&{name}{sep}{value}"));
                 }
             }
         }
-        let mut matched = 0;
-        for t in &corpus {
-            for caps in re.captures_iter(t) {
-                let whole = caps.get(0).expect("group 0");
-                let n = caps.name("n").expect("group n");
-                let s = caps.name("s").expect("group s");
-                assert_eq!(
-                    assign_groups(t, whole.range()),
-                    (n.range(), s.start()),
-                    "{t:?}"
-                );
-                matched += 1;
+        // Every rule whose groups `find` takes from the match.
+        for rule in RULES
+            .iter()
+            .filter(|r| matches!(r.refine, Refine::Assign | Refine::Colon))
+        {
+            let id = rule.id;
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            let mut matched = 0;
+            for t in &corpus {
+                for caps in re.captures_iter(t) {
+                    let whole = caps.get(0).expect("group 0");
+                    let n = caps.name("n").expect("group n");
+                    let first = caps
+                        .name("s")
+                        .or_else(|| caps.name("q"))
+                        .expect("group s or q");
+                    assert_eq!(
+                        name_and_last(t, whole.range()),
+                        (n.range(), first.range()),
+                        "{id}: {t:?}"
+                    );
+                    matched += 1;
+                }
             }
+            assert!(matched > 50, "{id}: {matched}");
         }
-        assert!(matched > 50, "{matched}");
     }
 
     /// A rule's cheap check never turns away text its pattern matches: on every example of
