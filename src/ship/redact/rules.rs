@@ -1389,6 +1389,12 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 /// their groups follow from the match alone ([`name_and_last`]): their matches come from the
 /// lazy DFA, without the capture engine that costs most of such a text.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
+    if let Some(value) = label_value(rule) {
+        for m in re.find_iter(text) {
+            label(text, m.start(), value(text, m.range()), out);
+        }
+        return;
+    }
     if matches!(rule.refine, Refine::Assign | Refine::Colon) {
         for m in re.find_iter(text) {
             let (n, last) = name_and_last(text, m.range());
@@ -1425,6 +1431,58 @@ fn name_and_last(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
         .next_back()
         .map_or(0, char::len_utf8);
     (m.start..m.start + name, m.end - last..m.end)
+}
+
+/// Where a match's value lies in the text, from the text and the match.
+type ValueOf = fn(&str, Range<usize>) -> Range<usize>;
+
+/// For the labelled rules whose value `s` follows from the match alone, how: `bearer`
+/// (`bearer[ \t]+V`: the six letters of `bearer`, which no other character folds to, and the
+/// blanks after them come first) and `connection-string` (`N[ \t]*=[ \t]*V` after one
+/// delimiter: the value starts at the first character after the first `=` that is not a blank,
+/// as the greedy blanks before it take every blank and a value cannot start with `;` or `"`).
+/// The value runs to the match's end in both.
+fn label_value(rule: &Rule) -> Option<ValueOf> {
+    fn after_blanks(text: &str, from: usize, end: usize) -> Range<usize> {
+        let blanks = text.as_bytes()[from..end]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count();
+        from + blanks..end
+    }
+    match rule.id {
+        "bearer" => Some(|text, m| after_blanks(text, m.start + "bearer".len(), m.end)),
+        "connection-string" => Some(|text, m| {
+            let eq = memchr::memchr(b'=', &text.as_bytes()[m.clone()])
+                .map_or(m.end, |at| m.start + at + 1);
+            after_blanks(text, eq.min(m.end), m.end)
+        }),
+        _ => None,
+    }
+}
+
+/// A labelled secret (`bearer`, `labelled`, `labelled-is`, `connection-string`): the value
+/// `s` of a match starting at `match_at`, unless it is a reference, code, a list of words, the
+/// name of a thing, annotated as code, or a string's prefix.
+fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let value = &text[s.clone()];
+    let unquoted = value.trim_matches(['"', '\'']);
+    // The label may end a longer name (`accessToken`): the name starts before it.
+    let name_at = text[..match_at]
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let annotated = annotates(text, name_at, s.start, true);
+    if !is_shell_reference(value)
+        && !is_code(&text[s.start..])
+        && !is_word_list(value)
+        && !super::code::is_name_of_thing(unquoted)
+        && !annotated
+        && !string_prefix(text, s.clone())
+    {
+        out.push(s);
+    }
 }
 
 /// `name: value` (rule `colon-pair`): the value from `first`, its first character or the quote
@@ -1516,25 +1574,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Label => {
-            let Some(s) = group() else { return };
-            let unquoted = s.as_str().trim_matches(['"', '\'']);
-            // The label may end a longer name (`accessToken`): the name starts before it.
-            let annotated = caps.get(0).is_some_and(|m| {
-                let name_at = text[..m.start()]
-                    .char_indices()
-                    .rev()
-                    .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-                    .map_or(0, |(i, c)| i + c.len_utf8());
-                annotates(text, name_at, s.start(), true)
-            });
-            if !is_shell_reference(s.as_str())
-                && !is_code(&text[s.start()..])
-                && !is_word_list(s.as_str())
-                && !super::code::is_name_of_thing(unquoted)
-                && !annotated
-                && !string_prefix(text, s.range())
-            {
-                out.push(s.range());
+            if let (Some(m), Some(s)) = (caps.get(0), group()) {
+                label(text, m.start(), s.range(), out);
             }
         }
         Refine::Prose => {
@@ -2237,6 +2278,48 @@ mod tests {
                 }
             }
             assert!(matched > 50, "{id}: {matched}");
+        }
+        // The labelled rules whose value `find` takes from the match.
+        for rule in RULES {
+            let Some(value) = label_value(rule) else {
+                continue;
+            };
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            let mut lines = corpus.clone();
+            for label in [
+                "Bearer",
+                "BEARER",
+                "Password",
+                "pwd",
+                "AccountKey",
+                "sharedsecret",
+            ] {
+                for sep in [" ", "  \t", "=", " = ", "=\t ", "==", ";", "=\u{a0}", "= ;"] {
+                    for v in [
+                        "Xk9vQ2mLp7Rz",
+                        "tok.en-12345678~+/==",
+                        "a b c",
+                        "\"q\"",
+                        "x;y",
+                        "${X}",
+                        "===",
+                    ] {
+                        lines.push(format!("{label}{sep}{v}"));
+                        lines.push(format!("Server=db;{label}{sep}{v};Database=x"));
+                        lines.push(format!("\n\u{a0}{label}{sep}{v}\n"));
+                    }
+                }
+            }
+            let mut matched = 0;
+            for t in &lines {
+                for caps in re.captures_iter(t) {
+                    let whole = caps.get(0).expect("group 0");
+                    let s = caps.name("s").expect("group s");
+                    assert_eq!(value(t, whole.range()), s.range(), "{}: {t:?}", rule.id);
+                    matched += 1;
+                }
+            }
+            assert!(matched > 20, "{}: {matched}", rule.id);
         }
     }
 
