@@ -22,6 +22,7 @@ mod code;
 mod decode;
 mod encoded;
 mod json;
+mod names;
 pub(crate) mod providers;
 pub(crate) mod rules;
 mod runs;
@@ -31,7 +32,9 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::{LazyLock, OnceLock};
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
+use aho_corasick::automaton::Automaton;
+use aho_corasick::dfa::DFA;
+use aho_corasick::{AhoCorasick, Anchored, MatchKind};
 use memchr::{memchr, memmem, memrchr};
 use regex::Regex;
 
@@ -112,18 +115,17 @@ struct Hit {
 
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
 pub struct Redactor {
-    /// Every keyword of both tables, lowercase, searched in a lowercased copy.
-    keywords: AhoCorasick,
+    /// Every keyword of both tables, lowercase, as one DFA stepped ASCII case-insensitively
+    /// over the text ([`each_occurrence`]).
+    keywords: DFA,
     /// The keywords, lowercase, in the automaton's order.
+    #[allow(dead_code)] // read by the tests
     words: Vec<&'static str>,
     /// For each keyword, the rules (indexes into the combined table) it starts, each with
     /// whether it may be skipped for an occurrence inside a word (a token rule whose match
     /// would start there and so follow a letter or digit, which
     /// [`providers::ProviderRule::find`] rejects).
     keyword_rules: Vec<Vec<(u16, bool)>>,
-    /// For each keyword, the other keywords holding it and at which offsets: where the scan
-    /// reports it, one of those may occur too ([`Redactor::occurrences`]).
-    holders: Vec<Vec<(u32, usize)>>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
     /// The keywords holding a byte JSON escapes (`kind: "secret"`), same ids as `keywords`:
@@ -189,35 +191,7 @@ impl Redactor {
                     .collect()
             })
             .collect();
-        // The scan reports, at each position, only the keyword that ends first (see
-        // [`Redactor::scan`]); a keyword holding a reported one (`passw` holds `pass`) is found
-        // by checking the text around the hit for it, at each offset it holds the hit.
-        let holders = words
-            .iter()
-            .map(|inner| {
-                let mut found = Vec::new();
-                for (j, outer) in words.iter().enumerate() {
-                    if outer == inner || outer.len() < inner.len() {
-                        continue;
-                    }
-                    for offset in 0..=outer.len() - inner.len() {
-                        if outer.as_bytes()[offset..].starts_with(inner.as_bytes()) {
-                            found.push((j as u32, offset));
-                        }
-                    }
-                }
-                found
-            })
-            .collect();
-        let keywords = AhoCorasick::builder()
-            .match_kind(MatchKind::Standard)
-            .ascii_case_insensitive(true)
-            // A full DFA: one table lookup per byte, with no case-folded copy of the line. A
-            // few hundred short words make a table of a few hundred KiB.
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(&words)
-            // A few hundred short constant words: far below any automaton size limit.
-            .expect("keyword automaton builds");
+        let keywords = keyword_dfa(&words);
         let compiled = all_rules().map(|_| OnceLock::new()).collect();
         let (escaped_words, escaped_ids): (Vec<&str>, Vec<u32>) = words
             .iter()
@@ -238,7 +212,6 @@ impl Redactor {
             keywords,
             words,
             keyword_rules,
-            holders,
             compiled,
             escaped,
         }
@@ -331,18 +304,11 @@ impl Redactor {
         out
     }
 
-    /// Every position where a keyword starts, in order, with the keyword that ends first
-    /// there. A keyword that holds another one (`passw` holds `pass`) is stood for by the one
-    /// it holds, whose rules include its own ([`Redactor::new`]); every other overlap is found
-    /// because the search goes on from the byte after each hit's start.
+    /// Every occurrence of every keyword, overlapping ones included (`passw` and `pass` where
+    /// `password` starts), in order of their starts.
     fn scan(&self, text: &str) -> Vec<Hit> {
         let mut hits = Vec::new();
-        each_start(&self.keywords, text.as_bytes(), |at, keyword| {
-            hits.push(Hit {
-                at,
-                keyword: keyword as u32,
-            });
-        });
+        each_occurrence(&self.keywords, text.as_bytes(), &mut hits);
         hits
     }
 
@@ -354,40 +320,14 @@ impl Redactor {
         if hits.is_empty() {
             return false;
         }
-        self.occurrences(bytes, hits)
-            .into_iter()
-            .any(|(at, keyword)| {
-                if is_plain_word(bytes, at) {
-                    return false;
-                }
-                let rules = &self.keyword_rules[keyword as usize];
-                let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
-                !(in_word && !rules.is_empty() && rules.iter().all(|&(_, token)| token))
-            })
-    }
-
-    /// Every keyword occurrence the hits stand for, as (start, keyword): each hit, and each
-    /// keyword holding a hit's keyword that the text around the hit spells
-    /// ([`Redactor::scan`] reports only the keyword ending first). Exact: a keyword holding
-    /// `pass` runs its rules only where it occurs, not wherever `pass` does.
-    fn occurrences(&self, bytes: &[u8], hits: &[Hit]) -> Vec<(usize, u32)> {
-        let mut out = Vec::with_capacity(hits.len());
-        for hit in hits {
-            out.push((hit.at, hit.keyword));
-            for &(outer, offset) in &self.holders[hit.keyword as usize] {
-                let Some(start) = hit.at.checked_sub(offset) else {
-                    continue;
-                };
-                let word = self.words[outer as usize].as_bytes();
-                if bytes
-                    .get(start..start + word.len())
-                    .is_some_and(|t| t.eq_ignore_ascii_case(word))
-                {
-                    out.push((start, outer));
-                }
+        hits.iter().any(|&Hit { at, keyword }| {
+            if is_plain_word(bytes, at) {
+                return false;
             }
-        }
-        out
+            let rules = &self.keyword_rules[keyword as usize];
+            let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+            !(in_word && !rules.is_empty() && rules.iter().all(|&(_, token)| token))
+        })
     }
 
     /// The keyword hits of `decoded`, the decoding of `text[content]`, from `hits`, those of
@@ -420,13 +360,16 @@ impl Redactor {
         if let Some((ac, ids)) = &self.escaped
             && !decoded.is_identity()
         {
+            // A prefilter search (the words hold a quote, a backslash or a control character,
+            // rare in text) rather than a step of the DFA at every byte of every string.
             let before = out.len();
-            each_start(ac, decoded.text.as_bytes(), |at, i| {
-                out.push(Hit {
-                    at,
-                    keyword: ids[i],
-                });
-            });
+            out.extend(
+                ac.find_overlapping_iter(decoded.text.as_bytes())
+                    .map(|m| Hit {
+                        at: m.start(),
+                        keyword: ids[m.pattern().as_usize()],
+                    }),
+            );
             if out.len() > before {
                 out.sort_by_key(|h| h.at);
             }
@@ -473,7 +416,7 @@ impl Redactor {
         // found once (finding it again for each occurrence was quadratic on a long line).
         let mut line = 0..0;
         let bytes = text.as_bytes();
-        for (at, keyword) in self.occurrences(bytes, hits) {
+        for &Hit { at, keyword } in hits {
             // A token never continues a word (`TaskStarted` holds `sk`, a Twilio key's prefix),
             // and a token rule's match starts at its keyword: its rules need not run for an
             // occurrence inside a word. Other rules still do.
@@ -580,9 +523,7 @@ impl Redactor {
         let mut found = Vec::new();
         match self.rule(r) {
             RuleRef::Core(rule) => {
-                for caps in re.captures_iter(slice) {
-                    rules::refine(rule, &caps, slice, &mut found);
-                }
+                rules::find(rule, re, slice, &mut found);
                 if rule.multiline {
                     split_at_markers(slice, &mut found);
                 }
@@ -795,7 +736,7 @@ impl Walk<'_> {
                 if let Some(r) = str_at(kids[i].1)
                     && r.len() <= 64
                     && self.may_hold(&r)
-                    && rules::is_header(&self.decoded(&r))
+                    && names::is_header(&self.decoded(&r))
                     && str_at(kids[i + 1].1).is_some()
                 {
                     forced[i + 1] = true;
@@ -812,7 +753,7 @@ impl Walk<'_> {
                 && self.may_hold(kr)
             {
                 let decoded = self.decoded(kr);
-                if name.is_none() && rules::name_is_secret(&decoded) {
+                if name.is_none() && names::name_is_secret(&decoded) {
                     name = Some(Cow::Owned(decoded.into_owned()));
                 }
                 // A key that is itself a credential (`{"ghp_...": true}`).
@@ -918,7 +859,7 @@ impl Walk<'_> {
         };
         let named = kids.iter().any(|&(k, v)| {
             key_is(k, &["name", "key", "header", "field"])
-                && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && rules::is_header(&self.decoded(r)))
+                && matches!(&self.toks[v], Tok::Str(r) if r.len() <= 64 && names::is_header(&self.decoded(r)))
         });
         if named {
             for (i, &(k, _)) in kids.iter().enumerate() {
@@ -1055,17 +996,49 @@ fn is_plain_word(bytes: &[u8], at: usize) -> bool {
     })
 }
 
-/// Calls `hit(start, pattern)` for every position where one of `ac`'s patterns starts, with
-/// the pattern that ends first there (`MatchKind::Standard`), searching on from the byte after
-/// each start so that overlapping occurrences are not skipped.
-fn each_start(ac: &AhoCorasick, text: &[u8], mut hit: impl FnMut(usize, usize)) {
-    let mut from = 0;
-    while from < text.len() {
-        let Some(m) = ac.find(Input::new(text).span(from..text.len())) else {
-            break;
-        };
-        hit(m.start(), m.pattern().as_usize());
-        from = m.start() + 1;
+/// The keyword automaton: `words` (lowercase) found ASCII case-insensitively, every
+/// occurrence reported ([`each_occurrence`]).
+fn keyword_dfa(words: &[&str]) -> DFA {
+    DFA::builder()
+        .match_kind(MatchKind::Standard)
+        .ascii_case_insensitive(true)
+        // The search below steps the DFA itself, one table lookup per byte: a prefilter would
+        // only make it stop to ask where to jump, and the rare bytes of a few hundred words
+        // are common ones.
+        .prefilter(false)
+        .build(words)
+        // A few hundred short constant words: far below any automaton size limit.
+        .expect("keyword automaton builds")
+}
+
+/// Pushes every occurrence of every pattern of `dfa` in `text` to `hits`, overlapping ones included, ordered by start. The DFA is stepped here
+/// rather than through a find loop that starts over after each hit: every match state
+/// reports all the patterns ending at that byte, so nothing is found twice and nothing held
+/// inside another keyword (`pass` in `passw`) is missed.
+fn each_occurrence(dfa: &DFA, text: &[u8], hits: &mut Vec<Hit>) {
+    let first = hits.len();
+    // An unanchored search of a DFA built without a prefilter always has a start state.
+    let Ok(mut sid) = dfa.start_state(Anchored::No) else {
+        return;
+    };
+    let mut ordered = true;
+    for (i, &b) in text.iter().enumerate() {
+        sid = dfa.next_state(Anchored::No, sid, b);
+        if dfa.is_special(sid) && dfa.is_match(sid) {
+            for k in 0..dfa.match_len(sid) {
+                let p = dfa.match_pattern(sid, k);
+                let at = i + 1 - dfa.pattern_len(p);
+                ordered &= hits.len() == first || hits[hits.len() - 1].at <= at;
+                hits.push(Hit {
+                    at,
+                    keyword: p.as_u32(),
+                });
+            }
+        }
+    }
+    // A long keyword ends after a short one that starts after it (`private key` and `key`).
+    if !ordered {
+        hits[first..].sort_by_key(|h| h.at);
     }
 }
 

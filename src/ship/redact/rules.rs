@@ -13,6 +13,10 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
 
+use super::names::{header_names, name_words};
+// `src/url_display.rs` asks for it here; the words of secret names live in [`super::names`].
+pub(crate) use super::names::name_is_secret;
+
 /// One core rule.
 pub(crate) struct Rule {
     pub id: &'static str,
@@ -75,20 +79,6 @@ pub(crate) enum Refine {
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
-}
-
-/// kcap's credential header names and the others S1.4 lists, as a regex alternation.
-macro_rules! header_names {
-    () => {
-        r"proxy-authorization|authorization|set-cookie|cookies?|x-api-key|x-auth-token|x-access-token|x-amz-security-token|x-amz-signature|x-goog-api-key|api-key|private-token|job-token|deploy-token|x-vault-token|x-consul-token|x-csrf-token|x-xsrf-token|x-hub-signature(?:-256)?|x-slack-signature|stripe-signature|x-registry-auth|x-auth-key|x-functions-key|dd-api-key|dd-application-key|x-[a-z0-9-]*(?:api-key|token|secret|password|signature|auth-key)|[a-z0-9-]*subscription-key"
-    };
-}
-
-/// The words a secret's name is built on (checked further by [`name_is_secret`]).
-macro_rules! name_words {
-    () => {
-        r"secret|token|passw(?:or)?d|passphrase|pwd|pass|api[_.-]?key|private[_.-]?key|credentials?|access[_.-]?key|app[_.-]?key|encryption[_.-]?key|master[_.-]?key|signing[_.-]?key|account[_.-]?key|auth"
-    };
 }
 
 /// Keywords shared by the rules keyed on a secret's name.
@@ -204,6 +194,66 @@ fn has_bare_colon(text: &str) -> bool {
     })
 }
 
+/// Necessary characters, checked before a rule's regex runs on a window (most windows around a
+/// keyword hold no match): each is a literal of the rule's pattern outside any optional part,
+/// so a window without it cannot match. Punctuation only, which case-insensitive matching
+/// leaves as it is.
+fn has_equals(text: &str) -> bool {
+    memchr::memchr(b'=', text.as_bytes()).is_some()
+}
+
+fn has_colon(text: &str) -> bool {
+    memchr::memchr(b':', text.as_bytes()).is_some()
+}
+
+fn has_bar(text: &str) -> bool {
+    memchr::memchr(b'|', text.as_bytes()).is_some()
+}
+
+fn has_at(text: &str) -> bool {
+    memchr::memchr(b'@', text.as_bytes()).is_some()
+}
+
+fn has_dash(text: &str) -> bool {
+    memchr::memchr(b'-', text.as_bytes()).is_some()
+}
+
+fn has_quote(text: &str) -> bool {
+    memchr::memchr2(b'"', b'\'', text.as_bytes()).is_some()
+}
+
+/// `url-query`: a `=` and what opens a parameter (`?`, `&`, or the `\` of `\u0026`).
+fn has_query(text: &str) -> bool {
+    has_equals(text) && memchr::memchr3(b'?', b'&', b'\\', text.as_bytes()).is_some()
+}
+
+/// `setter-literal`: `(` and the quote of the literal.
+fn has_paren_and_quote(text: &str) -> bool {
+    memchr::memchr(b'(', text.as_bytes()).is_some() && has_quote(text)
+}
+
+/// `python-auth-tuple`: the `,` between user and password and the password's quote.
+fn has_comma_and_quote(text: &str) -> bool {
+    memchr::memchr(b',', text.as_bytes()).is_some() && has_quote(text)
+}
+
+/// `labelled`: its value, 16 characters or more that are neither whitespace (Unicode, as the
+/// pattern's `\s`) nor `"`.
+fn has_long_word(text: &str) -> bool {
+    let mut run = 0;
+    for c in text.chars() {
+        if c.is_whitespace() || c == '"' {
+            run = 0;
+        } else {
+            run += 1;
+            if run >= 16 {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Whether text may hold a table's separator line.
 fn has_dashes(text: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), b"---").is_some()
@@ -214,21 +264,24 @@ fn has_dashes(text: &str) -> bool {
 pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
-    rule(
-        "table-row-pair",
-        "cli-table",
-        NAME_KEYWORDS,
-        concat!(
-            r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
-            name_words!(),
-            r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+    when(
+        has_bar,
+        rule(
+            "table-row-pair",
+            "cli-table",
+            NAME_KEYWORDS,
+            concat!(
+                r"\|[ \t]*(?P<n>[A-Za-z][A-Za-z0-9_.-]{0,40}(?i:",
+                name_words!(),
+                r")[A-Za-z0-9_.-]{0,20})[ \t]*\|[ \t]*(?P<s>[^|\s])"
+            ),
+            Refine::TableRow,
+            &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
+            &[
+                "||  SecretAccessKey  |  [REDACTED]  ||",
+                "| token | string | the API token |",
+            ],
         ),
-        Refine::TableRow,
-        &["||  SecretAccessKey  |  wJalrXUtnFEMI9K7MDENGbPxRfiCY  ||"],
-        &[
-            "||  SecretAccessKey  |  [REDACTED]  ||",
-            "| token | string | the API token |",
-        ],
     ),
     // ...and a column named for one, under a header and its separator line (`az ... -o
     // table`, Markdown, psql).
@@ -423,28 +476,31 @@ pub(crate) static RULES: &[Rule] = &[
         &["curl https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"],
         &["https://api.telegram.org/bots/api"],
     ),
-    rule(
-        "header",
-        "http-header",
-        HEADER_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<lq>["'])?(?:^|\b)(?P<n>"#,
-            header_names!(),
-            r#")(?P<cq>["'])?[ \t]*:[ \t]*(?P<s>\S)"#
+    when(
+        has_colon,
+        rule(
+            "header",
+            "http-header",
+            HEADER_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<lq>["'])?(?:^|\b)(?P<n>"#,
+                header_names!(),
+                r#")(?P<cq>["'])?[ \t]*:[ \t]*(?P<s>\S)"#
+            ),
+            Refine::Header,
+            &[
+                "Authorization: Bearer abc.def-123",
+                "X-Auth-Key: 0123456789abcdef",
+                "DD-APPLICATION-KEY: aBcDeFgHiJ0123",
+                "map[Cookie:[sid=GoCookie1] X-Api-Key:[GoKey2]]",
+                "x-functions-key: FnKey123",
+            ],
+            &[
+                "Authorization header missing: 401 Unauthorized",
+                "authorization: string;",
+                "fn parse_cookie_header(raw: &str) -> Vec<Cookie> {",
+            ],
         ),
-        Refine::Header,
-        &[
-            "Authorization: Bearer abc.def-123",
-            "X-Auth-Key: 0123456789abcdef",
-            "DD-APPLICATION-KEY: aBcDeFgHiJ0123",
-            "map[Cookie:[sid=GoCookie1] X-Api-Key:[GoKey2]]",
-            "x-functions-key: FnKey123",
-        ],
-        &[
-            "Authorization header missing: 401 Unauthorized",
-            "authorization: string;",
-            "fn parse_cookie_header(raw: &str) -> Vec<Cookie> {",
-        ],
     ),
     multiline(rule(
         "header-pair-text",
@@ -490,150 +546,171 @@ pub(crate) static RULES: &[Rule] = &[
         &["Bearer eyJhbGciOiJIUzI1NiJ9.e30"],
         &["a bearer token is sent"],
     ),
-    rule(
-        "url-query",
-        "url-query-secret",
-        &[
-            "token",
-            "secret",
-            "passw",
-            "pass",
-            "pwd",
-            "key=",
-            "sig",
-            "auth",
-            "credential",
-            "sas=",
-            "keyid=",
-        ],
-        r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
-        Refine::Query,
-        &[
-            "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
-            "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
-            "https://x.io/?key=it'sMine",
-        ],
-        &["https://example.com/search?q=token+rotation&lang=en"],
-    ),
-    rule(
-        "url-userinfo",
-        "url-password",
-        &["://"],
-        r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/?#@"':]*:(?P<s>[^\s/"@]+)@"#,
-        Refine::Group,
-        &[
-            "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
-            "postgres://app:p#ss?w'rd@db:5432/app",
-        ],
-        &["http://localhost:8080/path"],
-    ),
-    rule(
-        "url-token-user",
-        "git-remote-token",
-        &["://"],
-        r"(?i)\b(?:https?|git|ssh)://(?P<s>[A-Za-z0-9_\-]{16,})@",
-        Refine::UrlToken,
-        &["git remote add o https://ghx0123456789abcdefXYZ7@github.com/o/r.git"],
-        &["https://gitlab-ci-token-user@gitlab.com/o/r.git"],
-    ),
-    rule(
-        "connection-string",
-        "connection-string",
-        &[
-            "password",
-            "pwd",
-            "accountkey",
-            "sharedaccesskey",
-            "sharedaccesssignature",
-            "sharedsecret",
-        ],
-        r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
-        Refine::Label,
-        &[
-            "Server=db;User Id=app;Password=my secret pass;Database=x",
-            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
-        ],
-        &["Server=db;User Id=app;Database=x"],
-    ),
-    rule(
-        "assignment",
-        "generic-assignment",
-        NAME_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
-            name_words!(),
-            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+    when(
+        has_query,
+        rule(
+            "url-query",
+            "url-query-secret",
+            &[
+                "token",
+                "secret",
+                "passw",
+                "pass",
+                "pwd",
+                "key=",
+                "sig",
+                "auth",
+                "credential",
+                "sas=",
+                "keyid=",
+            ],
+            r#"(?i)(?:[?&]|\\u0026)(?P<n>[A-Za-z0-9_.\-]+)=(?P<s>[^&#\s"]+)"#,
+            Refine::Query,
+            &[
+                "GET https://x.io/cb?access_token=QkAccessTok1&page=2",
+                "https://b.s3.amazonaws.com/k?X-Amz-Signature=QkAmzSig7",
+                "https://x.io/?key=it'sMine",
+            ],
+            &["https://example.com/search?q=token+rotation&lang=en"],
         ),
-        Refine::Assign,
-        &[
-            "export DB_PASSWORD=p@ss;w0rd|x",
-            "APP_SECRET=x(S)",
-            "DB_PASS=hunter22",
-            "APP_KEY=base64:Zm9vYmFy",
-            "ENCRYPTION_KEY=0123abcd",
-            "_auth=dXNlcjpwYXNz",
-            "SMTP_PASS='a b c'",
-            "API_KEY=Xk9v(Q2mLp7)",
-        ],
-        &[
-            "MY_TOKEN=$OTHER",
-            "TOKEN=${VAR}",
-            "TOKEN=$(cat /run/secrets/t)",
-            "remainingTokens = MAX - used",
-            "api_key = load_key(path)",
-            "token = os.getenv(\"X\")",
-            "input_tokens=1234",
-            "passenger=bob",
-        ],
     ),
-    rule(
-        "colon-pair",
-        "generic-assignment",
-        NAME_KEYWORDS,
-        concat!(
-            r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
-            name_words!(),
-            r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
+    when(
+        has_at,
+        rule(
+            "url-userinfo",
+            "url-password",
+            &["://"],
+            r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/?#@"':]*:(?P<s>[^\s/"@]+)@"#,
+            Refine::Group,
+            &[
+                "git clone https://deploy:UiHunter2Pass@git.example.com/r.git",
+                "postgres://app:p#ss?w'rd@db:5432/app",
+            ],
+            &["http://localhost:8080/path"],
         ),
-        Refine::Colon,
-        &[
-            "db_password: hunter2hunter2",
-            "config: {\"api_key\": \"abc\"}",
-            "pass: \"p w\"",
-            "the password: pa55",
-        ],
-        &[
-            "setFirstTokenReceived: boolean",
-            "apiKey: profile.openai_api_key || \"\"",
-            "test auth::tokens::refresh ... ok",
-            "secret_scanning: on",
-            "\"gpt-tokenizer\": \"^2.1.0\"",
-        ],
     ),
-    rule(
-        "labelled",
-        "generic-label",
-        &[
-            "secret",
-            "token",
-            "passw",
-            "pwd",
-            "api_key",
-            "api-key",
-            "api.key",
-            "apikey",
-            "private",
-            "credential",
-            "access",
-            "auth",
-        ],
-        r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
-        Refine::Label,
-        &[
-            "password p@ss!w0rd-Very-Long-1 for the db",
-            "hcloud:token  9xKMAbcdefghij1234",
-        ],
-        &["token validation failed: expired"],
+    when(
+        has_at,
+        rule(
+            "url-token-user",
+            "git-remote-token",
+            &["://"],
+            r"(?i)\b(?:https?|git|ssh)://(?P<s>[A-Za-z0-9_\-]{16,})@",
+            Refine::UrlToken,
+            &["git remote add o https://ghx0123456789abcdefXYZ7@github.com/o/r.git"],
+            &["https://gitlab-ci-token-user@gitlab.com/o/r.git"],
+        ),
+    ),
+    when(
+        has_equals,
+        rule(
+            "connection-string",
+            "connection-string",
+            &[
+                "password",
+                "pwd",
+                "accountkey",
+                "sharedaccesskey",
+                "sharedaccesssignature",
+                "sharedsecret",
+            ],
+            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
+            Refine::Label,
+            &[
+                "Server=db;User Id=app;Password=my secret pass;Database=x",
+                "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
+            ],
+            &["Server=db;User Id=app;Database=x"],
+        ),
+    ),
+    when(
+        has_equals,
+        rule(
+            "assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+            ),
+            Refine::Assign,
+            &[
+                "export DB_PASSWORD=p@ss;w0rd|x",
+                "APP_SECRET=x(S)",
+                "DB_PASS=hunter22",
+                "APP_KEY=base64:Zm9vYmFy",
+                "ENCRYPTION_KEY=0123abcd",
+                "_auth=dXNlcjpwYXNz",
+                "SMTP_PASS='a b c'",
+                "API_KEY=Xk9v(Q2mLp7)",
+            ],
+            &[
+                "MY_TOKEN=$OTHER",
+                "TOKEN=${VAR}",
+                "TOKEN=$(cat /run/secrets/t)",
+                "remainingTokens = MAX - used",
+                "api_key = load_key(path)",
+                "token = os.getenv(\"X\")",
+                "input_tokens=1234",
+                "passenger=bob",
+            ],
+        ),
+    ),
+    when(
+        has_colon,
+        rule(
+            "colon-pair",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:(?:[ \t]+(?P<s>\S)|(?P<q>["']))"#
+            ),
+            Refine::Colon,
+            &[
+                "db_password: hunter2hunter2",
+                "config: {\"api_key\": \"abc\"}",
+                "pass: \"p w\"",
+                "the password: pa55",
+            ],
+            &[
+                "setFirstTokenReceived: boolean",
+                "apiKey: profile.openai_api_key || \"\"",
+                "test auth::tokens::refresh ... ok",
+                "secret_scanning: on",
+                "\"gpt-tokenizer\": \"^2.1.0\"",
+            ],
+        ),
+    ),
+    when(
+        has_long_word,
+        rule(
+            "labelled",
+            "generic-label",
+            &[
+                "secret",
+                "token",
+                "passw",
+                "pwd",
+                "api_key",
+                "api-key",
+                "api.key",
+                "apikey",
+                "private",
+                "credential",
+                "access",
+                "auth",
+            ],
+            r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
+            Refine::Label,
+            &[
+                "password p@ss!w0rd-Very-Long-1 for the db",
+                "hcloud:token  9xKMAbcdefghij1234",
+            ],
+            &["token validation failed: expired"],
+        ),
     ),
     rule(
         "labelled-is",
@@ -725,28 +802,31 @@ pub(crate) static RULES: &[Rule] = &[
         &["redis-cli -h cache -a RedisPw9 ping"],
         &["redis-cli -h cache ping"],
     ),
-    rule(
-        "password-flag",
-        "command-line",
-        // The name words the pattern requires, not `--`: most `--` in tool output are rules,
-        // arrows and diff markers, and each would run this rule for nothing.
-        &[
-            "pass",
-            "pwd",
-            "token",
-            "secret",
-            "api-key",
-            "apikey",
-            "access-key",
-        ],
-        r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
-        Refine::Flag,
-        &[
-            "mysqladmin --password=abc status",
-            "wget --http-password=WgPw1 https://x",
-            "--password hi",
-        ],
-        &["docker login --password-stdin", "--token-file path"],
+    when(
+        has_dash,
+        rule(
+            "password-flag",
+            "command-line",
+            // The name words the pattern requires, not `--`: most `--` in tool output are rules,
+            // arrows and diff markers, and each would run this rule for nothing.
+            &[
+                "pass",
+                "pwd",
+                "token",
+                "secret",
+                "api-key",
+                "apikey",
+                "access-key",
+            ],
+            r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+            Refine::Flag,
+            &[
+                "mysqladmin --password=abc status",
+                "wget --http-password=WgPw1 https://x",
+                "--password hi",
+            ],
+            &["docker login --password-stdin", "--token-file path"],
+        ),
     ),
     rule(
         "openssl-pass",
@@ -881,21 +961,24 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
     // `withSecret("…")`. A variable or a call is code and stays.
-    rule(
-        "setter-literal",
-        "code",
-        &["password", "secret", "token", "apikey", "passwd"],
-        r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
-        Refine::Flag,
-        &[
-            "ds.setPassword(\"DsS3cretPw\");",
-            "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
-            "cfg.withSecret('W1thSecretVal')",
-        ],
-        &[
-            "ds.setPassword(password);",
-            "ds.setPassword(System.getenv(\"DB_PASSWORD\"));",
-        ],
+    when(
+        has_paren_and_quote,
+        rule(
+            "setter-literal",
+            "code",
+            &["password", "secret", "token", "apikey", "passwd"],
+            r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+            Refine::Flag,
+            &[
+                "ds.setPassword(\"DsS3cretPw\");",
+                "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
+                "cfg.withSecret('W1thSecretVal')",
+            ],
+            &[
+                "ds.setPassword(password);",
+                "ds.setPassword(System.getenv(\"DB_PASSWORD\"));",
+            ],
+        ),
     ),
     // An XML element named for a secret (T2.4): Maven `settings.xml`, Jenkins credentials,
     // .NET config. Its attributes (`password="…"`) are assignments, caught as such.
@@ -949,157 +1032,22 @@ pub(crate) static RULES: &[Rule] = &[
         &["sqlplus scott/Tiger123@orcl"],
         &["sqlplus / as sysdba"],
     ),
-    rule(
-        "python-auth-tuple",
-        "command-line",
-        &["auth"],
-        r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
-        Refine::Flag,
-        &[
-            "requests.get(url, auth=('u', 'PyPw1'))",
-            "HTTPBasicAuth('u', \"PyPw2\")",
-        ],
-        &["requests.get(url, auth=auth)"],
+    when(
+        has_comma_and_quote,
+        rule(
+            "python-auth-tuple",
+            "command-line",
+            &["auth"],
+            r#"(?i)(?:\bauth[ \t]*=[ \t]*\(?|basicauth\(|digestauth\()[ \t]*(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z_][A-Za-z0-9_.]*)[ \t]*,[ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+            Refine::Flag,
+            &[
+                "requests.get(url, auth=('u', 'PyPw1'))",
+                "HTTPBasicAuth('u', \"PyPw2\")",
+            ],
+            &["requests.get(url, auth=auth)"],
+        ),
     ),
 ];
-
-/// A name (assignment, JSON key, header) that holds a secret.
-pub(crate) fn name_is_secret(name: &str) -> bool {
-    if name.is_empty() || name.len() > 128 {
-        return false;
-    }
-    let lower = name.to_ascii_lowercase();
-    if header_name(&lower) {
-        return true;
-    }
-    // The name of a thing, not a secret: `secretName`, `secretNamespace`, `secretRef`,
-    // `tokenType`, `passwordPolicy` (Kubernetes references name a Secret object; its value is
-    // that name).
-    const THINGS: &[&str] = &[
-        "name",
-        "names",
-        "namespace",
-        "ref",
-        "refs",
-        "kind",
-        "type",
-        "policy",
-        "length",
-        // What handles or locates a secret, or says how long it lives (`token_loader_cls`,
-        // `_SSO_TOKEN_CACHE_DIR`, `maxTokenAge`, `refreshTokenMode`, `token.Expiry`,
-        // `defaultRegionalCredentialVerificationUrl`): its value is code, a path or a
-        // setting.
-        "cls",
-        "class",
-        "factory",
-        "provider",
-        "providers",
-        "loader",
-        "sourcer",
-        "fetcher",
-        "cache",
-        "dir",
-        "path",
-        "file",
-        "filename",
-        "url",
-        "uri",
-        "endpoint",
-        "prefix",
-        "mode",
-        "format",
-        "fields",
-        "window",
-        "timeout",
-        "age",
-        "expiry",
-        "expiration",
-        "ttl",
-        "lifetime",
-    ];
-    let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
-    // camelCase: its last word (`secretKeyRef` -> `Ref`); UPPER_SNAKE was split above.
-    let camel = last.bytes().any(|b| b.is_ascii_lowercase());
-    let last = match last.rfind(|c: char| c.is_ascii_uppercase()) {
-        Some(i) if i > 0 && camel => &last[i..],
-        _ => last,
-    };
-    if last.len() < name.len() && THINGS.contains(&last.to_ascii_lowercase().as_str()) {
-        return false;
-    }
-    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
-        // A constant pattern; the unit tests run it.
-        Regex::new(concat!("(?:", name_words!(), ")")).expect("name pattern is a valid regex")
-    });
-    let bytes = lower.as_bytes();
-    let orig = name.as_bytes();
-    for m in WORDS.find_iter(&lower) {
-        let word = m.as_str();
-        let after = bytes.get(m.end()).copied();
-        let before = m.start().checked_sub(1).map(|i| bytes[i]);
-        // Camel case: a capital after the word starts a new one.
-        let next_is_lower = after.is_some_and(|b| b.is_ascii_lowercase())
-            && !orig.get(m.end()).is_some_and(u8::is_ascii_uppercase);
-        let rest = &lower[m.end()..];
-        match word {
-            "token" => {
-                if !(rest.starts_with("iz") || rest.starts_with("is") || rest.starts_with("en")) {
-                    return true;
-                }
-            }
-            "secret" => {
-                if !["ar", "ion", "ly", "ive"]
-                    .iter()
-                    .any(|s| rest.starts_with(s))
-                {
-                    return true;
-                }
-            }
-            "pass" => {
-                // `pass`, `db_pass`, `dbPass`, `pass_file`: not `passenger`, `bypass`,
-                // `compass`, `passed`.
-                let starts = before.is_none_or(|b| !b.is_ascii_alphabetic())
-                    || orig[m.start()].is_ascii_uppercase();
-                if starts && !next_is_lower {
-                    return true;
-                }
-            }
-            "auth" => {
-                // Ends the name (`auth`, `_auth`, `basic_auth`) or is `_auth...` (npm's
-                // `_authToken`); not `author`, `oauth_callback`.
-                if rest.is_empty() || (before == Some(b'_') && m.start() == 1) {
-                    return true;
-                }
-            }
-            "pwd" => {
-                if !next_is_lower {
-                    return true;
-                }
-            }
-            _ => return true,
-        }
-    }
-    lower.ends_with("client-key-data") || lower.ends_with("tls.key")
-}
-
-/// Whether a lowercase name is a credential header.
-pub(crate) fn header_name(lower: &str) -> bool {
-    static HEADER: LazyLock<Regex> = LazyLock::new(|| {
-        // A constant pattern; the unit tests run it.
-        Regex::new(concat!("(?:", header_names!(), ")$")).expect("header pattern is a valid regex")
-    });
-    lower.len() <= 64 && HEADER.is_match(lower)
-}
-
-/// Whether a lowercase name is exactly a credential header (a header list's name).
-pub(crate) fn is_header(name: &str) -> bool {
-    static EXACT: LazyLock<Regex> = LazyLock::new(|| {
-        // A constant pattern; the unit tests run it.
-        Regex::new(concat!("(?i)^(?:", header_names!(), ")$"))
-            .expect("header pattern is a valid regex")
-    });
-    name.len() <= 64 && EXACT.is_match(name.trim())
-}
 
 const MARKER: &str = super::REDACTED;
 
@@ -1436,6 +1384,151 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             && lower_last.as_bytes()[lower_last.len() - lower_bare.len() - 1] == b'_')
 }
 
+/// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
+/// match's groups. `assignment` and `colon-pair` match most often where secrets are dense, and
+/// their groups follow from the match alone ([`name_and_last`]): their matches come from the
+/// lazy DFA, without the capture engine that costs most of such a text.
+pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
+    if let Some(value) = label_value(rule) {
+        for m in re.find_iter(text) {
+            label(text, m.start(), value(text, m.range()), out);
+        }
+        return;
+    }
+    if matches!(rule.refine, Refine::Assign | Refine::Colon) {
+        for m in re.find_iter(text) {
+            let (n, last) = name_and_last(text, m.range());
+            if rule.refine == Refine::Assign {
+                assign(text, n, last.start, out);
+            } else {
+                colon(text, n, last, out);
+            }
+        }
+        return;
+    }
+    for caps in re.captures_iter(text) {
+        refine(rule, &caps, text, out);
+    }
+}
+
+/// The groups of an `assignment` or `colon-pair` match (`NAME["']?[ \t]*=[ \t]*V`,
+/// `NAME["']?[ \t]*:[ \t]+V` or `NAME["']?[ \t]*:Q`): the name `n` is the match's leading name
+/// characters (`[A-Za-z0-9_.-]`, which the pattern's case-insensitivity
+/// widens by the two characters that fold to an ASCII letter, the Kelvin sign and the long s;
+/// nothing that may follow the name is one, so the greedy group ends where they stop), and the
+/// value's first character (`s`, or the quote `q`) is the match's last character (the
+/// pattern's last item is that one character).
+fn name_and_last(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
+    let name: usize = text[m.clone()]
+        .chars()
+        .take_while(|&c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '\u{212A}' | '\u{17F}')
+        })
+        .map(char::len_utf8)
+        .sum();
+    let last = text[m.clone()]
+        .chars()
+        .next_back()
+        .map_or(0, char::len_utf8);
+    (m.start..m.start + name, m.end - last..m.end)
+}
+
+/// Where a match's value lies in the text, from the text and the match.
+type ValueOf = fn(&str, Range<usize>) -> Range<usize>;
+
+/// For the labelled rules whose value `s` follows from the match alone, how: `bearer`
+/// (`bearer[ \t]+V`: the six letters of `bearer`, which no other character folds to, and the
+/// blanks after them come first) and `connection-string` (`N[ \t]*=[ \t]*V` after one
+/// delimiter: the value starts at the first character after the first `=` that is not a blank,
+/// as the greedy blanks before it take every blank and a value cannot start with `;` or `"`).
+/// The value runs to the match's end in both.
+fn label_value(rule: &Rule) -> Option<ValueOf> {
+    fn after_blanks(text: &str, from: usize, end: usize) -> Range<usize> {
+        let blanks = text.as_bytes()[from..end]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count();
+        from + blanks..end
+    }
+    match rule.id {
+        "bearer" => Some(|text, m| after_blanks(text, m.start + "bearer".len(), m.end)),
+        "connection-string" => Some(|text, m| {
+            let eq = memchr::memchr(b'=', &text.as_bytes()[m.clone()])
+                .map_or(m.end, |at| m.start + at + 1);
+            after_blanks(text, eq.min(m.end), m.end)
+        }),
+        _ => None,
+    }
+}
+
+/// A labelled secret (`bearer`, `labelled`, `labelled-is`, `connection-string`): the value
+/// `s` of a match starting at `match_at`, unless it is a reference, code, a list of words, the
+/// name of a thing, annotated as code, or a string's prefix.
+fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let value = &text[s.clone()];
+    let unquoted = value.trim_matches(['"', '\'']);
+    // The label may end a longer name (`accessToken`): the name starts before it.
+    let name_at = text[..match_at]
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let annotated = annotates(text, name_at, s.start, true);
+    if !is_shell_reference(value)
+        && !is_code(&text[s.start..])
+        && !is_word_list(value)
+        && !super::code::is_name_of_thing(unquoted)
+        && !annotated
+        && !string_prefix(text, s.clone())
+    {
+        out.push(s);
+    }
+}
+
+/// `name: value` (rule `colon-pair`): the value from `first`, its first character or the quote
+/// opening it, unless the name is not a secret's, the name is annotated as code or names a
+/// variable, or an unquoted value is too short for the name. The regex stops at that first
+/// character, so a rejected match hides no pair after it.
+fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let name = &text[n.clone()];
+    if !name_is_secret(name) {
+        return;
+    }
+    if annotates(text, n.start, first.start, true) || names_a_variable(text, n, first.start) {
+        return;
+    }
+    let first_char = &text[first.clone()];
+    let quoted = matches!(first_char, "\"" | "'" | "`");
+    if !quoted && matches!(first_char, ":" | "=") {
+        return;
+    }
+    let strong = is_password_name(name);
+    let min = match (quoted, strong) {
+        (true, _) => 1,
+        (false, true) => 4,
+        (false, false) => 8,
+    };
+    push_value(name, text, first.start, min, out);
+}
+
+/// `name = value` (rule `assignment`): the value from `value_at`, unless the name is not a
+/// secret's, the pair is a URL query parameter's or the name is annotated as code.
+fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usize>>) {
+    let name = &text[n.clone()];
+    // A URL query parameter: the query rule ends its value at the next `&`.
+    let in_query = text[..n.start]
+        .chars()
+        .next_back()
+        .is_some_and(|c| c == '?' || c == '&');
+    if in_query || !name_is_secret(name) {
+        return;
+    }
+    if annotates(text, n.start, value_at, false) {
+        return;
+    }
+    push_value(name, text, value_at, 1, out);
+}
+
 /// The spans one match of `rule` redacts in `text`.
 pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let group = || {
@@ -1453,48 +1546,16 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Assign => {
-            let Some(s) = caps.name("s") else { return };
-            // A URL query parameter: the query rule ends its value at the next `&`.
-            let in_query = caps
-                .name("n")
-                .and_then(|n| text[..n.start()].chars().next_back())
-                .is_some_and(|c| c == '?' || c == '&');
-            if in_query || !name_is_secret(name) {
-                return;
+            if let (Some(n), Some(s)) = (caps.name("n"), caps.name("s")) {
+                assign(text, n.range(), s.start(), out);
             }
-            if let Some(n) = caps.name("n")
-                && annotates(text, n.start(), s.start(), false)
-            {
-                return;
-            }
-            push_value(name, text, s.start(), 1, out);
         }
         Refine::Colon => {
-            // The regex stops at a value's first character (or the quote right after the
-            // colon), so a rejected match hides no pair after it.
-            let Some(first) = caps.name("s").or_else(|| caps.name("q")) else {
-                return;
-            };
-            if !name_is_secret(name) {
-                return;
-            }
-            if let Some(n) = caps.name("n")
-                && (annotates(text, n.start(), first.start(), true)
-                    || names_a_variable(text, n.range(), first.start()))
+            if let (Some(n), Some(first)) =
+                (caps.name("n"), caps.name("s").or_else(|| caps.name("q")))
             {
-                return;
+                colon(text, n.range(), first.range(), out);
             }
-            let quoted = matches!(first.as_str(), "\"" | "'" | "`");
-            if !quoted && matches!(first.as_str(), ":" | "=") {
-                return;
-            }
-            let strong = is_password_name(name);
-            let min = match (quoted, strong) {
-                (true, _) => 1,
-                (false, true) => 4,
-                (false, false) => 8,
-            };
-            push_value(name, text, first.start(), min, out);
         }
         Refine::Flag => {
             let Some(s) = caps.name("s") else { return };
@@ -1513,25 +1574,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Label => {
-            let Some(s) = group() else { return };
-            let unquoted = s.as_str().trim_matches(['"', '\'']);
-            // The label may end a longer name (`accessToken`): the name starts before it.
-            let annotated = caps.get(0).is_some_and(|m| {
-                let name_at = text[..m.start()]
-                    .char_indices()
-                    .rev()
-                    .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-                    .map_or(0, |(i, c)| i + c.len_utf8());
-                annotates(text, name_at, s.start(), true)
-            });
-            if !is_shell_reference(s.as_str())
-                && !is_code(&text[s.start()..])
-                && !is_word_list(s.as_str())
-                && !super::code::is_name_of_thing(unquoted)
-                && !annotated
-                && !string_prefix(text, s.range())
-            {
-                out.push(s.range());
+            if let (Some(m), Some(s)) = (caps.get(0), group()) {
+                label(text, m.start(), s.range(), out);
             }
         }
         Refine::Prose => {
@@ -2181,41 +2225,129 @@ fn base64_private_key(b64: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The groups of `assignment` and `colon-pair` (every rule refined as an assignment or a
+    /// colon pair) taken from their matches alone are the capture engine's, on every example of both tables and on lines built around each secret
+    /// name.
     #[test]
-    fn names() {
-        for yes in [
-            "DB_PASSWORD",
-            "pass",
-            "DB_PASS",
-            "dbPass",
-            "passwd",
-            "pwd",
-            "APP_KEY",
-            "ENCRYPTION_KEY",
-            "_auth",
-            "_authToken",
-            "auth",
-            "X-Auth-Key",
-            "client-key-data",
-            "tls.key",
-            "setFirstTokenReceived",
-            "AccountKey",
-            "Authorization",
-        ] {
-            assert!(name_is_secret(yes), "{yes}");
+    fn name_rule_groups_from_the_match_are_the_captures() {
+        let mut corpus: Vec<String> = Vec::new();
+        for r in RULES {
+            corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
         }
-        for no in [
-            "passenger",
-            "bypass",
-            "author",
-            "gpt-tokenizer",
-            "secretary",
-            "compass",
-            "passed",
-            "oauth_callback",
-            "name",
+        for p in super::super::providers::RULES {
+            corpus.extend(p.positive.iter().chain(p.negative).map(|t| t.to_string()));
+        }
+        for name in [
+            "DB_PASSWORD",
+            "x.api-key",
+            "Token",
+            "\u{212a}ey_auth",
+            "pass",
         ] {
-            assert!(!name_is_secret(no), "{no}");
+            for sep in [
+                "=", " = ", "\"=", "'  =\t", "==", ":", ": ", "\":\t", "' :  ", "::",
+            ] {
+                for value in ["v", "\"q\"", "'q'", "é1", "${X}", "=>", " ", "", "\u{a0}x"] {
+                    corpus.push(format!("a {name}{sep}{value} b"));
+                    corpus.push(format!("?{name}{sep}{value}&{name}{sep}{value}"));
+                }
+            }
+        }
+        // Every rule whose groups `find` takes from the match.
+        for rule in RULES
+            .iter()
+            .filter(|r| matches!(r.refine, Refine::Assign | Refine::Colon))
+        {
+            let id = rule.id;
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            let mut matched = 0;
+            for t in &corpus {
+                for caps in re.captures_iter(t) {
+                    let whole = caps.get(0).expect("group 0");
+                    let n = caps.name("n").expect("group n");
+                    let first = caps
+                        .name("s")
+                        .or_else(|| caps.name("q"))
+                        .expect("group s or q");
+                    assert_eq!(
+                        name_and_last(t, whole.range()),
+                        (n.range(), first.range()),
+                        "{id}: {t:?}"
+                    );
+                    matched += 1;
+                }
+            }
+            assert!(matched > 50, "{id}: {matched}");
+        }
+        // The labelled rules whose value `find` takes from the match.
+        for rule in RULES {
+            let Some(value) = label_value(rule) else {
+                continue;
+            };
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            let mut lines = corpus.clone();
+            for label in [
+                "Bearer",
+                "BEARER",
+                "Password",
+                "pwd",
+                "AccountKey",
+                "sharedsecret",
+            ] {
+                for sep in [" ", "  \t", "=", " = ", "=\t ", "==", ";", "=\u{a0}", "= ;"] {
+                    for v in [
+                        "Xk9vQ2mLp7Rz",
+                        "tok.en-12345678~+/==",
+                        "a b c",
+                        "\"q\"",
+                        "x;y",
+                        "${X}",
+                        "===",
+                    ] {
+                        lines.push(format!("{label}{sep}{v}"));
+                        lines.push(format!("Server=db;{label}{sep}{v};Database=x"));
+                        lines.push(format!("\n\u{a0}{label}{sep}{v}\n"));
+                    }
+                }
+            }
+            let mut matched = 0;
+            for t in &lines {
+                for caps in re.captures_iter(t) {
+                    let whole = caps.get(0).expect("group 0");
+                    let s = caps.name("s").expect("group s");
+                    assert_eq!(value(t, whole.range()), s.range(), "{}: {t:?}", rule.id);
+                    matched += 1;
+                }
+            }
+            assert!(matched > 20, "{}: {matched}", rule.id);
+        }
+    }
+
+    /// A rule's cheap check never turns away text its pattern matches: on every example of
+    /// every rule of both tables, and on each with its punctuation taken out one character at a
+    /// time, a match means the check passes.
+    #[test]
+    fn every_check_before_a_pattern_passes_where_the_pattern_matches() {
+        let mut corpus: Vec<String> = Vec::new();
+        for r in RULES {
+            corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
+        }
+        for p in super::super::providers::RULES {
+            corpus.extend(p.positive.iter().chain(p.negative).map(|t| t.to_string()));
+        }
+        let mut more = Vec::new();
+        for t in &corpus {
+            for (i, c) in t.char_indices().filter(|(_, c)| c.is_ascii_punctuation()) {
+                more.push(format!("{}{}", &t[..i], &t[i + c.len_utf8()..]));
+            }
+        }
+        corpus.extend(more);
+        for rule in RULES {
+            let Some(pre) = rule.pre else { continue };
+            let re = Regex::new(rule.pattern).expect("pattern compiles");
+            for t in &corpus {
+                assert!(!re.is_match(t) || pre(t), "{}: {t:?}", rule.id);
+            }
         }
     }
 

@@ -2,17 +2,31 @@
 //!
 //! Encoded secrets ([`super::encoded`]) and vendor-named keys ([`super::vendors`]) are runs of
 //! 20 or more letters, digits and `+/_-`. A line of prose or code has few such runs, so the
-//! search probes one byte in every `min`: if the byte at `i + min - 1` is not a token character,
-//! no run of `min` or more can start in `i..=i + min - 1`, and the search jumps past it. Only
-//! where the probe lands in a token is the run around it measured. On shell output that is a
-//! few bytes read for every `min` skipped, instead of every byte classified.
+//! search looks at the last byte of a window of `min` bytes and reads backwards from it while
+//! it reads token characters: the first other byte it meets rules out every run starting at or
+//! before it, and the next window starts right after it. Only a window of token characters
+//! throughout is a run, measured then to its end. On shell output that is a few bytes read for
+//! every `min` skipped (the tail of the word the window ends in), instead of every byte
+//! classified.
 
 use std::ops::Range;
 
 /// Letters, digits and `+/_-`: base64 of either alphabet, hex, and the bodies of keys.
 pub(crate) const fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-')
+    TOKEN[b as usize]
 }
+
+/// [`is_token`] as a table: one load per byte in the loops below.
+const TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-');
+        b += 1;
+    }
+    t
+};
 
 /// Every maximal run of token characters at least `min` long (`min` > 0), in order. A run
 /// that starts right after a backslash starts with an escape's letter (`\nQUJD`, `\u0041`):
@@ -21,25 +35,24 @@ pub(crate) fn long_runs(b: &[u8], min: usize) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let min = min.max(1);
     let n = b.len();
+    // `b[i - 1]`, when there is one, is never a token character: it ended a run or stopped a
+    // backward read. So a window of token characters from `i` is the start of a run.
     let mut i = 0;
     while i + min <= n {
-        let probe = i + min - 1;
-        if !is_token(b[probe]) {
-            i = probe + 1;
+        // Backwards from the window's last byte while the bytes are token characters.
+        let mut j = i + min - 1;
+        while j > i && is_token(b[j]) {
+            j -= 1;
+        }
+        if !is_token(b[j]) {
+            i = j + 1;
             continue;
         }
-        // The run holding the probe: back to its start, then on to its end.
-        // `b[i - 1]` is never a token character (it ended a run or failed a probe), so the
-        // run starts at `i` at the earliest.
-        let mut start = probe;
-        while start > i && is_token(b[start - 1]) {
-            start -= 1;
-        }
-        let mut end = probe + 1;
+        let mut end = i + min;
         while end < n && is_token(b[end]) {
             end += 1;
         }
-        let start = after_escape(b, start, end);
+        let start = after_escape(b, i, end);
         if end - start >= min {
             out.push(start..end);
         }
