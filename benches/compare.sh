@@ -687,7 +687,7 @@ print_daemon_table() {
     [[ -n $DAEMON_WHY ]] && echo "| **scenario incomplete** | $DAEMON_WHY | — | **no** |"
     echo "| lines at the sink (of $DAEMON_TOTAL) | $DAEMON_LINES | all | $(holds "$DAEMON_LINES >= $DAEMON_TOTAL") |"
     if [[ -n ${DAEMON_CLAIM_MED:-} && $DAEMON_CLAIM_MED != nan ]]; then
-        echo "| sub-agent header written → its key claimed (\`<session>-<child>.pid\`), $DAEMON_CLAIMED of 100 claimed | median $(r2 "$DAEMON_CLAIM_MED") ms, max $(r2 "$DAEMON_CLAIM_MAX") ms | 100 ms | median $(timed "$L" "$DAEMON_CLAIM_MED <= 100"), max $(timed "$L" "$DAEMON_CLAIM_MAX <= 100"); all claimed $(timed "$L" "$DAEMON_CLAIMED >= 100") |"
+        echo "| sub-agent header written → its key claimed (\`<session>-<child>.pid\`), $DAEMON_CLAIMED of 100 claimed | median $(r2 "$DAEMON_CLAIM_MED") ms, max $(r2 "$DAEMON_CLAIM_MAX") ms | 100 ms | median $(timed "$L" "$DAEMON_CLAIM_MED <= 100"), max $(timed "$L" "$DAEMON_CLAIM_MAX <= 100"); all claimed $(holds "$DAEMON_CLAIMED >= 100") |"
     fi
     echo "| total PSS of every kcap-watch process ($DAEMON_PROCS: the daemon and its supervisors), idle | $(mib_of_kib "$DAEMON_PSS") MiB | < 100 MiB | $(timed "$L" "$DAEMON_PSS < 102400") |"
     echo "| total idle CPU of every kcap-watch process, s per minute | $DAEMON_CPU | < 0.2 | $(timed "$L" "$DAEMON_CPU < 0.2") |"
