@@ -380,13 +380,15 @@ impl Host {
         }
         let mut others = Vec::new();
         for path in changes.paths {
-            // A scan of the children comparing bytes, not a map of every child's path built
-            // for each batch: a batch names a path or two, and the map cost a copy and a hash
-            // of every child's path for each line appended to any child.
+            // A scan of the children, not a map of every child's path built for each batch: a
+            // batch names a path or two, and the map cost a copy and a hash of every child's
+            // path for each line appended to any child. `Path` equality (component by
+            // component, as the map's was: `s//r.jsonl` is `s/r.jsonl`) compares from the file
+            // name back, so another child's path differs at once.
             let slot = self
                 .children
                 .iter()
-                .find(|(_, c)| c.path().as_os_str() == path.as_os_str())
+                .find(|(_, c)| c.path() == path.as_path())
                 .map(|(slot, _)| *slot);
             match slot {
                 Some(slot) => self.check(members, slot)?,

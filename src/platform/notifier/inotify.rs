@@ -36,8 +36,13 @@ use super::{Backend, Sink, Wanted};
 /// supervisor beating its keys) pile up and are read, filtered and delivered as one.
 pub(super) const DAEMON_COALESCE: Duration = Duration::from_millis(200);
 
-/// The kernel's queue is read in pieces of this size (a few hundred events each).
+/// The kernel's queue is read in pieces of this size (a few hundred events each) by a task,
+/// which reads again at once while more is queued.
 const READ_BUFFER: usize = 16 * 1024;
+
+/// A paced thread reads this much at a time (a few thousand events), so that its pauses
+/// never leave the kernel's queue to overflow into a rescan.
+const PACED_READ_BUFFER: usize = 64 * 1024;
 
 /// An inotify instance, read by a task on the runtime it was started in (or by a thread).
 pub(super) struct RawInotify {
@@ -199,7 +204,7 @@ async fn read_on_loop(mut fd: tokio::io::unix::AsyncFd<Inotify>, reader: Reader)
 
 /// The reader as a thread, outside a runtime: blocks on the queue.
 fn read_on_thread(mut inotify: Inotify, reader: Reader, coalesce: Duration, done: Arc<AtomicBool>) {
-    let mut buffer = vec![0u8; READ_BUFFER];
+    let mut buffer = vec![0u8; PACED_READ_BUFFER];
     loop {
         let events = match inotify.read_events_blocking(&mut buffer) {
             Ok(events) => events,
