@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::rollout::header::Identity;
+use crate::rollout::lines::Line;
 use crate::rollout::{Kind, LineInfo, PayloadType, RateWindow};
 use crate::time::Ts;
 
@@ -203,6 +204,20 @@ pub struct Observed<'a> {
     pub oversize: bool,
     /// Its classification (ignored for blank lines).
     pub info: &'a LineInfo,
+}
+
+impl Line {
+    /// The line as the fold takes it; `None` when the cursor does not classify. Written here,
+    /// beside [`Observed`], so that a line knows nothing of the fold that reads it.
+    pub fn observed(&self) -> Option<Observed<'_>> {
+        Some(Observed {
+            number: self.number,
+            raw_len: self.raw_len(),
+            blank: self.blank,
+            oversize: self.oversize,
+            info: self.info.as_ref()?,
+        })
+    }
 }
 
 /// The folded state (docs/behaviour.md L2).
