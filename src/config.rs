@@ -14,9 +14,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::codex::header::Role;
 use crate::decide::Windows;
 use crate::platform::config_dir::{self, HomeRule};
-use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
 use crate::settings::{self as registry, Command, Resolver, SettingsArgs};
 use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};

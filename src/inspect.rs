@@ -13,12 +13,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::codex::header::{Identity, Role, missing_key};
 use crate::decide::{OwedBecause, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
 use crate::fold::seed::{LineTimes, seed};
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::rollout::header::{Identity, Role, missing_key};
 use crate::time::Ts;
 
 pub mod tree;

@@ -15,9 +15,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::codex::header::normalize_id;
 use crate::host::ownership::{Verdict, judge_key};
 use crate::platform::proc_info::ProcessLaunch;
-use crate::rollout::header::normalize_id;
 use crate::time::Ts;
 
 /// A session key: a UUID's 32 hexadecimal digits, no dashes, no agent part.

@@ -11,9 +11,9 @@ pub mod seed;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::rollout::header::Identity;
-use crate::rollout::lines::Line;
-use crate::rollout::{Kind, LineInfo, PayloadType, RateWindow};
+use crate::codex::header::Identity;
+use crate::codex::lines::Line;
+use crate::codex::{Kind, LineInfo, PayloadType, RateWindow};
 use crate::time::Ts;
 
 /// Pending calls kept at most; beyond it the newest are not tracked (a turn never has this

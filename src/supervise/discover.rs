@@ -28,8 +28,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::rollout::header::{Identity, Role, normalize_id};
-use crate::rollout::{Classifier, Kind, SessionMetaInfo};
+use crate::codex::header::{Identity, Role, normalize_id};
+use crate::codex::{Classifier, Kind, SessionMetaInfo};
 use crate::time::Ts;
 
 /// A local calendar day, as Codex names its date directories.

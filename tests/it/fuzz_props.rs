@@ -21,11 +21,11 @@ use std::cell::Cell;
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
+use kcap_watch::codex::header::Role;
+use kcap_watch::codex::lines::{Line, LineCursor};
+use kcap_watch::codex::{Classifier, Kind, LineInfo, PayloadType, classify};
 use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
-use kcap_watch::rollout::header::Role;
-use kcap_watch::rollout::lines::{Line, LineCursor};
-use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
 use kcap_watch::ship::capture::{self, LossReason};
 use kcap_watch::ship::redact;
 use kcap_watch::tail::SizeLimit;

@@ -177,7 +177,7 @@ impl std::fmt::Debug for LineCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::classify;
+    use crate::codex::classify;
 
     const LIMIT: SizeLimit = SizeLimit::bytes(65_536);
 
