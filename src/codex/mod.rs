@@ -7,6 +7,7 @@
 
 pub mod classify;
 pub mod header;
+pub mod layout;
 pub mod lines;
 
 pub use classify::{Classifier, classify};

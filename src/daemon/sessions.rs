@@ -13,7 +13,6 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use crate::codex::header::normalize_id;
 use crate::host::ownership::{Verdict, judge_key};
@@ -23,19 +22,6 @@ use crate::time::Ts;
 /// A session key: a UUID's 32 hexadecimal digits, no dashes, no agent part.
 pub(crate) fn is_session_key(key: &str) -> bool {
     key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The dashed form Codex puts in rollout file names (`8-4-4-4-12`), lowercase.
-pub(crate) fn dashed(key: &str) -> String {
-    let k = key.to_ascii_lowercase();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &k[..8],
-        &k[8..12],
-        &k[12..16],
-        &k[16..20],
-        &k[20..32]
-    )
 }
 
 /// A session the kcap CLI's watcher keeps alive right now.
@@ -138,7 +124,7 @@ pub(crate) enum RolloutCheck {
 /// Reads `path`'s header (its first line only: nothing else of another session is read) and
 /// says whether it is session `key`'s rollout.
 pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
-    use crate::supervise::discover::{Header, read_header};
+    use crate::codex::layout::{Header, read_header};
     match read_header(path) {
         Ok(Header::Meta(meta)) => {
             let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();
@@ -156,63 +142,6 @@ pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
         }
         Err(e) => RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
     }
-}
-
-/// The rollout of session `key` under `codex_home`: a `rollout-*-<dashed id>.jsonl` in
-/// `sessions/YYYY/MM/DD/` before one in `archived_sessions/`, the newest (latest modified)
-/// when several match.
-pub(crate) fn find_rollout(codex_home: &Path, key: &str) -> Option<PathBuf> {
-    let suffix = format!("-{}.jsonl", dashed(key));
-    let matches = |dir: &Path, out: &mut Vec<(SystemTime, PathBuf)>| {
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with("rollout-") && name.to_ascii_lowercase().ends_with(&suffix) {
-                // Only a regular file (or a link to one) can be a rollout: a named pipe
-                // would hang whoever opened it.
-                let Ok(meta) = fs::metadata(e.path()) else {
-                    continue;
-                };
-                if !meta.is_file() {
-                    continue;
-                }
-                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                out.push((mtime, e.path()));
-            }
-        }
-    };
-    let mut found = Vec::new();
-    for year in digit_dirs(&codex_home.join("sessions"), 4) {
-        for month in digit_dirs(&year, 2) {
-            for day in digit_dirs(&month, 2) {
-                matches(&day, &mut found);
-            }
-        }
-    }
-    if found.is_empty() {
-        matches(&codex_home.join("archived_sessions"), &mut found);
-    }
-    found.into_iter().max().map(|(_, p)| p)
-}
-
-fn digit_dirs(dir: &Path, len: usize) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.len() == len
-                && name.bytes().all(|b| b.is_ascii_digit())
-                && e.file_type().is_ok_and(|t| t.is_dir())
-        })
-        .map(|e| e.path())
-        .collect()
 }
 
 /// Where the server comes from, for `status` and the logs.
@@ -263,6 +192,8 @@ pub(crate) fn store_server_url(config_dir: &Path, profile: Option<&str>) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codex::layout::{dashed, find_rollout};
+    use std::time::SystemTime;
 
     const KEY: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use proptest::prelude::*;
 
-use super::discover::{CodexLayout, Day, Discovery, Found, ThreadFacts, Tree};
+use super::discover::{Discovery, Found, ThreadFacts, Tree};
+use crate::codex::layout::{CodexLayout, Day};
 use crate::files::{HEARTBEAT_EVERY, HEARTBEAT_MAX_AGE, Heartbeat, WatcherFiles, watcher_key};
 use crate::host::notifier::Notifier;
 use crate::host::ownership::{Claim, Ownership, Verdict, judge};
