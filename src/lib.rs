@@ -17,6 +17,7 @@ pub mod fold;
 pub(crate) mod host;
 pub mod inspect;
 pub mod key;
+pub(crate) mod launch;
 pub mod logging;
 pub(crate) mod pipeline;
 pub mod platform;

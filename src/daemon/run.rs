@@ -23,11 +23,12 @@ use tracing::{error, info, warn};
 
 use super::DaemonConfig;
 use super::policy::{Ended, Next, Restarts};
-use super::sessions::{self, LaunchFacts, RolloutCheck, ServerSource};
+use super::sessions::{self, RolloutCheck, ServerSource};
 use crate::codex::layout::{self, CodexLayout};
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
 use crate::host::notifier::Notifier;
+use crate::launch::LaunchFacts;
 use crate::platform::{detached, proc_info};
 use crate::status_file::{self, SkippedSession, StatusFile, TakenSession, Writer};
 use crate::supervise::discover::{Discovery, Found};
