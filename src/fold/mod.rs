@@ -370,19 +370,18 @@ impl State {
         self.turn = Turn::Open;
         self.close_pauses(at);
         match call {
-            Some(CallEdge::Started { call_id, name }) => {
+            Some(CallEdge::Started { call_id, name })
                 if self.pending.len() < MAX_PENDING
-                    && !self.pending.iter().any(|p| p.call_id == call_id)
-                {
-                    self.pending.push(PendingCall {
-                        call_id: call_id.to_owned(),
-                        name: name.map(str::to_owned),
-                        since: at,
-                    });
-                }
+                    && !self.pending.iter().any(|p| p.call_id == call_id) =>
+            {
+                self.pending.push(PendingCall {
+                    call_id: call_id.to_owned(),
+                    name: name.map(str::to_owned),
+                    since: at,
+                });
             }
             Some(CallEdge::Answered { call_id }) => self.pending.retain(|p| p.call_id != call_id),
-            None => {}
+            Some(CallEdge::Started { .. }) | None => {}
         }
     }
 
