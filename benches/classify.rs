@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kcap_watch::rollout::{Classifier, classify};
+use kcap_watch::codex::{Classifier, classify};
 
 /// Tool output as Codex escapes it: source lines, quotes, tabs and some non-ASCII text.
 fn escaped_text(len: usize) -> String {

@@ -10,9 +10,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kcap_watch::codex::Classifier;
 use kcap_watch::fold::State;
 use kcap_watch::fold::seed::{LineTimes, seed};
-use kcap_watch::rollout::Classifier;
 use kcap_watch::ship::outbox::ShipLine;
 use kcap_watch::ship::{LINE_LIMIT, redact};
 use kcap_watch::tail::{LineEnd, LineReader, LineSink};

@@ -13,7 +13,7 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 
-use crate::rollout::header::Role;
+use crate::codex::header::Role;
 pub use crate::settings::{
     DaemonSettings, InspectSettings, ReplaySettings, SettingsArgs, StatusSettings,
     SuperviseSettings, WatchSettings,

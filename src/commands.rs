@@ -14,10 +14,10 @@ use crate::cli::{
     DaemonArgs, DaemonSettings, ReplayArgs, ReplaySettings, SettingsArgs, StatusArgs,
     StatusSettings, SuperviseArgs, SuperviseSettings, WatchArgs, WatchSettings,
 };
+use crate::codex::header::{Role, normalize_id};
 use crate::config::Resolved;
 use crate::error::{UsageError, code};
 use crate::files;
-use crate::rollout::header::{Role, normalize_id};
 use crate::settings::Command;
 use crate::watch::clock::SystemClock;
 use crate::watch::{self, ExitReason, Summary, WatchOptions};

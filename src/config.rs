@@ -14,9 +14,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::codex::header::Role;
 use crate::decide::Windows;
 use crate::platform::config_dir::{self, HomeRule};
-use crate::rollout::header::Role;
 use crate::settings::kinds::Given;
 use crate::settings::{self as registry, Command, Resolver, SettingsArgs};
 use crate::ship::auth::{AuthConfig, Credentials, MachineCredential};
@@ -78,6 +78,8 @@ pub struct Settings {
     pub force_poll: bool,
     /// Pause between failed subagent-stop attempts.
     pub stop_retry: Duration,
+    /// How often a held key's heartbeat is rewritten.
+    pub heartbeat_every: Duration,
     /// The daemon's wait after a supervisor's crash before it restarts it.
     pub restart_settle: Duration,
     /// The daemon's first restart backoff (doubling to 60 times it).
@@ -109,6 +111,7 @@ impl Settings {
             poll_interval: registry::POLL_INTERVAL.kind.default,
             force_poll: false,
             stop_retry: registry::STOP_RETRY.kind.default,
+            heartbeat_every: registry::HEARTBEAT.kind.default,
             restart_settle: registry::RESTART_SETTLE.kind.default,
             restart_backoff: registry::RESTART_BACKOFF.kind.default,
             log: registry::LOG.kind.default.to_string(),
@@ -215,6 +218,7 @@ fn resolve_with(r: &mut Resolver<'_>) -> Result<Resolved, ConfigError> {
         poll_interval: r.get(&registry::POLL_INTERVAL)?,
         force_poll: r.get(&registry::FORCE_POLL)?,
         stop_retry: r.get(&registry::STOP_RETRY)?,
+        heartbeat_every: r.get(&registry::HEARTBEAT)?,
         restart_settle: r.get(&registry::RESTART_SETTLE)?,
         restart_backoff: r.get(&registry::RESTART_BACKOFF)?,
         log: r.get(&registry::LOG)?,

@@ -13,12 +13,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::codex::header::{Identity, Role, missing_key};
 use crate::decide::{OwedBecause, WatcherEnd, Windows};
 use crate::error::UsageError;
 use crate::fold::State;
 use crate::fold::seed::{LineTimes, seed};
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::rollout::header::{Identity, Role, missing_key};
 use crate::time::Ts;
 
 pub mod tree;
@@ -242,7 +242,7 @@ fn build_report(
             from: state.idle_since_source(watcher_start).as_str(),
         },
         pause: state.last_pause().map(|p| PauseReport {
-            reason: crate::fold::USAGE_LIMIT,
+            reason: crate::codex::observe::USAGE_LIMIT,
             opened_at: p.opened_at.rfc3339(),
             ends_at: p.ends_at.map(Ts::rfc3339),
             state: p.state_at(now).as_str(),

@@ -2,7 +2,7 @@
 //! names its files (`<session>` or `<session>-<agent>`, the kcap CLI's rule), and why a key
 //! may not be known yet (`MissingKey`).
 //!
-//! This is kcap's language, not Codex's: the rollout parser (`crate::rollout::header`) fills
+//! This is kcap's language, not Codex's: the rollout parser (`crate::codex::header`) fills
 //! an [`Identity`] from a Codex header, and the pipeline, the host, the files and the
 //! requests all speak of it without knowing the Codex format.
 

@@ -6,6 +6,7 @@
 //! client, files, the runtime loop). See docs/design.md and docs/guide.md.
 
 pub mod cli;
+pub mod codex;
 pub mod commands;
 pub mod config;
 pub mod daemon;
@@ -16,10 +17,10 @@ pub mod fold;
 pub(crate) mod host;
 pub mod inspect;
 pub mod key;
+pub(crate) mod launch;
 pub mod logging;
 pub(crate) mod pipeline;
 pub mod platform;
-pub mod rollout;
 pub mod settings;
 pub mod ship;
 pub mod status;

@@ -2,7 +2,7 @@
 //! The first input byte picks the cut points; the rest is the line.
 #![no_main]
 
-use kcap_watch::rollout::{Classifier, classify};
+use kcap_watch::codex::{Classifier, classify};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

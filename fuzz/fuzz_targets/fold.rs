@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use kcap_watch::codex::classify;
+use kcap_watch::codex::header::Role;
 use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
-use kcap_watch::rollout::classify;
-use kcap_watch::rollout::header::Role;
 use kcap_watch::time::{MAX_WINDOW, Ts};
 use libfuzzer_sys::fuzz_target;
 

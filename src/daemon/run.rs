@@ -23,13 +23,15 @@ use tracing::{error, info, warn};
 
 use super::DaemonConfig;
 use super::policy::{Ended, Next, Restarts};
-use super::sessions::{self, LaunchFacts, RolloutCheck, ServerSource};
+use super::sessions::{self, RolloutCheck, ServerSource};
+use crate::codex::layout::{self, CodexLayout};
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
 use crate::host::notifier::Notifier;
+use crate::launch::LaunchFacts;
 use crate::platform::{detached, proc_info};
 use crate::status_file::{self, SkippedSession, StatusFile, TakenSession, Writer};
-use crate::supervise::discover::{CodexLayout, Discovery, Found};
+use crate::supervise::discover::{Discovery, Found};
 use crate::time::Ts;
 
 /// How long the daemon waits for its supervisors after asking them to end (they spool within
@@ -425,7 +427,7 @@ impl Daemon {
             .and_then(&mut its)
             .or_else(|| {
                 let home = codex_home.clone().or_else(default_codex_home)?;
-                sessions::find_rollout(&home, key).and_then(&mut its)
+                layout::find_rollout(&home, key).and_then(&mut its)
             });
         let skip = |this: &mut Daemon, reason: String, retry: bool| {
             let said = this

@@ -6,36 +6,21 @@
 //! hexadecimal digits, no agent part. What that watcher was started with comes from the
 //! process itself where the OS lets a user read their own processes
 //! ([`crate::platform::proc_info`]): its command line `watch <id> "<path>" ...` names the
-//! rollout, its environment the `KCAP_URL`, `KCAP_CONFIG_DIR` and `CODEX_HOME` it runs with.
-//! Elsewhere (or for a process started differently) the rollout is looked up under
-//! `CODEX_HOME` by the session's dashed id.
+//! rollout, its environment the `KCAP_URL`, `KCAP_CONFIG_DIR` and `CODEX_HOME` it runs with
+//! ([`crate::launch`]). Elsewhere (or for a process started differently) the rollout is looked
+//! up under `CODEX_HOME` by the session's dashed id ([`crate::codex::layout::find_rollout`]).
 
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::Path;
 
+use crate::codex::header::normalize_id;
 use crate::host::ownership::{Verdict, judge_key};
-use crate::platform::proc_info::ProcessLaunch;
-use crate::rollout::header::normalize_id;
 use crate::time::Ts;
 
 /// A session key: a UUID's 32 hexadecimal digits, no dashes, no agent part.
 pub(crate) fn is_session_key(key: &str) -> bool {
     key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The dashed form Codex puts in rollout file names (`8-4-4-4-12`), lowercase.
-pub(crate) fn dashed(key: &str) -> String {
-    let k = key.to_ascii_lowercase();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &k[..8],
-        &k[8..12],
-        &k[12..16],
-        &k[16..20],
-        &k[20..32]
-    )
 }
 
 /// A session the kcap CLI's watcher keeps alive right now.
@@ -85,44 +70,6 @@ pub(crate) fn still_watched(watcher_dir: &Path, key: &str, now: Ts) -> bool {
     matches!(judge_key(watcher_dir, key, now), Verdict::Alive { .. })
 }
 
-/// What the session watcher's own launch says (each `None` when unknown).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct LaunchFacts {
-    pub rollout: Option<PathBuf>,
-    pub kcap_url: Option<String>,
-    pub config_dir: Option<PathBuf>,
-    pub codex_home: Option<PathBuf>,
-}
-
-impl LaunchFacts {
-    /// Reads `watch <id> "<path>"` from the arguments (the first `watch` after the program,
-    /// whose id is `key`) and the three variables from the environment.
-    pub fn from_launch(launch: &ProcessLaunch, key: &str) -> LaunchFacts {
-        let args = &launch.args;
-        let rollout = args
-            .iter()
-            .enumerate()
-            .skip(1)
-            .find(|(_, a)| *a == "watch")
-            .and_then(|(i, _)| {
-                let id = args.get(i + 1)?;
-                let path = args.get(i + 2)?;
-                // A relative path is relative to that process's directory, not the daemon's:
-                // it names nothing here, and the lookup under CODEX_HOME is used instead.
-                (normalize_id(id).eq_ignore_ascii_case(key)
-                    && !path.starts_with('-')
-                    && Path::new(path).is_absolute())
-                .then(|| PathBuf::from(path))
-            });
-        LaunchFacts {
-            rollout,
-            kcap_url: launch.var("KCAP_URL").map(str::to_owned),
-            config_dir: launch.var("KCAP_CONFIG_DIR").map(PathBuf::from),
-            codex_home: launch.var("CODEX_HOME").map(PathBuf::from),
-        }
-    }
-}
-
 /// What a candidate rollout's first line says about it being session `key`'s.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum RolloutCheck {
@@ -138,7 +85,7 @@ pub(crate) enum RolloutCheck {
 /// Reads `path`'s header (its first line only: nothing else of another session is read) and
 /// says whether it is session `key`'s rollout.
 pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
-    use crate::supervise::discover::{Header, read_header};
+    use crate::codex::layout::{Header, read_header};
     match read_header(path) {
         Ok(Header::Meta(meta)) => {
             let id = meta.id.as_deref().map(normalize_id).unwrap_or_default();
@@ -156,63 +103,6 @@ pub(crate) fn check_rollout(path: &Path, key: &str) -> RolloutCheck {
         }
         Err(e) => RolloutCheck::Not(format!("cannot read {}: {e}", path.display())),
     }
-}
-
-/// The rollout of session `key` under `codex_home`: a `rollout-*-<dashed id>.jsonl` in
-/// `sessions/YYYY/MM/DD/` before one in `archived_sessions/`, the newest (latest modified)
-/// when several match.
-pub(crate) fn find_rollout(codex_home: &Path, key: &str) -> Option<PathBuf> {
-    let suffix = format!("-{}.jsonl", dashed(key));
-    let matches = |dir: &Path, out: &mut Vec<(SystemTime, PathBuf)>| {
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with("rollout-") && name.to_ascii_lowercase().ends_with(&suffix) {
-                // Only a regular file (or a link to one) can be a rollout: a named pipe
-                // would hang whoever opened it.
-                let Ok(meta) = fs::metadata(e.path()) else {
-                    continue;
-                };
-                if !meta.is_file() {
-                    continue;
-                }
-                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                out.push((mtime, e.path()));
-            }
-        }
-    };
-    let mut found = Vec::new();
-    for year in digit_dirs(&codex_home.join("sessions"), 4) {
-        for month in digit_dirs(&year, 2) {
-            for day in digit_dirs(&month, 2) {
-                matches(&day, &mut found);
-            }
-        }
-    }
-    if found.is_empty() {
-        matches(&codex_home.join("archived_sessions"), &mut found);
-    }
-    found.into_iter().max().map(|(_, p)| p)
-}
-
-fn digit_dirs(dir: &Path, len: usize) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.len() == len
-                && name.bytes().all(|b| b.is_ascii_digit())
-                && e.file_type().is_ok_and(|t| t.is_dir())
-        })
-        .map(|e| e.path())
-        .collect()
 }
 
 /// Where the server comes from, for `status` and the logs.
@@ -263,6 +153,8 @@ pub(crate) fn store_server_url(config_dir: &Path, profile: Option<&str>) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codex::layout::{dashed, find_rollout};
+    use std::time::SystemTime;
 
     const KEY: &str = "019fa9812dca7a319c553b1f0e6d2a01";
 
@@ -275,69 +167,6 @@ mod tests {
         assert!(!is_session_key("019fa981-2dca-7a31-9c55-3b1f0e6d2a01"));
         assert!(!is_session_key("daemon"));
         assert_eq!(dashed(KEY), "019fa981-2dca-7a31-9c55-3b1f0e6d2a01");
-    }
-
-    fn launch(args: &[&str], env: &[(&str, &str)]) -> ProcessLaunch {
-        ProcessLaunch {
-            args: args.iter().map(|s| s.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
-    }
-
-    /// An absolute path on the platform the tests run on (`/` alone is not absolute on
-    /// Windows, where a path needs its drive).
-    fn absolute(unix: &str) -> String {
-        if cfg!(windows) {
-            format!("C:{}", unix.replace('/', "\\"))
-        } else {
-            unix.to_owned()
-        }
-    }
-
-    #[test]
-    fn the_session_watchers_command_line_names_its_rollout_and_its_environment_the_rest() {
-        let rollout = absolute("/home/u/.codex/sessions/2026/07/28/rollout-x.jsonl");
-        let l = launch(
-            &[
-                "/opt/kcap/kcap",
-                "watch",
-                KEY,
-                &rollout,
-                "--cwd",
-                "/src",
-                "--parent-pid",
-                "42",
-                "--vendor",
-                "codex",
-            ],
-            &[
-                ("KCAP_URL", "https://kcap.example"),
-                ("CODEX_HOME", "/home/u/.codex"),
-                ("KCAP_CONFIG_DIR", ""),
-            ],
-        );
-        let f = LaunchFacts::from_launch(&l, KEY);
-        assert_eq!(f.rollout.as_deref(), Some(Path::new(&rollout)));
-        assert_eq!(f.kcap_url.as_deref(), Some("https://kcap.example"));
-        assert_eq!(f.codex_home.as_deref(), Some(Path::new("/home/u/.codex")));
-        // Empty is unset, as for the kcap CLI.
-        assert_eq!(f.config_dir, None);
-        // Another session's watcher, or no `watch` at all, names no rollout of ours.
-        let other = launch(
-            &["kcap", "watch", "00000000000000000000000000000000", "/x"],
-            &[],
-        );
-        assert_eq!(LaunchFacts::from_launch(&other, KEY).rollout, None);
-        assert_eq!(
-            LaunchFacts::from_launch(&launch(&["kcap", "daemon"], &[]), KEY).rollout,
-            None
-        );
-        // A relative path names a file in the daemon's directory, not the watcher's.
-        let relative = launch(&["kcap", "watch", KEY, "rollout-x.jsonl"], &[]);
-        assert_eq!(LaunchFacts::from_launch(&relative, KEY).rollout, None);
     }
 
     #[test]

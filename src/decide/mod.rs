@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
+use crate::codex::header::Role;
 use crate::fold::{Pause, State, Turn};
-use crate::rollout::header::Role;
 use crate::time::Ts;
 
 /// A call pending this long no longer counts as in flight: no single Codex tool legitimately

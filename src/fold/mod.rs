@@ -1,6 +1,8 @@
 //! The folded state of one rollout: what the watcher knows after reading its raw lines.
 //!
 //! Pure: [`State::apply`] takes one classified raw line and the time the watcher observed it.
+//! What a Codex line means (a turn's start or end, a call, a pause, mail) is Codex's module's
+//! to say ([`crate::codex::observe`]); the fold keeps what follows from it.
 //! Folding is idempotent under restart (a prefix then the rest equals the whole), which is
 //! what lets a restarted watcher seed from disk and decide exactly as one that never stopped.
 //! The fold always reads **raw** lines: the redacted copy shipped to the server can lack the
@@ -11,8 +13,10 @@ pub mod seed;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::rollout::header::Identity;
-use crate::rollout::{Kind, LineInfo, PayloadType, RateWindow};
+use crate::codex::header::Identity;
+use crate::codex::lines::Line;
+use crate::codex::observe::{CallEdge, Observation, observe};
+use crate::codex::{Kind, LineInfo, PayloadType, RateWindow};
 use crate::time::Ts;
 
 /// Pending calls kept at most; beyond it the newest are not tracked (a turn never has this
@@ -24,9 +28,6 @@ pub const MAX_PAUSES: usize = 256;
 
 /// Slack added to a reported reset time: the provider's clock and ours differ a little.
 pub(crate) const PAUSE_SLACK: Duration = Duration::from_secs(30);
-
-/// The `codex_error_info` that parks a thread until its usage limit resets.
-pub(crate) const USAGE_LIMIT: &str = "usage_limit_exceeded";
 
 /// Mail announcements remembered at most while waiting for their `agent_message`; beyond it
 /// the oldest are forgotten (Codex writes each announcement right before its message).
@@ -205,6 +206,20 @@ pub struct Observed<'a> {
     pub info: &'a LineInfo,
 }
 
+impl Line {
+    /// The line as the fold takes it; `None` when the cursor does not classify. Written here,
+    /// beside [`Observed`], so that a line knows nothing of the fold that reads it.
+    pub fn observed(&self) -> Option<Observed<'_>> {
+        Some(Observed {
+            number: self.number,
+            raw_len: self.raw_len(),
+            blank: self.blank,
+            oversize: self.oversize,
+            info: self.info.as_ref()?,
+        })
+    }
+}
+
 /// The folded state (docs/behaviour.md L2).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct State {
@@ -274,7 +289,10 @@ impl State {
             self.counters.inherited += 1;
             return;
         }
-        if !info.malformed && self.is_queued_mail(info) {
+        let observation = (!info.malformed).then(|| observe(info));
+        if let Some(o) = &observation
+            && self.is_queued_mail(o)
+        {
             // Queued mail opens no turn, closes no pause and is not activity for any decision:
             // a finished child that receives mail is still finished.
             self.counters.queued_mail += 1;
@@ -283,121 +301,98 @@ impl State {
         self.last_activity = Some(at);
         self.stalled = false;
         self.last_kind = Some((info.kind, info.payload_type, info.malformed));
-        if info.malformed {
+        let Some(observation) = observation else {
             self.counters.malformed += 1;
             return;
-        }
-        match info.kind {
-            Kind::SessionMeta => {
-                if first
-                    && self.identity.is_none()
-                    && let Some(meta) = &info.meta
-                {
+        };
+        match observation {
+            Observation::Header(meta) => {
+                if first && self.identity.is_none() {
                     self.identity = Some(Identity::from_meta(meta));
                 }
             }
-            Kind::ResponseItem => self.apply_response_item(info, at),
-            Kind::EventMsg => self.apply_event(line.number, info, at),
-            _ => {}
+            Observation::ModelOutput { call, .. } => self.apply_model_output(call, at),
+            Observation::TurnStarted { turn_id } => {
+                self.turn = Turn::Open;
+                self.turn_id = turn_id.map(str::to_owned);
+                // A call never outlives its turn: whatever an interrupted turn (or a parent's
+                // copied history) left unanswered cannot block anything later.
+                self.pending.clear();
+                self.close_pauses(at);
+            }
+            Observation::TurnCompleted {
+                turn_id,
+                message,
+                usage_limit,
+            } => {
+                self.end_turn(Turn::Completed, turn_id, line.number);
+                self.last_agent_message = Some(message);
+                if usage_limit {
+                    self.open_pause(at);
+                }
+            }
+            Observation::TurnAborted { turn_id } => {
+                self.end_turn(Turn::Aborted, turn_id, line.number);
+            }
+            Observation::RateLimits(windows) => self.last_rate_limits = windows.to_vec(),
+            Observation::AgentText(text) => {
+                if let Some(text) = text {
+                    self.last_agent_text = Some(text.to_owned());
+                }
+            }
+            Observation::MailAnnounced { .. } | Observation::Activity => {}
         }
     }
 
     /// Whether the line is queued inter-agent mail (R4.3), remembering announcements: an
-    /// `inter_agent_communication_metadata` with `trigger_turn: false` announces it, and the
-    /// next `response_item` of type `agent_message` is that mail. An announcement whose
-    /// `trigger_turn` is `true` (or not a boolean) is kept in line too, so each message is
-    /// matched with its own announcement.
-    fn is_queued_mail(&mut self, info: &LineInfo) -> bool {
-        match (info.kind, info.payload_type) {
-            (Kind::InterAgentMetadata, _) => {
-                let queued = info.trigger_turn == Some(false);
+    /// announcement that triggers no turn queues the mail it announces, and the next mail is
+    /// that one. An announcement that triggers a turn (or says nothing of it) is kept in line
+    /// too, so each message is matched with its own announcement.
+    fn is_queued_mail(&mut self, observation: &Observation<'_>) -> bool {
+        match observation {
+            Observation::MailAnnounced { queued } => {
                 if self.mail_announcements.len() >= MAX_MAIL_ANNOUNCEMENTS {
                     self.mail_announcements.pop_front();
                 }
-                self.mail_announcements.push_back(queued);
-                queued
+                self.mail_announcements.push_back(*queued);
+                *queued
             }
-            (Kind::ResponseItem, PayloadType::AgentMessage) => {
+            Observation::ModelOutput { mail: true, .. } => {
                 self.mail_announcements.pop_front() == Some(true)
             }
             _ => false,
         }
     }
 
-    fn apply_response_item(&mut self, info: &LineInfo, at: Ts) {
+    fn apply_model_output(&mut self, call: Option<CallEdge<'_>>, at: Ts) {
         // Any model output means the thread works again: the turn is open (re-engagement
         // after a completed turn) and a usage-limit pause is over.
         self.turn = Turn::Open;
         self.close_pauses(at);
-        let Some(call_id) = &info.call_id else {
-            return;
-        };
-        if info.payload_type.is_call() {
-            if self.pending.len() < MAX_PENDING
-                && !self.pending.iter().any(|p| &p.call_id == call_id)
+        match call {
+            Some(CallEdge::Started { call_id, name })
+                if self.pending.len() < MAX_PENDING
+                    && !self.pending.iter().any(|p| p.call_id == call_id) =>
             {
                 self.pending.push(PendingCall {
-                    call_id: call_id.clone(),
-                    name: info.name.clone(),
+                    call_id: call_id.to_owned(),
+                    name: name.map(str::to_owned),
                     since: at,
                 });
             }
-        } else if info.payload_type.is_output() {
-            // Whatever the output's type: a `local_shell_call` is answered by a
-            // `function_call_output`.
-            self.pending.retain(|p| &p.call_id != call_id);
+            Some(CallEdge::Answered { call_id }) => self.pending.retain(|p| p.call_id != call_id),
+            Some(CallEdge::Started { .. }) | None => {}
         }
     }
 
-    fn apply_event(&mut self, number: u64, info: &LineInfo, at: Ts) {
-        match info.payload_type {
-            PayloadType::TaskStarted => {
-                self.turn = Turn::Open;
-                self.turn_id = info.turn_id.clone();
-                // A call never outlives its turn: whatever an interrupted turn (or a parent's
-                // copied history) left unanswered cannot block anything later.
-                self.pending.clear();
-                self.close_pauses(at);
-            }
-            PayloadType::TaskComplete => {
-                self.turn = Turn::Completed;
-                if info.turn_id.is_some() {
-                    self.turn_id = info.turn_id.clone();
-                }
-                self.turn_end_line = Some(number);
-                let usage_limit = info.codex_error_info.as_deref() == Some(USAGE_LIMIT);
-                let agent = info.last_agent_message.clone().unwrap_or_default();
-                // A usage-limit end reports Codex's own message ("try again at 10:45 PM"): it
-                // is what the user needs to read on the card (R4.2). Any other failed turn
-                // falls back to its message only when the agent said nothing.
-                let message = match info.error_message.as_ref().filter(|m| !m.is_empty()) {
-                    Some(err) if usage_limit || agent.is_empty() => err.clone(),
-                    _ => agent,
-                };
-                self.last_agent_message = Some(message);
-                self.pending.clear();
-                if usage_limit {
-                    self.open_pause(at);
-                }
-            }
-            PayloadType::TurnAborted => {
-                self.turn = Turn::Aborted;
-                if info.turn_id.is_some() {
-                    self.turn_id = info.turn_id.clone();
-                }
-                self.turn_end_line = Some(number);
-                self.pending.clear();
-            }
-            PayloadType::TokenCount => {
-                self.last_rate_limits.clone_from(&info.rate_limits);
-            }
-            PayloadType::AgentMessage => {
-                if let Some(text) = &info.message {
-                    self.last_agent_text = Some(text.clone());
-                }
-            }
-            _ => {}
+    /// A turn's end (completed or aborted) at line `number`; a turn id it names is the turn's.
+    fn end_turn(&mut self, turn: Turn, turn_id: Option<&str>, number: u64) {
+        self.turn = turn;
+        if let Some(id) = turn_id {
+            self.turn_id = Some(id.to_owned());
         }
+        self.turn_end_line = Some(number);
+        self.pending.clear();
     }
 
     /// Opens a pause at `at` whose end comes from the most recent `token_count` (section 5).

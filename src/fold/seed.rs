@@ -7,8 +7,8 @@
 use std::io;
 
 use super::State;
-use crate::rollout::Classifier;
-use crate::rollout::lines::LineCursor;
+use crate::codex::Classifier;
+use crate::codex::lines::LineCursor;
 use crate::tail::index::LineIndex;
 use crate::tail::reader::{ReadAt, SizeLimit};
 use crate::time::Ts;

@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use tracing::{info, warn};
 
+use crate::codex::Classifier;
+use crate::codex::lines::LineCursor;
 use crate::error::{LockHeld, RolloutRewritten, UsageError};
 use crate::files::{self, AcquireError};
 use crate::fold::seed::{LineTimes, seed};
 use crate::key::{Identity, MissingKey, Role, missing_key, normalize_id};
 use crate::pipeline::{Action, Event, ExitReason, Pipeline, SpoolResult};
-use crate::rollout::Classifier;
-use crate::rollout::lines::LineCursor;
 use crate::ship::LINE_LIMIT;
 use crate::ship::protocol::Watermark;
 use crate::ship::spool::{self, SpoolOutcome};

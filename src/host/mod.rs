@@ -102,12 +102,13 @@ impl Hub {
             }
             None => None,
         };
-        let keys = Ownership::start(&settings.watcher_dir).with_context(|| {
-            format!(
-                "failed to start owning keys in {}",
-                settings.watcher_dir.display()
-            )
-        })?;
+        let keys = Ownership::start_beating_every(&settings.watcher_dir, settings.heartbeat_every)
+            .with_context(|| {
+                format!(
+                    "failed to start owning keys in {}",
+                    settings.watcher_dir.display()
+                )
+            })?;
         let (tx, rx) = mpsc::channel(64);
         Ok((
             Hub {

@@ -30,8 +30,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::files::{
-    AcquireError, HEARTBEAT_EVERY, Heartbeats, WatcherFiles, open_private, private_options,
-    process_alive, process_start_token, with_context,
+    AcquireError, Heartbeats, WatcherFiles, open_private, private_options, process_alive,
+    process_start_token, with_context,
 };
 use crate::time::Ts;
 
@@ -220,11 +220,7 @@ pub(crate) struct ClaimFailure {
 
 impl Ownership {
     /// Starts the heartbeat thread over `<watchers>` (the directory is made when a key is
-    /// taken).
-    pub fn start(watcher_dir: &Path) -> io::Result<Ownership> {
-        Ownership::start_beating_every(watcher_dir, HEARTBEAT_EVERY)
-    }
-
+    /// taken), beating `every` (`HEARTBEAT_EVERY` unless a test lowers it).
     pub(crate) fn start_beating_every(
         watcher_dir: &Path,
         every: Duration,

@@ -19,15 +19,14 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{InspectRequest, Report, inspect_folded, modelled, open_rollout, write_text};
+use crate::codex::header::{Identity, Role};
+use crate::codex::layout::{CodexLayout, Header, read_header_timed};
 use crate::decide::Windows;
 use crate::error::UsageError;
 use crate::files::{check_id, watcher_key};
 use crate::fold::State;
 use crate::host::ownership::{KeyFiles, Verdict};
-use crate::rollout::header::{Identity, Role};
-use crate::supervise::discover::{
-    CodexLayout, Discovery, Found, Header, ThreadFacts, read_header_timed,
-};
+use crate::supervise::discover::{Discovery, Found, ThreadFacts};
 use crate::time::Ts;
 
 /// What `inspect --tree` was asked.

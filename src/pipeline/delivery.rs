@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::{Action, FREE_HALVINGS, Notices, Once, Request, SpoolResult, UNAUTHORIZED_RETRY};
-use crate::rollout::lines::Line;
+use crate::codex::lines::Line;
 use crate::ship::TranscriptBatch;
 use crate::ship::capture::{self, Loss};
 use crate::ship::outbox::{Outbox, Refusal, ShipLine};

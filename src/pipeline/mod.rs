@@ -14,11 +14,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::codex::lines::Line;
 use crate::decide::Windows as DecisionWindows;
 use crate::decide::{self, Ceiling, CeilingStep, Grant, Windows};
 use crate::fold::{Pause, State};
 use crate::key::{Identity, Role};
-use crate::rollout::lines::Line;
 use crate::ship::TranscriptBatch;
 use crate::ship::backoff::Backoff;
 use crate::ship::outbox::ShipLine;

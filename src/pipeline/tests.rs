@@ -3,8 +3,8 @@
 //! left for the test to answer).
 
 use super::*;
-use crate::rollout::Classifier;
-use crate::rollout::lines::LineCursor;
+use crate::codex::Classifier;
+use crate::codex::lines::LineCursor;
 use crate::ship::LINE_LIMIT;
 use std::collections::VecDeque;
 

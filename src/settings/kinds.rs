@@ -323,10 +323,16 @@ impl Kind for Millis {
 
     fn example(&self) -> (String, Option<String>) {
         let ms = |d: Duration| (d + Duration::from_millis(250)).min(self.max).as_millis();
-        (
-            ms(self.default).to_string(),
-            Some(format!("{}ms", ms(self.min))),
-        )
+        // Another value than the default, below it where the default is the maximum.
+        let other = if self.default >= self.max {
+            self.default
+                .saturating_sub(Duration::from_millis(250))
+                .max(self.min)
+                .as_millis()
+        } else {
+            ms(self.default)
+        };
+        (other.to_string(), Some(format!("{}ms", ms(self.min))))
     }
 
     fn var_syntax(&self) -> String {

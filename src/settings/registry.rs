@@ -184,6 +184,19 @@ registry! {
          exercise a failing server in seconds instead of minutes.",
     )
         .taken_by(FOLLOWING);
+    HEARTBEAT: Millis = Setting::hidden(
+        "KCAP_WATCH_HEARTBEAT_MS",
+        Millis {
+            min: Duration::from_millis(10),
+            // docs/behaviour.md S5: rewritten at least every 10 s; never slower than that.
+            max: Duration::from_secs(10),
+            default: crate::files::HEARTBEAT_EVERY,
+        },
+        "How often a held key's heartbeat is rewritten: 10 s, lowered by tests that watch \
+         several beats (the kcap CLI reading a live heartbeat, thousands of keys staying fresh) \
+         in seconds instead of half a minute.",
+    )
+        .taken_by(FOLLOWING);
     RESTART_SETTLE: Millis = Setting::hidden(
         "KCAP_DAEMON_RESTART_SETTLE_MS",
         Millis {

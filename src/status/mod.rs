@@ -280,8 +280,7 @@ fn key_report(watcher_dir: &Path, key: &str, live: &[StatusFile], now: Ts) -> Ke
         None if running => pid
             .and_then(proc_info::read)
             .and_then(|l| {
-                crate::daemon::sessions::LaunchFacts::from_launch(&l, &session_id_for_launch(key))
-                    .rollout
+                crate::launch::LaunchFacts::from_launch(&l, &session_id_for_launch(key)).rollout
             })
             .map(|p| p.display().to_string()),
         None => None,

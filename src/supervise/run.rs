@@ -16,7 +16,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use tracing::{error, info, warn};
 
-use super::discover::{CodexLayout, Discovery, Found, Header, ThreadFacts, read_header};
+use super::discover::{Discovery, Found, ThreadFacts};
+use crate::codex::layout::{CodexLayout, Header, read_header};
 use crate::config::Settings;
 use crate::error::{RolloutRewritten, UsageError};
 use crate::files;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use proptest::prelude::*;
 
-use super::discover::{CodexLayout, Day, Discovery, Found, ThreadFacts, Tree};
+use super::discover::{Discovery, Found, ThreadFacts, Tree};
+use crate::codex::layout::{CodexLayout, Day};
 use crate::files::{HEARTBEAT_EVERY, HEARTBEAT_MAX_AGE, Heartbeat, WatcherFiles, watcher_key};
 use crate::host::notifier::Notifier;
 use crate::host::ownership::{Claim, Ownership, Verdict, judge};
@@ -612,7 +613,7 @@ fn a_child_held_by_a_live_watcher_is_left_alone_and_taken_over_when_it_dies() {
     let holder = Holder::start(&dir, &k);
     let holder_pid = holder.0.id();
 
-    let ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start_beating_every(&dir, HEARTBEAT_EVERY).unwrap();
     assert_eq!(
         ownership.want(&k, Ts::now()).unwrap(),
         Claim::Held {
@@ -664,7 +665,7 @@ fn a_key_whose_spawn_lock_is_taken_waits_for_the_spawner() {
     // The kcap CLI's spawner deciding about this key right now.
     let spawner = fs::File::create(dir.join(format!("{k}.spawnlock"))).unwrap();
     spawner.try_lock().unwrap();
-    let ownership = Ownership::start(&dir).unwrap();
+    let ownership = Ownership::start_beating_every(&dir, HEARTBEAT_EVERY).unwrap();
     assert_eq!(ownership.want(&k, Ts::now()).unwrap(), Claim::Busy);
     assert!(!dir.join(format!("{k}.pid")).exists());
     drop(spawner);

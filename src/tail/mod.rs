@@ -1,5 +1,5 @@
 //! Reading complete lines of a growing rollout, and noticing that it grew. Bytes only: what
-//! a line means is for the sink the reader hands it to (`rollout::lines`).
+//! a line means is for the sink the reader hands it to (`codex::lines`).
 //!
 //! [`reader::LineReader`] turns the bytes after an offset into complete, numbered lines,
 //! holding only the partial last line (bounded) and never re-reading what it has passed, so

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::support::harness::{
     self, AGENT_ND, SESSION_ND, Sandbox, child_meta, task_complete, task_started,
 };
-use crate::support::secrets::{all_text, placements};
+use crate::support::secrets::{PLACEMENTS, all_text, place};
 use crate::support::{FakeKcap, serial};
 
 const MIB: usize = 1 << 20;
@@ -71,14 +71,8 @@ fn case() -> Case {
     let mut lines = vec![child_meta(), task_started("t1")];
     let mut want = BTreeMap::new();
     for target in [65_537, MIB, LIMIT - 1] {
-        for (placement, _) in placements("probe") {
-            let make = |text: &str| {
-                placements(text)
-                    .into_iter()
-                    .find(|(p, _)| *p == placement)
-                    .map(|(_, l)| l)
-                    .unwrap_or_default()
-            };
+        for placement in PLACEMENTS {
+            let make = |text: &str| place(placement, text);
             let (line, xs) = line_of(target, make);
             assert_eq!(line.len(), target, "{placement}");
             let n = lines.len() as u64;

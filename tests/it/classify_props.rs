@@ -3,7 +3,7 @@
 //! `serde_json::Value` reading gives, and any bytes are malformed exactly when serde_json
 //! rejects them (or they are not an object).
 
-use kcap_watch::rollout::{
+use kcap_watch::codex::{
     Classifier, KNOWN_WINDOWS, Kind, LineInfo, MAX_MESSAGE_FIELD, MAX_SHORT_FIELD, PayloadType,
     RateWindow, SessionMetaInfo, classify,
 };

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use kcap_watch::cli::{Cli, Command, RoleArg, SettingsArgs, Vendor, WatchArgs};
+use kcap_watch::codex::header::Role;
 use kcap_watch::config::{self, ConfigError, LogFormat, Resolved, Settings};
-use kcap_watch::rollout::header::Role;
 use kcap_watch::time::{MAX_WINDOW, Ts};
 
 const MIN: u64 = 60;

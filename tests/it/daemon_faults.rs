@@ -98,6 +98,30 @@ struct Many {
 
 const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
 
+/// The open-file limit the many-children tests start the supervisor under, and how many
+/// children they give it: the limit scaled down from the usual 1,024 (and the children from
+/// the 2,000 of issue 28's item 1) keeps the ratio, so the supervisor still cannot hold the
+/// children without raising its soft limit (each once cost three descriptors, and even at one
+/// each they exceed it) or, under a hard limit as low, without listing some as claim failed,
+/// while the test ships a quarter of the lines. `KCAP_TEST_CHILDREN` sets another count, to
+/// measure.
+#[cfg(target_os = "linux")]
+const LIMIT: u64 = 256;
+#[cfg(target_os = "linux")]
+fn children() -> usize {
+    std::env::var("KCAP_TEST_CHILDREN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500)
+}
+
+/// The heartbeat period the many-children tests run with (`KCAP_WATCH_HEARTBEAT_MS`), so that
+/// several beats of every held key pass in seconds; a heartbeat may be this plus the 5 s of
+/// slack kcap-watch promises old (docs/behaviour.md S5: 10 s beats, never older than 15 s).
+const BEAT: Duration = Duration::from_secs(1);
+#[cfg(target_os = "linux")]
+const MAX_AGE: Duration = Duration::from_secs(6);
+
 impl Many {
     fn new(n: usize) -> Many {
         // On a memory file system where there is one: the test is about descriptors, and on
@@ -171,6 +195,7 @@ impl Many {
             .arg(&self.home)
             .args(["--server", server, "--stop-grace", "0s"])
             .args(["--log-format", "json"])
+            .env("KCAP_WATCH_HEARTBEAT_MS", BEAT.as_millis().to_string())
             .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(self._tmp.path().join("supervise.log")).unwrap());
@@ -240,7 +265,15 @@ impl Many {
                 continue;
             }
             held += 1;
-            let age = harness::heartbeat_age(&self.watchers().join(format!("{key}.heartbeat")))
+            let path = self.watchers().join(format!("{key}.heartbeat"));
+            // A key being claimed has its pid file a moment before its first beat (which the
+            // beat thread writes at once): looked at again a beat period later, a held key's
+            // heartbeat must be there and fresh.
+            let age = harness::heartbeat_age(&path)
+                .or_else(|| {
+                    std::thread::sleep(BEAT);
+                    harness::heartbeat_age(&path)
+                })
                 .unwrap_or(Duration::MAX);
             oldest = Some(oldest.map_or(age, |o: Duration| o.max(age)));
         }
@@ -264,30 +297,28 @@ fn open_descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-/// Item 1 (the spec's T4.1-T4.2): one supervisor with 2,000 children, each a completed turn,
-/// started under the usual soft limit of 1,024 open files (the hard limit above it, as
-/// systemd's services get), ships every line and stop within 60 s, with every heartbeat it
-/// holds under 15 s old throughout. Before, each held key kept three descriptors (its lock and
-/// two heartbeat slots) and nothing raised the soft limit: it shipped nothing.
+/// Item 1 (the spec's T4.1-T4.2): one supervisor with twice as many children as its soft
+/// open-file limit (500 under 256, scaled down from 2,000 under the usual 1,024; the hard limit
+/// above it, as systemd's services get), each a completed turn, ships every line and stop
+/// within 60 s, with every heartbeat it holds fresh throughout. Before, each held key kept
+/// three descriptors (its lock and two heartbeat slots) and nothing raised the soft limit: it
+/// shipped nothing.
 #[cfg(target_os = "linux")]
 #[test]
-fn two_thousand_children_under_a_soft_limit_of_1024_all_ship_within_60_s_with_fresh_heartbeats() {
-    let _serial = support::serial();
-    // `KCAP_TEST_CHILDREN` sets another count, to measure.
-    let n: usize = std::env::var("KCAP_TEST_CHILDREN")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+fn twice_its_soft_open_file_limit_in_children_all_ship_within_60_s_with_fresh_heartbeats() {
+    // Not one of the CPU-heavy tests (`support::serial`): 500 children ship in about a second
+    // of CPU.
+    let n = children();
     let many = Many::new(n);
     let server = FakeKcap::start();
     let begin = std::time::Instant::now();
-    let mut sup = KillOnDrop(many.supervise(&server.url(), 1024, None, &[]));
+    let mut sup = KillOnDrop(many.supervise(&server.url(), LIMIT, None, &[]));
     let sup = &mut sup.0;
     let mut oldest = Duration::ZERO;
     let mut looked = std::time::Instant::now();
     // Looked at sparingly: the test shares the machine's cores with the supervisor.
     while begin.elapsed() < Duration::from_secs(60) && server.hooks("subagent-stop").len() < n {
-        if looked.elapsed() >= Duration::from_secs(4) {
+        if looked.elapsed() >= BEAT * 2 {
             looked = std::time::Instant::now();
             if let (Some(age), _) = many.oldest_heartbeat(sup.id()) {
                 oldest = oldest.max(age);
@@ -301,7 +332,7 @@ fn two_thousand_children_under_a_soft_limit_of_1024_all_ship_within_60_s_with_fr
     let descriptors = open_descriptors(sup.id());
     // Every heartbeat stays fresh for a while longer, past a few beats.
     for _ in 0..6 {
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(BEAT / 2);
         let (age, held) = many.oldest_heartbeat(sup.id());
         assert_eq!(held, n);
         oldest = oldest.max(age.unwrap_or(Duration::MAX));
@@ -320,33 +351,27 @@ fn two_thousand_children_under_a_soft_limit_of_1024_all_ship_within_60_s_with_fr
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert!(
-        oldest < Duration::from_secs(15),
-        "a heartbeat was {oldest:?} old"
-    );
+    assert!(oldest < MAX_AGE, "a heartbeat was {oldest:?} old");
     support::bin::signal(sup, libc::SIGTERM);
     let _ = support::bin::wait_exit(sup, Duration::from_secs(30));
 }
 
-/// Item 1 (the spec's T4.3): with the hard limit also at 1,024 the supervisor ships what it can
-/// hold and claims nothing it cannot serve: the keys it could not claim are listed as `claim
-/// failed` in its status (never silently dropped, and free for the kcap CLI meanwhile), the
-/// shortage is logged once, not per key or per line, and every heartbeat it holds stays fresh.
-/// As descriptors free up (a reaped child keeps its key's lock but closes its rollout), it
-/// claims more by itself, each shipped in full.
+/// Item 1 (the spec's T4.3): with the hard limit also at that soft limit (256 for 500
+/// children, scaled down from 1,024 for 2,000) the supervisor ships what it can hold and claims
+/// nothing it cannot serve: the keys it could not claim are listed as `claim failed` in its
+/// status (never silently dropped, and free for the kcap CLI meanwhile), the shortage is logged
+/// once, not per key or per line, and every heartbeat it holds stays fresh. As descriptors free
+/// up (a reaped child keeps its key's lock but closes its rollout), it claims more by itself,
+/// each shipped in full.
 #[cfg(target_os = "linux")]
 #[test]
-fn with_a_hard_limit_of_1024_it_ships_what_it_can_hold_lists_the_rest_and_claims_more_as_descriptors_free_up()
+fn under_a_hard_open_file_limit_it_ships_what_it_can_hold_lists_the_rest_and_claims_more_as_descriptors_free_up()
  {
-    let _serial = support::serial();
-    let n: usize = std::env::var("KCAP_TEST_CHILDREN")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let n = children();
     let many = Many::new(n);
     let server = FakeKcap::start();
     let mut guard =
-        KillOnDrop(many.supervise(&server.url(), 1024, Some(1024), &["--reap-after", "3s"]));
+        KillOnDrop(many.supervise(&server.url(), LIMIT, Some(LIMIT), &["--reap-after", "3s"]));
     let sup = &mut guard.0;
     let status_path = many.config.join(format!(
         "kcap-watch/status/{}.supervise.json",
@@ -384,14 +409,11 @@ fn with_a_hard_limit_of_1024_it_ships_what_it_can_hold_lists_the_rest_and_claims
     let (oldest, _) = many.oldest_heartbeat(sup.id());
     let descriptors = open_descriptors(sup.id());
     eprintln!(
-        "hard limit 1024: holds {first} of {n} keys, {} listed as claim failed, {descriptors} descriptors open, oldest heartbeat {oldest:?}",
+        "hard limit {LIMIT}: holds {first} of {n} keys, {} listed as claim failed, {descriptors} descriptors open, oldest heartbeat {oldest:?}",
         claim_failed()
     );
     assert!(first < n, "it held every key under a hard limit of 1024");
-    assert!(
-        oldest.is_some_and(|a| a < Duration::from_secs(15)),
-        "{oldest:?}"
-    );
+    assert!(oldest.is_some_and(|a| a < MAX_AGE), "{oldest:?}");
     // Reaped children free their rollouts' descriptors: more keys are claimed and shipped.
     let mut later = 0;
     assert!(settled_above(first, &mut later), "{}", tail());
@@ -401,10 +423,7 @@ fn with_a_hard_limit_of_1024_it_ships_what_it_can_hold_lists_the_rest_and_claims
         claim_failed(),
         open_descriptors(sup.id())
     );
-    assert!(
-        oldest.is_some_and(|a| a < Duration::from_secs(15)),
-        "{oldest:?}"
-    );
+    assert!(oldest.is_some_and(|a| a < MAX_AGE), "{oldest:?}");
     assert!(sup.try_wait().unwrap().is_none(), "{}", tail());
     assert_eq!(
         many.events("child_claim_failed"),

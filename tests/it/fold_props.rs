@@ -2,9 +2,9 @@
 //! same state as folding the whole file (so a restarted watcher decides like one that never
 //! stopped), and no input, however broken, makes the fold panic.
 
+use kcap_watch::codex::Classifier;
+use kcap_watch::codex::lines::LineCursor;
 use kcap_watch::fold::State;
-use kcap_watch::rollout::Classifier;
-use kcap_watch::rollout::lines::LineCursor;
 use kcap_watch::ship::LINE_LIMIT;
 use kcap_watch::time::Ts;
 use proptest::prelude::*;

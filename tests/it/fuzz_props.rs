@@ -21,11 +21,11 @@ use std::cell::Cell;
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
+use kcap_watch::codex::header::Role;
+use kcap_watch::codex::lines::{Line, LineCursor};
+use kcap_watch::codex::{Classifier, Kind, LineInfo, PayloadType, classify};
 use kcap_watch::decide::{self, Ceiling, StopProgress, Windows};
 use kcap_watch::fold::{MAX_PAUSES, MAX_PENDING, Observed, State};
-use kcap_watch::rollout::header::Role;
-use kcap_watch::rollout::lines::{Line, LineCursor};
-use kcap_watch::rollout::{Classifier, Kind, LineInfo, PayloadType, classify};
 use kcap_watch::ship::capture::{self, LossReason};
 use kcap_watch::ship::redact;
 use kcap_watch::tail::SizeLimit;
@@ -115,7 +115,7 @@ fn json_str(s: &str) -> String {
 
 /// A JSON value whose objects hold decoy keys (`type`, `call_id`, `payload`, `turn_id`):
 /// only the envelope's and the payload's own keys may count.
-fn junk() -> impl Strategy<Value = String> {
+fn junk() -> BoxedStrategy<String> {
     let leaf = prop_oneof![
         Just("null".to_string()),
         Just("true".to_string()),
@@ -157,6 +157,7 @@ fn junk() -> impl Strategy<Value = String> {
             }),
         ]
     })
+    .boxed()
 }
 
 /// A string field's value: usually a string, sometimes another JSON type (then it reads as
@@ -210,7 +211,7 @@ fn timestamp() -> impl Strategy<Value = String> {
 
 /// A line as Codex writes it, with fields in any order (a big `arguments` before `call_id`),
 /// optional fields missing, wrong types and decoys.
-fn envelope() -> impl Strategy<Value = String> {
+fn envelope() -> BoxedStrategy<String> {
     let payload = (
         str_field(payload_type()),
         prop::option::of(str_field(id())),
@@ -261,11 +262,12 @@ fn envelope() -> impl Strategy<Value = String> {
                 .prop_shuffle()
                 .prop_map(move |f| format!("{{{}}}", f.join(sep)))
         })
+        .boxed()
 }
 
 /// Lines of every sort: well-formed, broken by random edits, random bytes, with a BOM or a
 /// trailing `\r`.
-fn any_line() -> impl Strategy<Value = Vec<u8>> {
+fn any_line() -> BoxedStrategy<Vec<u8>> {
     let edited = (
         envelope(),
         prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..4),
@@ -292,15 +294,17 @@ fn any_line() -> impl Strategy<Value = Vec<u8>> {
         1 => Just(b"42".to_vec()),
         1 => Just(b" {} ".to_vec()),
     ];
-    (line, 0u8..6).prop_map(|(mut l, deco)| {
-        l.retain(|&b| b != b'\n');
-        if deco == 0 {
-            l.splice(0..0, *b"\xEF\xBB\xBF");
-        } else if deco == 1 {
-            l.push(b'\r');
-        }
-        l
-    })
+    (line, 0u8..6)
+        .prop_map(|(mut l, deco)| {
+            l.retain(|&b| b != b'\n');
+            if deco == 0 {
+                l.splice(0..0, *b"\xEF\xBB\xBF");
+            } else if deco == 1 {
+                l.push(b'\r');
+            }
+            l
+        })
+        .boxed()
 }
 
 /// `line` cut at random places.

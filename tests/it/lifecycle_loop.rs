@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use kcap_watch::codex::header::Role;
 use kcap_watch::config::Settings;
-use kcap_watch::rollout::header::Role;
 use kcap_watch::time::Ts;
 use kcap_watch::watch::clock::{Clock, TokioClock};
 use kcap_watch::watch::{self, ExitReason, WatchOptions};

@@ -132,8 +132,8 @@ fn assert_one_lock_holder(procs: &mut [Proc], seed: u64) {
 
 #[test]
 fn sigkill_soak_server_holds_every_line_once_in_order_and_two_watchers_never_overlap() {
-    // Dozens of spawned and killed watchers: one such test at a time (see `support::serial`).
-    let _serial = support::serial();
+    // Not one of the CPU-heavy tests (`support::serial`): dozens of watchers spawned and
+    // killed take about 2 s of CPU in a run of 8 s that mostly waits for their lives to end.
     let seed = seed();
     eprintln!("soak seed: {seed} (replay with KCAP_SOAK_SEED={seed})");
     let mut rng = rng(seed);
@@ -286,8 +286,8 @@ fn stop_posted_with(server: &FakeKcap, last_message: &str) -> bool {
 /// middle of a spool write), then one `replay`: the server must hold every line, once.
 #[test]
 fn offline_sigkill_soak_then_replay_delivers_every_line() {
-    // Dozens of spawned and killed watchers: one such test at a time (see `support::serial`).
-    let _serial = support::serial();
+    // Not one of the CPU-heavy tests (`support::serial`): dozens of watchers spawned and
+    // killed take about 2 s of CPU in a run of 8 s that mostly waits for their lives to end.
     let seed = seed() ^ 0x5eed;
     eprintln!(
         "offline soak seed: {seed} (replay with KCAP_SOAK_SEED={})",

@@ -8,13 +8,13 @@ use kcap_watch::ship::capture::MAX_RECORD_BYTES;
 
 use std::time::Duration;
 
+use kcap_watch::codex::header::{MissingKey, Role, missing_key};
+use kcap_watch::codex::{RateWindow, classify};
 use kcap_watch::decide::{
     self, Ceiling, CeilingStep, OwedBecause, StopProgress, WatcherEnd, Windows, idle_end_due,
     stall_due, stop_owed_at_exit, subagent_stop_due,
 };
 use kcap_watch::fold::{BindingReason, IdleSince, Observed, PauseState, State, Turn};
-use kcap_watch::rollout::header::{MissingKey, Role, missing_key};
-use kcap_watch::rollout::{RateWindow, classify};
 use kcap_watch::time::Ts;
 use support::lifecycle_table::{self, HEADER_AT};
 

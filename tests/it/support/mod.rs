@@ -14,8 +14,8 @@ pub mod secrets;
 
 pub use fake_kcap::{FakeKcap, Fault, RecordedRequest};
 
-/// Taken by the few tests that keep both cores busy for seconds (the fuzz properties, the
-/// 200 MiB line, the real-timer reliability runs), so that they run one after another while
+/// Taken by the few tests that keep a core busy for seconds (the fuzz properties, the 200 MiB
+/// and 4 MiB lines, the capture of lines up to 4 MiB), so that they run one after another while
 /// the many tests that mostly wait run beside them. Without it two of them overlapping on a
 /// two-core machine would starve each other and every timing-sensitive test around them.
 /// A test that failed while holding it does not poison it for the rest.

@@ -81,32 +81,51 @@ pub fn all_text(value: &Value, out: &mut String) {
     }
 }
 
-/// The placements of a piece of tool text in real rollouts: `(name, line, path to the string
-/// that holds the text once every nested JSON string is decoded)`.
+/// The placements of a piece of tool text in real rollouts, by name, in the order
+/// [`placements`] gives them.
+pub const PLACEMENTS: [&str; 6] = [
+    "plain line",
+    "function_call_output",
+    "function_call arguments",
+    "mcp_tool_call_end",
+    "exec output",
+    "function_call_output, JSON-escaped",
+];
+
+/// The placements of a piece of tool text in real rollouts: `(name, line)` for each of
+/// [`PLACEMENTS`].
 pub fn placements(text: &str) -> Vec<(&'static str, String)> {
-    let output = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
-        "payload": {"type": "function_call_output", "call_id": "call_1", "output": text}});
-    let arguments = json!({"command": ["bash", "-lc", text], "workdir": "/w"}).to_string();
-    let call = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
-        "payload": {"type": "function_call", "name": "shell", "call_id": "call_2", "arguments": arguments}});
-    let mcp = json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "event_msg",
-        "payload": {"type": "mcp_tool_call_end", "call_id": "call_3", "invocation": {"server": "s", "tool": "t"},
-            "result": {"Ok": {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}}});
-    let exec =
-        json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}).to_string();
-    let exec_line = json!({"type": "response_item",
-        "payload": {"type": "function_call_output", "call_id": "call_4", "output": exec}});
-    vec![
-        ("plain line", text.to_owned()),
-        ("function_call_output", output.to_string()),
-        ("function_call arguments", call.to_string()),
-        ("mcp_tool_call_end", mcp.to_string()),
-        ("exec output", exec_line.to_string()),
-        (
-            "function_call_output, JSON-escaped",
-            escaped_output_line(text),
-        ),
-    ]
+    PLACEMENTS.iter().map(|p| (*p, place(p, text))).collect()
+}
+
+/// The line that holds `text` as the named one of [`PLACEMENTS`] puts it (a test that builds
+/// lines of megabytes builds only the placement it needs).
+pub fn place(placement: &str, text: &str) -> String {
+    match placement {
+        "plain line" => text.to_owned(),
+        "function_call_output" => json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
+            "payload": {"type": "function_call_output", "call_id": "call_1", "output": text}})
+        .to_string(),
+        "function_call arguments" => {
+            let arguments = json!({"command": ["bash", "-lc", text], "workdir": "/w"}).to_string();
+            json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "response_item",
+                "payload": {"type": "function_call", "name": "shell", "call_id": "call_2", "arguments": arguments}})
+            .to_string()
+        }
+        "mcp_tool_call_end" => json!({"timestamp": "2026-07-28T16:14:05.115Z", "type": "event_msg",
+            "payload": {"type": "mcp_tool_call_end", "call_id": "call_3", "invocation": {"server": "s", "tool": "t"},
+                "result": {"Ok": {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}}})
+        .to_string(),
+        "exec output" => {
+            let exec = json!({"output": text, "metadata": {"exit_code": 0, "duration_seconds": 0.1}})
+                .to_string();
+            json!({"type": "response_item",
+                "payload": {"type": "function_call_output", "call_id": "call_4", "output": exec}})
+            .to_string()
+        }
+        "function_call_output, JSON-escaped" => escaped_output_line(text),
+        other => panic!("no placement {other:?}"),
+    }
 }
 
 /// A `function_call_output` line whose output string writes every third character of `text`
@@ -120,9 +139,13 @@ pub fn escaped_output_line(text: &str) -> String {
             '"' => s.push_str("\\\""),
             '\\' => s.push_str("\\\\"),
             c if (c as u32) < 0x20 || i % 3 == 1 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
                 let mut buf = [0u16; 2];
                 for unit in c.encode_utf16(&mut buf) {
-                    s.push_str(&format!("\\u{unit:04x}"));
+                    s.push_str("\\u");
+                    for shift in [12, 8, 4, 0] {
+                        s.push(char::from(HEX[usize::from((*unit >> shift) & 0xf)]));
+                    }
                 }
             }
             c => s.push(c),

@@ -45,17 +45,6 @@ impl Line {
     pub(crate) fn raw_len(&self) -> u64 {
         self.end - self.start
     }
-
-    /// The line as the fold takes it; `None` when the cursor does not classify.
-    pub fn observed(&self) -> Option<crate::fold::Observed<'_>> {
-        Some(crate::fold::Observed {
-            number: self.number,
-            raw_len: self.raw_len(),
-            blank: self.blank,
-            oversize: self.oversize,
-            info: self.info.as_ref()?,
-        })
-    }
 }
 
 /// The sink that turns the reader's notices into [`Line`]s, classifying them when it holds a
@@ -188,7 +177,7 @@ impl std::fmt::Debug for LineCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::classify;
+    use crate::codex::classify;
 
     const LIMIT: SizeLimit = SizeLimit::bytes(65_536);
 

@@ -1451,7 +1451,7 @@ impl Classifier {
             None => return Ctx::Opaque,
         };
         // The window's key is still in `key`: nothing is read between a key and its value.
-        let name = crate::rollout::KNOWN_WINDOWS
+        let name = crate::codex::KNOWN_WINDOWS
             .into_iter()
             .find(|n| n.as_bytes() == self.key.known());
         self.windows[i] = (

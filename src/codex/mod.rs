@@ -7,7 +7,9 @@
 
 pub mod classify;
 pub mod header;
+pub mod layout;
 pub mod lines;
+pub mod observe;
 
 pub use classify::{Classifier, classify};
 
