@@ -21,6 +21,7 @@ pub(crate) mod launch;
 pub mod logging;
 pub(crate) mod pipeline;
 pub mod platform;
+pub(crate) mod secret_names;
 pub mod settings;
 pub mod ship;
 pub mod status;

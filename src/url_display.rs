@@ -116,7 +116,7 @@ fn split_keep<'a>(text: &'a str, seps: &'a [char]) -> impl Iterator<Item = &'a s
 fn secret_param(name: &str) -> bool {
     let decoded = name.replace("%5F", "_").replace("%5f", "_");
     let lower = decoded.to_ascii_lowercase();
-    if crate::ship::redact::rules::name_is_secret(&decoded) {
+    if crate::secret_names::name_is_secret(&decoded) {
         return true;
     }
     let last = lower.rsplit(['-', '_', '.']).next().unwrap_or(&lower);

@@ -96,7 +96,7 @@ pub(super) fn is_name_of_thing(value: &str) -> bool {
         last.as_str(),
         "password" | "passwd" | "pass" | "pwd" | "secret" | "passphrase"
     );
-    upper || (words.len() >= 3 && !password_word && super::names::name_is_secret(v))
+    upper || (words.len() >= 3 && !password_word && crate::secret_names::name_is_secret(v))
 }
 
 /// One piece of a line of code.

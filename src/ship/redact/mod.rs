@@ -22,7 +22,7 @@ mod code;
 mod decode;
 mod encoded;
 mod json;
-mod names;
+use crate::secret_names as names;
 pub(crate) mod providers;
 pub(crate) mod rules;
 mod runs;

@@ -13,9 +13,9 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
 
-use super::names::{header_names, name_words};
+use crate::secret_names::{header_names, name_words};
 // `src/url_display.rs` asks for it here; the words of secret names live in [`super::names`].
-pub(crate) use super::names::name_is_secret;
+pub(crate) use crate::secret_names::name_is_secret;
 
 /// One core rule.
 pub(crate) struct Rule {

@@ -1,7 +1,9 @@
 //! The names of secrets: which names of a variable, key or header say that their value is a
 //! secret (`DB_PASSWORD`, `apiKey`, `X-Auth-Key`), and which only look like one (`secretName`,
-//! `passenger`, `author`). The core rules ([`super::rules`]) build their patterns on these
-//! words, and the code classes ([`super::code`]) ask whether a constant's name is a secret's.
+//! `passenger`, `author`). The redactor's core rules (`ship::redact::rules`) build their patterns
+//! on these words, its code classes (`ship::redact::code`) ask whether a constant's name is a
+//! secret's, and a URL shown in a log or status (`url_display`) hides the value of a query key
+//! so named. A leaf of its own, below both.
 
 use std::sync::LazyLock;
 
