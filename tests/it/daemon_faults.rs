@@ -100,7 +100,7 @@ const ROOT: &str = "019fa981-2dca-7a31-9c55-3b1f0e6d2a01";
 
 /// The open-file limit the many-children tests start the supervisor under, and how many
 /// children they give it: the limit scaled down from the usual 1,024 (and the children from
-/// the 2,000 of issue 28's item 1) keeps the ratio, so the supervisor still cannot hold the
+/// the 2,000 of the full-size scenario, docs/behaviour.md T4) keeps the ratio, so the supervisor still cannot hold the
 /// children without raising its soft limit (each once cost three descriptors, and even at one
 /// each they exceed it) or, under a hard limit as low, without listing some as claim failed,
 /// while the test ships a quarter of the lines. `KCAP_TEST_CHILDREN` sets another count, to

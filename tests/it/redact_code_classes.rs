@@ -1,5 +1,5 @@
 //! The precision classes of docs/behaviour.md T2.7-T2.9 found on real credential-handling code
-//! (issue 27, `redact_precision`): for each, cases generated over secret names of every case,
+//! (as `redact_precision` found them): for each, cases generated over secret names of every case,
 //! left alone in every placement a rollout has, and the same shape holding a real secret, still
 //! redacted (a precision fix must not open a leak).
 //!

@@ -1,4 +1,4 @@
-//! Precision on real credential-handling code (docs/behaviour.md T2.7-T2.9, issue 27): public
+//! Precision on real credential-handling code (docs/behaviour.md T2.7-T2.9): public
 //! files nobody on the project wrote (an AWS SDK's credential providers, a JOSE library, docker's
 //! credential store, an OAuth library, Kubernetes manifests and a Helm template that reference
 //! secrets, lockfiles, a React auth provider, a Terraform module with password variables) are
@@ -128,7 +128,7 @@ const EXPECTED: &[(&str, usize, usize)] = &[
     ("terraform-aws-rds/variables.tf", 0, 0),
 ];
 
-/// At most this many false redactions per 100 KB of fixture (issue 27).
+/// At most this many false redactions per 100 KB of fixture (docs/redaction.md, "Precision").
 const PER_100_KB: usize = 1;
 
 fn root() -> PathBuf {
