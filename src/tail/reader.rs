@@ -663,7 +663,10 @@ mod tests {
         assert_eq!(r.partial_bytes(), 5);
         more.extend_from_slice(b"1}\n");
         r.read(&more[..], usize::MAX, &mut all).unwrap();
-        assert_eq!(all.lines.last().unwrap().text.as_deref(), Some(&b"{\"b\":1}"[..]));
+        assert_eq!(
+            all.lines.last().unwrap().text.as_deref(),
+            Some(&b"{\"b\":1}"[..])
+        );
         assert_eq!(r.retained_bytes(), 0);
     }
 
