@@ -320,12 +320,17 @@ mod tests {
         drop(raw);
     }
 
-    /// In a runtime, events are read on the runtime's own thread (the host's loop): an
-    /// appended line wakes the loop once, with no thread hop before it.
-    #[tokio::test(flavor = "current_thread")]
-    async fn in_a_runtime_events_are_read_on_its_own_thread() {
+    /// A backend pausing `coalesce` that records which thread read each event it delivers,
+    /// watching a fresh directory: (the backend, its sink, the readers' threads, the directory).
+    fn recording(
+        coalesce: Duration,
+    ) -> (
+        RawInotify,
+        Sink,
+        Arc<Mutex<Vec<std::thread::ThreadId>>>,
+        tempfile::TempDir,
+    ) {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_path_buf();
         let readers: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
         let seen = readers.clone();
         let sink = Sink::default();
@@ -335,11 +340,19 @@ mod tests {
                 seen.lock().unwrap().push(std::thread::current().id());
                 true
             }),
-            Duration::ZERO,
+            coalesce,
         )
         .unwrap();
-        raw.watch(&dir).unwrap();
-        let rollout = dir.join("rollout.jsonl");
+        raw.watch(tmp.path()).unwrap();
+        (raw, sink, readers, tmp)
+    }
+
+    /// In a runtime, events are read on the runtime's own thread (the host's loop): an
+    /// appended line wakes the loop once, with no thread hop before it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn in_a_runtime_events_are_read_on_its_own_thread() {
+        let (_raw, sink, readers, tmp) = recording(Duration::ZERO);
+        let rollout = tmp.path().join("rollout.jsonl");
         let mut file = std::fs::File::create(&rollout).unwrap();
         for _ in 0..3 {
             std::io::Write::write_all(&mut file, b"{}\n").unwrap();
@@ -357,26 +370,13 @@ mod tests {
     /// its pause must not wake the loop.
     #[tokio::test(flavor = "current_thread")]
     async fn a_paced_reader_is_a_thread_even_in_a_runtime() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_path_buf();
-        let readers: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
-        let seen = readers.clone();
-        let sink = Sink::default();
-        let mut raw = RawInotify::start(
-            sink.clone(),
-            Box::new(move |_| {
-                seen.lock().unwrap().push(std::thread::current().id());
-                true
-            }),
-            DAEMON_COALESCE,
-        )
-        .unwrap();
+        let (raw, sink, readers, tmp) = recording(DAEMON_COALESCE);
         assert!(raw.task.is_none());
-        raw.watch(&dir).unwrap();
-        let pid = dir.join("s.pid");
+        let pid = tmp.path().join("s.pid");
         std::fs::write(&pid, "1").unwrap();
         assert!(sink.paths_until(&pid).await.contains(&pid));
         let readers = readers.lock().unwrap();
+        assert!(!readers.is_empty());
         assert!(
             readers.iter().all(|t| *t != std::thread::current().id()),
             "a paced reader read on the loop's thread"
