@@ -212,3 +212,41 @@ fn sigterm_spools_what_is_complete_and_removes_the_pid_file() {
     .unwrap_or_else(|e| panic!("{e}: {stderr}"));
     assert!(spool.contains("line 1"));
 }
+
+/// A rollout named with a doubled separator (as a user or a script may write it) is the same
+/// file to the notifier: an appended line arrives by notification, before the next poll (60 s, the
+/// longest allowed, past the 20 s wait).
+#[test]
+fn a_rollout_named_with_a_doubled_separator_is_followed_by_notification() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    let sessions = dir.path().join("sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let rollout = sessions.join("rollout.jsonl");
+    append(&rollout, format!("{}\n", meta()).as_bytes());
+    let sep = std::path::MAIN_SEPARATOR;
+    let named = PathBuf::from(format!("{}{sep}{sep}rollout.jsonl", sessions.display()));
+    let mut cmd = kcap_watch(&config);
+    stoppable(&mut cmd);
+    let child = cmd
+        .args(["watch", SESSION])
+        .arg(&named)
+        .args(["--poll-interval", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let f = Follow {
+        child,
+        config,
+        rollout,
+        _dir: dir,
+    };
+    assert!(wait_for(W, || f.spooled().len() == 1));
+    append(&f.rollout, format!("{}\n", msg(1)).as_bytes());
+    assert!(
+        wait_for(W, || f.spooled().len() == 2),
+        "the appended line did not arrive before the 60 s poll"
+    );
+    f.stop();
+}
