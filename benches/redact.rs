@@ -123,6 +123,20 @@ fn bench(c: &mut Criterion) {
     }
     cases.push(("token_count".to_owned(), token_count_line()));
 
+    // `REDACT_BENCH_WRITE_CASES=DIR cargo bench --bench redact`: each case written as 100
+    // lines to `DIR/<case>.jsonl` instead of timed, the inputs of `examples/redact_lines.rs`
+    // under callgrind (instruction counts, which the machine's load does not move).
+    if let Some(dir) = std::env::var_os("REDACT_BENCH_WRITE_CASES") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("case directory");
+        for (name, line) in &cases {
+            let text = format!("{line}\n").repeat(100);
+            std::fs::write(dir.join(format!("{name}.jsonl")), text).expect("case file");
+        }
+        eprintln!("wrote {} cases to {}", cases.len(), dir.display());
+        return;
+    }
+
     let redactor = global();
     let mut group = c.benchmark_group("redact_line");
     for (name, line) in &cases {
