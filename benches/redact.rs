@@ -177,7 +177,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("capture");
     for (name, line) in &whole {
         assert!(
-            capture::capture(line.as_bytes(), redactor).is_ok(),
+            capture::capture(line.as_bytes(), &redactor).is_ok(),
             "{name} must ship, not be lost"
         );
         group.throughput(Throughput::Bytes(line.len() as u64));
@@ -185,7 +185,7 @@ fn bench(c: &mut Criterion) {
             group.sample_size(10);
         }
         group.bench_function(name.as_str(), |b| {
-            b.iter(|| capture::capture(black_box(line.as_bytes()), redactor))
+            b.iter(|| capture::capture(black_box(line.as_bytes()), &redactor))
         });
     }
     group.finish();

@@ -66,7 +66,7 @@ fn output_line(unit: &str, bytes: usize) -> String {
 fn peak_of(line: &str) -> (usize, Result<String, capture::Loss>) {
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
-    let shipped = capture::capture(line.as_bytes(), redact::global());
+    let shipped = capture::capture(line.as_bytes(), &redact::global());
     let peak = PEAK.load(Ordering::Relaxed) - before;
     (peak, shipped)
 }
@@ -78,7 +78,7 @@ fn shipping_a_4_mib_line_holds_a_small_fixed_multiple_of_it_whatever_it_holds() 
         "token=abc password=hunter2hunter2 ghp_aBcDeFgHiJkLmNoPqRsT0123 Authorization: Bearer x\\n",
         64 << 10,
     );
-    let _ = capture::capture(warm.as_bytes(), redact::global());
+    let _ = capture::capture(warm.as_bytes(), &redact::global());
 
     let size = MAX_RECORD_BYTES as usize - 1024;
     let cases = [

@@ -7,7 +7,7 @@ use kcap_watch::ship::redact;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match capture::capture(data, redact::global()) {
+    match capture::capture(data, &redact::global()) {
         Ok(out) => {
             assert!(out.len() as u64 <= MAX_RECORD_BYTES);
             assert!(

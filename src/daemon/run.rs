@@ -317,6 +317,8 @@ impl Daemon {
         }
         self.wake_dormant(&[], true);
         self.sync_watches();
+        // The code its start ran and its quiet loop does not (it ships nothing itself).
+        crate::platform::memory::release_idle(std::time::Instant::now());
     }
 
     fn on_due(&mut self) {

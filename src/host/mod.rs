@@ -427,8 +427,14 @@ impl Host {
         for slot in self.slots() {
             self.check(members, slot)?;
         }
-        // Memory the last batches freed, each too small to trim for when it drained.
+        // The redactor, once a quiet spell no longer needs it, and the memory the last batches
+        // freed, each too small to trim for when it drained.
+        let now = std::time::Instant::now();
+        if crate::ship::redact::release_unused(now) {
+            crate::platform::memory::trim_now();
+        }
         crate::platform::memory::release_freed();
+        crate::platform::memory::release_idle(now);
         Ok(())
     }
 

@@ -118,7 +118,7 @@ impl Delivery {
             }
             // The line's own buffer: a 4 MiB line without secrets is shipped without a copy.
             let captured = match line.text {
-                Some(t) if !line.oversize => capture::capture_owned(t, super::redactor()),
+                Some(t) if !line.oversize => capture::capture_owned(t, &super::redactor()),
                 _ => Err(Loss::over_limit(line.len, line.units.unwrap_or(0))),
             };
             let text = captured.unwrap_or_else(|loss| {

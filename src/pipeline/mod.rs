@@ -12,6 +12,7 @@
 //! server or written to the spool). The watermark is the server's word on where to resume.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codex::lines::Line;
@@ -1163,8 +1164,9 @@ fn batch_of(
 }
 
 /// The shared redactor, compiled when the first line is shipped rather than when a pipeline is
-/// made: an idle watcher (or a supervisor of idle children) never pays for the compiled rules.
-fn redactor() -> &'static Redactor {
+/// made, and let go again after a quiet spell (the host's poll): an idle watcher (or a
+/// supervisor of idle children) does not hold the compiled rules.
+fn redactor() -> Arc<Redactor> {
     crate::ship::redact::global()
 }
 

@@ -64,6 +64,7 @@ static SHIPPED_SINCE_TRIM: Burst = Burst::new();
 /// Records that a batch of `bytes` was delivered (its memory is now freed or reusable).
 pub fn note_shipped(bytes: usize) {
     SHIPPED_SINCE_TRIM.note(bytes);
+    quiet().busy(Instant::now());
 }
 
 /// At an idle moment: returns freed heap memory to the system when enough was shipped since
@@ -71,6 +72,154 @@ pub fn note_shipped(bytes: usize) {
 pub fn release_freed() {
     if SHIPPED_SINCE_TRIM.take(Instant::now()) {
         trim();
+    }
+}
+
+/// Returns freed heap memory to the system now: something large (the redactor) was just let go.
+pub fn trim_now() {
+    trim();
+}
+
+/// How long nothing must have been shipped before [`release_idle`] lets go of the code pages
+/// (and the redactor: [`crate::ship::redact::IDLE_RELEASE`], the same spell).
+pub const QUIET_SPELL: Duration = Duration::from_secs(30);
+
+/// When the process last shipped (or started), and whether the code pages were let go since.
+struct Quiet {
+    last_busy: Option<Instant>,
+    released: bool,
+}
+
+static QUIET: Mutex<Quiet> = Mutex::new(Quiet {
+    last_busy: None,
+    released: false,
+});
+
+impl Quiet {
+    /// Whether the code pages are due to go at `now`: once per quiet spell of [`QUIET_SPELL`],
+    /// counted from the last shipped batch (or the first call, at start).
+    fn due(&mut self, now: Instant) -> bool {
+        let since = *self.last_busy.get_or_insert(now);
+        if self.released || now.saturating_duration_since(since) < QUIET_SPELL {
+            return false;
+        }
+        self.released = true;
+        true
+    }
+
+    fn busy(&mut self, now: Instant) {
+        self.last_busy = Some(now);
+        self.released = false;
+    }
+}
+
+fn quiet() -> std::sync::MutexGuard<'static, Quiet> {
+    // A panic while holding the lock left two plain fields: either value is sound.
+    QUIET.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// At the host's poll: once nothing was shipped for [`QUIET_SPELL`], the pages of the
+/// program's own code and read-only data are let go ([`release_code`]), once per spell.
+pub fn release_idle(now: Instant) {
+    if quiet().due(now) {
+        release_code();
+    }
+}
+
+/// Unmaps the pages of the read-only segments (code and constant data) of the executable and
+/// the shared libraries it loaded from this process. They stay in the system's page cache,
+/// shared with every other process of the same files, and come back by a minor fault the next
+/// time they run: an idle watcher's resident memory is then what its quiet loop touches, not
+/// every page its start, seeding and last burst touched (docs/performance.md, "Memory").
+///
+/// Only segments the program never writes are given up: the relocated constants
+/// (`PT_GNU_RELRO`) and data live in writable segments, whose private copies would be lost.
+/// Linux with glibc on 64-bit targets; elsewhere nothing.
+pub fn release_code() {
+    #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+    code_pages::release();
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+mod code_pages {
+    use std::ffi::{c_int, c_void};
+
+    /// The read-only `PT_LOAD` segments of the executable and its libraries, as address
+    /// ranges, and how many objects were seen.
+    struct Segments {
+        ranges: Vec<(usize, usize)>,
+        objects: usize,
+    }
+
+    /// `dl_iterate_phdr`'s callback, once per loaded object: the executable first (no name),
+    /// then the shared libraries by path. The vDSO (named, not a path) is the kernel's own
+    /// mapping and left alone.
+    ///
+    /// SAFETY (for the caller, the C library): `info` points to a valid `dl_phdr_info` whose
+    /// `dlpi_phdr` has `dlpi_phnum` entries, and `data` is the `Segments` passed below.
+    unsafe extern "C" fn first_object(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: as the C library promises above; `data` is a `&mut Segments` we passed.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Segments)) };
+        let first = out.objects == 0;
+        out.objects += 1;
+        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string.
+        let is_file = !info.dlpi_name.is_null()
+            && unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+                .to_bytes()
+                .first()
+                == Some(&b'/');
+        if (first || is_file) && !info.dlpi_phdr.is_null() {
+            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers.
+            let headers =
+                unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+            let base = info.dlpi_addr as usize;
+            for h in headers {
+                if h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0 {
+                    let start = base + h.p_vaddr as usize;
+                    out.ranges.push((start, start + h.p_memsz as usize));
+                }
+            }
+        }
+        0 // and on to the next object
+    }
+
+    pub(super) fn release() {
+        let mut segments = Segments {
+            ranges: Vec::new(),
+            objects: 0,
+        };
+        // SAFETY: the callback only reads the headers the C library hands it and writes into
+        // `segments`, which outlives the call.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(first_object),
+                (&mut segments as *mut Segments).cast::<c_void>(),
+            );
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => return,
+        };
+        for (start, end) in segments.ranges {
+            // Whole pages inside the segment only: a page shared with a writable neighbour
+            // stays.
+            let first = start.div_ceil(page) * page;
+            let last = end / page * page;
+            if last > first {
+                // SAFETY: the range is pages of a mapping of the executable that the program
+                // never writes (no private copy exists to lose); MADV_DONTNEED only drops this
+                // process's page table entries, and the next access faults the same file
+                // contents back in.
+                unsafe {
+                    libc::madvise(first as *mut c_void, last - first, libc::MADV_DONTNEED);
+                }
+            }
+        }
     }
 }
 
@@ -106,6 +255,28 @@ fn trim() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_pages_go_once_per_quiet_spell() {
+        let mut q = Quiet {
+            last_busy: None,
+            released: false,
+        };
+        let t0 = Instant::now();
+        assert!(!q.due(t0), "the spell counts from the first poll, at start");
+        assert!(!q.due(t0 + QUIET_SPELL / 2));
+        assert!(
+            q.due(t0 + QUIET_SPELL),
+            "a watcher that never ships lets go too"
+        );
+        assert!(!q.due(t0 + QUIET_SPELL * 3), "once per spell");
+        q.busy(t0 + QUIET_SPELL * 3);
+        assert!(
+            !q.due(t0 + QUIET_SPELL * 3 + QUIET_SPELL / 2),
+            "a line shipped: busy again"
+        );
+        assert!(q.due(t0 + QUIET_SPELL * 4));
+    }
 
     #[test]
     fn a_trim_is_due_once_per_burst_whatever_its_batch_sizes() {

@@ -190,7 +190,7 @@ mod tests {
     use super::*;
 
     fn shipped(raw: &str) -> Result<String, Loss> {
-        capture(raw.as_bytes(), super::super::redact::global())
+        capture(raw.as_bytes(), &super::super::redact::global())
     }
 
     #[test]
@@ -240,7 +240,7 @@ mod tests {
         // Invalid UTF-8 inside a string decodes to U+FFFD: still JSON.
         let raw = b"{\"a\":\"x\xFFy\"}";
         assert_eq!(
-            capture(raw, super::super::redact::global()).unwrap(),
+            capture(raw, &super::super::redact::global()).unwrap(),
             "{\"a\":\"x\u{FFFD}y\"}"
         );
     }
@@ -255,7 +255,7 @@ mod tests {
         line.extend_from_slice(br#""}"#);
         assert_eq!(line.len() as u64, MAX_RECORD_BYTES);
         let redactor = super::super::redact::global();
-        let shipped = capture(&line, redactor).unwrap();
+        let shipped = capture(&line, &redactor).unwrap();
         assert!(
             shipped.starts_with(r#"{"o":"[REDACTED]aaa"#),
             "{}",
@@ -264,7 +264,7 @@ mod tests {
         assert!(!shipped.contains("AKIA"));
 
         line.insert(6, b'a');
-        let loss = capture(&line, redactor).unwrap_err();
+        let loss = capture(&line, &redactor).unwrap_err();
         assert_eq!(
             loss,
             Loss::over_limit(MAX_RECORD_BYTES + 1, MAX_RECORD_BYTES + 1)
@@ -279,7 +279,7 @@ mod tests {
         let n = (MAX_RECORD_BYTES as usize - 16) / member.len();
         let line = format!("{{{}\"z\":1}}", member.repeat(n));
         assert!(line.len() as u64 <= MAX_RECORD_BYTES);
-        let loss = capture(line.as_bytes(), super::super::redact::global()).unwrap_err();
+        let loss = capture(line.as_bytes(), &super::super::redact::global()).unwrap_err();
         assert_eq!(loss.reason, LossReason::OutputLimit);
         assert_eq!(loss.utf8_bytes, line.len() as u64);
         assert_eq!(loss.utf16_length, line.len() as u64);

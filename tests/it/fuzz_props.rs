@@ -550,7 +550,7 @@ fn capture_never_panics_and_ships_json_or_the_exact_marker() {
             ]
         },
         |line| {
-            match capture::capture(&line, redact::global()) {
+            match capture::capture(&line, &redact::global()) {
                 Ok(text) => {
                     // Only JSON ships, and it stays JSON. JSON by its grammar, as the kcap CLI
                     // reads it: `1E785000000` is a number there, though too large for an f64

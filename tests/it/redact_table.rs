@@ -686,7 +686,7 @@ fn lines_without_secrets_are_unchanged_byte_for_byte() {
 fn a_lost_lines_marker_counts_utf16_units_and_bytes() {
     let body = format!("{}{}", "日".repeat(1000), "😀".repeat(1000));
     let line = format!(r#"{{"o":"{body}" broken"#);
-    let loss = capture(line.as_bytes(), global()).unwrap_err();
+    let loss = capture(line.as_bytes(), &global()).unwrap_err();
     assert_eq!(loss.reason, LossReason::MalformedInput);
     assert_eq!(loss.utf8_bytes, line.len() as u64);
     assert_eq!(loss.utf16_length, line.encode_utf16().count() as u64);
@@ -695,7 +695,7 @@ fn a_lost_lines_marker_counts_utf16_units_and_bytes() {
     // Over the limit in bytes: three-byte characters make it well under in units.
     let over = json!({ "o": "日".repeat(MAX_RECORD_BYTES as usize / 3) }).to_string();
     assert!(over.len() as u64 > MAX_RECORD_BYTES);
-    let loss = capture(over.as_bytes(), global()).unwrap_err();
+    let loss = capture(over.as_bytes(), &global()).unwrap_err();
     assert_eq!(
         loss,
         Loss::over_limit(over.len() as u64, over.encode_utf16().count() as u64)

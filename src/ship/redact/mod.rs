@@ -26,11 +26,14 @@ use crate::secret_names as names;
 pub(crate) mod providers;
 pub(crate) mod rules;
 mod runs;
+mod shared;
 mod vendors;
+
+pub use shared::{IDLE_RELEASE, global, release_unused};
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::OnceLock;
 
 use aho_corasick::automaton::Automaton;
 use aho_corasick::dfa::DFA;
@@ -64,12 +67,6 @@ pub fn truncate_utf8(s: &str, max_bytes: usize) -> &str {
         end -= 1;
     }
     &s[..end]
-}
-
-/// The shared redactor, built on first use (its regexes later still, per rule).
-pub fn global() -> &'static Redactor {
-    static REDACTOR: LazyLock<Redactor> = LazyLock::new(Redactor::new);
-    &REDACTOR
 }
 
 /// How deep strings inside strings (and views of views) are followed. Each level is shorter

@@ -462,7 +462,7 @@ pub fn expected_lines(bytes: &[u8]) -> BTreeMap<u64, String> {
         line = line.strip_suffix(b"\r").unwrap_or(line);
         let blank = line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
         if !blank {
-            let text = capture::capture(line, redact::global()).unwrap_or_else(|l| l.marker());
+            let text = capture::capture(line, &redact::global()).unwrap_or_else(|l| l.marker());
             out.insert(number, text);
         }
         number += 1;
