@@ -269,8 +269,16 @@ impl Redactor {
         }
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
-        if maybe_json && known_json.unwrap_or_else(|| json::is_json(text)) {
-            self.json_spans(text, &hits, hidden, &mut spans, 0);
+        // Tokenizing checks the text too: a text not known to be JSON is tokenized once.
+        let toks = match known_json {
+            _ if !maybe_json => None,
+            // Known JSON the walk cannot read whole is walked as the tokens it gives.
+            Some(true) => Some(json::parse(text).unwrap_or_else(|| json::tokenize(text))),
+            Some(false) => None,
+            None => json::parse(text),
+        };
+        if let Some(toks) = toks {
+            self.json_spans(text, &toks, &hits, hidden, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
@@ -567,11 +575,11 @@ impl Redactor {
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
-        if depth < MAX_DEPTH
-            && json::looks_like_container(&decoded.text)
-            && json::is_json(&decoded.text)
-        {
-            self.json_spans(&decoded.text, &hits, hidden, &mut inner, depth + 1);
+        let toks = (depth < MAX_DEPTH && json::looks_like_container(&decoded.text))
+            .then(|| json::parse(&decoded.text))
+            .flatten();
+        if let Some(toks) = toks {
+            self.json_spans(&decoded.text, &toks, &hits, hidden, &mut inner, depth + 1);
         } else {
             self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
         }
@@ -581,20 +589,21 @@ impl Redactor {
         }));
     }
 
-    /// Valid JSON `text`: the structure and every string that may hold a secret.
+    /// Valid JSON `text`, whose tokens are `toks`: the structure and every string that may
+    /// hold a secret.
     fn json_spans(
         &self,
         text: &str,
+        toks: &[Tok],
         hits: &[Hit],
         hidden: bool,
         out: &mut Vec<Range<usize>>,
         depth: usize,
     ) {
-        let toks = json::tokenize(text);
         let walk = Walk {
             redactor: self,
             text,
-            toks: &toks,
+            toks,
             hits,
             hidden,
             depth,
