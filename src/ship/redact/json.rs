@@ -179,7 +179,7 @@ fn string(b: &[u8], mut i: usize) -> Option<usize> {
 /// (`"`, `\` or a control character), or the length. Sixteen bytes at a time with the vector
 /// unit every x86_64 CPU has (SSE2), eight at a time elsewhere ([`special_portable`]).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn special(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn special(b: &[u8], mut i: usize) -> usize {
     while let Some(lane) = b.get(i..).and_then(|rest| rest.first_chunk::<16>()) {
         // SAFETY: compiled only when SSE2 is enabled for the whole build (the x86_64
         // baseline), so the CPU running it has SSE2.
@@ -193,7 +193,7 @@ fn special(b: &[u8], mut i: usize) -> usize {
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn special(b: &[u8], i: usize) -> usize {
+pub(crate) fn special(b: &[u8], i: usize) -> usize {
     special_portable(b, i)
 }
 
