@@ -61,6 +61,45 @@ impl<'a> Decoded<'a> {
         (unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
     }
 
+    /// [`Decoded::decoded_at`] for raw offsets asked in increasing order: `cursor` (0 before
+    /// the first) keeps the unit reached, so a string's hits cost a walk over its units rather
+    /// than a search for each.
+    pub fn decoded_at_in_order(&self, at: usize, cursor: &mut usize) -> Option<usize> {
+        if self.units.is_empty() {
+            return Some(at);
+        }
+        let at = u32::try_from(at).ok()?;
+        let mut i = *cursor;
+        while self.units.get(i + 1).is_some_and(|u| u.raw <= at) {
+            i += 1;
+        }
+        *cursor = i;
+        let unit = self.units[i];
+        (unit.raw <= at && unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
+    }
+
+    /// The decoded ranges within `reach` bytes of a character an escape stands for whose first
+    /// byte `trigger` accepts, those overlapping merged, in order. In a string decoded from
+    /// JSON, whose literal bytes are never a quote, a backslash or a control character, every
+    /// occurrence of a word holding one of those lies inside one of these ranges.
+    pub fn escape_windows(&self, trigger: impl Fn(u8) -> bool, reach: usize) -> Vec<Range<usize>> {
+        let text = self.text.as_bytes();
+        let mut windows: Vec<Range<usize>> = Vec::new();
+        for (k, unit) in self.units.iter().enumerate() {
+            let at = unit.dec as usize;
+            if unit.escape_len == 0 || !text.get(at).is_some_and(|&b| trigger(b)) {
+                continue;
+            }
+            let end = self.units.get(k + 1).map_or(text.len(), |u| u.dec as usize);
+            let window = at.saturating_sub(reach)..(end + reach).min(text.len());
+            match windows.last_mut() {
+                Some(last) if window.start <= last.end => last.end = last.end.max(window.end),
+                _ => windows.push(window),
+            }
+        }
+        windows
+    }
+
     /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset
     /// just after the unit holding it.
     fn map(&self, at: usize, end: bool) -> usize {
@@ -84,8 +123,36 @@ impl<'a> Decoded<'a> {
 
 /// Decodes the content of a JSON string (without its quotes), or any text leniently.
 pub(crate) fn decode(raw: &str) -> Decoded<'_> {
+    decode_with(raw, |bytes, from| {
+        memchr::memchr(b'\\', &bytes[from..]).map(|o| from + o)
+    })
+}
+
+/// [`decode`] of the content of a string [`super::json::parse`] checked: its only special
+/// bytes are the backslashes of its escapes, found by the tokenizer's scan, cheaper than a
+/// search call for each of the many short runs between escapes in JSON inside JSON.
+pub(crate) fn decode_checked(raw: &str) -> Decoded<'_> {
+    decode_with(raw, |bytes, from| {
+        let at = super::json::special(bytes, from);
+        (at < bytes.len()).then_some(at)
+    })
+}
+
+/// [`decode`] with `next(bytes, from)`: the first backslash at or after `from` (any other byte
+/// it stops at is taken as literal text).
+fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>) -> Decoded<'_> {
     let bytes = raw.as_bytes();
-    let Some(first) = memchr::memchr(b'\\', bytes) else {
+    let next_backslash = |from: usize| {
+        let mut from = from;
+        loop {
+            let at = next_backslash(bytes, from)?;
+            if bytes[at] == b'\\' {
+                return Some(at);
+            }
+            from = at + 1;
+        }
+    };
+    let Some(first) = next_backslash(0) else {
         return Decoded {
             text: Cow::Borrowed(raw),
             units: Vec::new(),
@@ -93,7 +160,9 @@ pub(crate) fn decode(raw: &str) -> Decoded<'_> {
         };
     };
     let mut out = String::with_capacity(raw.len());
-    let mut units = Vec::new();
+    // About one escape in a line of text: most JSON text escapes little more than its line
+    // breaks, and each escape is two units.
+    let mut units = Vec::with_capacity(raw.len() / 24 + 4);
     let mut i = 0;
     let mut next = Some(first);
     while let Some(at) = next {
@@ -128,7 +197,7 @@ pub(crate) fn decode(raw: &str) -> Decoded<'_> {
                 i = at + 1;
             }
         }
-        next = memchr::memchr(b'\\', &bytes[i..]).map(|o| i + o);
+        next = next_backslash(i);
     }
     if i < raw.len() {
         units.push(Unit {

@@ -129,6 +129,11 @@ pub struct Redactor {
     /// the only ones a decoded string can hold that its raw text does not show
     /// ([`Redactor::decoded_hits`]).
     escaped: Option<(AhoCorasick, Vec<u32>)>,
+    /// The bytes of those keywords that JSON escapes, and the length of the longest one: in a
+    /// decoded JSON string they occur only around an escape of one of these bytes
+    /// ([`decode::Decoded::escape_windows`]).
+    escaped_bytes: Vec<u8>,
+    escaped_longest: usize,
 }
 
 impl Default for Redactor {
@@ -205,12 +210,23 @@ impl Redactor {
                 .expect("escaped keyword automaton builds");
             (ac, escaped_ids)
         });
+        let json_escaped = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
+        let mut escaped_bytes: Vec<u8> = escaped_words
+            .iter()
+            .flat_map(|w| w.bytes())
+            .filter(|&b| json_escaped(b))
+            .collect();
+        escaped_bytes.sort_unstable();
+        escaped_bytes.dedup();
+        let escaped_longest = escaped_words.iter().map(|w| w.len()).max().unwrap_or(0);
         Redactor {
             keywords,
             words,
             keyword_rules,
             compiled,
             escaped,
+            escaped_bytes,
+            escaped_longest,
         }
     }
 
@@ -266,8 +282,20 @@ impl Redactor {
         }
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
-        if maybe_json && known_json.unwrap_or_else(|| json::is_json(text)) {
-            self.json_spans(text, &hits, hidden, &mut spans, 0);
+        // Tokenizing checks the text too: a text not known to be JSON is tokenized once.
+        // With the tokens, whether the tokenizer checked them.
+        let toks = match known_json {
+            _ if !maybe_json => None,
+            // Known JSON the walk cannot read whole is walked as the tokens it gives.
+            Some(true) => Some(match json::parse(text) {
+                Some(toks) => (toks, true),
+                None => (json::tokenize(text), false),
+            }),
+            Some(false) => None,
+            None => json::parse(text).map(|toks| (toks, true)),
+        };
+        if let Some((toks, checked)) = toks {
+            self.json_spans(text, &toks, checked, &hits, hidden, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
@@ -367,6 +395,57 @@ impl Redactor {
                         keyword: ids[m.pattern().as_usize()],
                     }),
             );
+            if out.len() > before {
+                out.sort_by_key(|h| h.at);
+            }
+        }
+        out
+    }
+
+    /// [`Redactor::decoded_hits`] for `decoded`, the decoding of the content of a JSON string
+    /// the walk's tokenizer checked, `text[content]`, and `hits` those of `text`: the same
+    /// hits, found walking the string's units once, and the keywords holding a byte JSON
+    /// escapes looked for only around the escapes of such bytes (the content holds none of
+    /// them as itself).
+    fn string_hits(
+        &self,
+        hits: &[Hit],
+        content: Range<usize>,
+        decoded: &decode::Decoded<'_>,
+    ) -> Vec<Hit> {
+        let first = hits.partition_point(|h| h.at < content.start);
+        let end = hits.partition_point(|h| h.at < content.end).max(first);
+        let mut cursor = 0;
+        let mut out: Vec<Hit> = Vec::with_capacity(end - first);
+        out.extend(hits[first..end].iter().filter_map(|h| {
+            let at = decoded.decoded_at_in_order(h.at - content.start, &mut cursor)?;
+            let escaped = self
+                .escaped
+                .as_ref()
+                .is_some_and(|(_, ids)| ids.contains(&h.keyword));
+            (!escaped).then_some(Hit {
+                at,
+                keyword: h.keyword,
+            })
+        }));
+        if let Some((ac, ids)) = &self.escaped
+            && !decoded.is_identity()
+        {
+            let text = decoded.text.as_bytes();
+            let before = out.len();
+            let windows = decoded.escape_windows(
+                |b| self.escaped_bytes.contains(&b),
+                self.escaped_longest.saturating_sub(1),
+            );
+            for window in windows {
+                out.extend(
+                    ac.find_overlapping_iter(&text[window.clone()])
+                        .map(|m| Hit {
+                            at: window.start + m.start(),
+                            keyword: ids[m.pattern().as_usize()],
+                        }),
+                );
+            }
             if out.len() > before {
                 out.sort_by_key(|h| h.at);
             }
@@ -537,7 +616,8 @@ impl Redactor {
 
     /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
     /// else given the text rules. Spans are in `text`.
-    /// `known`: the hits of `text` when `text` hides no ASCII behind an escape.
+    /// `known`: the hits of `text` when `text` hides no ASCII behind an escape. `checked`:
+    /// the content is a string the walk's tokenizer checked ([`json::parse`]).
     fn string_spans(
         &self,
         text: &str,
@@ -545,30 +625,47 @@ impl Redactor {
         out: &mut Vec<Range<usize>>,
         depth: usize,
         known: Option<&[Hit]>,
+        checked: bool,
     ) {
-        let decoded = decode::decode(&text[content.clone()]);
+        let decoded = if checked {
+            decode::decode_checked(&text[content.clone()])
+        } else {
+            decode::decode(&text[content.clone()])
+        };
         let hits = match known {
+            Some(hits) if checked => self.string_hits(hits, content.clone(), &decoded),
             Some(hits) => self.decoded_hits(hits, content.clone(), &decoded),
             None => self.scan(&decoded.text),
         };
         let hidden =
             decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
         // A run the raw text hides behind escapes of ASCII (`\u0051UJD…`); one written plain
-        // (line breaks escaped or not) was found in the whole line already.
-        let mut inner =
-            if decoded.is_identity() || !decode::hides_ascii(&text.as_bytes()[content.clone()]) {
-                Vec::new()
-            } else {
-                self.run_spans(&decoded.text, 0)
-            };
+        // (line breaks escaped or not) was found in the whole line already. With `known`,
+        // `text` hides none, so neither does the content.
+        let mut inner = if known.is_some()
+            || decoded.is_identity()
+            || !decode::hides_ascii(&text.as_bytes()[content.clone()])
+        {
+            Vec::new()
+        } else {
+            self.run_spans(&decoded.text, 0)
+        };
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
-        if depth < MAX_DEPTH
-            && json::looks_like_container(&decoded.text)
-            && json::is_json(&decoded.text)
-        {
-            self.json_spans(&decoded.text, &hits, hidden, &mut inner, depth + 1);
+        let toks = (depth < MAX_DEPTH && json::looks_like_container(&decoded.text))
+            .then(|| json::parse(&decoded.text))
+            .flatten();
+        if let Some(toks) = toks {
+            self.json_spans(
+                &decoded.text,
+                &toks,
+                true,
+                &hits,
+                hidden,
+                &mut inner,
+                depth + 1,
+            );
         } else {
             self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
         }
@@ -578,20 +675,24 @@ impl Redactor {
         }));
     }
 
-    /// Valid JSON `text`: the structure and every string that may hold a secret.
+    /// Valid JSON `text`, whose tokens are `toks` (`checked`: from [`json::parse`]): the
+    /// structure and every string that may hold a secret.
+    #[allow(clippy::too_many_arguments)]
     fn json_spans(
         &self,
         text: &str,
+        toks: &[Tok],
+        checked: bool,
         hits: &[Hit],
         hidden: bool,
         out: &mut Vec<Range<usize>>,
         depth: usize,
     ) {
-        let toks = json::tokenize(text);
         let walk = Walk {
             redactor: self,
             text,
-            toks: &toks,
+            toks,
+            checked,
             hits,
             hidden,
             depth,
@@ -599,7 +700,8 @@ impl Redactor {
         match toks.first() {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
             Some(Tok::Str(r)) if walk.may_hold(r) => {
-                self.string_spans(text, r.clone(), out, depth, (!hidden).then_some(hits));
+                let known = (!hidden).then_some(hits);
+                self.string_spans(text, r.clone(), out, depth, known, checked);
             }
             _ => {}
         }
@@ -661,6 +763,8 @@ struct Walk<'a> {
     redactor: &'a Redactor,
     text: &'a str,
     toks: &'a [Tok],
+    /// The tokens come from [`json::parse`]: every string's content is valid.
+    checked: bool,
     hits: &'a [Hit],
     /// Decoding may reveal keywords the raw text hides: look at every escaped string.
     hidden: bool,
@@ -773,6 +877,7 @@ impl Walk<'_> {
                                 out,
                                 self.depth,
                                 (!self.hidden).then_some(self.hits),
+                                self.checked,
                             );
                         }
                         if let Some(k) = key
@@ -832,6 +937,8 @@ impl Walk<'_> {
         let decoded = decode::decode(&self.text[kr.clone()]);
         let hits = if self.hidden {
             self.redactor.scan(&decoded.text)
+        } else if self.checked {
+            self.redactor.string_hits(self.hits, kr.clone(), &decoded)
         } else {
             self.redactor.decoded_hits(self.hits, kr.clone(), &decoded)
         };

@@ -430,3 +430,40 @@ fn every_keyword_is_found_in_every_placement() {
         }
     }
 }
+
+proptest::proptest! {
+    /// The walk's carrying of hits into a checked JSON string (one pass over its units, the
+    /// escaped keywords looked for only around escapes) finds exactly the hits of the general
+    /// carrying, in the same order, whatever text lies around the string.
+    #[test]
+    fn hits_carried_into_a_checked_string_equal_the_general_carrying(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "pass", "token", "ghp_", "sk-", "auth", "Author", "kind: ", "kind: \"secret\"",
+            "\"", "\n", "\\", "\t", "é", "😀", "a", "Z", " ", "=", ":", "cookie", "xoxb-",
+            "\u{1}", "kind: \"", "secret\"",
+        ]), 0..40),
+        before in proptest::sample::select(vec!["", "{\"k\":", "token ", "kind: "]),
+    ) {
+        let r = global();
+        let string = pieces.concat();
+        let quoted = serde_json::to_string(&string).unwrap();
+        let text = format!("{before}{quoted}");
+        proptest::prop_assume!(!decode::hides_ascii(text.as_bytes()));
+        let content = before.len() + 1..text.len() - 1;
+        let hits = r.scan(&text);
+        let general = decode::decode(&text[content.clone()]);
+        let checked = decode::decode_checked(&text[content.clone()]);
+        proptest::prop_assert_eq!(&general.text, &checked.text);
+        let want: Vec<(usize, u32)> = r
+            .decoded_hits(&hits, content.clone(), &general)
+            .iter()
+            .map(|h| (h.at, h.keyword))
+            .collect();
+        let got: Vec<(usize, u32)> = r
+            .string_hits(&hits, content, &checked)
+            .iter()
+            .map(|h| (h.at, h.keyword))
+            .collect();
+        proptest::prop_assert_eq!(got, want, "{:?}", text);
+    }
+}
