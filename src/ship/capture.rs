@@ -285,6 +285,32 @@ mod tests {
         assert_eq!(loss.utf16_length, line.len() as u64);
     }
 
+    /// A line of deeply nested brackets once overflowed the stack of the JSON walk and aborted
+    /// the watcher (again at every restart, on the same line). Nesting past 128 is not JSON
+    /// here: it ships as `malformed_input`; 128 deep ships redacted. Redacting such text as
+    /// text (the child's last message) does not recurse either. Test threads have 2 MiB
+    /// stacks, less than a watcher's main thread.
+    #[test]
+    fn a_line_nested_past_128_is_malformed_and_nothing_overflows() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"type":"response_item","payload":{}"password=hunter2hunter2"{}}}"#,
+                "[".repeat(depth - 1),
+                "]".repeat(depth - 1)
+            )
+        };
+        let redactor = super::super::redact::global();
+        let shipped = capture(nested(128).as_bytes(), &redactor).unwrap();
+        assert!(!shipped.contains("hunter2"), "{shipped}");
+        for depth in [129, 5_000, 1_000_000] {
+            let line = nested(depth);
+            let loss = capture(line.as_bytes(), &redactor).unwrap_err();
+            assert_eq!(loss.reason, LossReason::MalformedInput, "depth {depth}");
+            let text = redactor.redact_text(&line);
+            assert!(!text.contains("hunter2"), "depth {depth}");
+        }
+    }
+
     #[test]
     fn counts_describe_each_reason_seen() {
         let mut c = LossCounts::default();

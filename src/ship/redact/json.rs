@@ -24,8 +24,14 @@ pub(crate) enum Tok {
     Scalar,
 }
 
-/// Whether `text` is one JSON value (RFC 8259; any depth of nesting, surrounding blanks
-/// allowed).
+/// How deep containers may nest in a line taken as JSON (docs/capture.md, "What counts as
+/// JSON"): the walk recurses once per level, so a line of a million `[` would overflow the
+/// stack and abort the watcher, again at every restart. Deeper text is not JSON here; it ships
+/// as a `malformed_input` loss marker, and [`super::Redactor`] scans it as text.
+pub(crate) const MAX_NESTING: usize = 128;
+
+/// Whether `text` is one JSON value (RFC 8259; containers nested at most [`MAX_NESTING`] deep,
+/// surrounding blanks allowed).
 pub(crate) fn is_json(text: &str) -> bool {
     parse(text).is_some()
 }
@@ -41,6 +47,9 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
         // A value starts at `i`.
         match *b.get(i)? {
             c @ (b'{' | b'[') => {
+                if open.len() >= MAX_NESTING {
+                    return None;
+                }
                 let obj = c == b'{';
                 toks.push(Tok::Open { obj, close: 0 });
                 i = blanks(b, i + 1);
