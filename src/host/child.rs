@@ -112,6 +112,26 @@ pub(crate) struct Child {
     /// there cost more than shipping. Only an event changes it (a later `now` only moves the
     /// ending's own wakes later), so it is recomputed after each.
     wake: Option<Ts>,
+    /// The last status line built and what it was built from ([`Child::key_status`]).
+    status_memo: std::cell::RefCell<Option<StatusMemo>>,
+}
+
+/// What a child's status line says, before it is formatted.
+#[derive(Clone, PartialEq)]
+struct StatusFigures {
+    ending: bool,
+    turn: &'static str,
+    lines_on_disk: u64,
+    counters: crate::telemetry::Counters,
+    lines_spooled: u64,
+    stop_posted: bool,
+    next_due: Option<(&'static str, Ts)>,
+}
+
+struct StatusMemo {
+    figures: StatusFigures,
+    path: PathBuf,
+    line: crate::status_file::KeyStatus,
 }
 
 impl Child {
@@ -151,6 +171,7 @@ impl Child {
             key_files,
             exit: None,
             wake: None,
+            status_memo: std::cell::RefCell::new(None),
         })
     }
 
@@ -169,27 +190,57 @@ impl Child {
     }
 
     /// This child's line of the status file (`None` before its key is known).
+    ///
+    /// The host asks for every child's line every second or two, and for an idle child it is
+    /// the same line each time: building it (the key, the path shown, times as RFC 3339) was
+    /// most of an idle supervisor's CPU. The figures it is built from are compared with the
+    /// last build's instead, and its line reused while they are equal.
     pub(crate) fn key_status(&self) -> Option<crate::status_file::KeyStatus> {
         let id = self.pipeline.identity()?;
-        let key = self.key()?;
         let p = &self.pipeline;
-        let state = if p.is_ending() { "ending" } else { "following" };
-        Some(
-            super::status::KeyFigures {
-                key: &key,
-                session_id: id.session_id.as_deref().unwrap_or(""),
-                agent_id: id.agent_id.as_deref(),
-                rollout: &self.path,
-                state,
-                turn: p.state().turn.as_str(),
-                lines_on_disk: p.lines_on_disk(),
-                counters: &p.notices.telemetry.counters,
-                lines_spooled: p.delivery.lines_spooled,
-                stop_posted: p.stop_posted(),
-                next_due: p.next_due(),
-            }
-            .status(),
-        )
+        let figures = StatusFigures {
+            ending: p.is_ending(),
+            turn: p.state().turn.as_str(),
+            lines_on_disk: p.lines_on_disk(),
+            counters: p.notices.telemetry.counters.clone(),
+            lines_spooled: p.delivery.lines_spooled,
+            stop_posted: p.stop_posted(),
+            next_due: p.next_due(),
+        };
+        let session_id = id.session_id.as_deref().unwrap_or("");
+        if let Some(memo) = &*self.status_memo.borrow()
+            && memo.figures == figures
+            && memo.path == self.path
+            && memo.line.session_id == session_id
+            && memo.line.agent_id.as_deref() == id.agent_id.as_deref()
+        {
+            return Some(memo.line.clone());
+        }
+        let key = self.key()?;
+        let line = super::status::KeyFigures {
+            key: &key,
+            session_id,
+            agent_id: id.agent_id.as_deref(),
+            rollout: &self.path,
+            state: if figures.ending {
+                "ending"
+            } else {
+                "following"
+            },
+            turn: figures.turn,
+            lines_on_disk: figures.lines_on_disk,
+            counters: &figures.counters,
+            lines_spooled: figures.lines_spooled,
+            stop_posted: figures.stop_posted,
+            next_due: figures.next_due,
+        }
+        .status();
+        *self.status_memo.borrow_mut() = Some(StatusMemo {
+            figures,
+            path: self.path.clone(),
+            line: line.clone(),
+        });
+        Some(line)
     }
 
     /// The child's stop latched in this pipeline (see [`Pipeline::latch_stop`]).

@@ -464,9 +464,13 @@ mod tests {
         for text in cases {
             assert_eq!(is_json(text), serde_accepts(text), "{text:?}");
         }
-        let deep = "[".repeat(5000) + &"]".repeat(5000);
-        assert_eq!(is_json(&deep), serde_accepts(&deep));
-        assert!(!is_json(&deep[1..]));
+        // Nesting is bounded (serde_json's check here is not): as deep as the limit is JSON,
+        // one deeper is not.
+        let deep = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        assert!(is_json(&deep(MAX_NESTING)) && serde_accepts(&deep(MAX_NESTING)));
+        assert!(!is_json(&deep(MAX_NESTING + 1)));
+        assert!(!is_json(&deep(5000)));
+        assert!(!is_json(&deep(MAX_NESTING)[1..]));
     }
 
     #[test]
