@@ -103,6 +103,13 @@ impl Notifier {
                 self.watched.remove(&dir);
             }
         }
+        // The usual case at every poll: the same few directories, all watched. Checked
+        // without copying them into a set (both ways: `dirs` may name one twice).
+        if dirs.iter().all(|d| self.watched.contains(d))
+            && self.watched.iter().all(|w| dirs.contains(w))
+        {
+            return failed;
+        }
         let wanted: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
         for gone in self
             .watched
