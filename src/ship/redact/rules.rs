@@ -1107,6 +1107,27 @@ fn is_code(rest: &str) -> bool {
 
 /// Revision 3's code: a call or a member path of lowercase names, on one line.
 fn is_call_or_path(rest: &str) -> bool {
+    may_start_call_or_path(rest.as_bytes()) && call_or_path(rest)
+}
+
+/// Whether `rest` may start [`call_or_path`]'s code, read from its first word alone: a
+/// path's first segment is a run of word characters (after an optional `&`) starting with a
+/// letter or `_`, and the code is a call, a subscript or a path of more than one segment, so
+/// the segment must end where the run does (nothing the pattern takes after a segment is a
+/// word character) and be followed by `.`, `::`, `->`, `(` or `[`.
+fn may_start_call_or_path(b: &[u8]) -> bool {
+    let start = usize::from(b.first() == Some(&b'&'));
+    let word = b[start..]
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    word > 0
+        && (b[start].is_ascii_alphabetic() || b[start] == b'_')
+        && matches!(b.get(start + word), Some(b'.' | b':' | b'-' | b'(' | b'['))
+}
+
+/// [`is_call_or_path`] by its pattern.
+fn call_or_path(rest: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
         let name = r"[a-z_][a-z0-9_]*";
         // An attribute path's segments whatever their case (`Config.API_KEY`,
@@ -1155,16 +1176,17 @@ fn is_placeholder(value: &str) -> bool {
         || is_format_directive(v)
 }
 
+const DIRECTIVE_PATTERN: &str = r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)";
+
 /// A format string's placeholder where the value goes: `%s`, `%v`, `%-8d`
 /// (`fmt.Sprintf("token: %v\nResponse: %s", ...)`), followed by nothing a value could
 /// continue with.
 fn is_format_directive(v: &str) -> bool {
     static DIRECTIVE: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
-        Regex::new(r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)")
-            .expect("format directive pattern is a valid regex")
+        Regex::new(DIRECTIVE_PATTERN).expect("format directive pattern is a valid regex")
     });
-    DIRECTIVE.is_match(v)
+    v.starts_with('%') && DIRECTIVE.is_match(v)
 }
 
 /// Prose naming alternatives: `JSON/File/Stream)` in "a credential (JSON/File/Stream)": words
@@ -1298,14 +1320,20 @@ fn is_hex(v: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+const VERSION_PATTERN: &str = r"^(?:[\^~<>=v]{0,2}[0-9]+(?:\.[0-9x*]+){1,3}(?:[-+][0-9A-Za-z.\-]+)?|\*|latest|workspace:[\^~*]?)$";
+
 /// `^2.1.0`, `~1.2`, `>=3.0.0-beta.1`, `v1.2.3`: a package version or range.
 fn is_version(v: &str) -> bool {
     static VERSION: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
-        Regex::new(r"^(?:[\^~<>=v]{0,2}[0-9]+(?:\.[0-9x*]+){1,3}(?:[-+][0-9A-Za-z.\-]+)?|\*|latest|workspace:[\^~*]?)$")
-            .expect("version pattern is a valid regex")
+        Regex::new(VERSION_PATTERN).expect("version pattern is a valid regex")
     });
-    v.len() <= 40 && VERSION.is_match(v)
+    // What the pattern can start with: a range operator, `v`, a digit, `*`, `latest` or
+    // `workspace:`.
+    let first = v.bytes().next();
+    v.len() <= 40
+        && first.is_some_and(|c| c.is_ascii_digit() || b"^~<>=v*lw".contains(&c))
+        && VERSION.is_match(v)
 }
 
 /// Whether a value a secret's name labels is not a secret after all (S1.2, S1.5). `rest` is
@@ -2376,6 +2404,81 @@ mod tests {
         }
         for no in ["Xk9v(Q2mLp7)", "hunter2", "x(S)", "Ab9.Xk2", "x(S9q)"] {
             assert!(!is_code(no), "{no}");
+        }
+    }
+
+    /// Text built from the pieces values and code are made of, for the checks read from a
+    /// value's first word.
+    fn value_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let pieces = vec![
+            "a",
+            "Z",
+            "x9",
+            "_",
+            "$",
+            "&",
+            "*",
+            "!",
+            ".",
+            ":",
+            "::",
+            "-",
+            "->",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "<",
+            ">",
+            " ",
+            "\t",
+            "\n",
+            "\"",
+            "'",
+            "`",
+            "?",
+            ",",
+            ";",
+            "=",
+            "%",
+            "^",
+            "~",
+            "1",
+            "2.1.0",
+            "v",
+            "x",
+            "latest",
+            "workspace:",
+            "os",
+            "getenv",
+            "Config",
+            "API_KEY",
+            "await ",
+            "new ",
+            "self",
+            "é",
+            "\u{212a}",
+            "%v",
+            "%-8d",
+            "@",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..10).prop_map(|p| p.concat())
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// The first-word checks turn away only what the patterns would: with them, each
+        /// check answers as its pattern alone does.
+        #[test]
+        fn first_word_checks_agree_with_the_patterns(v in value_text()) {
+            proptest::prop_assert_eq!(is_call_or_path(&v), call_or_path(&v), "{:?}", v);
+            let version = Regex::new(VERSION_PATTERN).expect("pattern compiles");
+            proptest::prop_assert_eq!(is_version(&v), v.len() <= 40 && version.is_match(&v), "{:?}", v);
+            let directive = Regex::new(DIRECTIVE_PATTERN).expect("pattern compiles");
+            proptest::prop_assert_eq!(is_format_directive(&v), directive.is_match(&v), "{:?}", v);
         }
     }
 
