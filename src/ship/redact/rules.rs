@@ -1423,6 +1423,47 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         }
         return;
     }
+    match rule.id {
+        "labelled-is" => {
+            for m in re.find_iter(text) {
+                match labelled_is_value(text, m.range()) {
+                    Some(s) => label(text, m.start(), s, out),
+                    // Not reached (a unit test checks every match it sees): the capture engine
+                    // from the match's start finds this same match.
+                    None => {
+                        if let Some(caps) = re.captures_at(text, m.start()) {
+                            refine(rule, &caps, text, out);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        "url-query" => {
+            for m in re.find_iter(text) {
+                let (n, s) = query_groups(text, m.range());
+                query(text, n, s, out);
+            }
+            return;
+        }
+        "header" => {
+            for m in re.find_iter(text) {
+                let (s, lq, cq) = header_groups(text, m.range());
+                header_value(text, s, lq, cq, out);
+            }
+            return;
+        }
+        "url-userinfo" => {
+            for m in re.find_iter(text) {
+                let s = userinfo_value(text, m.range());
+                if !s.is_empty() {
+                    out.push(s);
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
     if matches!(rule.refine, Refine::Assign | Refine::Colon) {
         for m in re.find_iter(text) {
             let (n, last) = name_and_last(text, m.range());
@@ -1459,6 +1500,142 @@ fn name_and_last(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
         .next_back()
         .map_or(0, char::len_utf8);
     (m.start..m.start + name, m.end - last..m.end)
+}
+
+/// The groups `n` and `s` of a `url-query` match (`(?:[?&]|\\u0026)N=S`): the name runs
+/// from after the opening `?`, `&` or six-byte `\u0026` to the first `=` (the name's
+/// characters hold none), the value from after it to the match's end.
+fn query_groups(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
+    let b = text.as_bytes();
+    let open = if matches!(b[m.start], b'?' | b'&') {
+        1
+    } else {
+        "\\u0026".len()
+    };
+    let from = (m.start + open).min(m.end);
+    let eq = memchr::memchr(b'=', &b[from..m.end]).map_or(m.end, |at| from + at);
+    (from..eq, (eq + 1).min(m.end)..m.end)
+}
+
+/// The groups of a `header` match (`Q? NAME Q? [ \t]*:[ \t]* S`): where the one character
+/// `s` starts (the match's last character), the quote `lq` the match starts with, if any (a
+/// name starts with a letter or digit), and whether a quote `cq` ends the name (the character
+/// before the blanks, colon and blanks before `s`; a name holds no quote).
+fn header_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>, bool) {
+    let b = text.as_bytes();
+    let last = text[m.clone()]
+        .chars()
+        .next_back()
+        .map_or(0, char::len_utf8);
+    let s = m.end - last;
+    let lq = matches!(b[m.start], b'"' | b'\'').then_some(b[m.start]);
+    let blank = |c: &&u8| **c == b' ' || **c == b'\t';
+    let mut at = s - b[m.start..s].iter().rev().take_while(blank).count();
+    // The colon.
+    at = at.saturating_sub(1).max(m.start);
+    at -= b[m.start..at].iter().rev().take_while(blank).count();
+    let cq = at > m.start && matches!(b[at - 1], b'"' | b'\'');
+    (s, lq, cq)
+}
+
+/// The group `s` of a `url-userinfo` match (`SCHEME://USER:S@`): from after the match's second
+/// colon (a scheme and a user name hold none) to the `@` that ends it.
+fn userinfo_value(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let colon = memchr::memchr_iter(b':', b)
+        .nth(1)
+        .map_or(b.len(), |at| at + 1);
+    let end = b.len().saturating_sub(1).max(colon);
+    m.start + colon..m.start + end
+}
+
+/// The length of `w` (ASCII lowercase) at the start of `text` as `(?i)` matches it: ASCII
+/// letters in either case, and the two characters that fold to an ASCII letter (the Kelvin
+/// sign to `k`, the long s to `s`).
+fn folded_prefix(text: &str, w: &str) -> Option<usize> {
+    let mut chars = text.chars();
+    let mut len = 0;
+    for want in w.chars() {
+        let c = chars.next()?;
+        let same = c.eq_ignore_ascii_case(&want)
+            || (want == 'k' && c == '\u{212A}')
+            || (want == 's' && c == '\u{17F}');
+        if !same {
+            return None;
+        }
+        len += c.len_utf8();
+    }
+    Some(len)
+}
+
+/// The group `s` of a `labelled-is` match, read from the match's start as the pattern takes
+/// it: its one keyword (the alternatives start differently, and a `[ _-]` inside one is taken
+/// only before `key` or `secret`), then the first way on that leads to a value of 16 or more
+/// characters (`[ \t]*[:=][ \t]*`, else blanks with `is` or `was` and blanks, else blanks),
+/// an optional quote, and the value to the end of its run. `None` if that is not the match
+/// (it always is; a unit test checks).
+fn labelled_is_value(text: &str, m: Range<usize>) -> Option<Range<usize>> {
+    let word = |at: usize, w: &str| folded_prefix(&text[at..], w);
+    // `stem`, an optional `[ _-]`, then `tail`.
+    let joined = |at: usize, stem: &str, tail: &str| {
+        let l = word(at, stem)?;
+        let sep = matches!(text.as_bytes().get(at + l), Some(b' ' | b'_' | b'-'));
+        if sep && let Some(t) = word(at + l + 1, tail) {
+            return Some(l + 1 + t);
+        }
+        word(at + l, tail).map(|t| l + t)
+    };
+    let at = m.start;
+    let keyword = word(at, "bearer")
+        .or_else(|| word(at, "token"))
+        .or_else(|| joined(at, "api", "key"))
+        .or_else(|| joined(at, "access", "key"))
+        .or_else(|| joined(at, "secret", "key"))
+        .or_else(|| joined(at, "client", "secret"))?;
+    let b = text.as_bytes();
+    let blanks = |i: usize| {
+        b[i..]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count()
+    };
+    // An optional quote, then 16 or more characters of the value's class (which `(?i)` widens
+    // by the Kelvin sign and the long s).
+    let value = |i: usize| -> Option<Range<usize>> {
+        let from = i + usize::from(matches!(b.get(i), Some(b'"' | b'\'')));
+        let (mut chars, mut len) = (0, 0);
+        for c in text[from..].chars() {
+            if !(c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    '_' | '-' | '.' | '/' | '+' | '=' | '~' | '\u{212A}' | '\u{17F}'
+                ))
+            {
+                break;
+            }
+            chars += 1;
+            len += c.len_utf8();
+        }
+        (chars >= 16).then_some(from..from + len)
+    };
+    let p = at + keyword;
+    let n = blanks(p);
+    let s = if matches!(b.get(p + n), Some(b':' | b'=')) {
+        let j = p + n + 1;
+        value(j + blanks(j))
+    } else {
+        None
+    };
+    let s = s
+        .or_else(|| {
+            let q = p + n;
+            let l = word(q, "is").or_else(|| word(q, "was"))?;
+            let r = blanks(q + l);
+            (n > 0 && r > 0).then_some(())?;
+            value(q + l + r)
+        })
+        .or_else(|| (n > 0).then_some(()).and_then(|()| value(p + n)))?;
+    (s.end == m.end).then_some(s)
 }
 
 /// Where a match's value lies in the text, from the text and the match.
@@ -1564,7 +1741,6 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             .or_else(|| caps.name("m"))
             .or_else(|| caps.get(0))
     };
-    let name = caps.name("n").map_or("", |n| n.as_str());
     match rule.refine {
         Refine::Group => {
             if let Some(m) = group()
@@ -1614,34 +1790,15 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 }
             }
         }
-        Refine::Header => header_value(caps, text, out),
+        Refine::Header => {
+            if let Some(s) = caps.name("s") {
+                let lq = caps.name("lq").map(|q| q.as_str().as_bytes()[0]);
+                header_value(text, s.start(), lq, caps.name("cq").is_some(), out);
+            }
+        }
         Refine::Query => {
-            let Some(s) = caps.name("s") else { return };
-            let lower = name.to_ascii_lowercase();
-            let secret = [
-                "token",
-                "secret",
-                "password",
-                "passwd",
-                "pass",
-                "pwd",
-                "key",
-                "sig",
-                "signature",
-                "auth",
-                "credential",
-                "credentials",
-                "sas",
-                "awsaccesskeyid",
-                "tokens",
-            ]
-            .iter()
-            .any(|w| lower.ends_with(w))
-                || lower.contains("token")
-                || lower.contains("secret")
-                || lower.contains("passw");
-            if secret && !is_shell_reference(s.as_str()) {
-                out.push(s.range());
+            if let (Some(n), Some(s)) = (caps.name("n"), caps.name("s")) {
+                query(text, n.range(), s.range(), out);
             }
         }
         Refine::PemBase64 => {
@@ -1700,6 +1857,36 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 out.push(s.range());
             }
         }
+    }
+}
+
+/// A URL query parameter (rule `url-query`): the value `s` if the name `n` is a secret's.
+fn query(text: &str, n: Range<usize>, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let lower = text[n].to_ascii_lowercase();
+    let secret = [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "key",
+        "sig",
+        "signature",
+        "auth",
+        "credential",
+        "credentials",
+        "sas",
+        "awsaccesskeyid",
+        "tokens",
+    ]
+    .iter()
+    .any(|w| lower.ends_with(w))
+        || lower.contains("token")
+        || lower.contains("secret")
+        || lower.contains("passw");
+    if secret && !is_shell_reference(&text[s.clone()]) {
+        out.push(s);
     }
 }
 
@@ -1888,10 +2075,10 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
 
 /// A credential header's value: quoted, a list (`["a", "b"]`, Go's `[a b]`), or the rest of
 /// the line (stopping at the quote that opened the header, as in `-H 'Cookie: a=b'`).
-fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
-    let Some(s) = caps.name("s") else { return };
+/// `start` is where group `s` starts; `lq` the quote before the name (group `lq`), `cq`
+/// whether a quote closes the name (group `cq`).
+fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Vec<Range<usize>>) {
     let bytes = text.as_bytes();
-    let start = s.start();
     let first = bytes[start];
     if first == b'[' {
         let close = bytes[start..]
@@ -1937,11 +2124,8 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
                 .iter()
                 .position(|&b| b == b'\n' || b == b'\r')
                 .map_or(bytes.len(), |o| from + o);
-            match caps.name("lq") {
-                Some(lq) if caps.name("cq").is_none() => {
-                    let q = lq.as_str().as_bytes()[0];
-                    closing_quote(bytes, from, q).min(line_end)
-                }
+            match lq {
+                Some(q) if !cq => closing_quote(bytes, from, q).min(line_end),
                 _ => line_end,
             }
         }
@@ -1955,7 +2139,7 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     }
     // `{'Authorization': auth_token}`: a quoted header name is a key in code, and an unquoted
     // word or member path after it a variable (data would be quoted).
-    let name_quoted = caps.name("lq").is_some() && caps.name("cq").is_some();
+    let name_quoted = lq.is_some() && cq;
     let word = value.trim_end_matches([',', ';', '}', ')']);
     if quote.is_none()
         && name_quoted
@@ -2349,6 +2533,207 @@ mod tests {
             }
             assert!(matched > 20, "{}: {matched}", rule.id);
         }
+    }
+
+    /// The groups [`find`] takes from a match of `header`, `url-query`, `url-userinfo` or
+    /// `labelled-is` against the capture engine's, on every match in `t`. Returns how many
+    /// matches were compared.
+    fn compare_groups_from_matches(t: &str) -> usize {
+        static COMPILED: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
+            ["header", "url-query", "url-userinfo", "labelled-is"]
+                .into_iter()
+                .map(|id| {
+                    let rule = RULES.iter().find(|r| r.id == id).expect("rule exists");
+                    (id, Regex::new(rule.pattern).expect("pattern compiles"))
+                })
+                .collect()
+        });
+        let mut compared = 0;
+        for (id, re) in COMPILED.iter() {
+            for caps in re.captures_iter(t) {
+                let m = caps.get(0).expect("group 0").range();
+                let s = caps.name("s").expect("group s").range();
+                match *id {
+                    "header" => {
+                        let lq = caps.name("lq").map(|q| q.as_str().as_bytes()[0]);
+                        let cq = caps.name("cq").is_some();
+                        assert_eq!(header_groups(t, m), (s.start, lq, cq), "{id}: {t:?}");
+                    }
+                    "url-query" => {
+                        let n = caps.name("n").expect("group n").range();
+                        assert_eq!(query_groups(t, m), (n, s), "{id}: {t:?}");
+                    }
+                    "url-userinfo" => assert_eq!(userinfo_value(t, m), s, "{id}: {t:?}"),
+                    _ => assert_eq!(labelled_is_value(t, m), Some(s), "{id}: {t:?}"),
+                }
+                compared += 1;
+            }
+        }
+        compared
+    }
+
+    /// Text built from the pieces of credential headers, URL queries and userinfo, and
+    /// labelled secrets.
+    fn label_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::sample::select;
+        let lead = vec![
+            "",
+            " ",
+            "\"",
+            "'",
+            "x",
+            "?",
+            "&",
+            "\\u0026",
+            "\\U0026",
+            "https://u",
+            "git+ssh://",
+            "é",
+            "\n",
+            "b",
+        ];
+        let name = vec![
+            "token",
+            "Bearer",
+            "api key",
+            "API_KEY",
+            "apikey",
+            "access-key",
+            "secret_key",
+            "client secret",
+            "to\u{212a}en",
+            "\u{17f}ecret-key",
+            "authorization",
+            "X-Api-Key",
+            "cookie",
+            "x-amz-signature",
+            "user",
+            "sig",
+            "",
+            "u:p",
+        ];
+        let sep = vec![
+            "",
+            " ",
+            "\t",
+            ":",
+            ": ",
+            " :\t",
+            "=",
+            " = ",
+            "==",
+            " is ",
+            " IS\t",
+            " was ",
+            " i\u{17f} ",
+            "\"",
+            "'",
+            "\":",
+            "': ",
+            " \"",
+            ":'",
+            "@",
+            ":@",
+            "://",
+        ];
+        let value = vec![
+            "",
+            "abcdefgh",
+            "abcdefghijklmnop",
+            "ABCDEFGH12345678/+=~._-",
+            "=abcdefghijklmnop",
+            "\u{212a}\u{17f}abcdefghijklmno",
+            "[\"a\"]",
+            ":",
+            "é",
+            "p#q'r",
+            "a&b",
+            "x y",
+        ];
+        let tail = vec!["", " ", "@h", "&x=1", "#f", "\"", "'", "\n", ",", "é"];
+        let piece = (
+            select(lead),
+            select(name),
+            select(sep),
+            select(value),
+            select(tail),
+        )
+            .prop_map(|(a, b, c, d, e)| format!("{a}{b}{c}{d}{e}"));
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The groups of `header`, `url-query`, `url-userinfo` and `labelled-is` read from
+        /// their matches are the capture engine's.
+        #[test]
+        fn label_and_url_groups_from_the_match_are_the_captures(t in label_text()) {
+            compare_groups_from_matches(&t);
+        }
+    }
+
+    /// The same on every example of both tables and on lines built around each keyword.
+    #[test]
+    fn label_and_url_groups_from_the_match_on_examples() {
+        let mut corpus: Vec<String> = Vec::new();
+        for r in RULES {
+            corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
+        }
+        for p in super::super::providers::RULES {
+            corpus.extend(p.positive.iter().chain(p.negative).map(|t| t.to_string()));
+        }
+        for key in [
+            "token",
+            "API key",
+            "access-key",
+            "Secret_Key",
+            "client secret",
+            "bearer",
+        ] {
+            for sep in [
+                " ", ": ", " = ", "=", "==", " is ", " was\t", "  \"", " '", ":\t'",
+            ] {
+                for v in [
+                    "abcdefghijklmnop1234",
+                    "=abcdefghijklmno",
+                    "short",
+                    "a/b+c=~d.e-f_g0123456",
+                ] {
+                    corpus.push(format!("the {key}{sep}{v} end"));
+                }
+            }
+        }
+        for h in [
+            "Authorization",
+            "'Cookie'",
+            "\"x-api-key\"",
+            "X-Amz-Security-Token'",
+        ] {
+            for sep in [": ", ":", " :\t", "\" : "] {
+                for v in ["Bearer abc", "'q'", "[\"a\"]", ":", "é"] {
+                    corpus.push(format!("{h}{sep}{v}"));
+                }
+            }
+        }
+        for u in [
+            "https://u:p@h",
+            "git+ssh://a:b:c@h/x",
+            "x://:@",
+            "https://u:p#q'r@h",
+        ] {
+            corpus.push(format!("clone {u} now"));
+        }
+        for q in [
+            "?token=abc&x=1",
+            "\\u0026secret=x#y",
+            "&sig=a=b",
+            "?a=b&api_key=c d",
+        ] {
+            corpus.push(format!("GET https://h/p{q}"));
+        }
+        let compared: usize = corpus.iter().map(|t| compare_groups_from_matches(t)).sum();
+        assert!(compared > 100, "{compared}");
     }
 
     /// A rule's cheap check never turns away text its pattern matches: on every example of
