@@ -267,20 +267,34 @@ pub(super) fn is_code_expression(rest: &str) -> bool {
 
 /// Whether `rest` may start what [`code_expression`] takes, read from its first word alone
 /// (most values are not code, and tokenizing the rest of their line costs more than the
-/// value): code starts with a bracket, `&`, `*` or `!`, or a name followed by a blank (a
-/// keyword, an operator) or by what goes on a path, a call, a subscript, a literal or type
-/// arguments. Any other start is no code there: a name followed by anything else is a bare
-/// word with no operator after it.
+/// value): code starts with a bracket, `&`, `*` or `!`, or a keyword and a blank, or a name a
+/// person wrote followed by what goes on a path, a call, a subscript, a literal or type
+/// arguments, or by blanks and an operator. Any other start is no code there: a bare word with
+/// no operator after it, or a run that is no word.
 fn may_start_code(b: &[u8]) -> bool {
     let ident = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$');
     match b.first() {
         Some(b'(' | b'[' | b'{' | b'&' | b'*' | b'!') => true,
         Some(c) if c.is_ascii_alphabetic() || matches!(c, b'_' | b'$') => {
             let word = b.iter().take_while(|c| ident(c)).count();
-            matches!(
-                b.get(word),
-                Some(b' ' | b'\t' | b'.' | b'?' | b':' | b'-' | b'(' | b'[' | b'{' | b'<')
-            )
+            let w = &b[..word];
+            let blank = |c: &&u8| **c == b' ' || **c == b'\t';
+            match b.get(word) {
+                Some(b' ' | b'\t') => {
+                    let keyword = matches!(
+                        w,
+                        b"await" | b"new" | b"yield" | b"typeof" | b"void" | b"async"
+                    );
+                    let after = b[word..].iter().skip_while(blank).next();
+                    keyword
+                        || (after.is_some_and(|c| b"=!<>?+-*/%".contains(c))
+                            && std::str::from_utf8(w).is_ok_and(is_word))
+                }
+                Some(b'.' | b'?' | b':' | b'-' | b'(' | b'[' | b'{' | b'<') => {
+                    std::str::from_utf8(w).is_ok_and(is_word)
+                }
+                _ => false,
+            }
         }
         _ => false,
     }
@@ -560,12 +574,25 @@ mod tests {
             "a", "Zq", "token", "Secret", "PASS", "aws", "X9", "9", "_", "$", "&", "*", "!", ".",
             ":", "::", "-", "->", "(", ")", "[", "]", "{", "}", "<", ">", " ", "\t", "\n", "\"",
             "'", "`", "?", "?.", ",", ";", "=", "===", "&&", "await ", "new ", "é", "\u{212a}",
-            "getToken", "self", "x",
+            "getToken", "self", "x", " + ", " * ", " ?? ", "typeof ", "Xk9v", "void\t",
         ];
-        proptest::collection::vec(proptest::sample::select(pieces), 0..12).prop_map(|p| p.concat())
+        let random = proptest::collection::vec(proptest::sample::select(pieces), 0..12)
+            .prop_map(|p| p.concat());
+        // A first word, what follows it, an operator or more code, and what ends it: the
+        // shapes the first-word check reads.
+        use proptest::sample::select;
+        let words = vec!["usage", "x", "Xk9v", "await", "SSOTokenProvider", "ab9c"];
+        let next = vec![" ", "\t", "", ".", "(", "::", ";", "<"];
+        let ops = vec!["===", "*", "%", "/", "+", "??", "&&", "=", "b", "'a'"];
+        let tails = vec![" ", " b", "b)", "", "\n"];
+        let shaped = (select(words), select(next), select(ops), select(tails))
+            .prop_map(|(a, b, c, d)| format!("{a}{b}{c}{d}"));
+        proptest::prop_oneof![random, shaped]
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
         /// The first-word check turns away only what the tokens would, and the words of a
         /// name read in one pass say what the collected words said.
         #[test]

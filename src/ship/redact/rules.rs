@@ -1122,8 +1122,54 @@ fn may_start_call_or_path(b: &[u8]) -> bool {
         .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
         .count();
     word > 0
-        && (b[start].is_ascii_alphabetic() || b[start] == b'_')
+        && is_segment(&b[start..start + word])
         && matches!(b.get(start + word), Some(b'.' | b':' | b'-' | b'(' | b'['))
+}
+
+/// Whether a run of word characters is one segment of [`call_or_path`]'s paths: lowercase
+/// (`[a-z_][a-z0-9_]*`), UPPER_SNAKE (`[A-Z][A-Z0-9_]*`) or Capitalised words
+/// (`[A-Z][a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*`).
+fn is_segment(w: &[u8]) -> bool {
+    let Some((&first, rest)) = w.split_first() else {
+        return false;
+    };
+    if first.is_ascii_lowercase() || first == b'_' {
+        return rest
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_');
+    }
+    if !first.is_ascii_uppercase() {
+        return false;
+    }
+    if rest
+        .iter()
+        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+    {
+        return true;
+    }
+    // Capitalised words: the letters before the digits are words of a capital and lowercase
+    // letters, the first with two or more.
+    let letters = rest.len() - rest.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let (body, _) = rest.split_at(letters);
+    let first_word = body.iter().take_while(|c| c.is_ascii_lowercase()).count();
+    if first_word < 2 {
+        return false;
+    }
+    let mut i = first_word;
+    while i < body.len() {
+        if !body[i].is_ascii_uppercase() {
+            return false;
+        }
+        let lower = body[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_lowercase())
+            .count();
+        if lower == 0 {
+            return false;
+        }
+        i += 1 + lower;
+    }
+    true
 }
 
 /// [`is_call_or_path`] by its pattern.
@@ -1157,23 +1203,37 @@ fn call_or_path(rest: &str) -> bool {
 /// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
 fn is_placeholder(value: &str) -> bool {
     let v = value.trim_end_matches([')', ',', ';']);
-    let lower = v.to_ascii_lowercase();
     (v.len() >= 3
         && v.starts_with('<')
         && v.ends_with('>')
         && !v[1..v.len() - 1].contains(['<', '>']))
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, '.' | '…' | '*')))
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, 'x' | 'X')))
-        || lower.starts_with("your-")
-        || lower.starts_with("your_")
-        || lower.starts_with("[trimmed")
+        || ["your-", "your_", "[trimmed"]
+            .iter()
+            .any(|p| starts_with_ignore_case(v, p))
         // The words docs use for any value (`export AWS_ACCESS_KEY_ID=foo`).
-        || matches!(lower.as_str(), "foo" | "bar" | "baz" | "qux" | "quux" | "foobar")
+        || ["foo", "bar", "baz", "qux", "quux", "foobar"]
+            .iter()
+            .any(|w| v.eq_ignore_ascii_case(w))
         // A value shown elided (`'ey...'`): too little of it left to be one.
         || v.strip_suffix("...")
             .or_else(|| v.strip_suffix('…'))
             .is_some_and(|seen| seen.chars().count() <= 8)
         || is_format_directive(v)
+}
+
+/// Whether `v` starts with `prefix` (ASCII), in any case.
+fn starts_with_ignore_case(v: &str, prefix: &str) -> bool {
+    v.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// Whether `v` ends with `suffix` (ASCII), in any case.
+fn ends_with_ignore_case(v: &str, suffix: &str) -> bool {
+    v.len() >= suffix.len()
+        && v.as_bytes()[v.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
 }
 
 const DIRECTIVE_PATTERN: &str = r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)";
@@ -1248,10 +1308,12 @@ fn is_type_or_literal(value: &str) -> bool {
         "False",
         "Null",
     ];
-    if WORDS.contains(&v)
-        || WORDS
-            .iter()
-            .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3)
+    // The longest of the words (`undefined`): a longer value is none of them.
+    if v.len() <= 9
+        && (WORDS.contains(&v)
+            || WORDS
+                .iter()
+                .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3))
     {
         return true;
     }
@@ -1273,14 +1335,14 @@ fn is_type_or_literal(value: &str) -> bool {
 
 /// S1.5: token counts, UUID or git-hash ids named as such, package versions.
 fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
-    let lower = name.to_ascii_lowercase();
+    let ends = |suffix: &str| ends_with_ignore_case(name, suffix);
     // `4096` or `1,843,021`.
     let mut groups = value.split(',');
     let digits = groups
         .next()
         .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
         && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
-    if lower.ends_with("tokens") || lower.ends_with("count") || lower.ends_with("_limit") {
+    if ends("tokens") || ends("count") || ends("_limit") {
         // A count, or an expression over a constant or a variable (`remainingTokens = MAX -
         // used`): names, not the mixed letters and digits of a credential.
         let constant = value.starts_with(|c: char| c.is_ascii_uppercase())
@@ -1292,12 +1354,9 @@ fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
             return true;
         }
     }
-    let named_id = lower.ends_with("id")
-        || lower.ends_with("ids")
-        || lower.ends_with("uuid")
-        || lower.ends_with("hash")
-        || lower.ends_with("sha")
-        || lower.ends_with("commit");
+    let named_id = ["id", "ids", "uuid", "hash", "sha", "commit"]
+        .iter()
+        .any(|w| ends(w));
     if named_id && (is_uuid(value) || is_hex(value, 7, 64)) {
         return true;
     }
@@ -1403,13 +1462,12 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         .unwrap_or(name)
         .trim_matches(['"', '\''])
         .trim_start_matches('_');
-    let lower_last = last.to_ascii_lowercase();
-    let lower_bare = bare.to_ascii_lowercase();
-    lower_bare == lower_last
-        || (super::code::is_word(bare)
-            && lower_last.len() > lower_bare.len()
-            && lower_last.ends_with(&lower_bare)
-            && lower_last.as_bytes()[lower_last.len() - lower_bare.len() - 1] == b'_')
+    let (l, v) = (last.as_bytes(), bare.as_bytes());
+    l.eq_ignore_ascii_case(v)
+        || (l.len() > v.len()
+            && l[l.len() - v.len()..].eq_ignore_ascii_case(v)
+            && l[l.len() - v.len() - 1] == b'_'
+            && super::code::is_word(bare))
 }
 
 /// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
@@ -2839,6 +2897,10 @@ mod tests {
             "os",
             "getenv",
             "Config",
+            "ConfigFile9",
+            "ABc",
+            "AbcDe",
+            "Ab",
             "API_KEY",
             "await ",
             "new ",
