@@ -1520,6 +1520,27 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
             }
             return;
         }
+        "labelled" | "password-is" | "url-token-user" | "kcap-vendor-token" => {
+            for m in re.find_iter(text) {
+                let m = m.range();
+                match rule.refine {
+                    Refine::Label => label(text, m.start, after_first_blanks(text, m), out),
+                    Refine::Prose => prose(text, after_last_quote_or_blank(text, m), out),
+                    Refine::UrlToken => url_token(text, url_token_user(text, m), out),
+                    _ => token(text, m.clone(), vendor_token_body(text, m), out),
+                }
+            }
+            return;
+        }
+        // A pattern without groups: the span is the whole match.
+        _ if rule.refine == Refine::Group && re.captures_len() == 1 => {
+            out.extend(
+                re.find_iter(text)
+                    .map(|m| m.range())
+                    .filter(|m| !m.is_empty()),
+            );
+            return;
+        }
         _ => {}
     }
     if matches!(rule.refine, Refine::Assign | Refine::Colon) {
@@ -1605,6 +1626,89 @@ fn userinfo_value(text: &str, m: Range<usize>) -> Range<usize> {
         .map_or(b.len(), |at| at + 1);
     let end = b.len().saturating_sub(1).max(colon);
     m.start + colon..m.start + end
+}
+
+/// "the password is X" (rule `password-is`): X, unless it is a word.
+fn prose(text: &str, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let word = text[s.clone()].trim_end_matches(['.', '!', '?', ':', ')']);
+    if !(word.len() < 16 && word.chars().all(char::is_alphabetic)) {
+        out.push(s);
+    }
+}
+
+/// A prefixed token (rule `kcap-vendor-token`), the whole match `m`, unless its body `b` is
+/// lowercase words joined by `_` (`npm_config_cache`, `npm_package_version`: a name).
+fn token(text: &str, m: Range<usize>, b: Option<Range<usize>>, out: &mut Vec<Range<usize>>) {
+    let random = b.is_none_or(|b| {
+        let b = &text[b];
+        !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
+    });
+    if random {
+        out.push(m);
+    }
+}
+
+/// A token as a URL's user name (rule `url-token-user`): `s` if it has two digits and four
+/// letters or more.
+fn url_token(text: &str, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let v = text[s.clone()].as_bytes();
+    let digits = v.iter().filter(|b| b.is_ascii_digit()).count();
+    let letters = v.iter().filter(|b| b.is_ascii_alphabetic()).count();
+    if digits >= 2 && letters >= 4 {
+        out.push(s);
+    }
+}
+
+/// The group `s` of a `labelled` match (`\bKEYWORD\b[ \t]+S`): after the match's first run of
+/// blanks (a keyword holds none, and the value no whitespace) to its end.
+fn after_first_blanks(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let blank = |c: &u8| *c == b' ' || *c == b'\t';
+    let first = b.iter().position(blank).unwrap_or(b.len());
+    let after = first + b[first..].iter().take_while(|c| blank(c)).count();
+    m.start + after..m.end
+}
+
+/// The group `s` of a `password-is` match (`WORD[ \t]+(?:is|was)[ \t]+["']?S`): after the
+/// match's last blank or quote (what comes before the value ends with one, and the value
+/// holds neither) to its end.
+fn after_last_quote_or_blank(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let from = b
+        .iter()
+        .rposition(|c| matches!(c, b' ' | b'\t' | b'"' | b'\''))
+        .map_or(0, |at| at + 1);
+    m.start + from..m.end
+}
+
+/// The group `s` of a `url-token-user` match (`SCHEME://S@`): between the `://` and the `@`
+/// that ends the match.
+fn url_token_user(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let from = memchr::memmem::find(b, b"://").map_or(0, |at| at + 3);
+    let end = b.len().saturating_sub(1).max(from);
+    m.start + from..m.start + end
+}
+
+/// The group `b` of a `kcap-vendor-token` match: the body after its prefix, none for an
+/// `AIza` key. The prefixes are told apart by their first bytes (the pattern is
+/// case-sensitive): `gh?_`, `github_pat_`, `glpat-`, `cfat_`, `[sr]k_live_`/`[sr]k_test_`,
+/// `xox?-`, `pypi-`, `npm_`, `dckr_pat_`/`dckr_oat_`.
+fn vendor_token_body(text: &str, m: Range<usize>) -> Option<Range<usize>> {
+    let b = &text.as_bytes()[m.clone()];
+    let prefix = match (b.first()?, b.get(1)?) {
+        (b'A', _) => return None,
+        (b'g', b'h') => 4,
+        (b'g', b'i') => "github_pat_".len(),
+        (b'g', _) => "glpat-".len(),
+        (b'c', _) => "cfat_".len(),
+        (b's' | b'r', _) => "sk_live_".len(),
+        (b'x', _) => "xoxb-".len(),
+        (b'p', _) => "pypi-".len(),
+        (b'n', _) => "npm_".len(),
+        _ => "dckr_pat_".len(),
+    };
+    Some(m.start + prefix.min(b.len())..m.end)
 }
 
 /// The length of `w` (ASCII lowercase) at the start of `text` as `(?i)` matches it: ASCII
@@ -1842,10 +1946,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::Prose => {
             if let Some(s) = group() {
-                let word = s.as_str().trim_end_matches(['.', '!', '?', ':', ')']);
-                if !(word.len() < 16 && word.chars().all(char::is_alphabetic)) {
-                    out.push(s.range());
-                }
+                prose(text, s.range(), out);
             }
         }
         Refine::Header => {
@@ -1876,15 +1977,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Token => {
-            let Some(m) = caps.get(0) else { return };
-            // `npm_config_cache`, `npm_package_version`: lowercase words joined by `_` are a
-            // name, not a token.
-            let random = caps.name("b").is_none_or(|b| {
-                let b = b.as_str();
-                !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
-            });
-            if random {
-                out.push(m.range());
+            if let Some(m) = caps.get(0) {
+                token(text, m.range(), caps.name("b").map(|b| b.range()), out);
             }
         }
         Refine::KubernetesSecret => kubernetes_secret_data(text, out),
@@ -1907,12 +2001,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::UrlToken => {
-            let Some(s) = caps.name("s") else { return };
-            let v = s.as_str();
-            let digits = v.bytes().filter(u8::is_ascii_digit).count();
-            let letters = v.bytes().filter(u8::is_ascii_alphabetic).count();
-            if digits >= 2 && letters >= 4 {
-                out.push(s.range());
+            if let Some(s) = caps.name("s") {
+                url_token(text, s.range(), out);
             }
         }
     }
@@ -2792,6 +2882,75 @@ mod tests {
         }
         let compared: usize = corpus.iter().map(|t| compare_groups_from_matches(t)).sum();
         assert!(compared > 100, "{compared}");
+    }
+
+    /// What [`find`] takes from each rule's matches against [`refine`] of the capture
+    /// engine's groups, on `t`, for every rule of the core table.
+    fn compare_find_with_captures(t: &str) {
+        static COMPILED: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+            RULES
+                .iter()
+                .map(|r| Regex::new(r.pattern).expect("pattern compiles"))
+                .collect()
+        });
+        for (rule, re) in RULES.iter().zip(COMPILED.iter()) {
+            let mut found = Vec::new();
+            find(rule, re, t, &mut found);
+            let mut captured = Vec::new();
+            for caps in re.captures_iter(t) {
+                refine(rule, &caps, t, &mut captured);
+            }
+            assert_eq!(found, captured, "{}: {t:?}", rule.id);
+        }
+    }
+
+    /// Lines made of the examples of every rule, joined and cut.
+    fn example_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let mut examples: Vec<&'static str> = Vec::new();
+        for r in RULES {
+            examples.extend(r.positive.iter().chain(r.negative));
+        }
+        let seps = vec!["", " ", "\n", "; ", "\"", "=", ": "];
+        let piece = (
+            proptest::sample::select(examples),
+            proptest::sample::select(seps),
+            0usize..64,
+        )
+            .prop_map(|(e, sep, cut)| {
+                let mut at = e.len().saturating_sub(cut);
+                while !e.is_char_boundary(at) {
+                    at -= 1;
+                }
+                format!("{}{sep}", &e[at..])
+            });
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Every rule's spans from [`find`] are those of its captures.
+        #[test]
+        fn find_gives_the_spans_of_the_captures(
+            t in proptest::strategy::Union::new([example_text().boxed(), label_text().boxed()])
+        ) {
+            compare_find_with_captures(&t);
+        }
+    }
+
+    /// The same on every example of both tables.
+    #[test]
+    fn find_gives_the_spans_of_the_captures_on_examples() {
+        for r in RULES {
+            for t in r.positive.iter().chain(r.negative) {
+                compare_find_with_captures(t);
+            }
+        }
+        for p in super::super::providers::RULES {
+            for t in p.positive.iter().chain(p.negative) {
+                compare_find_with_captures(t);
+            }
+        }
     }
 
     /// A rule's cheap check never turns away text its pattern matches: on every example of
