@@ -285,7 +285,7 @@ fn may_start_code(b: &[u8]) -> bool {
                         w,
                         b"await" | b"new" | b"yield" | b"typeof" | b"void" | b"async"
                     );
-                    let after = b[word..].iter().skip_while(blank).next();
+                    let after = b[word..].iter().find(|c| !blank(c));
                     keyword
                         || (after.is_some_and(|c| b"=!<>?+-*/%".contains(c))
                             && std::str::from_utf8(w).is_ok_and(is_word))

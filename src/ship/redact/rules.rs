@@ -1471,9 +1471,11 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 }
 
 /// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
-/// match's groups. `assignment` and `colon-pair` match most often where secrets are dense, and
-/// their groups follow from the match alone ([`name_and_last`]): their matches come from the
-/// lazy DFA, without the capture engine that costs most of such a text.
+/// match's groups. The rules that match most where secrets are dense have groups that follow
+/// from the match alone (`assignment` and `colon-pair`: [`name_and_last`]; the labelled rules,
+/// the header, URL and prefixed-token rules: the functions named below; a pattern without
+/// groups: the whole match): their matches come from the lazy DFA, without the capture engine
+/// that costs most of such a text. The others go through [`refine`] of their captures.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
     if let Some(value) = label_value(rule) {
         for m in re.find_iter(text) {
