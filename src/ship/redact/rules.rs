@@ -1477,86 +1477,138 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 /// groups: the whole match): their matches come from the lazy DFA, without the capture engine
 /// that costs most of such a text. The others go through [`refine`] of their captures.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
-    if let Some(value) = label_value(rule) {
-        for m in re.find_iter(text) {
-            label(text, m.start(), value(text, m.range()), out);
-        }
-        return;
-    }
-    match rule.id {
-        "labelled-is" => {
-            for m in re.find_iter(text) {
-                match labelled_is_value(text, m.range()) {
-                    Some(s) => label(text, m.start(), s, out),
-                    // Not reached (a unit test checks every match it sees): the capture engine
-                    // from the match's start finds this same match.
-                    None => {
-                        if let Some(caps) = re.captures_at(text, m.start()) {
-                            refine(rule, &caps, text, out);
-                        }
-                    }
-                }
-            }
-            return;
-        }
-        "url-query" => {
-            for m in re.find_iter(text) {
-                let (n, s) = query_groups(text, m.range());
-                query(text, n, s, out);
-            }
-            return;
-        }
-        "header" => {
-            for m in re.find_iter(text) {
-                let (s, lq, cq) = header_groups(text, m.range());
-                header_value(text, s, lq, cq, out);
-            }
-            return;
-        }
-        "url-userinfo" => {
-            for m in re.find_iter(text) {
-                let s = userinfo_value(text, m.range());
-                if !s.is_empty() {
-                    out.push(s);
-                }
-            }
-            return;
-        }
-        "labelled" | "password-is" | "url-token-user" | "kcap-vendor-token" => {
-            for m in re.find_iter(text) {
-                let m = m.range();
-                match rule.refine {
-                    Refine::Label => label(text, m.start, after_first_blanks(text, m), out),
-                    Refine::Prose => prose(text, after_last_quote_or_blank(text, m), out),
-                    Refine::UrlToken => url_token(text, url_token_user(text, m), out),
-                    _ => token(text, m.clone(), vendor_token_body(text, m), out),
-                }
-            }
-            return;
-        }
-        // A pattern without groups: the span is the whole match.
-        _ if rule.refine == Refine::Group && re.captures_len() == 1 => {
-            out.extend(
-                re.find_iter(text)
-                    .map(|m| m.range())
-                    .filter(|m| !m.is_empty()),
-            );
-            return;
-        }
-        _ => {}
-    }
-    if matches!(rule.refine, Refine::Assign | Refine::Colon) {
-        for m in re.find_iter(text) {
-            let (n, last) = name_and_last(text, m.range());
-            if rule.refine == Refine::Assign {
-                assign(text, n, last.start, out);
-            } else {
-                colon(text, n, last, out);
-            }
+    if reads_matches(rule, re) {
+        if let Some(first) = re.find(text) {
+            find_from(rule, re, text, first.range(), out);
         }
         return;
     }
     for caps in re.captures_iter(text) {
+        refine(rule, &caps, text, out);
+    }
+}
+
+/// Whether [`find`] reads `rule`'s spans from its matches alone (see [`spans_of_match`]).
+pub(crate) fn reads_matches(rule: &Rule, re: &Regex) -> bool {
+    label_value(rule).is_some()
+        || matches!(rule.refine, Refine::Assign | Refine::Colon)
+        || matches!(
+            rule.id,
+            "labelled-is"
+                | "url-query"
+                | "header"
+                | "url-userinfo"
+                | "labelled"
+                | "password-is"
+                | "url-token-user"
+                | "kcap-vendor-token"
+        )
+        || (rule.refine == Refine::Group && re.captures_len() == 1)
+}
+
+/// The spans of a rule [`reads_matches`] from its match `first` in `text` and every match
+/// after it: a caller that found `first` (to learn whether there is any) need not search
+/// again.
+pub(crate) fn find_from(
+    rule: &Rule,
+    re: &Regex,
+    text: &str,
+    first: Range<usize>,
+    out: &mut Vec<Range<usize>>,
+) {
+    let mut next = Some(first);
+    while let Some(m) = next.take() {
+        // These patterns never match empty text; were one to, the search would go on after
+        // the next character, as `find_iter` does.
+        let at = if m.is_empty() {
+            m.end + text[m.end..].chars().next().map_or(1, char::len_utf8)
+        } else {
+            m.end
+        };
+        spans_of_match(rule, re, text, m, out);
+        if at <= text.len() {
+            next = re.find_at(text, at).map(|n| n.range());
+        }
+    }
+}
+
+/// The spans one match `m` of a rule [`reads_matches`] gives.
+fn spans_of_match(
+    rule: &Rule,
+    re: &Regex,
+    text: &str,
+    m: Range<usize>,
+    out: &mut Vec<Range<usize>>,
+) {
+    if let Some(value) = label_value(rule) {
+        label(text, m.start, value(text, m.clone()), out);
+        return;
+    }
+    match rule.refine {
+        Refine::Assign => {
+            let (n, last) = name_and_last(text, m);
+            assign(text, n, last.start, out);
+            return;
+        }
+        Refine::Colon => {
+            let (n, last) = name_and_last(text, m);
+            colon(text, n, last, out);
+            return;
+        }
+        _ => {}
+    }
+    match rule.id {
+        "labelled-is" => {
+            if let Some(s) = labelled_is_value(text, m.clone()) {
+                label(text, m.start, s, out);
+                return;
+            }
+        }
+        "url-query" => {
+            let (n, s) = query_groups(text, m);
+            query(text, n, s, out);
+            return;
+        }
+        "header" => {
+            let (s, lq, cq) = header_groups(text, m);
+            header_value(text, s, lq, cq, out);
+            return;
+        }
+        "url-userinfo" => {
+            let s = userinfo_value(text, m);
+            if !s.is_empty() {
+                out.push(s);
+            }
+            return;
+        }
+        "labelled" => {
+            label(text, m.start, after_first_blanks(text, m.clone()), out);
+            return;
+        }
+        "password-is" => {
+            prose(text, after_last_quote_or_blank(text, m), out);
+            return;
+        }
+        "url-token-user" => {
+            url_token(text, url_token_user(text, m), out);
+            return;
+        }
+        "kcap-vendor-token" => {
+            token(text, m.clone(), vendor_token_body(text, m), out);
+            return;
+        }
+        // A pattern without groups: the span is the whole match.
+        _ if rule.refine == Refine::Group && re.captures_len() == 1 => {
+            if !m.is_empty() {
+                out.push(m);
+            }
+            return;
+        }
+        _ => {}
+    }
+    // Not reached (a unit test checks every match of the rules above): the capture engine
+    // from the match's start finds this same match.
+    if let Some(caps) = re.captures_at(text, m.start) {
         refine(rule, &caps, text, out);
     }
 }
