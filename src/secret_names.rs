@@ -5,6 +5,7 @@
 //! secret's, and a URL shown in a log or status (`url_display`) hides the value of a query key
 //! so named. A leaf of its own, below both.
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -89,20 +90,16 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     if last.len() < name.len() && THINGS.contains(&last.to_ascii_lowercase().as_str()) {
         return false;
     }
-    static WORDS: LazyLock<Regex> = LazyLock::new(|| {
-        // A constant pattern; the unit tests run it.
-        Regex::new(concat!("(?:", name_words!(), ")")).expect("name pattern is a valid regex")
-    });
     let bytes = lower.as_bytes();
     let orig = name.as_bytes();
-    for m in WORDS.find_iter(&lower) {
-        let word = m.as_str();
-        let after = bytes.get(m.end()).copied();
-        let before = m.start().checked_sub(1).map(|i| bytes[i]);
+    for m in name_words_in(bytes) {
+        let word = &lower[m.clone()];
+        let after = bytes.get(m.end).copied();
+        let before = m.start.checked_sub(1).map(|i| bytes[i]);
         // Camel case: a capital after the word starts a new one.
         let next_is_lower = after.is_some_and(|b| b.is_ascii_lowercase())
-            && !orig.get(m.end()).is_some_and(u8::is_ascii_uppercase);
-        let rest = &lower[m.end()..];
+            && !orig.get(m.end).is_some_and(u8::is_ascii_uppercase);
+        let rest = &lower[m.end..];
         match word {
             "token" => {
                 if !(rest.starts_with("iz") || rest.starts_with("is") || rest.starts_with("en")) {
@@ -121,7 +118,7 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
                 // `pass`, `db_pass`, `dbPass`, `pass_file`: not `passenger`, `bypass`,
                 // `compass`, `passed`.
                 let starts = before.is_none_or(|b| !b.is_ascii_alphabetic())
-                    || orig[m.start()].is_ascii_uppercase();
+                    || orig[m.start].is_ascii_uppercase();
                 if starts && !next_is_lower {
                     return true;
                 }
@@ -129,7 +126,7 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
             "auth" => {
                 // Ends the name (`auth`, `_auth`, `basic_auth`) or is `_auth...` (npm's
                 // `_authToken`); not `author`, `oauth_callback`.
-                if rest.is_empty() || (before == Some(b'_') && m.start() == 1) {
+                if rest.is_empty() || (before == Some(b'_') && m.start == 1) {
                     return true;
                 }
             }
@@ -144,13 +141,125 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     lower.ends_with("client-key-data") || lower.ends_with("tls.key")
 }
 
-/// Whether a lowercase name is a credential header.
+/// Where the words of [`name_words!`] occur in lowercase `lower`, as a search for the
+/// alternation finds them: leftmost first, each occurrence after the one before, and at one
+/// place the first alternative that matches (`password` before `pass`, `credentials` before
+/// `credential`). Written out because it runs on every candidate name a rule finds.
+fn name_words_in(lower: &[u8]) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < lower.len() {
+            if let Some(len) = name_word_at(&lower[at..]) {
+                let found = at..at + len;
+                at += len;
+                return Some(found);
+            }
+            at += 1;
+        }
+        None
+    })
+}
+
+/// The length of the word of [`name_words!`] that `b` starts with, trying the alternatives in
+/// their order.
+fn name_word_at(b: &[u8]) -> Option<usize> {
+    // `stem`, an optional `_`, `.` or `-`, then `key`.
+    let key = |stem: &[u8]| -> Option<usize> {
+        let rest = b.strip_prefix(stem)?;
+        if matches!(rest.first(), Some(b'_' | b'.' | b'-')) && rest[1..].starts_with(b"key") {
+            Some(stem.len() + 4)
+        } else {
+            rest.starts_with(b"key").then_some(stem.len() + 3)
+        }
+    };
+    let word = |w: &[u8]| b.starts_with(w).then_some(w.len());
+    match b.first()? {
+        b's' => word(b"secret").or_else(|| key(b"signing")),
+        b't' => word(b"token"),
+        b'p' => word(b"password")
+            .or_else(|| word(b"passwd"))
+            .or_else(|| word(b"passphrase"))
+            .or_else(|| word(b"pwd"))
+            .or_else(|| word(b"pass"))
+            .or_else(|| key(b"private")),
+        b'a' => key(b"api")
+            .or_else(|| key(b"access"))
+            .or_else(|| key(b"app"))
+            .or_else(|| key(b"account"))
+            .or_else(|| word(b"auth")),
+        b'c' => word(b"credentials").or_else(|| word(b"credential")),
+        b'e' => key(b"encryption"),
+        b'm' => key(b"master"),
+        _ => None,
+    }
+}
+
+/// The names [`header_names!`] lists word for word, as their alternation's fixed words (a
+/// longer one ending in a shorter one is left out: `authorization` covers
+/// `proxy-authorization`).
+const HEADER_ENDINGS: &[&str] = &[
+    "authorization",
+    "set-cookie",
+    "cookie",
+    "cookies",
+    "api-key",
+    "x-auth-token",
+    "x-access-token",
+    "x-amz-security-token",
+    "x-amz-signature",
+    "private-token",
+    "job-token",
+    "deploy-token",
+    "x-vault-token",
+    "x-consul-token",
+    "x-csrf-token",
+    "x-xsrf-token",
+    "x-hub-signature",
+    "x-hub-signature-256",
+    "x-slack-signature",
+    "stripe-signature",
+    "x-registry-auth",
+    "x-auth-key",
+    "x-functions-key",
+    "dd-application-key",
+    "subscription-key",
+];
+
+/// The words that end an `x-…` header of [`header_names!`] (`x-[a-z0-9-]*(?:…)`).
+const X_HEADER_ENDINGS: &[&str] = &[
+    "api-key",
+    "token",
+    "secret",
+    "password",
+    "signature",
+    "auth-key",
+];
+
+/// Whether a lowercase name is a credential header: it ends in one of [`header_names!`]
+/// (the pattern is not anchored at the start). Written out because it runs on every
+/// candidate name a rule finds.
 pub(crate) fn header_name(lower: &str) -> bool {
-    static HEADER: LazyLock<Regex> = LazyLock::new(|| {
-        // A constant pattern; the unit tests run it.
-        Regex::new(concat!("(?:", header_names!(), ")$")).expect("header pattern is a valid regex")
-    });
-    lower.len() <= 64 && HEADER.is_match(lower)
+    if lower.len() > 64 {
+        return false;
+    }
+    if HEADER_ENDINGS.iter().any(|h| lower.ends_with(h)) {
+        return true;
+    }
+    // `x-[a-z0-9-]*WORD` at the end: an `x-` inside the run of those characters before the
+    // word (the `x` and `-` are of them too).
+    let b = lower.as_bytes();
+    X_HEADER_ENDINGS.iter().any(|w| {
+        let Some(head) = lower.strip_suffix(w) else {
+            return false;
+        };
+        let run = head
+            .bytes()
+            .rev()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            .count();
+        let from = head.len() - run;
+        b[from..head.len()].windows(2).any(|p| p == b"x-")
+    })
 }
 
 /// Whether a lowercase name is exactly a credential header (a header list's name).
@@ -166,6 +275,90 @@ pub(crate) fn is_header(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names built from the words of secret and header names, their separators and
+    /// neighbours.
+    fn name_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy as _;
+        let pieces = vec![
+            "secret",
+            "token",
+            "pass",
+            "passw",
+            "password",
+            "passwd",
+            "passphrase",
+            "pwd",
+            "or",
+            "d",
+            "api",
+            "private",
+            "credential",
+            "s",
+            "access",
+            "app",
+            "encryption",
+            "master",
+            "signing",
+            "account",
+            "auth",
+            "key",
+            "_",
+            ".",
+            "-",
+            "x",
+            "x-",
+            "ey",
+            "er",
+            "iz",
+            "en",
+            "ar",
+            "ly",
+            "ive",
+            "cookie",
+            "authorization",
+            "set-",
+            "subscription",
+            "signature",
+            "-256",
+            "hub",
+            "dd-",
+            "application",
+            "amz",
+            "9",
+            "Z",
+            "Key",
+            "Token",
+            "\u{212a}",
+            "é",
+            " ",
+            "name",
+            "ref",
+            "type",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..8).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The written-out matchers find what the patterns they stand for find.
+        #[test]
+        fn written_out_matchers_agree_with_the_patterns(name in name_text()) {
+            let lower = name.to_ascii_lowercase();
+            let words = Regex::new(concat!("(?:", name_words!(), ")")).expect("pattern compiles");
+            let by_pattern: Vec<Range<usize>> = words.find_iter(&lower).map(|m| m.range()).collect();
+            let written: Vec<Range<usize>> = name_words_in(lower.as_bytes()).collect();
+            proptest::prop_assert_eq!(written, by_pattern, "{:?}", lower);
+            let header = Regex::new(concat!("(?:", header_names!(), ")$")).expect("pattern compiles");
+            proptest::prop_assert_eq!(
+                header_name(&lower),
+                lower.len() <= 64 && header.is_match(&lower),
+                "{:?}",
+                lower
+            );
+        }
+    }
 
     #[test]
     fn names() {

@@ -59,15 +59,26 @@ pub(super) fn is_compound_identifier(w: &str) -> bool {
 }
 
 /// The words of a name joined by `_`, `-` or `.` (one trailing separator allowed, as in a
-/// prefix `docker-credential-`): each letters, then digits at most (`ec2`, `base64`).
-fn joined_words(v: &str) -> Option<Vec<&str>> {
+/// prefix `docker-credential-`): each letters, then digits at most (`ec2`, `base64`). What
+/// [`is_name_of_thing`] asks of them, read in one pass without collecting them (it runs on
+/// every value a secret's name labels): how many, whether each has two characters or more,
+/// and the last one; `None` unless there are two or more, each a word.
+fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
     let v = v.strip_suffix(['_', '-']).unwrap_or(v);
-    let words: Vec<&str> = v.split(['_', '-', '.']).collect();
-    let word_ok = |w: &&str| {
+    let word_ok = |w: &str| {
         let letters = w.trim_end_matches(|c: char| c.is_ascii_digit());
         !letters.is_empty() && letters.bytes().all(|b| b.is_ascii_alphabetic())
     };
-    (words.len() >= 2 && words.iter().all(word_ok)).then_some(words)
+    let (mut count, mut long, mut last) = (0, true, "");
+    for w in v.split(['_', '-', '.']) {
+        if !word_ok(w) {
+            return None;
+        }
+        count += 1;
+        long &= w.len() >= 2;
+        last = w;
+    }
+    (count >= 2).then_some((count, long, last))
 }
 
 /// A value that names a thing rather than being a secret (T2.8): an environment variable or
@@ -81,22 +92,17 @@ pub(super) fn is_name_of_thing(value: &str) -> bool {
     if v.len() > 96 {
         return false;
     }
-    let Some(words) = joined_words(v) else {
+    let Some((count, long, last)) = joined_words(v) else {
         return false;
     };
     let upper = v.starts_with(|c: char| c.is_ascii_uppercase())
         && v.bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        && words.len() >= 2
-        && words.iter().all(|w| w.len() >= 2);
-    let last = words
-        .last()
-        .map_or(String::new(), |w| w.to_ascii_lowercase());
-    let password_word = matches!(
-        last.as_str(),
-        "password" | "passwd" | "pass" | "pwd" | "secret" | "passphrase"
-    );
-    upper || (words.len() >= 3 && !password_word && crate::secret_names::name_is_secret(v))
+        && long;
+    let password_word = ["password", "passwd", "pass", "pwd", "secret", "passphrase"]
+        .iter()
+        .any(|w| last.eq_ignore_ascii_case(w));
+    upper || (count >= 3 && !password_word && crate::secret_names::name_is_secret(v))
 }
 
 /// One piece of a line of code.
@@ -256,6 +262,46 @@ fn literal_string_is_code(toks: &[Tok<'_>], i: usize, s: &str) -> bool {
 /// ...), an arrow function, a bracket opened at the end of the line, an empty literal, or a
 /// word compared with or combined by an operator.
 pub(super) fn is_code_expression(rest: &str) -> bool {
+    may_start_code(rest.as_bytes()) && code_expression(rest)
+}
+
+/// Whether `rest` may start what [`code_expression`] takes, read from its first word alone
+/// (most values are not code, and tokenizing the rest of their line costs more than the
+/// value): code starts with a bracket, `&`, `*` or `!`, or a keyword and a blank, or a name a
+/// person wrote followed by what goes on a path, a call, a subscript, a literal or type
+/// arguments, or by blanks and an operator. Any other start is no code there: a bare word with
+/// no operator after it, or a run that is no word.
+fn may_start_code(b: &[u8]) -> bool {
+    let ident = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$');
+    match b.first() {
+        Some(b'(' | b'[' | b'{' | b'&' | b'*' | b'!') => true,
+        Some(c) if c.is_ascii_alphabetic() || matches!(c, b'_' | b'$') => {
+            let word = b.iter().take_while(|c| ident(c)).count();
+            let w = &b[..word];
+            let blank = |c: &&u8| **c == b' ' || **c == b'\t';
+            match b.get(word) {
+                Some(b' ' | b'\t') => {
+                    let keyword = matches!(
+                        w,
+                        b"await" | b"new" | b"yield" | b"typeof" | b"void" | b"async"
+                    );
+                    let after = b[word..].iter().find(|c| !blank(c));
+                    keyword
+                        || (after.is_some_and(|c| b"=!<>?+-*/%".contains(c))
+                            && std::str::from_utf8(w).is_ok_and(is_word))
+                }
+                Some(b'.' | b'?' | b':' | b'-' | b'(' | b'[' | b'{' | b'<') => {
+                    std::str::from_utf8(w).is_ok_and(is_word)
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// [`is_code_expression`] from the tokens of the line.
+fn code_expression(rest: &str) -> bool {
     let toks = tokenize(rest);
     let mut i = 0;
     // Keywords that start an expression.
@@ -489,6 +535,75 @@ mod tests {
             "db-password",
         ] {
             assert!(!is_name_of_thing(no), "{no}");
+        }
+    }
+
+    /// [`is_name_of_thing`] as it was first written: the words collected, then counted.
+    fn name_of_thing_from_collected_words(value: &str) -> bool {
+        let v = value.trim_end_matches([')', ',', ';']);
+        if v.len() > 96 {
+            return false;
+        }
+        let v2 = v.strip_suffix(['_', '-']).unwrap_or(v);
+        let words: Vec<&str> = v2.split(['_', '-', '.']).collect();
+        let word_ok = |w: &&str| {
+            let letters = w.trim_end_matches(|c: char| c.is_ascii_digit());
+            !letters.is_empty() && letters.bytes().all(|b| b.is_ascii_alphabetic())
+        };
+        if !(words.len() >= 2 && words.iter().all(word_ok)) {
+            return false;
+        }
+        let upper = v.starts_with(|c: char| c.is_ascii_uppercase())
+            && v.bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && words.iter().all(|w| w.len() >= 2);
+        let last = words
+            .last()
+            .map_or(String::new(), |w| w.to_ascii_lowercase());
+        let password_word = matches!(
+            last.as_str(),
+            "password" | "passwd" | "pass" | "pwd" | "secret" | "passphrase"
+        );
+        upper || (words.len() >= 3 && !password_word && crate::secret_names::name_is_secret(v))
+    }
+
+    /// Text built from the pieces of code and of names.
+    fn code_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy as _;
+        let pieces = vec![
+            "a", "Zq", "token", "Secret", "PASS", "aws", "X9", "9", "_", "$", "&", "*", "!", ".",
+            ":", "::", "-", "->", "(", ")", "[", "]", "{", "}", "<", ">", " ", "\t", "\n", "\"",
+            "'", "`", "?", "?.", ",", ";", "=", "===", "&&", "await ", "new ", "é", "\u{212a}",
+            "getToken", "self", "x", " + ", " * ", " ?? ", "typeof ", "Xk9v", "void\t",
+        ];
+        let random = proptest::collection::vec(proptest::sample::select(pieces), 0..12)
+            .prop_map(|p| p.concat());
+        // A first word, what follows it, an operator or more code, and what ends it: the
+        // shapes the first-word check reads.
+        use proptest::sample::select;
+        let words = vec!["usage", "x", "Xk9v", "await", "SSOTokenProvider", "ab9c"];
+        let next = vec![" ", "\t", "", ".", "(", "::", ";", "<"];
+        let ops = vec!["===", "*", "%", "/", "+", "??", "&&", "=", "b", "'a'"];
+        let tails = vec![" ", " b", "b)", "", "\n"];
+        let shaped = (select(words), select(next), select(ops), select(tails))
+            .prop_map(|(a, b, c, d)| format!("{a}{b}{c}{d}"));
+        proptest::prop_oneof![random, shaped]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The first-word check turns away only what the tokens would, and the words of a
+        /// name read in one pass say what the collected words said.
+        #[test]
+        fn one_pass_checks_agree_with_the_full_ones(v in code_text()) {
+            proptest::prop_assert_eq!(is_code_expression(&v), code_expression(&v), "{:?}", v);
+            proptest::prop_assert_eq!(
+                is_name_of_thing(&v),
+                name_of_thing_from_collected_words(&v),
+                "{:?}",
+                v
+            );
         }
     }
 

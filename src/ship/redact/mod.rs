@@ -591,13 +591,20 @@ impl Redactor {
             return;
         }
         let re = self.regex(r);
-        // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so without
-        // the capture machinery, which allocates its slots on every call.
-        if !re.is_match(slice) {
-            return;
-        }
         let mut found = Vec::new();
         match self.rule(r) {
+            // A rule read from its matches searches once: the first match is the first it
+            // reads.
+            RuleRef::Core(rule) if rules::reads_matches(rule, re) => {
+                let Some(first) = re.find(slice) else { return };
+                rules::find_from(rule, re, slice, first.range(), &mut found);
+                if rule.multiline {
+                    split_at_markers(slice, &mut found);
+                }
+            }
+            // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so
+            // without the capture machinery, which allocates its slots on every call.
+            _ if !re.is_match(slice) => return,
             RuleRef::Core(rule) => {
                 rules::find(rule, re, slice, &mut found);
                 if rule.multiline {

@@ -1107,6 +1107,73 @@ fn is_code(rest: &str) -> bool {
 
 /// Revision 3's code: a call or a member path of lowercase names, on one line.
 fn is_call_or_path(rest: &str) -> bool {
+    may_start_call_or_path(rest.as_bytes()) && call_or_path(rest)
+}
+
+/// Whether `rest` may start [`call_or_path`]'s code, read from its first word alone: a
+/// path's first segment is a run of word characters (after an optional `&`) starting with a
+/// letter or `_`, and the code is a call, a subscript or a path of more than one segment, so
+/// the segment must end where the run does (nothing the pattern takes after a segment is a
+/// word character) and be followed by `.`, `::`, `->`, `(` or `[`.
+fn may_start_call_or_path(b: &[u8]) -> bool {
+    let start = usize::from(b.first() == Some(&b'&'));
+    let word = b[start..]
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    word > 0
+        && is_segment(&b[start..start + word])
+        && matches!(b.get(start + word), Some(b'.' | b':' | b'-' | b'(' | b'['))
+}
+
+/// Whether a run of word characters is one segment of [`call_or_path`]'s paths: lowercase
+/// (`[a-z_][a-z0-9_]*`), UPPER_SNAKE (`[A-Z][A-Z0-9_]*`) or Capitalised words
+/// (`[A-Z][a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*`).
+fn is_segment(w: &[u8]) -> bool {
+    let Some((&first, rest)) = w.split_first() else {
+        return false;
+    };
+    if first.is_ascii_lowercase() || first == b'_' {
+        return rest
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_');
+    }
+    if !first.is_ascii_uppercase() {
+        return false;
+    }
+    if rest
+        .iter()
+        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+    {
+        return true;
+    }
+    // Capitalised words: the letters before the digits are words of a capital and lowercase
+    // letters, the first with two or more.
+    let letters = rest.len() - rest.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let (body, _) = rest.split_at(letters);
+    let first_word = body.iter().take_while(|c| c.is_ascii_lowercase()).count();
+    if first_word < 2 {
+        return false;
+    }
+    let mut i = first_word;
+    while i < body.len() {
+        if !body[i].is_ascii_uppercase() {
+            return false;
+        }
+        let lower = body[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_lowercase())
+            .count();
+        if lower == 0 {
+            return false;
+        }
+        i += 1 + lower;
+    }
+    true
+}
+
+/// [`is_call_or_path`] by its pattern.
+fn call_or_path(rest: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
         let name = r"[a-z_][a-z0-9_]*";
         // An attribute path's segments whatever their case (`Config.API_KEY`,
@@ -1136,18 +1203,19 @@ fn is_call_or_path(rest: &str) -> bool {
 /// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
 fn is_placeholder(value: &str) -> bool {
     let v = value.trim_end_matches([')', ',', ';']);
-    let lower = v.to_ascii_lowercase();
     (v.len() >= 3
         && v.starts_with('<')
         && v.ends_with('>')
         && !v[1..v.len() - 1].contains(['<', '>']))
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, '.' | '…' | '*')))
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, 'x' | 'X')))
-        || lower.starts_with("your-")
-        || lower.starts_with("your_")
-        || lower.starts_with("[trimmed")
+        || ["your-", "your_", "[trimmed"]
+            .iter()
+            .any(|p| starts_with_ignore_case(v, p))
         // The words docs use for any value (`export AWS_ACCESS_KEY_ID=foo`).
-        || matches!(lower.as_str(), "foo" | "bar" | "baz" | "qux" | "quux" | "foobar")
+        || ["foo", "bar", "baz", "qux", "quux", "foobar"]
+            .iter()
+            .any(|w| v.eq_ignore_ascii_case(w))
         // A value shown elided (`'ey...'`): too little of it left to be one.
         || v.strip_suffix("...")
             .or_else(|| v.strip_suffix('…'))
@@ -1155,16 +1223,30 @@ fn is_placeholder(value: &str) -> bool {
         || is_format_directive(v)
 }
 
+/// Whether `v` starts with `prefix` (ASCII), in any case.
+fn starts_with_ignore_case(v: &str, prefix: &str) -> bool {
+    v.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// Whether `v` ends with `suffix` (ASCII), in any case.
+fn ends_with_ignore_case(v: &str, suffix: &str) -> bool {
+    v.len() >= suffix.len()
+        && v.as_bytes()[v.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+const DIRECTIVE_PATTERN: &str = r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)";
+
 /// A format string's placeholder where the value goes: `%s`, `%v`, `%-8d`
 /// (`fmt.Sprintf("token: %v\nResponse: %s", ...)`), followed by nothing a value could
 /// continue with.
 fn is_format_directive(v: &str) -> bool {
     static DIRECTIVE: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
-        Regex::new(r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)")
-            .expect("format directive pattern is a valid regex")
+        Regex::new(DIRECTIVE_PATTERN).expect("format directive pattern is a valid regex")
     });
-    DIRECTIVE.is_match(v)
+    v.starts_with('%') && DIRECTIVE.is_match(v)
 }
 
 /// Prose naming alternatives: `JSON/File/Stream)` in "a credential (JSON/File/Stream)": words
@@ -1226,10 +1308,12 @@ fn is_type_or_literal(value: &str) -> bool {
         "False",
         "Null",
     ];
-    if WORDS.contains(&v)
-        || WORDS
-            .iter()
-            .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3)
+    // The longest of the words (`undefined`): a longer value is none of them.
+    if v.len() <= 9
+        && (WORDS.contains(&v)
+            || WORDS
+                .iter()
+                .any(|w| w.eq_ignore_ascii_case(v) && w.len() > 3))
     {
         return true;
     }
@@ -1251,14 +1335,14 @@ fn is_type_or_literal(value: &str) -> bool {
 
 /// S1.5: token counts, UUID or git-hash ids named as such, package versions.
 fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
-    let lower = name.to_ascii_lowercase();
+    let ends = |suffix: &str| ends_with_ignore_case(name, suffix);
     // `4096` or `1,843,021`.
     let mut groups = value.split(',');
     let digits = groups
         .next()
         .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
         && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
-    if lower.ends_with("tokens") || lower.ends_with("count") || lower.ends_with("_limit") {
+    if ends("tokens") || ends("count") || ends("_limit") {
         // A count, or an expression over a constant or a variable (`remainingTokens = MAX -
         // used`): names, not the mixed letters and digits of a credential.
         let constant = value.starts_with(|c: char| c.is_ascii_uppercase())
@@ -1270,12 +1354,9 @@ fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
             return true;
         }
     }
-    let named_id = lower.ends_with("id")
-        || lower.ends_with("ids")
-        || lower.ends_with("uuid")
-        || lower.ends_with("hash")
-        || lower.ends_with("sha")
-        || lower.ends_with("commit");
+    let named_id = ["id", "ids", "uuid", "hash", "sha", "commit"]
+        .iter()
+        .any(|w| ends(w));
     if named_id && (is_uuid(value) || is_hex(value, 7, 64)) {
         return true;
     }
@@ -1298,14 +1379,20 @@ fn is_hex(v: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+const VERSION_PATTERN: &str = r"^(?:[\^~<>=v]{0,2}[0-9]+(?:\.[0-9x*]+){1,3}(?:[-+][0-9A-Za-z.\-]+)?|\*|latest|workspace:[\^~*]?)$";
+
 /// `^2.1.0`, `~1.2`, `>=3.0.0-beta.1`, `v1.2.3`: a package version or range.
 fn is_version(v: &str) -> bool {
     static VERSION: LazyLock<Regex> = LazyLock::new(|| {
         // A constant pattern; the unit tests run it.
-        Regex::new(r"^(?:[\^~<>=v]{0,2}[0-9]+(?:\.[0-9x*]+){1,3}(?:[-+][0-9A-Za-z.\-]+)?|\*|latest|workspace:[\^~*]?)$")
-            .expect("version pattern is a valid regex")
+        Regex::new(VERSION_PATTERN).expect("version pattern is a valid regex")
     });
-    v.len() <= 40 && VERSION.is_match(v)
+    // What the pattern can start with: a range operator, `v`, a digit, `*`, `latest` or
+    // `workspace:`.
+    let first = v.bytes().next();
+    v.len() <= 40
+        && first.is_some_and(|c| c.is_ascii_digit() || b"^~<>=v*lw".contains(&c))
+        && VERSION.is_match(v)
 }
 
 /// Whether a value a secret's name labels is not a secret after all (S1.2, S1.5). `rest` is
@@ -1375,38 +1462,153 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         .unwrap_or(name)
         .trim_matches(['"', '\''])
         .trim_start_matches('_');
-    let lower_last = last.to_ascii_lowercase();
-    let lower_bare = bare.to_ascii_lowercase();
-    lower_bare == lower_last
-        || (super::code::is_word(bare)
-            && lower_last.len() > lower_bare.len()
-            && lower_last.ends_with(&lower_bare)
-            && lower_last.as_bytes()[lower_last.len() - lower_bare.len() - 1] == b'_')
+    let (l, v) = (last.as_bytes(), bare.as_bytes());
+    l.eq_ignore_ascii_case(v)
+        || (l.len() > v.len()
+            && l[l.len() - v.len()..].eq_ignore_ascii_case(v)
+            && l[l.len() - v.len() - 1] == b'_'
+            && super::code::is_word(bare))
 }
 
 /// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
-/// match's groups. `assignment` and `colon-pair` match most often where secrets are dense, and
-/// their groups follow from the match alone ([`name_and_last`]): their matches come from the
-/// lazy DFA, without the capture engine that costs most of such a text.
+/// match's groups. The rules that match most where secrets are dense have groups that follow
+/// from the match alone (`assignment` and `colon-pair`: [`name_and_last`]; the labelled rules,
+/// the header, URL and prefixed-token rules: the functions named below; a pattern without
+/// groups: the whole match): their matches come from the lazy DFA, without the capture engine
+/// that costs most of such a text. The others go through [`refine`] of their captures.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
-    if let Some(value) = label_value(rule) {
-        for m in re.find_iter(text) {
-            label(text, m.start(), value(text, m.range()), out);
-        }
-        return;
-    }
-    if matches!(rule.refine, Refine::Assign | Refine::Colon) {
-        for m in re.find_iter(text) {
-            let (n, last) = name_and_last(text, m.range());
-            if rule.refine == Refine::Assign {
-                assign(text, n, last.start, out);
-            } else {
-                colon(text, n, last, out);
-            }
+    if reads_matches(rule, re) {
+        if let Some(first) = re.find(text) {
+            find_from(rule, re, text, first.range(), out);
         }
         return;
     }
     for caps in re.captures_iter(text) {
+        refine(rule, &caps, text, out);
+    }
+}
+
+/// Whether [`find`] reads `rule`'s spans from its matches alone (see [`spans_of_match`]).
+pub(crate) fn reads_matches(rule: &Rule, re: &Regex) -> bool {
+    label_value(rule).is_some()
+        || matches!(rule.refine, Refine::Assign | Refine::Colon)
+        || matches!(
+            rule.id,
+            "labelled-is"
+                | "url-query"
+                | "header"
+                | "url-userinfo"
+                | "labelled"
+                | "password-is"
+                | "url-token-user"
+                | "kcap-vendor-token"
+        )
+        || (rule.refine == Refine::Group && re.captures_len() == 1)
+}
+
+/// The spans of a rule [`reads_matches`] from its match `first` in `text` and every match
+/// after it: a caller that found `first` (to learn whether there is any) need not search
+/// again.
+pub(crate) fn find_from(
+    rule: &Rule,
+    re: &Regex,
+    text: &str,
+    first: Range<usize>,
+    out: &mut Vec<Range<usize>>,
+) {
+    let mut next = Some(first);
+    while let Some(m) = next.take() {
+        // These patterns never match empty text; were one to, the search would go on after
+        // the next character, as `find_iter` does.
+        let at = if m.is_empty() {
+            m.end + text[m.end..].chars().next().map_or(1, char::len_utf8)
+        } else {
+            m.end
+        };
+        spans_of_match(rule, re, text, m, out);
+        if at <= text.len() {
+            next = re.find_at(text, at).map(|n| n.range());
+        }
+    }
+}
+
+/// The spans one match `m` of a rule [`reads_matches`] gives.
+fn spans_of_match(
+    rule: &Rule,
+    re: &Regex,
+    text: &str,
+    m: Range<usize>,
+    out: &mut Vec<Range<usize>>,
+) {
+    if let Some(value) = label_value(rule) {
+        label(text, m.start, value(text, m.clone()), out);
+        return;
+    }
+    match rule.refine {
+        Refine::Assign => {
+            let (n, last) = name_and_last(text, m);
+            assign(text, n, last.start, out);
+            return;
+        }
+        Refine::Colon => {
+            let (n, last) = name_and_last(text, m);
+            colon(text, n, last, out);
+            return;
+        }
+        _ => {}
+    }
+    match rule.id {
+        "labelled-is" => {
+            if let Some(s) = labelled_is_value(text, m.clone()) {
+                label(text, m.start, s, out);
+                return;
+            }
+        }
+        "url-query" => {
+            let (n, s) = query_groups(text, m);
+            query(text, n, s, out);
+            return;
+        }
+        "header" => {
+            let (s, lq, cq) = header_groups(text, m);
+            header_value(text, s, lq, cq, out);
+            return;
+        }
+        "url-userinfo" => {
+            let s = userinfo_value(text, m);
+            if !s.is_empty() {
+                out.push(s);
+            }
+            return;
+        }
+        "labelled" => {
+            label(text, m.start, after_first_blanks(text, m.clone()), out);
+            return;
+        }
+        "password-is" => {
+            prose(text, after_last_quote_or_blank(text, m), out);
+            return;
+        }
+        "url-token-user" => {
+            url_token(text, url_token_user(text, m), out);
+            return;
+        }
+        "kcap-vendor-token" => {
+            token(text, m.clone(), vendor_token_body(text, m), out);
+            return;
+        }
+        // A pattern without groups: the span is the whole match.
+        _ if rule.refine == Refine::Group && re.captures_len() == 1 => {
+            if !m.is_empty() {
+                out.push(m);
+            }
+            return;
+        }
+        _ => {}
+    }
+    // Not reached (a unit test checks every match of the rules above): the capture engine
+    // from the match's start finds this same match.
+    if let Some(caps) = re.captures_at(text, m.start) {
         refine(rule, &caps, text, out);
     }
 }
@@ -1431,6 +1633,225 @@ fn name_and_last(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
         .next_back()
         .map_or(0, char::len_utf8);
     (m.start..m.start + name, m.end - last..m.end)
+}
+
+/// The groups `n` and `s` of a `url-query` match (`(?:[?&]|\\u0026)N=S`): the name runs
+/// from after the opening `?`, `&` or six-byte `\u0026` to the first `=` (the name's
+/// characters hold none), the value from after it to the match's end.
+fn query_groups(text: &str, m: Range<usize>) -> (Range<usize>, Range<usize>) {
+    let b = text.as_bytes();
+    let open = if matches!(b[m.start], b'?' | b'&') {
+        1
+    } else {
+        "\\u0026".len()
+    };
+    let from = (m.start + open).min(m.end);
+    let eq = memchr::memchr(b'=', &b[from..m.end]).map_or(m.end, |at| from + at);
+    (from..eq, (eq + 1).min(m.end)..m.end)
+}
+
+/// The groups of a `header` match (`Q? NAME Q? [ \t]*:[ \t]* S`): where the one character
+/// `s` starts (the match's last character), the quote `lq` the match starts with, if any (a
+/// name starts with a letter or digit), and whether a quote `cq` ends the name (the character
+/// before the blanks, colon and blanks before `s`; a name holds no quote).
+fn header_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>, bool) {
+    let b = text.as_bytes();
+    let last = text[m.clone()]
+        .chars()
+        .next_back()
+        .map_or(0, char::len_utf8);
+    let s = m.end - last;
+    let lq = matches!(b[m.start], b'"' | b'\'').then_some(b[m.start]);
+    let blank = |c: &&u8| **c == b' ' || **c == b'\t';
+    let mut at = s - b[m.start..s].iter().rev().take_while(blank).count();
+    // The colon.
+    at = at.saturating_sub(1).max(m.start);
+    at -= b[m.start..at].iter().rev().take_while(blank).count();
+    let cq = at > m.start && matches!(b[at - 1], b'"' | b'\'');
+    (s, lq, cq)
+}
+
+/// The group `s` of a `url-userinfo` match (`SCHEME://USER:S@`): from after the match's second
+/// colon (a scheme and a user name hold none) to the `@` that ends it.
+fn userinfo_value(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let colon = memchr::memchr_iter(b':', b)
+        .nth(1)
+        .map_or(b.len(), |at| at + 1);
+    let end = b.len().saturating_sub(1).max(colon);
+    m.start + colon..m.start + end
+}
+
+/// "the password is X" (rule `password-is`): X, unless it is a word.
+fn prose(text: &str, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let word = text[s.clone()].trim_end_matches(['.', '!', '?', ':', ')']);
+    if !(word.len() < 16 && word.chars().all(char::is_alphabetic)) {
+        out.push(s);
+    }
+}
+
+/// A prefixed token (rule `kcap-vendor-token`), the whole match `m`, unless its body `b` is
+/// lowercase words joined by `_` (`npm_config_cache`, `npm_package_version`: a name).
+fn token(text: &str, m: Range<usize>, b: Option<Range<usize>>, out: &mut Vec<Range<usize>>) {
+    let random = b.is_none_or(|b| {
+        let b = &text[b];
+        !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
+    });
+    if random {
+        out.push(m);
+    }
+}
+
+/// A token as a URL's user name (rule `url-token-user`): `s` if it has two digits and four
+/// letters or more.
+fn url_token(text: &str, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let v = text[s.clone()].as_bytes();
+    let digits = v.iter().filter(|b| b.is_ascii_digit()).count();
+    let letters = v.iter().filter(|b| b.is_ascii_alphabetic()).count();
+    if digits >= 2 && letters >= 4 {
+        out.push(s);
+    }
+}
+
+/// The group `s` of a `labelled` match (`\bKEYWORD\b[ \t]+S`): after the match's first run of
+/// blanks (a keyword holds none, and the value no whitespace) to its end.
+fn after_first_blanks(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let blank = |c: &u8| *c == b' ' || *c == b'\t';
+    let first = b.iter().position(blank).unwrap_or(b.len());
+    let after = first + b[first..].iter().take_while(|c| blank(c)).count();
+    m.start + after..m.end
+}
+
+/// The group `s` of a `password-is` match (`WORD[ \t]+(?:is|was)[ \t]+["']?S`): after the
+/// match's last blank or quote (what comes before the value ends with one, and the value
+/// holds neither) to its end.
+fn after_last_quote_or_blank(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let from = b
+        .iter()
+        .rposition(|c| matches!(c, b' ' | b'\t' | b'"' | b'\''))
+        .map_or(0, |at| at + 1);
+    m.start + from..m.end
+}
+
+/// The group `s` of a `url-token-user` match (`SCHEME://S@`): between the `://` and the `@`
+/// that ends the match.
+fn url_token_user(text: &str, m: Range<usize>) -> Range<usize> {
+    let b = &text.as_bytes()[m.clone()];
+    let from = memchr::memmem::find(b, b"://").map_or(0, |at| at + 3);
+    let end = b.len().saturating_sub(1).max(from);
+    m.start + from..m.start + end
+}
+
+/// The group `b` of a `kcap-vendor-token` match: the body after its prefix, none for an
+/// `AIza` key. The prefixes are told apart by their first bytes (the pattern is
+/// case-sensitive): `gh?_`, `github_pat_`, `glpat-`, `cfat_`, `[sr]k_live_`/`[sr]k_test_`,
+/// `xox?-`, `pypi-`, `npm_`, `dckr_pat_`/`dckr_oat_`.
+fn vendor_token_body(text: &str, m: Range<usize>) -> Option<Range<usize>> {
+    let b = &text.as_bytes()[m.clone()];
+    let prefix = match (b.first()?, b.get(1)?) {
+        (b'A', _) => return None,
+        (b'g', b'h') => 4,
+        (b'g', b'i') => "github_pat_".len(),
+        (b'g', _) => "glpat-".len(),
+        (b'c', _) => "cfat_".len(),
+        (b's' | b'r', _) => "sk_live_".len(),
+        (b'x', _) => "xoxb-".len(),
+        (b'p', _) => "pypi-".len(),
+        (b'n', _) => "npm_".len(),
+        _ => "dckr_pat_".len(),
+    };
+    Some(m.start + prefix.min(b.len())..m.end)
+}
+
+/// The length of `w` (ASCII lowercase) at the start of `text` as `(?i)` matches it: ASCII
+/// letters in either case, and the two characters that fold to an ASCII letter (the Kelvin
+/// sign to `k`, the long s to `s`).
+fn folded_prefix(text: &str, w: &str) -> Option<usize> {
+    let mut chars = text.chars();
+    let mut len = 0;
+    for want in w.chars() {
+        let c = chars.next()?;
+        let same = c.eq_ignore_ascii_case(&want)
+            || (want == 'k' && c == '\u{212A}')
+            || (want == 's' && c == '\u{17F}');
+        if !same {
+            return None;
+        }
+        len += c.len_utf8();
+    }
+    Some(len)
+}
+
+/// The group `s` of a `labelled-is` match, read from the match's start as the pattern takes
+/// it: its one keyword (the alternatives start differently, and a `[ _-]` inside one is taken
+/// only before `key` or `secret`), then the first way on that leads to a value of 16 or more
+/// characters (`[ \t]*[:=][ \t]*`, else blanks with `is` or `was` and blanks, else blanks),
+/// an optional quote, and the value to the end of its run. `None` if that is not the match
+/// (it always is; a unit test checks).
+fn labelled_is_value(text: &str, m: Range<usize>) -> Option<Range<usize>> {
+    let word = |at: usize, w: &str| folded_prefix(&text[at..], w);
+    // `stem`, an optional `[ _-]`, then `tail`.
+    let joined = |at: usize, stem: &str, tail: &str| {
+        let l = word(at, stem)?;
+        let sep = matches!(text.as_bytes().get(at + l), Some(b' ' | b'_' | b'-'));
+        if sep && let Some(t) = word(at + l + 1, tail) {
+            return Some(l + 1 + t);
+        }
+        word(at + l, tail).map(|t| l + t)
+    };
+    let at = m.start;
+    let keyword = word(at, "bearer")
+        .or_else(|| word(at, "token"))
+        .or_else(|| joined(at, "api", "key"))
+        .or_else(|| joined(at, "access", "key"))
+        .or_else(|| joined(at, "secret", "key"))
+        .or_else(|| joined(at, "client", "secret"))?;
+    let b = text.as_bytes();
+    let blanks = |i: usize| {
+        b[i..]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count()
+    };
+    // An optional quote, then 16 or more characters of the value's class (which `(?i)` widens
+    // by the Kelvin sign and the long s).
+    let value = |i: usize| -> Option<Range<usize>> {
+        let from = i + usize::from(matches!(b.get(i), Some(b'"' | b'\'')));
+        let (mut chars, mut len) = (0, 0);
+        for c in text[from..].chars() {
+            if !(c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    '_' | '-' | '.' | '/' | '+' | '=' | '~' | '\u{212A}' | '\u{17F}'
+                ))
+            {
+                break;
+            }
+            chars += 1;
+            len += c.len_utf8();
+        }
+        (chars >= 16).then_some(from..from + len)
+    };
+    let p = at + keyword;
+    let n = blanks(p);
+    let s = if matches!(b.get(p + n), Some(b':' | b'=')) {
+        let j = p + n + 1;
+        value(j + blanks(j))
+    } else {
+        None
+    };
+    let s = s
+        .or_else(|| {
+            let q = p + n;
+            let l = word(q, "is").or_else(|| word(q, "was"))?;
+            let r = blanks(q + l);
+            (n > 0 && r > 0).then_some(())?;
+            value(q + l + r)
+        })
+        .or_else(|| (n > 0).then_some(()).and_then(|()| value(p + n)))?;
+    (s.end == m.end).then_some(s)
 }
 
 /// Where a match's value lies in the text, from the text and the match.
@@ -1536,7 +1957,6 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             .or_else(|| caps.name("m"))
             .or_else(|| caps.get(0))
     };
-    let name = caps.name("n").map_or("", |n| n.as_str());
     match rule.refine {
         Refine::Group => {
             if let Some(m) = group()
@@ -1580,40 +2000,18 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::Prose => {
             if let Some(s) = group() {
-                let word = s.as_str().trim_end_matches(['.', '!', '?', ':', ')']);
-                if !(word.len() < 16 && word.chars().all(char::is_alphabetic)) {
-                    out.push(s.range());
-                }
+                prose(text, s.range(), out);
             }
         }
-        Refine::Header => header_value(caps, text, out),
+        Refine::Header => {
+            if let Some(s) = caps.name("s") {
+                let lq = caps.name("lq").map(|q| q.as_str().as_bytes()[0]);
+                header_value(text, s.start(), lq, caps.name("cq").is_some(), out);
+            }
+        }
         Refine::Query => {
-            let Some(s) = caps.name("s") else { return };
-            let lower = name.to_ascii_lowercase();
-            let secret = [
-                "token",
-                "secret",
-                "password",
-                "passwd",
-                "pass",
-                "pwd",
-                "key",
-                "sig",
-                "signature",
-                "auth",
-                "credential",
-                "credentials",
-                "sas",
-                "awsaccesskeyid",
-                "tokens",
-            ]
-            .iter()
-            .any(|w| lower.ends_with(w))
-                || lower.contains("token")
-                || lower.contains("secret")
-                || lower.contains("passw");
-            if secret && !is_shell_reference(s.as_str()) {
-                out.push(s.range());
+            if let (Some(n), Some(s)) = (caps.name("n"), caps.name("s")) {
+                query(text, n.range(), s.range(), out);
             }
         }
         Refine::PemBase64 => {
@@ -1633,15 +2031,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Token => {
-            let Some(m) = caps.get(0) else { return };
-            // `npm_config_cache`, `npm_package_version`: lowercase words joined by `_` are a
-            // name, not a token.
-            let random = caps.name("b").is_none_or(|b| {
-                let b = b.as_str();
-                !(b.contains('_') && b.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'))
-            });
-            if random {
-                out.push(m.range());
+            if let Some(m) = caps.get(0) {
+                token(text, m.range(), caps.name("b").map(|b| b.range()), out);
             }
         }
         Refine::KubernetesSecret => kubernetes_secret_data(text, out),
@@ -1664,14 +2055,40 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::UrlToken => {
-            let Some(s) = caps.name("s") else { return };
-            let v = s.as_str();
-            let digits = v.bytes().filter(u8::is_ascii_digit).count();
-            let letters = v.bytes().filter(u8::is_ascii_alphabetic).count();
-            if digits >= 2 && letters >= 4 {
-                out.push(s.range());
+            if let Some(s) = caps.name("s") {
+                url_token(text, s.range(), out);
             }
         }
+    }
+}
+
+/// A URL query parameter (rule `url-query`): the value `s` if the name `n` is a secret's.
+fn query(text: &str, n: Range<usize>, s: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let lower = text[n].to_ascii_lowercase();
+    let secret = [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "key",
+        "sig",
+        "signature",
+        "auth",
+        "credential",
+        "credentials",
+        "sas",
+        "awsaccesskeyid",
+        "tokens",
+    ]
+    .iter()
+    .any(|w| lower.ends_with(w))
+        || lower.contains("token")
+        || lower.contains("secret")
+        || lower.contains("passw");
+    if secret && !is_shell_reference(&text[s.clone()]) {
+        out.push(s);
     }
 }
 
@@ -1860,10 +2277,10 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
 
 /// A credential header's value: quoted, a list (`["a", "b"]`, Go's `[a b]`), or the rest of
 /// the line (stopping at the quote that opened the header, as in `-H 'Cookie: a=b'`).
-fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
-    let Some(s) = caps.name("s") else { return };
+/// `start` is where group `s` starts; `lq` the quote before the name (group `lq`), `cq`
+/// whether a quote closes the name (group `cq`).
+fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Vec<Range<usize>>) {
     let bytes = text.as_bytes();
-    let start = s.start();
     let first = bytes[start];
     if first == b'[' {
         let close = bytes[start..]
@@ -1909,11 +2326,8 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
                 .iter()
                 .position(|&b| b == b'\n' || b == b'\r')
                 .map_or(bytes.len(), |o| from + o);
-            match caps.name("lq") {
-                Some(lq) if caps.name("cq").is_none() => {
-                    let q = lq.as_str().as_bytes()[0];
-                    closing_quote(bytes, from, q).min(line_end)
-                }
+            match lq {
+                Some(q) if !cq => closing_quote(bytes, from, q).min(line_end),
                 _ => line_end,
             }
         }
@@ -1927,7 +2341,7 @@ fn header_value(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     }
     // `{'Authorization': auth_token}`: a quoted header name is a key in code, and an unquoted
     // word or member path after it a variable (data would be quoted).
-    let name_quoted = caps.name("lq").is_some() && caps.name("cq").is_some();
+    let name_quoted = lq.is_some() && cq;
     let word = value.trim_end_matches([',', ';', '}', ')']);
     if quote.is_none()
         && name_quoted
@@ -2323,6 +2737,276 @@ mod tests {
         }
     }
 
+    /// The groups [`find`] takes from a match of `header`, `url-query`, `url-userinfo` or
+    /// `labelled-is` against the capture engine's, on every match in `t`. Returns how many
+    /// matches were compared.
+    fn compare_groups_from_matches(t: &str) -> usize {
+        static COMPILED: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
+            ["header", "url-query", "url-userinfo", "labelled-is"]
+                .into_iter()
+                .map(|id| {
+                    let rule = RULES.iter().find(|r| r.id == id).expect("rule exists");
+                    (id, Regex::new(rule.pattern).expect("pattern compiles"))
+                })
+                .collect()
+        });
+        let mut compared = 0;
+        for (id, re) in COMPILED.iter() {
+            for caps in re.captures_iter(t) {
+                let m = caps.get(0).expect("group 0").range();
+                let s = caps.name("s").expect("group s").range();
+                match *id {
+                    "header" => {
+                        let lq = caps.name("lq").map(|q| q.as_str().as_bytes()[0]);
+                        let cq = caps.name("cq").is_some();
+                        assert_eq!(header_groups(t, m), (s.start, lq, cq), "{id}: {t:?}");
+                    }
+                    "url-query" => {
+                        let n = caps.name("n").expect("group n").range();
+                        assert_eq!(query_groups(t, m), (n, s), "{id}: {t:?}");
+                    }
+                    "url-userinfo" => assert_eq!(userinfo_value(t, m), s, "{id}: {t:?}"),
+                    _ => assert_eq!(labelled_is_value(t, m), Some(s), "{id}: {t:?}"),
+                }
+                compared += 1;
+            }
+        }
+        compared
+    }
+
+    /// Text built from the pieces of credential headers, URL queries and userinfo, and
+    /// labelled secrets.
+    fn label_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::sample::select;
+        let lead = vec![
+            "",
+            " ",
+            "\"",
+            "'",
+            "x",
+            "?",
+            "&",
+            "\\u0026",
+            "\\U0026",
+            "https://u",
+            "git+ssh://",
+            "é",
+            "\n",
+            "b",
+        ];
+        let name = vec![
+            "token",
+            "Bearer",
+            "api key",
+            "API_KEY",
+            "apikey",
+            "access-key",
+            "secret_key",
+            "client secret",
+            "to\u{212a}en",
+            "\u{17f}ecret-key",
+            "authorization",
+            "X-Api-Key",
+            "cookie",
+            "x-amz-signature",
+            "user",
+            "sig",
+            "",
+            "u:p",
+        ];
+        let sep = vec![
+            "",
+            " ",
+            "\t",
+            ":",
+            ": ",
+            " :\t",
+            "=",
+            " = ",
+            "==",
+            " is ",
+            " IS\t",
+            " was ",
+            " i\u{17f} ",
+            "\"",
+            "'",
+            "\":",
+            "': ",
+            " \"",
+            ":'",
+            "@",
+            ":@",
+            "://",
+        ];
+        let value = vec![
+            "",
+            "abcdefgh",
+            "abcdefghijklmnop",
+            "ABCDEFGH12345678/+=~._-",
+            "=abcdefghijklmnop",
+            "\u{212a}\u{17f}abcdefghijklmno",
+            "[\"a\"]",
+            ":",
+            "é",
+            "p#q'r",
+            "a&b",
+            "x y",
+        ];
+        let tail = vec!["", " ", "@h", "&x=1", "#f", "\"", "'", "\n", ",", "é"];
+        let piece = (
+            select(lead),
+            select(name),
+            select(sep),
+            select(value),
+            select(tail),
+        )
+            .prop_map(|(a, b, c, d, e)| format!("{a}{b}{c}{d}{e}"));
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The groups of `header`, `url-query`, `url-userinfo` and `labelled-is` read from
+        /// their matches are the capture engine's.
+        #[test]
+        fn label_and_url_groups_from_the_match_are_the_captures(t in label_text()) {
+            compare_groups_from_matches(&t);
+        }
+    }
+
+    /// The same on every example of both tables and on lines built around each keyword.
+    #[test]
+    fn label_and_url_groups_from_the_match_on_examples() {
+        let mut corpus: Vec<String> = Vec::new();
+        for r in RULES {
+            corpus.extend(r.positive.iter().chain(r.negative).map(|t| t.to_string()));
+        }
+        for p in super::super::providers::RULES {
+            corpus.extend(p.positive.iter().chain(p.negative).map(|t| t.to_string()));
+        }
+        for key in [
+            "token",
+            "API key",
+            "access-key",
+            "Secret_Key",
+            "client secret",
+            "bearer",
+        ] {
+            for sep in [
+                " ", ": ", " = ", "=", "==", " is ", " was\t", "  \"", " '", ":\t'",
+            ] {
+                for v in [
+                    "abcdefghijklmnop1234",
+                    "=abcdefghijklmno",
+                    "short",
+                    "a/b+c=~d.e-f_g0123456",
+                ] {
+                    corpus.push(format!("the {key}{sep}{v} end"));
+                }
+            }
+        }
+        for h in [
+            "Authorization",
+            "'Cookie'",
+            "\"x-api-key\"",
+            "X-Amz-Security-Token'",
+        ] {
+            for sep in [": ", ":", " :\t", "\" : "] {
+                for v in ["Bearer abc", "'q'", "[\"a\"]", ":", "é"] {
+                    corpus.push(format!("{h}{sep}{v}"));
+                }
+            }
+        }
+        for u in [
+            "https://u:p@h",
+            "git+ssh://a:b:c@h/x",
+            "x://:@",
+            "https://u:p#q'r@h",
+        ] {
+            corpus.push(format!("clone {u} now"));
+        }
+        for q in [
+            "?token=abc&x=1",
+            "\\u0026secret=x#y",
+            "&sig=a=b",
+            "?a=b&api_key=c d",
+        ] {
+            corpus.push(format!("GET https://h/p{q}"));
+        }
+        let compared: usize = corpus.iter().map(|t| compare_groups_from_matches(t)).sum();
+        assert!(compared > 100, "{compared}");
+    }
+
+    /// What [`find`] takes from each rule's matches against [`refine`] of the capture
+    /// engine's groups, on `t`, for every rule of the core table.
+    fn compare_find_with_captures(t: &str) {
+        static COMPILED: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+            RULES
+                .iter()
+                .map(|r| Regex::new(r.pattern).expect("pattern compiles"))
+                .collect()
+        });
+        for (rule, re) in RULES.iter().zip(COMPILED.iter()) {
+            let mut found = Vec::new();
+            find(rule, re, t, &mut found);
+            let mut captured = Vec::new();
+            for caps in re.captures_iter(t) {
+                refine(rule, &caps, t, &mut captured);
+            }
+            assert_eq!(found, captured, "{}: {t:?}", rule.id);
+        }
+    }
+
+    /// Lines made of the examples of every rule, joined and cut.
+    fn example_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let mut examples: Vec<&'static str> = Vec::new();
+        for r in RULES {
+            examples.extend(r.positive.iter().chain(r.negative));
+        }
+        let seps = vec!["", " ", "\n", "; ", "\"", "=", ": "];
+        let piece = (
+            proptest::sample::select(examples),
+            proptest::sample::select(seps),
+            0usize..64,
+        )
+            .prop_map(|(e, sep, cut)| {
+                let mut at = e.len().saturating_sub(cut);
+                while !e.is_char_boundary(at) {
+                    at -= 1;
+                }
+                format!("{}{sep}", &e[at..])
+            });
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Every rule's spans from [`find`] are those of its captures.
+        #[test]
+        fn find_gives_the_spans_of_the_captures(
+            t in proptest::strategy::Union::new([example_text().boxed(), label_text().boxed()])
+        ) {
+            compare_find_with_captures(&t);
+        }
+    }
+
+    /// The same on every example of both tables.
+    #[test]
+    fn find_gives_the_spans_of_the_captures_on_examples() {
+        for r in RULES {
+            for t in r.positive.iter().chain(r.negative) {
+                compare_find_with_captures(t);
+            }
+        }
+        for p in super::super::providers::RULES {
+            for t in p.positive.iter().chain(p.negative) {
+                compare_find_with_captures(t);
+            }
+        }
+    }
+
     /// A rule's cheap check never turns away text its pattern matches: on every example of
     /// every rule of both tables, and on each with its punctuation taken out one character at a
     /// time, a match means the check passes.
@@ -2376,6 +3060,85 @@ mod tests {
         }
         for no in ["Xk9v(Q2mLp7)", "hunter2", "x(S)", "Ab9.Xk2", "x(S9q)"] {
             assert!(!is_code(no), "{no}");
+        }
+    }
+
+    /// Text built from the pieces values and code are made of, for the checks read from a
+    /// value's first word.
+    fn value_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let pieces = vec![
+            "a",
+            "Z",
+            "x9",
+            "_",
+            "$",
+            "&",
+            "*",
+            "!",
+            ".",
+            ":",
+            "::",
+            "-",
+            "->",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "<",
+            ">",
+            " ",
+            "\t",
+            "\n",
+            "\"",
+            "'",
+            "`",
+            "?",
+            ",",
+            ";",
+            "=",
+            "%",
+            "^",
+            "~",
+            "1",
+            "2.1.0",
+            "v",
+            "x",
+            "latest",
+            "workspace:",
+            "os",
+            "getenv",
+            "Config",
+            "ConfigFile9",
+            "ABc",
+            "AbcDe",
+            "Ab",
+            "API_KEY",
+            "await ",
+            "new ",
+            "self",
+            "é",
+            "\u{212a}",
+            "%v",
+            "%-8d",
+            "@",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..10).prop_map(|p| p.concat())
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// The first-word checks turn away only what the patterns would: with them, each
+        /// check answers as its pattern alone does.
+        #[test]
+        fn first_word_checks_agree_with_the_patterns(v in value_text()) {
+            proptest::prop_assert_eq!(is_call_or_path(&v), call_or_path(&v), "{:?}", v);
+            let version = Regex::new(VERSION_PATTERN).expect("pattern compiles");
+            proptest::prop_assert_eq!(is_version(&v), v.len() <= 40 && version.is_match(&v), "{:?}", v);
+            let directive = Regex::new(DIRECTIVE_PATTERN).expect("pattern compiles");
+            proptest::prop_assert_eq!(is_format_directive(&v), directive.is_match(&v), "{:?}", v);
         }
     }
 
