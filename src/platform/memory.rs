@@ -144,43 +144,90 @@ pub fn release_code() {
 mod code_pages {
     use std::ffi::{c_int, c_void};
 
-    /// The read-only `PT_LOAD` segments of the executable and its libraries, as address
-    /// ranges, and how many objects were seen.
-    struct Segments {
-        ranges: Vec<(usize, usize)>,
+    /// `DT_TEXTREL`, `DT_FLAGS` and its `DF_TEXTREL` bit: an object whose code the loader
+    /// relocated in place (its code pages are private copies, which must not be dropped).
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 0x4;
+
+    /// An entry of an object's dynamic section (`Elf64_Dyn`).
+    #[repr(C)]
+    struct Dyn {
+        tag: i64,
+        val: u64,
+    }
+
+    /// What the callback is given: the page size, and how many objects it has seen.
+    struct Walk {
+        page: usize,
         objects: usize,
     }
 
-    /// `dl_iterate_phdr`'s callback, once per loaded object: the executable first (no name),
-    /// then the shared libraries by path. The vDSO (named, not a path) is the kernel's own
-    /// mapping and left alone.
+    /// `dl_iterate_phdr`'s callback, once per loaded object (the executable first, with no
+    /// name, then the shared libraries by path), with the loader's lock held, so no object is
+    /// unloaded (and its addresses reused) while its pages are dropped. The vDSO (named, not a
+    /// path) is the kernel's own mapping, and an object with text relocations holds private
+    /// copies of its code: both are left alone.
     ///
     /// SAFETY (for the caller, the C library): `info` points to a valid `dl_phdr_info` whose
-    /// `dlpi_phdr` has `dlpi_phnum` entries, and `data` is the `Segments` passed below.
-    unsafe extern "C" fn first_object(
+    /// `dlpi_phdr` has `dlpi_phnum` entries, and `data` is the `Walk` passed below.
+    unsafe extern "C" fn each_object(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: as the C library promises above; `data` is a `&mut Segments` we passed.
-        let (info, out) = unsafe { (&*info, &mut *(data as *mut Segments)) };
-        let first = out.objects == 0;
-        out.objects += 1;
+        // SAFETY: as the C library promises above; `data` is a `&mut Walk` we passed.
+        let (info, walk) = unsafe { (&*info, &mut *(data as *mut Walk)) };
+        let first = walk.objects == 0;
+        walk.objects += 1;
         // SAFETY: a non-null `dlpi_name` is a NUL-terminated string.
         let is_file = !info.dlpi_name.is_null()
             && unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
                 .to_bytes()
                 .first()
                 == Some(&b'/');
-        if (first || is_file) && !info.dlpi_phdr.is_null() {
-            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers.
-            let headers =
-                unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
-            let base = info.dlpi_addr as usize;
-            for h in headers {
-                if h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0 {
-                    let start = base + h.p_vaddr as usize;
-                    out.ranges.push((start, start + h.p_memsz as usize));
+        if !(first || is_file) || info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers.
+        let headers =
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let base = info.dlpi_addr as usize;
+        for h in headers.iter().filter(|h| h.p_type == libc::PT_DYNAMIC) {
+            let mut at = (base + h.p_vaddr as usize) as *const Dyn;
+            let end = base + (h.p_vaddr + h.p_memsz) as usize;
+            while (at as usize) + std::mem::size_of::<Dyn>() <= end {
+                // SAFETY: within the object's mapped dynamic segment, as its header says.
+                let d = unsafe { at.read_unaligned() };
+                if d.tag == 0 {
+                    break;
+                }
+                if d.tag == DT_TEXTREL || (d.tag == DT_FLAGS && d.val & DF_TEXTREL != 0) {
+                    return 0;
+                }
+                at = at.wrapping_add(1);
+            }
+        }
+        for h in headers {
+            if h.p_type != libc::PT_LOAD || h.p_flags & libc::PF_W != 0 {
+                continue;
+            }
+            let start = base + h.p_vaddr as usize;
+            let end = start + h.p_memsz as usize;
+            // Whole pages inside the segment only: a page shared with a writable neighbour
+            // stays.
+            let first_page = start.div_ceil(walk.page) * walk.page;
+            let last_page = end / walk.page * walk.page;
+            if last_page > first_page {
+                // SAFETY: pages of a mapping of the object that the program never writes (no
+                // private copy exists to lose); MADV_DONTNEED only drops this process's page
+                // table entries, and the next access faults the same file contents back in.
+                unsafe {
+                    libc::madvise(
+                        first_page as *mut c_void,
+                        last_page - first_page,
+                        libc::MADV_DONTNEED,
+                    );
                 }
             }
         }
@@ -188,37 +235,16 @@ mod code_pages {
     }
 
     pub(super) fn release() {
-        let mut segments = Segments {
-            ranges: Vec::new(),
-            objects: 0,
-        };
-        // SAFETY: the callback only reads the headers the C library hands it and writes into
-        // `segments`, which outlives the call.
-        unsafe {
-            libc::dl_iterate_phdr(
-                Some(first_object),
-                (&mut segments as *mut Segments).cast::<c_void>(),
-            );
-        }
         // SAFETY: sysconf has no preconditions.
         let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
             p if p > 0 => p as usize,
             _ => return,
         };
-        for (start, end) in segments.ranges {
-            // Whole pages inside the segment only: a page shared with a writable neighbour
-            // stays.
-            let first = start.div_ceil(page) * page;
-            let last = end / page * page;
-            if last > first {
-                // SAFETY: the range is pages of a mapping of the executable that the program
-                // never writes (no private copy exists to lose); MADV_DONTNEED only drops this
-                // process's page table entries, and the next access faults the same file
-                // contents back in.
-                unsafe {
-                    libc::madvise(first as *mut c_void, last - first, libc::MADV_DONTNEED);
-                }
-            }
+        let mut walk = Walk { page, objects: 0 };
+        // SAFETY: the callback only reads what the C library hands it, writes into `walk`
+        // (which outlives the call) and drops pages of read-only segments.
+        unsafe {
+            libc::dl_iterate_phdr(Some(each_object), (&mut walk as *mut Walk).cast::<c_void>());
         }
     }
 }
