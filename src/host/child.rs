@@ -132,6 +132,8 @@ struct StatusMemo {
     figures: StatusFigures,
     path: PathBuf,
     line: crate::status_file::KeyStatus,
+    /// Counts the rebuilds: [`Child::status_version`].
+    version: u64,
 }
 
 impl Child {
@@ -190,12 +192,25 @@ impl Child {
     }
 
     /// This child's line of the status file (`None` before its key is known).
+    pub(crate) fn key_status(&self) -> Option<crate::status_file::KeyStatus> {
+        self.refresh_status()?;
+        self.status_memo.borrow().as_ref().map(|m| m.line.clone())
+    }
+
+    /// A number that changes whenever this child's status line does (`None` before its key is
+    /// known): the host compares these instead of building and comparing lines.
+    pub(crate) fn status_version(&self) -> Option<u64> {
+        self.refresh_status()?;
+        self.status_memo.borrow().as_ref().map(|m| m.version)
+    }
+
+    /// Rebuilds the status line if what it says changed.
     ///
-    /// The host asks for every child's line every second or two, and for an idle child it is
+    /// The host looks at every child's line every second or two, and for an idle child it is
     /// the same line each time: building it (the key, the path shown, times as RFC 3339) was
     /// most of an idle supervisor's CPU. The figures it is built from are compared with the
-    /// last build's instead, and its line reused while they are equal.
-    pub(crate) fn key_status(&self) -> Option<crate::status_file::KeyStatus> {
+    /// last build's instead, and the line kept while they are equal.
+    fn refresh_status(&self) -> Option<()> {
         let id = self.pipeline.identity()?;
         let p = &self.pipeline;
         let figures = StatusFigures {
@@ -214,7 +229,7 @@ impl Child {
             && memo.line.session_id == session_id
             && memo.line.agent_id.as_deref() == id.agent_id.as_deref()
         {
-            return Some(memo.line.clone());
+            return Some(());
         }
         let key = self.key()?;
         let line = super::status::KeyFigures {
@@ -235,12 +250,15 @@ impl Child {
             next_due: figures.next_due,
         }
         .status();
-        *self.status_memo.borrow_mut() = Some(StatusMemo {
+        let mut memo = self.status_memo.borrow_mut();
+        let version = memo.as_ref().map_or(0, |m| m.version + 1);
+        *memo = Some(StatusMemo {
             figures,
             path: self.path.clone(),
-            line: line.clone(),
+            line,
+            version,
         });
-        Some(line)
+        Some(())
     }
 
     /// The child's stop latched in this pipeline (see [`Pipeline::latch_stop`]).

@@ -193,6 +193,12 @@ pub(crate) trait Membership {
     /// The status file's lines now (`None`: nothing to write yet).
     fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>>;
 
+    /// A number that changes whenever [`Membership::status`] would say something else, where
+    /// one is cheap to find (`None`: the lines are built and compared).
+    fn status_signature(&mut self, _host: &mut Host) -> Option<u64> {
+        None
+    }
+
     /// When the membership itself wants the loop to turn again (work left for a later turn).
     fn next_wake(&self, _now: Ts) -> Option<Ts> {
         None
@@ -225,6 +231,8 @@ pub(crate) struct Host {
     rx: mpsc::Receiver<(u64, Done)>,
     pub notifier: Notifier,
     pub status: StatusWriter,
+    /// What [`Membership::status_signature`] said when the lines were last built.
+    status_signature: Option<u64>,
     pub children: BTreeMap<u64, Child>,
     next_slot: u64,
     /// Why the host is ending, once it is.
@@ -254,6 +262,7 @@ impl Host {
             rx,
             notifier,
             status,
+            status_signature: None,
             children: BTreeMap::new(),
             next_slot: 0,
             ending: None,
@@ -291,8 +300,19 @@ impl Host {
             // Every child's line is built only when a write could follow: with thousands of
             // children, building them at every turn of the loop cost more than shipping.
             if self.status.may_write(now) {
-                if let Some(lines) = members.status(self) {
-                    self.status.update(lines, now);
+                // And only when they could differ from the last ones: an idle supervisor's
+                // children say the same every second.
+                let signature = members.status_signature(self);
+                if signature.is_none()
+                    || signature != self.status_signature
+                    || self.status.due_anyway(now)
+                {
+                    if let Some(lines) = members.status(self) {
+                        self.status.update(lines, now);
+                    }
+                    self.status_signature = signature;
+                } else {
+                    self.status.seen();
                 }
             } else {
                 self.status.maybe_changed();

@@ -96,6 +96,21 @@ impl StatusWriter {
         }
     }
 
+    /// Whether the lines must be built even when nothing they say changed: none written yet,
+    /// a change held back, or the [`MAX_GAP`] rewrite due at `now`.
+    pub(crate) fn due_anyway(&self, now: Ts) -> bool {
+        match &self.written {
+            None => true,
+            Some((_, at)) => self.pending.is_some() || now >= at.plus(MAX_GAP),
+        }
+    }
+
+    /// The lines were looked at (found unchanged without being built): nothing to wake for
+    /// before the [`MAX_GAP`] rewrite.
+    pub(crate) fn seen(&mut self) {
+        self.unseen = false;
+    }
+
     /// The lines were not built this turn (see [`StatusWriter::may_write`]): they are looked
     /// at once [`MIN_GAP`] has passed.
     pub(crate) fn maybe_changed(&mut self) {
@@ -222,6 +237,34 @@ mod tests {
         status_file::read(&status_file::status_path(dir, "s-a", Writer::Watch))
             .ok()
             .flatten()
+    }
+
+    /// The host skips building lines whose children say nothing new: it must still build
+    /// them for the first write, a change held back and the minute's rewrite, and a skipped
+    /// turn must not leave it waking every 2 s (or at once) for nothing.
+    #[test]
+    fn lines_found_unchanged_are_due_only_for_the_first_write_a_held_change_or_the_minute() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = StatusWriter::new(dir.path().to_path_buf(), Writer::Watch, None);
+        let t0 = Ts::now();
+        let at = |ms: u64| t0.plus(Duration::from_millis(ms));
+        assert!(w.due_anyway(t0), "nothing written yet");
+        w.set_key("s-a", "s");
+        w.update(vec![key_status(1)], t0);
+        assert!(!w.due_anyway(at(30_000)));
+        assert!(w.due_anyway(at(60_000)), "the minute's rewrite");
+        w.update(vec![key_status(2)], at(1000));
+        assert!(w.due_anyway(at(1000)), "a change held back");
+        w.update(vec![key_status(2)], at(2000));
+        assert!(!w.due_anyway(at(3000)));
+        w.maybe_changed();
+        assert_eq!(w.next_due(), Some(at(4000)));
+        w.seen();
+        assert_eq!(
+            w.next_due(),
+            Some(at(62_000)),
+            "no wake for lines found unchanged"
+        );
     }
 
     #[test]

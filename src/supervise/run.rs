@@ -251,6 +251,23 @@ impl Membership for Tree {
         (!self.to_claim.is_empty()).then_some(now)
     }
 
+    /// The children's status versions, while they are all the lines say (no key held
+    /// without a pipeline, none failing, no continuation named).
+    fn status_signature(&mut self, host: &mut Host) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        if !self.held.is_empty()
+            || !self.continuations.is_empty()
+            || !host.hub.keys.failing().is_empty()
+        {
+            return None;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (slot, c) in &host.children {
+            (slot, c.status_version()).hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
     /// Every child followed, then every key held without a pipeline.
     fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>> {
         let mut lines: Vec<KeyStatus> = host

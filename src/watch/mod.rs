@@ -115,6 +115,11 @@ impl Membership for Fixed {
             .and_then(|c| c.exit.take()))
     }
 
+    fn status_signature(&mut self, host: &mut Host) -> Option<u64> {
+        let child = host.children.get(&self.slot)?;
+        child.status_version()
+    }
+
     fn status(&mut self, host: &mut Host) -> Option<Vec<KeyStatus>> {
         if self.once {
             return None;
