@@ -462,14 +462,17 @@ bench_many_round() { # n round
         p99=$(awk 'NR == FNR {child[$1] = $2; next} $1 >= 500000 && ($1 in child) {print child[$1], $2/1000}' \
             "$dir/targets.txt" "$dir/$which.lat" | sup_worst_child_p99)
         if [[ $which == s ]]; then
-            echo "$s_rss_c $rss_i $pss $cpu_a $cpu_i $ctx $p99 $lines $hb $(sup_threads "$pid")" >>"$WORK/many-$n.s.rounds"
+            echo "$s_rss_c $rss_i $pss $cpu_a $cpu_i $ctx $p99 $lines $hb $(sup_threads "$pid") $((total + appended - lines))" >>"$WORK/many-$n.s.rounds"
         else
-            echo "$f_rss_c $rss_i $pss $cpu_a $cpu_i $ctx $p99 $lines" >>"$WORK/many-$n.f.rounds"
+            echo "$f_rss_c $rss_i $pss $cpu_a $cpu_i $ctx $p99 $lines $((total + appended - lines))" >>"$WORK/many-$n.f.rounds"
         fi
     done
-    # The lines this N's sink must hold, kept per N: one variable for every N was the last N's
-    # count by the time the table printed, so the 50-children row was checked against 200's.
-    echo $((total + appended)) >"$WORK/many-$n.expect"
+    # The lines this round's sink must hold, kept per N and per round: each round's session is
+    # generated from its own seed, so the rounds' counts differ, and each round is judged by its
+    # own (the last column of its figures: how many of them did not arrive). One count for
+    # every N was the last N's by the time the table printed; one for every round, the last
+    # round's, which a median of the rounds' lines could miss by a few dozen either way.
+    echo $((total + appended)) >>"$WORK/many-$n.expect"
     stop_pid "$sup_pid"
     ((fb_pid)) && stop_pid "$fb_pid"
     stop_pid "$sink_s"
@@ -643,20 +646,23 @@ print_many_table() {
         local s_rc s_ri s_pss s_ca s_ci s_x s_p s_l s_hb s_th f_rc f_ri f_pss f_ca f_ci f_x f_p f_l
         local MANY_EXPECT L
         L=$(load_between "many-$n.start" "many-$n.end")
-        MANY_EXPECT=$(cat "$WORK/many-$n.expect" 2>/dev/null || echo 0)
+        MANY_EXPECT=$(paste -sd/ "$WORK/many-$n.expect" 2>/dev/null || echo 0)
+        local s_short f_short
+        s_short=$(awk '{print $11}' "$fs" | sort -g | tail -1)
         s_rc=$(col "$fs" 1) s_ri=$(col "$fs" 2) s_pss=$(col "$fs" 3) s_ca=$(col "$fs" 4) s_ci=$(col "$fs" 5)
         s_x=$(col "$fs" 6) s_p=$(col "$fs" 7) s_l=$(col "$fs" 8) s_hb=$(awk '{print $9}' "$fs" | sort -g | tail -1) s_th=$(col "$fs" 10)
         if [[ -n $FLUENT_BIT ]]; then
             f_rc=$(col "$ff" 1) f_ri=$(col "$ff" 2) f_pss=$(col "$ff" 3) f_ca=$(col "$ff" 4) f_ci=$(col "$ff" 5)
             f_x=$(col "$ff" 6) f_p=$(col "$ff" 7) f_l=$(col "$ff" 8)
-            echo "| lines at the sink (of $MANY_EXPECT) | $n | $s_l | $f_l | all | $(holds "$s_l >= $MANY_EXPECT") |"
+            f_short=$(awk '{print $9}' "$ff" | sort -g | tail -1)
+            echo "| lines at the sink (median; the rounds' own counts $MANY_EXPECT), and the most missing in a round | $n | $s_l; $s_short | $f_l; $f_short | all | $(holds "$s_short <= 0") |"
             echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | $(mib_of_kib "$f_ri") MiB | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | $(timed "$L" "$s_ri <= 0.8 * $f_ri && $s_ri < $lim") |"
             echo "| CPU while active, s per minute | $n | $s_ca | $f_ca | ≤ Fluent Bit | $(timed "$L" "$s_ca <= $f_ca") |"
             echo "| CPU while idle, s per minute | $n | $s_ci | $f_ci | ≤ Fluent Bit | $(timed "$L" "$s_ci <= $f_ci") |"
             echo "| context switches per appended line | $n | $s_x | $f_x | ≤ 2 | $(timed "$L" "$s_x <= 2") |"
             echo "| append → sink, worst child's p99 | $n | $s_p ms | $f_p ms | < 10 ms (median of 5 on a quiet machine) | $(timed "$L" "$s_p < 10") |"
         else
-            echo "| lines at the sink (of $MANY_EXPECT) | $n | $s_l | not built | all | $(holds "$s_l >= $MANY_EXPECT") |"
+            echo "| lines at the sink (median; the rounds' own counts $MANY_EXPECT), and the most missing in a round | $n | $s_l; $s_short | not built | all | $(holds "$s_short <= 0") |"
             echo "| VmRSS after the idle phase | $n | $(mib_of_kib "$s_ri") MiB | not built | ≤ 0.8× Fluent Bit and < $((lim / 1024)) MiB | < $((lim / 1024)) MiB: $(timed "$L" "$s_ri < $lim"); Fluent Bit: n/a |"
             echo "| CPU while active, s per minute | $n | $s_ca | not built | ≤ Fluent Bit | n/a |"
             echo "| CPU while idle, s per minute | $n | $s_ci | not built | ≤ Fluent Bit | n/a |"
