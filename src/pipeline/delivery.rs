@@ -112,13 +112,15 @@ impl Delivery {
         now: Ts,
     ) {
         let confirmed = self.outbox.confirmed_to();
+        // Taken once for the batch: each take marks the shared redactor used, under a lock.
+        let redactor = super::redactor();
         for line in lines {
             if line.number < confirmed || line.blank {
                 continue;
             }
             // The line's own buffer: a 4 MiB line without secrets is shipped without a copy.
             let captured = match line.text {
-                Some(t) if !line.oversize => capture::capture_owned(t, &super::redactor()),
+                Some(t) if !line.oversize => capture::capture_owned(t, &redactor),
                 _ => Err(Loss::over_limit(line.len, line.units.unwrap_or(0))),
             };
             let text = captured.unwrap_or_else(|loss| {
