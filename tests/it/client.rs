@@ -29,11 +29,26 @@ fn short() -> Deadlines {
     }
 }
 
+/// Deadlines for a server that answers: a first request under Wine on a loaded machine took
+/// longer than 400 ms and failed a test about something else.
+fn roomy() -> Deadlines {
+    Deadlines {
+        watermark: Duration::from_secs(10),
+        transcript: Duration::from_secs(10),
+        hook: Duration::from_secs(10),
+    }
+}
+
+/// A client of `fake` with [`short`] deadlines (tests of a hanging server).
 fn client(fake: &FakeKcap, token: Option<&str>) -> KcapClient {
+    client_with(fake, token, short())
+}
+
+fn client_with(fake: &FakeKcap, token: Option<&str>, deadlines: Deadlines) -> KcapClient {
     KcapClient::new(
         &fake.url(),
         Credentials::fixed(token.map(str::to_owned)),
-        short(),
+        deadlines,
     )
     .unwrap()
 }
@@ -52,7 +67,7 @@ fn batch(agent: Option<&str>, numbered: &[(u64, &str)]) -> String {
 #[tokio::test]
 async fn watermark_answers() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
 
     fake.store_lines(SESSION, "", [(0, "a"), (1, "b"), (41, "z")]);
     assert_eq!(c.watermark(SESSION, None).await, Ok(Watermark::Line(41)));
@@ -93,7 +108,7 @@ async fn watermark_answers() {
 #[tokio::test]
 async fn watermark_moves_backwards_when_the_server_loses_lines() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     fake.store_lines(SESSION, "", [(0, "a"), (1, "b"), (2, "c")]);
     fake.lose_last_lines(SESSION, "", 2);
     assert_eq!(c.watermark(SESSION, None).await, Ok(Watermark::Line(0)));
@@ -104,7 +119,7 @@ async fn watermark_moves_backwards_when_the_server_loses_lines() {
 #[tokio::test]
 async fn watermark_failures_leave_it_unknown() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     fake.store_lines(SESSION, "", [(0, "a")]);
 
     fake.fail_next_on("last-line", 1, Fault::Status(500));
@@ -192,7 +207,7 @@ async fn the_default_deadlines_are_the_spec_values() {
 #[tokio::test]
 async fn a_delivered_batch_is_stored_and_sent_plainly() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     let body = batch(Some(CHILD), &[(3, r#"{"type":"x"}"#), (5, "not json")]);
     assert_eq!(c.post_transcript(body.clone()).await, Ok(()));
 
@@ -220,7 +235,7 @@ async fn a_delivered_batch_is_stored_and_sent_plainly() {
 #[tokio::test]
 async fn transient_answers_carry_what_the_retry_needs() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     let body = batch(None, &[(0, "a")]);
 
     fake.fail_next_on("transcript", 1, Fault::RetryAfter(7));
@@ -266,7 +281,7 @@ async fn transient_answers_carry_what_the_retry_needs() {
 #[tokio::test]
 async fn a_connection_cut_mid_answer_is_transient_even_after_a_200() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     let body = batch(None, &[(0, "a"), (1, "b")]);
 
     fake.fail_next_on("transcript", 1, Fault::DropConnection { store: false });
@@ -329,7 +344,7 @@ async fn an_unreachable_server_is_transient() {
 #[tokio::test]
 async fn refused_and_unauthorized_posts() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
 
     // A malformed batch: lines and numbers differ in length.
     let bad = json!({"session_id": SESSION, "agent_id": null, "vendor": "codex",
@@ -463,7 +478,7 @@ async fn a_trailing_slash_in_the_url_does_not_matter() {
     let c = KcapClient::new(
         &format!("{}/", fake.url()),
         Credentials::fixed(None),
-        short(),
+        roomy(),
     )
     .unwrap();
     assert_eq!(c.post_transcript(batch(None, &[(0, "a")])).await, Ok(()));
@@ -562,7 +577,7 @@ fn session_end_body_is_the_spec_body() {
 #[tokio::test]
 async fn hook_posts_reach_their_routes() {
     let fake = FakeKcap::start();
-    let c = client(&fake, None);
+    let c = client_with(&fake, None, roomy());
     let path = PathBuf::from("/r/child.jsonl");
 
     // A hand-run child watcher: 404, then subagent-start creates the stream.
