@@ -748,6 +748,8 @@ struct Beater {
     path: PathBuf,
     slots: [PathBuf; 3],
     next: usize,
+    /// The length each slot was last cut to by this beater (`None`: not known).
+    lengths: [Option<usize>; 2],
     plain: bool,
     /// How a slot is renamed over the heartbeat (a test gives one that fails).
     rename: fn(&Path, &Path) -> io::Result<()>,
@@ -759,6 +761,7 @@ impl Beater {
             path: path.to_path_buf(),
             slots: heartbeat_slots(path),
             next: 0,
+            lengths: [None; 2],
             plain: false,
             rename: crate::platform::replace::rename,
         }
@@ -792,14 +795,24 @@ impl Beater {
                 &self.slots[k],
             )?;
             crate::platform::positional::write_all_at(&file, text, 0)?;
-            file.set_len(text.len() as u64)?;
+            // Every beat has the same length: the slot is cut only when this beat's text is
+            // not as long as what it last held (its first beat, or one that failed midway).
+            if self.lengths[k] != Some(text.len()) {
+                self.lengths[k] = None;
+                file.set_len(text.len() as u64)?;
+                self.lengths[k] = Some(text.len());
+            }
         }
         let new = &self.slots[2];
-        match fs::remove_file(new) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        // The temporary name is normally free (each beat renames it away); one left by a beat
+        // that failed between the link and the rename is removed, then linked again.
+        match fs::hard_link(&self.slots[k], new) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(new)?;
+                fs::hard_link(&self.slots[k], new)?;
+            }
+            other => other?,
         }
-        fs::hard_link(&self.slots[k], new)?;
         if let Err(e) = (self.rename)(new, &self.path) {
             let _ = fs::remove_file(new);
             return self.in_place(text, e);
@@ -1036,6 +1049,30 @@ mod tests {
             "2026-12-01T10:00:10.000Z"
         );
         assert_eq!(open_under(&dir), Vec::<PathBuf>::new());
+    }
+
+    /// A beat that failed between its link and its rename leaves the temporary name taken,
+    /// and a slot may hold a longer text than a beat's (written by someone else): the next
+    /// beats still land whole, and the temporary name does not stay.
+    #[test]
+    fn a_heartbeat_beats_through_a_leftover_link_and_a_longer_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.heartbeat");
+        let slots = heartbeat_slots(&path);
+        let mut beater = Beater::new(&path);
+        beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
+        fs::write(&slots[2], "left by a beat that failed").unwrap();
+        fs::write(&slots[1], "2026-12-01T09:59:59.999Z and more after it").unwrap();
+        for t in [
+            "2026-12-01T10:00:10.000Z",
+            "2026-12-01T10:00:20.000Z",
+            "2026-12-01T10:00:30.000Z",
+        ] {
+            beater.beat(t.as_bytes()).unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), t);
+            assert!(!slots[2].exists(), "the temporary name stayed");
+        }
+        assert!(!beater.plain, "the linked slots stay in use");
     }
 
     #[test]

@@ -32,7 +32,11 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    match run(cli) {
+    // The main thread's stack must hold the redactor's deepest walk (up to 2 MiB in a release
+    // build, 4 MiB in a debug one): 8 MiB on Linux and macOS, and the Windows build asks for
+    // 16 MiB (`build.rs`).
+    let outcome = run(cli);
+    match outcome {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
             if is_broken_pipe(&err) {

@@ -31,8 +31,13 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     if name.is_empty() || name.len() > 128 {
         return false;
     }
-    let lower = name.to_ascii_lowercase();
-    if header_name(&lower) {
+    let mut folded = [0u8; 128];
+    let folded = &mut folded[..name.len()];
+    folded.copy_from_slice(name.as_bytes());
+    folded.make_ascii_lowercase();
+    // ASCII lowercasing changes only ASCII bytes, into ASCII bytes: still UTF-8.
+    let lower = std::str::from_utf8(folded).expect("an ASCII-lowercased str is UTF-8");
+    if header_name(lower) {
         return true;
     }
     // The name of a thing, not a secret: `secretName`, `secretNamespace`, `secretRef`,
@@ -87,7 +92,7 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         Some(i) if i > 0 && camel => &last[i..],
         _ => last,
     };
-    if last.len() < name.len() && THINGS.contains(&last.to_ascii_lowercase().as_str()) {
+    if last.len() < name.len() && THINGS.iter().any(|t| t.eq_ignore_ascii_case(last)) {
         return false;
     }
     let bytes = lower.as_bytes();
@@ -139,6 +144,30 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         }
     }
     lower.ends_with("client-key-data") || lower.ends_with("tls.key")
+}
+
+/// Whether `name` holds a word of [`name_words!`] as a case-insensitive pattern finds one:
+/// ASCII letters in either case, the Kelvin sign as a `k` and the long s as an `s` (the two
+/// characters that fold to an ASCII letter).
+pub(crate) fn holds_name_word(name: &str) -> bool {
+    let mut short = [0u8; 64];
+    if name.is_ascii() && name.len() <= short.len() {
+        let lower = &mut short[..name.len()];
+        lower.copy_from_slice(name.as_bytes());
+        lower.make_ascii_lowercase();
+        return name_words_in(lower).next().is_some();
+    }
+    // Any other character is one byte that no word holds.
+    let folded: Vec<u8> = name
+        .chars()
+        .map(|c| match c {
+            '\u{212A}' => b'k',
+            '\u{17F}' => b's',
+            c if c.is_ascii() => c.to_ascii_lowercase() as u8,
+            _ => 0,
+        })
+        .collect();
+    name_words_in(&folded).next().is_some()
 }
 
 /// Where the words of [`name_words!`] occur in lowercase `lower`, as a search for the

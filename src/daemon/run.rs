@@ -214,8 +214,9 @@ impl Daemon {
             .context("failed to install a signal handler")?;
         self.refresh(Ts::now());
         self.sync_watches();
-        let mut poll = tokio::time::interval(self.poll_every());
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The kernel's timer where there is one: woken once per poll (the daemon's time is the
+        // system's, never a test's paused clock).
+        let mut poll = crate::platform::ticker::Ticker::new(self.poll_every(), true);
         loop {
             self.write_status_if_due();
             let sleep = tokio::time::sleep(self.next_wake());

@@ -22,6 +22,7 @@ use crate::ship::protocol::Watermark;
 use crate::ship::spool::{self, SpoolOutcome};
 use crate::tail::guard::{Guard, Seen};
 use crate::tail::index::LineIndex;
+use crate::tail::recent::{Recent, Recording, Snapshot};
 use crate::time::Ts;
 
 use super::{Done, Hub};
@@ -81,6 +82,9 @@ struct Tail {
     fold: LineCursor,
     ship: LineCursor,
     index: LineIndex,
+    /// What the fold cursor read while the file change being handled is: the guard and the
+    /// shipping cursor take those bytes from here instead of reading them again.
+    recent: Recent,
 }
 
 /// Who takes the child's key.
@@ -358,9 +362,13 @@ impl Child {
             return Ok(None);
         }
         let from = t.ship.next_number();
+        let file = Snapshot {
+            file: &t.file,
+            recent: &t.recent,
+        };
         let (lines, _) = t
             .ship
-            .read(&t.file, behind.min(256) as usize)
+            .read(&file, behind.min(256) as usize)
             .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
         let next = t.ship.next_number();
         if next == from {
@@ -488,6 +496,7 @@ impl Child {
                 fold: LineCursor::fold(0, 0, LINE_LIMIT, Classifier::without_timestamps()),
                 ship: LineCursor::text(offset, at, LINE_LIMIT),
                 index,
+                recent: Recent::default(),
             });
         }
         let Some(t) = &mut self.tail else {
@@ -507,16 +516,27 @@ impl Child {
             let Some(t) = &mut self.tail else {
                 return Ok(());
             };
+            t.recent.begin(t.fold.offset());
             let (lines, st) = t
                 .fold
-                .read(&t.file, 4096)
+                .read(&Recording::new(&t.file, &mut t.recent), 4096)
                 .with_context(|| format!("failed to read rollout {}", self.path.display()))?;
             for line in &lines {
                 t.index.record(line.number, line.start);
             }
-            t.guard.remember(&t.file, t.fold.offset());
+            let file = Snapshot {
+                file: &t.file,
+                recent: &t.recent,
+            };
+            t.guard.remember(&file, t.fold.offset());
             let partial = t.fold.partial_bytes() > 0;
-            self.dispatch(hub, Event::Folded { lines, partial })?;
+            let handled = self.dispatch(hub, Event::Folded { lines, partial });
+            // Kept only while this change is handled: a read later (after an answer) goes to
+            // the file, as it did before.
+            if let Some(t) = &mut self.tail {
+                t.recent.clear();
+            }
+            handled?;
             if st.at_eof {
                 break;
             }
@@ -762,6 +782,7 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
             fold: seeded.cursor,
             ship: LineCursor::text(0, 0, LINE_LIMIT),
             index: seeded.index,
+            recent: Recent::default(),
         },
         folded,
     )))

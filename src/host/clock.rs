@@ -8,6 +8,12 @@ use crate::time::{MAX_WINDOW, Ts};
 /// Wall-clock time for decisions; sleeping is always done with tokio timers.
 pub trait Clock: Send + Sync {
     fn now(&self) -> Ts;
+
+    /// Whether this clock is tokio's (paused in tests): every timer must then be tokio's too,
+    /// so that injected time moves them all.
+    fn follows_runtime(&self) -> bool {
+        false
+    }
 }
 
 /// The system clock.
@@ -39,6 +45,10 @@ impl TokioClock {
 impl Clock for TokioClock {
     fn now(&self) -> Ts {
         self.base.plus(self.origin.elapsed())
+    }
+
+    fn follows_runtime(&self) -> bool {
+        true
     }
 }
 

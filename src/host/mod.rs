@@ -33,6 +33,7 @@ pub(crate) mod status;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::sync::{Semaphore, mpsc};
@@ -43,6 +44,7 @@ use crate::key::Role;
 use crate::pipeline::{Event, PipelineConfig};
 use crate::platform::process::Incarnation;
 use crate::platform::signals::SignalName;
+use crate::platform::ticker::Ticker;
 use crate::ship::client::{Deadlines, KcapClient};
 use crate::ship::protocol::{Failure, Hook, Watermark};
 use crate::status_file::{KeyStatus, Writer};
@@ -290,8 +292,16 @@ impl Host {
             .arm()
             .context("failed to install a signal handler")?;
         members.start(self)?;
-        let mut poll = tokio::time::interval(self.hub.settings.poll_interval);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The safety-net poll on its own ticker (the kernel's timer: one wake-up per period),
+        // and one timer for every due time, set again only when the earliest one moves: a
+        // timer registered anew at each turn of the loop woke the runtime for nothing.
+        let mut ticker = Ticker::new(
+            self.hub.settings.poll_interval,
+            !self.hub.clock.follows_runtime(),
+        );
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<tokio::time::Instant> = None;
         loop {
             let now = self.hub.clock.now();
             if let Some(end) = members.settle(self, now)? {
@@ -323,16 +333,26 @@ impl Host {
                 .filter_map(|c| c.next_wake())
                 .chain(self.status.next_due())
                 .chain(members.next_wake(now))
-                .min()
-                .unwrap_or(now.plus(crate::time::MAX_WINDOW));
-            let sleep = tokio::time::sleep(until(now, next));
+                .min();
+            match next {
+                Some(due) => {
+                    let deadline = tokio::time::Instant::now() + until(now, due);
+                    if armed.is_none_or(|at| moved(at, deadline)) {
+                        timer.as_mut().reset(deadline);
+                        armed = Some(deadline);
+                    }
+                }
+                None => armed = None,
+            }
             tokio::select! {
                 _ = self.notifier.changed(), if self.follow => self.on_changes(members)?,
-                _ = poll.tick() => self.on_poll(members, parent.as_ref())?,
                 Some((slot, done)) = self.rx.recv() => {
                     self.with_child(members, slot, |c, hub| c.dispatch(hub, done.into_event()))?;
                 }
-                _ = sleep => {
+                _ = ticker.tick() => self.on_poll(members, parent.as_ref())?,
+                _ = &mut timer, if armed.is_some() => {
+                    // Fired: it is set again for whatever is due next.
+                    armed = None;
                     let now = self.hub.clock.now();
                     let due: Vec<u64> = self
                         .children
@@ -478,4 +498,11 @@ impl Host {
     fn slots(&self) -> Vec<u64> {
         self.children.keys().copied().collect()
     }
+}
+
+/// Whether the loop's timer must be set again for `deadline`: a move of under a millisecond
+/// (the timer's resolution; the due times are recomputed from "now" at each turn) is not one.
+fn moved(armed: tokio::time::Instant, deadline: tokio::time::Instant) -> bool {
+    let tolerance = std::time::Duration::from_millis(1);
+    deadline + tolerance <= armed || armed + tolerance <= deadline
 }

@@ -104,7 +104,16 @@ impl Notifier {
             }
         }
         // The usual case at every poll: the same few directories, all watched. Checked
-        // without copying them into a set (both ways: `dirs` may name one twice).
+        // without copying them into a set (both ways: `dirs` may name one twice), by their
+        // bytes first (a path's equality compares component by component, which was a tenth
+        // of an idle supervisor's instructions); a spelling that differs (`a//b`) is then
+        // compared as a path.
+        let same = |a: &PathBuf, b: &PathBuf| a.as_os_str() == b.as_os_str();
+        if dirs.iter().all(|d| self.watched.iter().any(|w| same(d, w)))
+            && self.watched.iter().all(|w| dirs.iter().any(|d| same(d, w)))
+        {
+            return failed;
+        }
         if dirs.iter().all(|d| self.watched.contains(d))
             && self.watched.iter().all(|w| dirs.contains(w))
         {

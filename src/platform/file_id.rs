@@ -34,6 +34,21 @@ impl FileId {
     }
 }
 
+/// What `path` names now, and the metadata of the open `file`, whose identity is `id`: what a
+/// followed rollout's check needs at every poll.
+///
+/// On Unix one `stat` of the path is both while it names the open file (one inode has one size
+/// and one modification time): an idle supervisor makes this check for every child at every
+/// poll. On Windows a path's directory entry may lag behind a file another process appends to,
+/// so the size is read from the open handle.
+pub fn look(
+    path: &Path,
+    file: &File,
+    id: FileId,
+) -> (io::Result<FileId>, Option<std::fs::Metadata>) {
+    os::look(path, file, id)
+}
+
 #[cfg(unix)]
 mod os {
     use super::*;
@@ -48,6 +63,18 @@ mod os {
 
     pub(super) fn of_file(file: &File) -> io::Result<FileId> {
         file.metadata().map(|m| of_metadata(&m))
+    }
+
+    pub(super) fn look(
+        path: &Path,
+        file: &File,
+        id: FileId,
+    ) -> (io::Result<FileId>, Option<std::fs::Metadata>) {
+        match std::fs::metadata(path) {
+            Ok(meta) if of_metadata(&meta) == id => (Ok(id), Some(meta)),
+            Ok(meta) => (Ok(of_metadata(&meta)), file.metadata().ok()),
+            Err(e) => (Err(e), file.metadata().ok()),
+        }
     }
 
     pub(super) fn of_path(path: &Path, follow: bool) -> io::Result<FileId> {
@@ -83,6 +110,14 @@ mod os {
             volume: u64::from(info.dwVolumeSerialNumber),
             index: (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow),
         })
+    }
+
+    pub(super) fn look(
+        path: &Path,
+        file: &File,
+        _id: FileId,
+    ) -> (io::Result<FileId>, Option<std::fs::Metadata>) {
+        (of_path(path, true), file.metadata().ok())
     }
 
     pub(super) fn of_path(path: &Path, follow: bool) -> io::Result<FileId> {

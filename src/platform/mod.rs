@@ -22,6 +22,8 @@
 //! - [`signals`]: the signals that end a watcher, and detaching from a terminal;
 //! - [`proc_info`]: another process's command line and environment (the daemon reads the
 //!   kcap CLI's session watcher);
+//! - [`ticker`]: the safety-net poll's periodic tick (a `timerfd` on Linux, woken once per
+//!   period; tokio's timer elsewhere);
 //! - [`detached`]: starting a process in its own session (the daemon's supervisors), and
 //!   ending one.
 //!
@@ -47,6 +49,7 @@ pub mod signals;
 pub mod start_token;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub(crate) mod ticker;
 
 /// A real process to point the liveness and token checks at: this test binary again,
 /// running only [`test_child::wait_for_stdin_to_close`], which lives until its stdin closes.

@@ -67,6 +67,9 @@ impl Default for Deadlines {
 pub struct KcapClient {
     http: reqwest::Client,
     base: Url,
+    /// `POST /hooks/transcript`'s URL and its name in messages, built once: one is posted per
+    /// shipped batch, a line or a few while following.
+    transcript: Arc<(Url, String)>,
     credentials: Arc<Credentials>,
     deadlines: Deadlines,
 }
@@ -80,9 +83,12 @@ impl KcapClient {
             bail!("failed to use KCAP_URL {base}: it must be an http:// or https:// URL");
         }
         let http = http_client(&base)?;
+        let transcript = endpoint(&base, &route_segments(ROUTE_TRANSCRIPT));
+        let what = post_what(&transcript);
         Ok(KcapClient {
             http,
             base,
+            transcript: Arc::new((transcript, what)),
             credentials: Arc::new(credentials),
             deadlines,
         })
@@ -163,10 +169,15 @@ impl KcapClient {
     }
 
     async fn post(&self, route: &str, body: String, deadline: Duration) -> Result<(), Failure> {
-        let mut segments = vec!["hooks"];
-        segments.extend(route.split('/').filter(|s| !s.is_empty()));
-        let url = self.endpoint(&segments);
-        let what = format!("post {}", url.path());
+        if route == ROUTE_TRANSCRIPT {
+            let (url, what) = &*self.transcript;
+            let answer = self
+                .exchange(Method::POST, url.clone(), Some(body), deadline, what)
+                .await;
+            return classify(answer, what);
+        }
+        let url = endpoint(&self.base, &route_segments(route));
+        let what = post_what(&url);
         let answer = self
             .exchange(Method::POST, url, Some(body), deadline, &what)
             .await;
@@ -174,12 +185,7 @@ impl KcapClient {
     }
 
     fn endpoint(&self, segments: &[&str]) -> Url {
-        let mut url = self.base.clone();
-        // `new` rejected cannot-be-a-base URLs, the only case where this fails.
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        url
+        endpoint(&self.base, segments)
     }
 
     /// One request with its deadline, the whole response body read (bounded in memory); after
@@ -285,6 +291,28 @@ impl KcapClient {
             token,
         }
     }
+}
+
+/// `/hooks/{route}`'s path segments.
+fn route_segments(route: &str) -> Vec<&str> {
+    let mut segments = vec!["hooks"];
+    segments.extend(route.split('/').filter(|s| !s.is_empty()));
+    segments
+}
+
+/// `base` with `segments` appended to its path.
+fn endpoint(base: &Url, segments: &[&str]) -> Url {
+    let mut url = base.clone();
+    // `KcapClient::new` rejected cannot-be-a-base URLs, the only case where this fails.
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().extend(segments);
+    }
+    url
+}
+
+/// How a POST to `url` is named in messages.
+fn post_what(url: &Url) -> String {
+    format!("post {}", url.path())
 }
 
 /// What came back, before sorting.
@@ -450,6 +478,28 @@ mod tests {
             assert_eq!(
                 c.endpoint(&["hooks", "session-end", "codex"]).as_str(),
                 "https://h.example/kcap/hooks/session-end/codex"
+            );
+        }
+    }
+
+    /// The transcript route's URL and message name, built once, are what building them for
+    /// each request gave.
+    #[test]
+    fn the_prebuilt_transcript_url_is_the_one_built_per_request() {
+        for base in [
+            "https://h.example/kcap",
+            "https://h.example/kcap/",
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "https://h.example/a/b/?",
+        ] {
+            let c = KcapClient::new(base, Credentials::fixed(None), Deadlines::default()).unwrap();
+            let built = c.endpoint(&route_segments(ROUTE_TRANSCRIPT));
+            assert_eq!(c.transcript.0, built, "{base}");
+            assert_eq!(c.transcript.1, format!("post {}", built.path()), "{base}");
+            assert!(
+                c.transcript.0.path().ends_with("/hooks/transcript"),
+                "{base}"
             );
         }
     }

@@ -56,13 +56,13 @@ impl Guard {
         path: &Path,
         offset: u64,
     ) -> Result<Seen, &'static str> {
-        let meta = file.metadata().ok();
+        let (at_path, meta) = crate::platform::file_id::look(path, file, self.id);
         let len = meta.as_ref().map_or(u64::MAX, |m| m.len());
         if len < offset {
             return Err("the file shrank below the read position");
         }
         let mut archived = None;
-        match FileId::of_path(path) {
+        match at_path {
             Ok(id) if id != self.id => {
                 return Err("it was replaced by a different file");
             }
@@ -96,13 +96,13 @@ impl Guard {
     }
 
     /// Remembers the bytes just before `offset` (call after reading up to it).
-    pub(crate) fn remember(&mut self, file: &File, offset: u64) {
+    pub(crate) fn remember<R: ReadAt + ?Sized>(&mut self, file: &R, offset: u64) {
         if offset == self.at {
             return;
         }
         let len = offset.min(CHECKED_BYTES);
         let mut buf = vec![0; len as usize];
-        let n = ReadAt::read_at(file, &mut buf, offset - len).unwrap_or(0);
+        let n = file.read_at(&mut buf, offset - len).unwrap_or(0);
         buf.truncate(n);
         self.before = buf;
         self.at = offset - len + n as u64;
@@ -165,5 +165,27 @@ mod tests {
         // A copy with the same content put back at the path is another file.
         write(&p, b"{\"meta\":1}\n{\"more\":1}\n");
         assert!(g.check(&f, &p, 11).is_err());
+    }
+
+    /// The path no longer names the file (deleted, the writer still holding it): its size
+    /// still comes from the open handle, so a shrink below what was read is still caught.
+    #[cfg(unix)]
+    #[test]
+    fn a_deleted_rollout_is_still_checked_through_its_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        write(&p, b"{\"meta\":1}\n{\"a\":1}\n");
+        let f = File::open(&p).unwrap();
+        let w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let mut g = Guard::new(&f).unwrap();
+        g.remember(&f, 19);
+        assert_eq!(g.check(&f, &p, 19), Ok(Seen::Changed));
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(g.check(&f, &p, 19), Ok(Seen::Unchanged));
+        w.set_len(5).unwrap();
+        assert_eq!(
+            g.check(&f, &p, 19),
+            Err("the file shrank below the read position")
+        );
     }
 }

@@ -5,11 +5,13 @@
 //! holding only the partial last line (bounded) and never re-reading what it has passed, so
 //! noticing one appended line costs the same on a 10 KB file as on a 10 GB one. [`guard`]
 //! tells a rewritten or replaced file from an archived one; [`index`] finds where a line
-//! starts without a rescan; [`wake`] notices changes.
+//! starts without a rescan; [`recent`] keeps what the fold cursor just read, so the guard and
+//! the shipping cursor do not read it again; [`wake`] notices changes.
 
 pub(crate) mod guard;
 pub(crate) mod index;
 pub mod reader;
+pub(crate) mod recent;
 
 pub use reader::{LineEnd, LineReader, LineSink, SizeLimit};
 

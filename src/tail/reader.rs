@@ -35,11 +35,22 @@ const BIG_TEXT: usize = 4 * READ_CHUNK;
 /// A line held past this much text (a text-keeping reader) is looked ahead for its end.
 const LOOK_AHEAD_AFTER: u64 = 256 * 1024;
 
+thread_local! {
+    /// The read buffer of this thread's caught-up readers (the host's loop runs every
+    /// child's readers on one thread, one read at a time): one [`FIRST_CHUNK`] per thread,
+    /// where a buffer per reader cost an idle supervisor 16 KiB per reader and a fresh one per
+    /// read cost a zeroed allocation per read. Its bytes are never read before a read writes
+    /// them.
+    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// A reader that hands out no text keeps just enough to tell a blank line.
 const KEEP_NO_TEXT: usize = 64;
 
 /// Positional reads, so two cursors can share one open handle (which also keeps reading a
-/// file that was deleted or renamed away).
+/// file that was deleted or renamed away). A read answers fewer bytes than asked only at the
+/// end of the data (as a positional read of a regular file does): the reader takes a short
+/// read as the end of the file.
 pub trait ReadAt {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
 }
@@ -350,15 +361,23 @@ impl LineReader {
         max_lines: usize,
         sink: &mut S,
     ) -> io::Result<ReadStatus> {
-        if self.buf.is_empty() {
-            self.buf = vec![0; FIRST_CHUNK];
+        // A reader in the middle of a catch-up kept its buffer; any other takes this thread's
+        // spare one, zeroed once, instead of a fresh zeroed `FIRST_CHUNK` per read: two of
+        // those per followed line (the fold's and the shipping cursor's reads) were an eighth
+        // of `watch`'s instructions per line, nearly all of it `memset`.
+        let mut buf = if self.buf.is_empty() {
+            SPARE.take()
+        } else {
+            std::mem::take(&mut self.buf)
+        };
+        if buf.len() < FIRST_CHUNK {
+            buf = vec![0; FIRST_CHUNK];
         }
         let mut emitted = 0;
         let mut taken = 0u64;
         // Whether bytes may be waiting past where a read stopped for its line or byte
         // budget: then the grown buffer is kept for the next call.
         let mut more_waiting = true;
-        let mut buf = std::mem::take(&mut self.buf);
         let result = loop {
             if emitted >= max_lines || taken >= self.read_budget {
                 break Ok(ReadStatus {
@@ -401,6 +420,16 @@ impl LineReader {
                 }
             }
             self.offset += pos as u64;
+            if pos == n && n < buf.len() {
+                // A short read is the end of the file as it is now (a positional read of a
+                // regular file returns fewer bytes than asked only there): asking again for
+                // the `0` that says so cost every followed line one more system call. Bytes
+                // appended meanwhile come with their own notification.
+                break Ok(ReadStatus {
+                    lines: emitted,
+                    at_eof: true,
+                });
+            }
             if n == buf.len() && buf.len() < READ_CHUNK {
                 buf = vec![0; READ_CHUNK];
             }
@@ -411,11 +440,18 @@ impl LineReader {
         // 256 KiB per child for good).
         let caught_up = matches!(result, Ok(ReadStatus { at_eof: true, .. }))
             || (result.is_ok() && !more_waiting);
-        // A caught-up reader keeps no buffer at all: the next read (a wake-up later) takes a
-        // fresh [`FIRST_CHUNK`], a few hundred nanoseconds, where keeping it cost every idle
-        // reader 16 KiB (two per child of a supervisor of hundreds).
+        // A caught-up reader keeps no buffer at all: it goes back to the thread's spare, which
+        // the next read (a wake-up later) takes, where keeping it cost every idle reader
+        // 16 KiB (two per child of a supervisor of hundreds).
         if !caught_up {
             self.buf = buf;
+        } else {
+            // The spare stays a `FIRST_CHUNK`: a catch-up's 256 KiB is not kept for good.
+            if buf.len() > FIRST_CHUNK {
+                buf.truncate(FIRST_CHUNK);
+                buf.shrink_to_fit();
+            }
+            SPARE.set(buf);
         }
         // Likewise the text of the longest line of a catch-up (up to the limit) is not kept
         // while following; a held partial line keeps what it needs.
@@ -571,6 +607,22 @@ impl std::fmt::Debug for LineReader {
     }
 }
 
+/// A file's bytes that counts the reads reaching it: what the tests of this reader and of
+/// [`super::recent`] count reads with.
+#[cfg(test)]
+pub(crate) struct Counted<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) reads: std::cell::Cell<usize>,
+}
+
+#[cfg(test)]
+impl ReadAt for Counted<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.reads.set(self.reads.get() + 1);
+        self.bytes.read_at(buf, offset)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,6 +674,58 @@ mod tests {
         sink.lines
     }
 
+    /// One appended line costs one read: a read that comes back short is the end of the file,
+    /// not asked again for the `0` that says so.
+    #[test]
+    fn a_short_read_is_the_end_of_the_file() {
+        let file = Counted {
+            bytes: b"{\"a\":1}\n{\"b\":2}\n{\"c\"",
+            reads: Default::default(),
+        };
+        let mut reader = LineReader::new(0, 0, LIMIT);
+        let mut sink = Record::default();
+        let status = reader.read(&file, usize::MAX, &mut sink).unwrap();
+        assert_eq!(
+            status,
+            ReadStatus {
+                lines: 2,
+                at_eof: true
+            }
+        );
+        assert_eq!(sink.lines.len(), 2);
+        assert_eq!(reader.partial_bytes(), 4);
+        assert_eq!(file.reads.get(), 1);
+        // At the end: one read, which answers nothing.
+        let status = reader.read(&file, usize::MAX, &mut sink).unwrap();
+        assert_eq!(
+            status,
+            ReadStatus {
+                lines: 0,
+                at_eof: true
+            }
+        );
+        assert_eq!(file.reads.get(), 2);
+        // A full buffer is not the end: the rest is read in the same call.
+        let big = vec![b'x'; FIRST_CHUNK * 3];
+        let mut data = big.clone();
+        data.push(b'\n');
+        let file = Counted {
+            bytes: &data,
+            reads: Default::default(),
+        };
+        let mut reader = LineReader::new(0, 0, SizeLimit::bytes(1 << 20));
+        let mut sink = Record::default();
+        let status = reader.read(&file, usize::MAX, &mut sink).unwrap();
+        assert_eq!(
+            status,
+            ReadStatus {
+                lines: 1,
+                at_eof: true
+            }
+        );
+        assert_eq!(sink.lines[0].text.as_deref(), Some(&big[..]));
+    }
+
     /// A supervisor holds two readers per child: once caught up, following must not keep
     /// the catch-up's 256 KiB buffer, while a catch-up still reads in big chunks.
     #[test]
@@ -645,14 +749,15 @@ mod tests {
 
         // Stopped by the line limit exactly where the file ends (the shipping cursor reads
         // only the lines the fold has read, so it never sees the end of the file): nothing
-        // waits, and neither the buffer nor the longest line's text is kept.
+        // waits, and neither the buffer nor the longest line's text is kept. (The last read
+        // came back short, so the reader knows it is at the end.)
         let long = format!("{{\"a\":\"{}\"}}\n", "y".repeat(200_000));
         file.extend_from_slice(long.as_bytes());
         let lines = 2002;
         let mut r = LineReader::new(0, 0, SizeLimit::bytes(1 << 20));
         let mut all = Record::default();
         let status = r.read(&file[..], lines, &mut all).unwrap();
-        assert_eq!((all.lines.len(), status.at_eof), (lines, false));
+        assert_eq!((all.lines.len(), status.at_eof), (lines, true));
         assert_eq!(r.retained_bytes(), 0);
         // A partial line held keeps its text, and the next read completes it.
         let mut more = file.clone();
@@ -896,5 +1001,50 @@ mod tests {
         let numbers: Vec<u64> = sink.lines.iter().map(|l| l.number).collect();
         assert_eq!(numbers, vec![0, 1, 2, 3]);
         assert_eq!(sink.lines[3].pieces, b"4");
+    }
+
+    proptest::proptest! {
+        // Files past `FIRST_CHUNK` generated byte by byte are slow in a debug build: fewer
+        // cases, each still several files read in many pieces.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Readers of several files sharing this thread's spare buffer, read in any order as
+        /// their files grow in any pieces (lines short and long, past `FIRST_CHUNK` too), each
+        /// hand out exactly the lines a reader reading its file alone at the end does.
+        #[test]
+        fn readers_sharing_the_spare_read_as_one_reading_alone(
+            files in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![
+                        proptest::prelude::Just(b'\n'),
+                        proptest::prelude::Just(b'x'),
+                        proptest::prelude::Just(b' '),
+                        proptest::prelude::any::<u8>(),
+                    ],
+                    0..24_000,
+                ),
+                1..4,
+            ),
+            steps in proptest::collection::vec((0usize..4, 1usize..20_000, 1usize..50), 1..40),
+        ) {
+
+            let mut readers: Vec<LineReader> =
+                files.iter().map(|_| LineReader::new(0, 0, LIMIT)).collect();
+            let mut sinks: Vec<Record> = files.iter().map(|_| Record::default()).collect();
+            let mut grown = vec![0usize; files.len()];
+            for (which, grow, max_lines) in steps {
+                let i = which % files.len();
+                grown[i] = (grown[i] + grow).min(files[i].len());
+                let seen: &[u8] = &files[i][..grown[i]];
+                readers[i].read(seen, max_lines, &mut sinks[i]).unwrap();
+            }
+            for (i, file) in files.iter().enumerate() {
+                let data: &[u8] = file;
+                while !readers[i].read(data, usize::MAX, &mut sinks[i]).unwrap().at_eof {}
+                let mut alone = LineReader::new(0, 0, LIMIT);
+                let want = read_all(data, &mut alone);
+                proptest::prop_assert_eq!(&sinks[i].lines, &want);
+            }
+        }
     }
 }

@@ -298,3 +298,37 @@ fn status_counts_a_running_watchers_losses_by_reason() {
         "{text}"
     );
 }
+
+/// The deepest JSON a line may hold (128 levels of nesting in a string, in a string, twelve
+/// strings deep): the redactor's walk recurses through all of it. It ships redacted and the
+/// watcher lives, on Windows too, whose main thread's stack is a fraction of Linux's.
+#[test]
+fn the_deepest_json_a_line_may_hold_ships_redacted_without_exhausting_the_stack() {
+    let _serial = serial();
+    let mut deep = format!(r#"{{"api_key":"{SECRET}"}}"#);
+    for _ in 0..11 {
+        let inner = serde_json::to_string(&deep).expect("a string");
+        deep = format!("{}{inner}{}", "[".repeat(126), "]".repeat(126));
+    }
+    let line = serde_json::json!({"type": "response_item", "payload": {
+        "type": "function_call_output", "call_id": "c-deep", "output": deep}})
+    .to_string();
+    let lines = vec![
+        child_meta(),
+        task_started("t1"),
+        line,
+        task_complete("t1", "done"),
+    ];
+    let sandbox = Sandbox::new();
+    sandbox.append_lines(&lines);
+    let server = FakeKcap::start();
+    let mut w = sandbox.spawn(&mut sandbox.watch(Some(&server.url()), &["--once"]));
+    let status = w.wait_or_fail(Duration::from_secs(60), "watch --once");
+    assert!(status.success(), "{}", w.stderr());
+    let got = server.lines(SESSION_ND, AGENT_ND);
+    assert_eq!(got.len(), lines.len(), "{}", w.stderr());
+    let shipped = &got[&2];
+    assert!(!shipped.contains(SECRET), "the secret shipped");
+    assert!(shipped.contains("[REDACTED]"));
+    assert!(serde_json::from_str::<Value>(shipped).is_ok(), "still JSON");
+}

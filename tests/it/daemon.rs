@@ -1148,8 +1148,14 @@ fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_
     want.sort();
     assert_eq!(procs, want, "the daemon started a second supervisor");
     // Ending the daemon ends the adopted supervisor too (with SIGTERM on unix: it exits 0).
+    // Its parent (this test) reaps it as soon as it ends, as init reaps one whose daemon died:
+    // a zombie looks alive to the daemon, which then waited out its whole end budget.
+    let reaper = std::thread::spawn(move || wait_exit(&mut first, WAIT));
     end_daemon(&w, &mut daemon);
-    let st = wait_exit(&mut first, WAIT).expect("the adopted supervisor outlived the daemon");
+    let st = reaper
+        .join()
+        .unwrap()
+        .expect("the adopted supervisor outlived the daemon");
     if cfg!(unix) {
         assert_eq!(st.code(), Some(0));
     }

@@ -10,6 +10,7 @@ mod support;
 
 mod auth;
 mod bad_input;
+mod bench_script;
 mod capture;
 mod classify_props;
 mod cli_config;

@@ -769,3 +769,57 @@ fn a_lock_file_left_by_a_clean_exit_is_gone_and_a_new_watcher_takes_the_key() {
         0o700
     );
 }
+
+/// Every record reaches stderr and the log file once each, in both formats, and a fatal error
+/// once on stderr (as `kcap-watch: ...`) with its record in the log file alone: the two
+/// destinations share one formatted record when stderr has no colours.
+#[cfg(unix)]
+#[test]
+fn each_record_reaches_stderr_and_the_log_file_once_and_a_fatal_one_the_file_alone() {
+    for format in ["text", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        let rollout = fixture_copy("child-two-turns.jsonl", dir.path());
+        let out = spawned_watch(&config, &rollout, &["--once"])
+            .env("KCAP_LOG_FORMAT", format)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(code(out.status), 0, "{format}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let log = log_text(&config);
+        for text in [&*stderr, &*log] {
+            assert_eq!(
+                text.lines().filter(|l| l.contains("seeded")).count(),
+                1,
+                "{format}: one `seeded` record:\n{text}"
+            );
+        }
+        let seeded = |t: &str| t.lines().find(|l| l.contains("seeded")).map(str::to_owned);
+        assert_eq!(seeded(&stderr), seeded(&log), "{format}: the same record");
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        let not_a_file = dir.path().join("rollout-dir");
+        fs::create_dir(&not_a_file).unwrap();
+        let out = spawned_watch(&config, &not_a_file, &["--once"])
+            .env("KCAP_LOG_FORMAT", format)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(code(out.status), 2, "{format}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let path = not_a_file.display().to_string();
+        assert_eq!(
+            stderr.matches(&*path).count(),
+            1,
+            "{format}: the error once on stderr:\n{stderr}"
+        );
+        assert!(stderr.contains("kcap-watch: "), "{stderr}");
+        let log = log_text(&config);
+        assert!(
+            log.contains("fatal") && log.contains(&*path),
+            "{format}: the fatal record in the log file:\n{log}"
+        );
+    }
+}

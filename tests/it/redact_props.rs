@@ -280,7 +280,7 @@ fn parses(text: &str) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(std::env::var("KCAP_REDACT_PROPS_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)))]
 
     /// (a) A secret anywhere in a rollout line's strings never reaches the server, and the
     /// rest of the line is shipped byte for byte.
@@ -354,7 +354,16 @@ proptest! {
         prop_assert_eq!(keys, vec!["api_key", "n", "output"]);
         prop_assert_eq!(&parsed["n"][0], &json!(1));
         if !content.is_empty() {
-            prop_assert_eq!(&parsed["api_key"], &json!(REDACTED));
+            let value: Value = serde_json::from_str(&line).expect("checked above");
+            if value["api_key"].as_str().is_some_and(starts_as_code_path) {
+                // S1.2, as in the structure property: a path (`AKIA::token `) is code, kept
+                // but for what a rule of shape finds in it (a private key's marker, ...).
+                let kept = parsed["api_key"] == value["api_key"];
+                let shaped = parsed["api_key"].as_str().is_some_and(|v| v.contains(REDACTED));
+                prop_assert!(kept || shaped, "{line}\n=> {shipped}");
+            } else {
+                prop_assert_eq!(&parsed["api_key"], &json!(REDACTED));
+            }
         }
         prop_assert!(is_in_place_edit(&line, &shipped));
     }
@@ -591,10 +600,18 @@ fn same_structure(
                 && a.bytes().all(|c| c.is_ascii_digit());
             if under_secret_key.is_some() && a.is_empty() {
                 prop_assert_eq!(a, b);
-            } else if under_secret_key.is_some() && !count && starts_as_code_path(a) {
+            } else if under_secret_key.is_some()
+                && !count
+                && (starts_as_code_path(a) || is_template_reference(a))
+            {
                 // S1.2: an attribute path (`profile.api_key`, `alpha::alpha`) is code, not a
-                // value, even under a secret's key.
-                prop_assert_eq!(a, b);
+                // value, even under a secret's key, and a template reference (`{{ .Values.x }}`)
+                // stands for one; a secret of a known shape in either still goes.
+                if bodies.iter().any(|body| a.contains(body.as_str())) {
+                    prop_assert!(b.contains(REDACTED), "{a:?} => {b:?}");
+                } else {
+                    prop_assert_eq!(a, b);
+                }
             } else if under_secret_key.is_some() && !count {
                 prop_assert_eq!(b, REDACTED);
             } else if bodies.iter().any(|body| a.contains(body.as_str())) {
@@ -619,6 +636,35 @@ fn starts_as_code_path(value: &str) -> bool {
     PATH.is_match(value)
 }
 
+/// Whether `value` is a template reference (`{{ secrets.API_KEY }}`, `{{ .Values.password }}`):
+/// what a template puts in place of a value, kept under a secret's key (docs/redaction.md).
+fn is_template_reference(value: &str) -> bool {
+    value.len() > 4 && value.starts_with("{{") && value.ends_with("}}")
+}
+
+/// The case the structure property found on Windows: a template reference under a secret's
+/// key stays, but a token of a known shape written inside it is still redacted.
+#[test]
+fn a_template_reference_under_a_secret_key_stays_but_a_token_in_it_goes() {
+    for kept in [
+        r#"{"api_key":"{{ secrets.API_KEY }}"}"#,
+        r#"{"password":["{{ .Values.db.password }}"]}"#,
+    ] {
+        assert_eq!(global().redact_line(kept.as_bytes()), kept);
+    }
+    let token = format!("ghp_{}", "aA00aAaA0A".repeat(4));
+    for line in [
+        r#"{"api_key":["{{ ghp_AA00aAaA0A }}"]}"#.to_owned(),
+        format!(r#"{{"api_key":"{{{{ {token} }}}}"}}"#),
+        format!(r#"{{"client_secret":"{{{{{token}}}}}"}}"#),
+    ] {
+        let shipped = global().redact_line(line.as_bytes());
+        assert!(shipped.contains(REDACTED), "{line} => {shipped}");
+        assert!(!shipped.contains("A00aAaA0A"), "{line} => {shipped}");
+        assert!(parses(&shipped), "{shipped}");
+    }
+}
+
 /// The case the structure property found: a path under a secret's key is code and stays,
 /// a word there is a value and goes.
 #[test]
@@ -628,6 +674,49 @@ fn a_code_path_under_a_secret_key_stays_and_a_word_goes() {
     assert_eq!(
         global().redact_line(br#"{"id":[{"api_key":"alpha"}]}"#),
         r#"{"id":[{"api_key":"[REDACTED]"}]}"#
+    );
+}
+
+/// The case the structure property found on Windows: a value kept as code under a secret's
+/// key (`alpha::alpha ...`) shipped a provider token that followed the path, which anywhere
+/// else is redacted by its shape.
+#[test]
+fn a_token_after_a_code_path_under_a_secret_key_is_still_redacted() {
+    let token = format!("ghp_{}", "aAaaA0aaaA".repeat(4));
+    for (line, kept) in [
+        (
+            format!(r#"{{"api_key":[{{"id":"alpha::alpha {token} "}}]}}"#),
+            r#"{"api_key":[{"id":"alpha::alpha "#,
+        ),
+        (
+            r#"{"api_key":"alpha::alpha ghp_aAaaA0aaaA "}"#.to_owned(),
+            r#"{"api_key":"alpha::alpha "#,
+        ),
+        (
+            format!(r#"{{"token":"Config.TOKEN {token}"}}"#),
+            r#"{"token":"Config.TOKEN "#,
+        ),
+    ] {
+        let shipped = global().redact_line(line.as_bytes());
+        assert!(shipped.starts_with(kept), "{line} => {shipped}");
+        assert!(shipped.contains(REDACTED), "{line} => {shipped}");
+        assert!(!shipped.contains("aAaaA0aaaA"), "{line} => {shipped}");
+    }
+}
+
+/// The case the escapes property found: the same rule for a path of a secret's shape
+/// (`AKIA::token` is a path, not an AWS key), with escapes around it or not.
+#[test]
+fn a_code_path_under_a_secret_key_stays_whatever_prefix_it_starts_with() {
+    for kept in [
+        r#"{"api_key":"AKIA::token "}"#,
+        r#"{"output":"AKIA::token \n","api_key":"AKIA::token \n"}"#,
+    ] {
+        assert_eq!(global().redact_line(kept.as_bytes()), kept);
+    }
+    assert_eq!(
+        global().redact_line(br#"{"api_key":"AKIA token "}"#),
+        r#"{"api_key":"[REDACTED]"}"#
     );
 }
 

@@ -169,14 +169,22 @@ pub(crate) struct Store {
     profile: String,
     /// The on-disk active profile: only it may read the legacy file.
     active: String,
+    /// `<config>/tokens/<profile>.json` and `<config>/tokens.json`, built once: the store is
+    /// read before every request.
+    file: PathBuf,
+    legacy_file: PathBuf,
 }
 
 impl Store {
     pub(crate) fn new(config_dir: PathBuf, profile: String, active: String) -> Store {
+        let file = config_dir.join("tokens").join(format!("{profile}.json"));
+        let legacy_file = config_dir.join("tokens.json");
         Store {
             config_dir,
             profile,
             active,
+            file,
+            legacy_file,
         }
     }
 
@@ -189,11 +197,11 @@ impl Store {
     }
 
     pub(crate) fn path(&self) -> PathBuf {
-        self.tokens_dir().join(format!("{}.json", self.profile))
+        self.file.clone()
     }
 
     fn legacy_path(&self) -> PathBuf {
-        self.config_dir.join("tokens.json")
+        self.legacy_file.clone()
     }
 
     pub(crate) fn lock_path(&self) -> PathBuf {
@@ -202,10 +210,10 @@ impl Store {
 
     /// The profile's document, or the legacy one where the rules allow it.
     pub(crate) fn load(&self) -> Option<Entry> {
-        match read(&self.path(), false) {
+        match read(&self.file, false) {
             Read::Loaded(entry) => Some(entry),
             Read::Unusable => None,
-            Read::Missing if self.profile == self.active => match read(&self.legacy_path(), true) {
+            Read::Missing if self.profile == self.active => match read(&self.legacy_file, true) {
                 Read::Loaded(entry) => Some(entry),
                 _ => None,
             },
@@ -216,7 +224,7 @@ impl Store {
     /// The profile's own file only (inside the lock: the kcap CLI re-reads `LoadAsync(profile)`,
     /// falling back to what it read before when that is missing or unusable).
     pub(crate) fn load_profile_file(&self) -> Option<Entry> {
-        match read(&self.path(), false) {
+        match read(&self.file, false) {
             Read::Loaded(entry) => Some(entry),
             Read::Missing | Read::Unusable => None,
         }
@@ -382,6 +390,17 @@ pub(crate) fn format_expires_at(at: Ts) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The paths built once are the profile's file and the legacy file, as the kcap CLI names
+    /// them.
+    #[test]
+    fn the_store_paths_are_built_once_as_named() {
+        let store = Store::new("/c".into(), "work".into(), "default".into());
+        let c = Path::new("/c");
+        assert_eq!(store.path(), c.join("tokens").join("work.json"));
+        assert_eq!(store.legacy_path(), c.join("tokens.json"));
+        assert_eq!(store.lock_path(), c.join("tokens").join("work.lock"));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -63,22 +63,34 @@ pub(super) fn is_compound_identifier(w: &str) -> bool {
 /// [`is_name_of_thing`] asks of them, read in one pass without collecting them (it runs on
 /// every value a secret's name labels): how many, whether each has two characters or more,
 /// and the last one; `None` unless there are two or more, each a word.
+/// Read byte by byte: a word's characters and the separators are ASCII, so any other byte
+/// ends the reading.
 fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
     let v = v.strip_suffix(['_', '-']).unwrap_or(v);
-    let word_ok = |w: &str| {
-        let letters = w.trim_end_matches(|c: char| c.is_ascii_digit());
-        !letters.is_empty() && letters.bytes().all(|b| b.is_ascii_alphabetic())
-    };
-    let (mut count, mut long, mut last) = (0, true, "");
-    for w in v.split(['_', '-', '.']) {
-        if !word_ok(w) {
+    let b = v.as_bytes();
+    let (mut count, mut long, mut start) = (0, true, 0);
+    loop {
+        // Letters, then digits, then a separator or the end.
+        let letters = b[start..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .count();
+        if letters == 0 {
             return None;
         }
+        let digits = b[start + letters..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        let end = start + letters + digits;
         count += 1;
-        long &= w.len() >= 2;
-        last = w;
+        long &= end - start >= 2;
+        match b.get(end) {
+            None => return (count >= 2).then_some((count, long, &v[start..end])),
+            Some(b'_' | b'-' | b'.') => start = end + 1,
+            Some(_) => return None,
+        }
     }
-    (count >= 2).then_some((count, long, last))
 }
 
 /// A value that names a thing rather than being a secret (T2.8): an environment variable or

@@ -78,26 +78,19 @@ impl<'a> Decoded<'a> {
         (unit.raw <= at && unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
     }
 
-    /// The decoded ranges within `reach` bytes of a character an escape stands for whose first
-    /// byte `trigger` accepts, those overlapping merged, in order. In a string decoded from
-    /// JSON, whose literal bytes are never a quote, a backslash or a control character, every
-    /// occurrence of a word holding one of those lies inside one of these ranges.
-    pub fn escape_windows(&self, trigger: impl Fn(u8) -> bool, reach: usize) -> Vec<Range<usize>> {
+    /// Where in the decoded text each escape whose decoded first byte `trigger` accepts starts,
+    /// in order. In a string decoded from JSON, whose literal bytes are never a quote, a
+    /// backslash or a control character, every such byte comes from one of these.
+    pub fn escapes_to<'s>(
+        &'s self,
+        trigger: impl Fn(u8) -> bool + 's,
+    ) -> impl Iterator<Item = usize> + 's {
         let text = self.text.as_bytes();
-        let mut windows: Vec<Range<usize>> = Vec::new();
-        for (k, unit) in self.units.iter().enumerate() {
-            let at = unit.dec as usize;
-            if unit.escape_len == 0 || !text.get(at).is_some_and(|&b| trigger(b)) {
-                continue;
-            }
-            let end = self.units.get(k + 1).map_or(text.len(), |u| u.dec as usize);
-            let window = at.saturating_sub(reach)..(end + reach).min(text.len());
-            match windows.last_mut() {
-                Some(last) if window.start <= last.end => last.end = last.end.max(window.end),
-                _ => windows.push(window),
-            }
-        }
-        windows
+        self.units
+            .iter()
+            .filter(|u| u.escape_len != 0)
+            .map(|u| u.dec as usize)
+            .filter(move |&at| text.get(at).is_some_and(|&b| trigger(b)))
     }
 
     /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset

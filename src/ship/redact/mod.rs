@@ -22,6 +22,7 @@ mod code;
 mod decode;
 mod encoded;
 mod json;
+mod keywords;
 use crate::secret_names as names;
 pub(crate) mod providers;
 pub(crate) mod rules;
@@ -35,9 +36,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use aho_corasick::automaton::Automaton;
-use aho_corasick::dfa::DFA;
-use aho_corasick::{AhoCorasick, Anchored, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind};
 use memchr::{memchr, memmem, memrchr};
 use regex::Regex;
 
@@ -113,8 +112,8 @@ struct Hit {
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
 pub struct Redactor {
     /// Every keyword of both tables, lowercase, as one DFA stepped ASCII case-insensitively
-    /// over the text ([`each_occurrence`]).
-    keywords: DFA,
+    /// over the text, copied into a table ([`keywords::Keywords`]).
+    keywords: keywords::Keywords,
     /// The keywords, lowercase, in the automaton's order.
     #[allow(dead_code)] // read by the tests
     words: Vec<&'static str>,
@@ -129,11 +128,11 @@ pub struct Redactor {
     /// the only ones a decoded string can hold that its raw text does not show
     /// ([`Redactor::decoded_hits`]).
     escaped: Option<(AhoCorasick, Vec<u32>)>,
-    /// The bytes of those keywords that JSON escapes, and the length of the longest one: in a
-    /// decoded JSON string they occur only around an escape of one of these bytes
-    /// ([`decode::Decoded::escape_windows`]).
+    /// The bytes of those keywords that JSON escapes: in a decoded JSON string they occur only
+    /// where an escape of one of these bytes is ([`decode::Decoded::escapes_to`]).
     escaped_bytes: Vec<u8>,
-    escaped_longest: usize,
+    /// The escaped keywords (lowercase) and their ids, for [`Redactor::string_hits`].
+    escaped_words: Vec<(Box<[u8]>, u32)>,
 }
 
 impl Default for Redactor {
@@ -193,7 +192,7 @@ impl Redactor {
                     .collect()
             })
             .collect();
-        let keywords = keyword_dfa(&words);
+        let keywords = keywords::Keywords::new(&words);
         let compiled = all_rules().map(|_| OnceLock::new()).collect();
         let (escaped_words, escaped_ids): (Vec<&str>, Vec<u32>) = words
             .iter()
@@ -201,6 +200,11 @@ impl Redactor {
             .filter(|(_, w)| w.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20))
             .map(|(i, w)| (*w, i as u32))
             .unzip();
+        let escaped_lowercase: Vec<(Box<[u8]>, u32)> = escaped_words
+            .iter()
+            .zip(&escaped_ids)
+            .map(|(w, id)| (w.to_ascii_lowercase().into_bytes().into_boxed_slice(), *id))
+            .collect();
         let escaped = (!escaped_words.is_empty()).then(|| {
             let ac = AhoCorasick::builder()
                 .match_kind(MatchKind::Standard)
@@ -218,7 +222,7 @@ impl Redactor {
             .collect();
         escaped_bytes.sort_unstable();
         escaped_bytes.dedup();
-        let escaped_longest = escaped_words.iter().map(|w| w.len()).max().unwrap_or(0);
+        let escaped_words = escaped_lowercase;
         Redactor {
             keywords,
             words,
@@ -226,7 +230,7 @@ impl Redactor {
             compiled,
             escaped,
             escaped_bytes,
-            escaped_longest,
+            escaped_words,
         }
     }
 
@@ -333,7 +337,7 @@ impl Redactor {
     /// `password` starts), in order of their starts.
     fn scan(&self, text: &str) -> Vec<Hit> {
         let mut hits = Vec::new();
-        each_occurrence(&self.keywords, text.as_bytes(), &mut hits);
+        self.keywords.each_occurrence(text.as_bytes(), &mut hits);
         hits
     }
 
@@ -428,25 +432,36 @@ impl Redactor {
                 keyword: h.keyword,
             })
         }));
-        if let Some((ac, ids)) = &self.escaped
-            && !decoded.is_identity()
-        {
+        if self.escaped.is_some() && !decoded.is_identity() {
+            // Every such keyword found in the decoded content holds a byte that only an escape
+            // can give a checked JSON string (a quote, a backslash, a control character): it
+            // starts where one of its own such bytes lines up with an escape's. A search of
+            // the text around every escaped quote cost a fifth of shipping a generated rollout,
+            // whose tool output is JSON inside JSON.
             let text = decoded.text.as_bytes();
-            let before = out.len();
-            let windows = decoded.escape_windows(
-                |b| self.escaped_bytes.contains(&b),
-                self.escaped_longest.saturating_sub(1),
-            );
-            for window in windows {
-                out.extend(
-                    ac.find_overlapping_iter(&text[window.clone()])
-                        .map(|m| Hit {
-                            at: window.start + m.start(),
-                            keyword: ids[m.pattern().as_usize()],
-                        }),
-                );
+            let mut found: Vec<Hit> = Vec::new();
+            for at in decoded.escapes_to(|b| self.escaped_bytes.contains(&b)) {
+                for (word, id) in &self.escaped_words {
+                    for (j, _) in word.iter().enumerate().filter(|(_, b)| **b == text[at]) {
+                        let Some(start) = at.checked_sub(j) else {
+                            continue;
+                        };
+                        if text
+                            .get(start..start + word.len())
+                            .is_some_and(|w| w.eq_ignore_ascii_case(word))
+                        {
+                            found.push(Hit {
+                                at: start,
+                                keyword: *id,
+                            });
+                        }
+                    }
+                }
             }
-            if out.len() > before {
+            if !found.is_empty() {
+                found.sort_by_key(|h| (h.at, h.keyword));
+                found.dedup_by_key(|h| (h.at, h.keyword));
+                out.extend(found);
                 out.sort_by_key(|h| h.at);
             }
         }
@@ -596,8 +611,10 @@ impl Redactor {
             // A rule read from its matches searches once: the first match is the first it
             // reads.
             RuleRef::Core(rule) if rules::reads_matches(rule, re) => {
-                let Some(first) = re.find(slice) else { return };
-                rules::find_from(rule, re, slice, first.range(), &mut found);
+                let Some(first) = rules::next_match(rule, re, slice, 0) else {
+                    return;
+                };
+                rules::find_from(rule, re, slice, first, &mut found);
                 if rule.multiline {
                     split_at_markers(slice, &mut found);
                 }
@@ -869,30 +886,34 @@ impl Walk<'_> {
             }
             match &self.toks[value] {
                 Tok::Str(r) => {
-                    if forced[i] {
+                    let whole = forced[i]
+                        || name.as_ref().is_some_and(|n| {
+                            let v = self.decoded(r);
+                            !rules::value_exempt_in(n, &v, &v, false)
+                        });
+                    if whole {
                         self.whole(r, out);
-                    } else if let Some(n) = &name {
-                        let v = self.decoded(r);
-                        if !rules::value_exempt_in(n, &v, &v, false) {
-                            self.whole(r, out);
-                        }
-                    } else {
-                        if self.may_hold(r) {
-                            self.redactor.string_spans(
-                                self.text,
-                                r.clone(),
-                                out,
-                                self.depth,
-                                (!self.hidden).then_some(self.hits),
-                                self.checked,
-                            );
-                        }
-                        if let Some(k) = key
-                            && let Tok::Key(kr) = &self.toks[k]
-                            && self.may_hold(kr)
-                        {
-                            self.member_spans(kr, r, out);
-                        }
+                        continue;
+                    }
+                    // Any string's text, and one kept as code under a secret's name (S1.2:
+                    // `alpha::alpha`) too: a token of a provider's shape in it
+                    // (`alpha::alpha ghp_…`) goes, where the exemption used to keep it.
+                    if self.may_hold(r) {
+                        self.redactor.string_spans(
+                            self.text,
+                            r.clone(),
+                            out,
+                            self.depth,
+                            (!self.hidden).then_some(self.hits),
+                            self.checked,
+                        );
+                    }
+                    if name.is_none()
+                        && let Some(k) = key
+                        && let Tok::Key(kr) = &self.toks[k]
+                        && self.may_hold(kr)
+                    {
+                        self.member_spans(kr, r, out);
                     }
                 }
                 Tok::Open { .. } => {
@@ -1094,8 +1115,18 @@ const PLAIN_WORDS: &[&str] = &[
     "authorities",
 ];
 
+/// The start every one of [`PLAIN_WORDS`] shares (a test checks).
+const PLAIN_HEAD: &[u8] = b"author";
+
 /// Whether the keyword at `at` is the start of one of [`PLAIN_WORDS`], standing alone.
 fn is_plain_word(bytes: &[u8], at: usize) -> bool {
+    // Asked for every keyword found, and almost none is there: one comparison rules it out.
+    if !bytes
+        .get(at..at + PLAIN_HEAD.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(PLAIN_HEAD))
+    {
+        return false;
+    }
     PLAIN_WORDS.iter().any(|w| {
         let end = at + w.len();
         bytes
@@ -1107,55 +1138,19 @@ fn is_plain_word(bytes: &[u8], at: usize) -> bool {
     })
 }
 
-/// The keyword automaton: `words` (lowercase) found ASCII case-insensitively, every
-/// occurrence reported ([`each_occurrence`]).
-fn keyword_dfa(words: &[&str]) -> DFA {
-    DFA::builder()
-        .match_kind(MatchKind::Standard)
-        .ascii_case_insensitive(true)
-        // The search below steps the DFA itself, one table lookup per byte: a prefilter would
-        // only make it stop to ask where to jump, and the rare bytes of a few hundred words
-        // are common ones.
-        .prefilter(false)
-        .build(words)
-        // A few hundred short constant words: far below any automaton size limit.
-        .expect("keyword automaton builds")
-}
-
-/// Pushes every occurrence of every pattern of `dfa` in `text` to `hits`, overlapping ones included, ordered by start. The DFA is stepped here
-/// rather than through a find loop that starts over after each hit: every match state
-/// reports all the patterns ending at that byte, so nothing is found twice and nothing held
-/// inside another keyword (`pass` in `passw`) is missed.
-fn each_occurrence(dfa: &DFA, text: &[u8], hits: &mut Vec<Hit>) {
-    let first = hits.len();
-    // An unanchored search of a DFA built without a prefilter always has a start state.
-    let Ok(mut sid) = dfa.start_state(Anchored::No) else {
-        return;
-    };
-    let mut ordered = true;
-    for (i, &b) in text.iter().enumerate() {
-        sid = dfa.next_state(Anchored::No, sid, b);
-        if dfa.is_special(sid) && dfa.is_match(sid) {
-            for k in 0..dfa.match_len(sid) {
-                let p = dfa.match_pattern(sid, k);
-                let at = i + 1 - dfa.pattern_len(p);
-                ordered &= hits.len() == first || hits[hits.len() - 1].at <= at;
-                hits.push(Hit {
-                    at,
-                    keyword: p.as_u32(),
-                });
-            }
-        }
-    }
-    // A long keyword ends after a short one that starts after it (`private key` and `key`).
-    if !ordered {
-        hits[first..].sort_by_key(|h| h.at);
-    }
-}
-
 /// Whether a string's raw content ends with a private key's BEGIN marker (its body follows in
 /// the next strings).
 fn ends_with_begin_marker(raw: &[u8]) -> bool {
+    // The marker's closing dashes with only blanks after them end the string: read from its
+    // end first, so a long string without a marker costs its last bytes, not a search.
+    let blanks = raw
+        .iter()
+        .rev()
+        .take_while(|&&b| is_marker_blank(b))
+        .count();
+    if !raw[..raw.len() - blanks].ends_with(b"-----") {
+        return false;
+    }
     let Some(begin) = memmem::rfind(raw, b"-----BEGIN") else {
         return false;
     };
@@ -1169,8 +1164,12 @@ fn ends_with_begin_marker(raw: &[u8]) -> bool {
         return false;
     };
     // Nothing after it but blanks, written plain or escaped.
-    rest.iter()
-        .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
+    rest.iter().all(|&b| is_marker_blank(b))
+}
+
+/// The bytes of the blanks a BEGIN marker may be followed by, written plain or escaped.
+fn is_marker_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\\' | b'n' | b'r' | b't')
 }
 
 /// Spans from `first` on that overlap an earlier `[REDACTED]`: what lies next to a marker was

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
 
-use crate::secret_names::{header_names, name_words};
+use crate::secret_names::{header_names, holds_name_word, name_words};
 // `src/url_display.rs` asks for it here; the words of secret names live in [`super::names`].
 pub(crate) use crate::secret_names::name_is_secret;
 
@@ -206,10 +206,6 @@ fn has_colon(text: &str) -> bool {
     memchr::memchr(b':', text.as_bytes()).is_some()
 }
 
-fn has_bar(text: &str) -> bool {
-    memchr::memchr(b'|', text.as_bytes()).is_some()
-}
-
 fn has_at(text: &str) -> bool {
     memchr::memchr(b'@', text.as_bytes()).is_some()
 }
@@ -227,6 +223,29 @@ fn has_query(text: &str) -> bool {
     has_equals(text) && memchr::memchr3(b'?', b'&', b'\\', text.as_bytes()).is_some()
 }
 
+/// `password-is`: `is` or `was` between blanks, in any case (`(?i)` also reads the long s as
+/// an `s`).
+fn has_is_or_was(text: &str) -> bool {
+    let b = text.as_bytes();
+    let blank = |c: Option<&u8>| matches!(c, Some(b' ' | b'\t'));
+    // The length of an `s` at `at`, if one is there.
+    let s_at = |at: usize| match b.get(at) {
+        Some(b's' | b'S') => Some(1),
+        Some(0xC5) if b.get(at + 1) == Some(&0xBF) => Some(2),
+        _ => None,
+    };
+    memchr::memchr2_iter(b' ', b'\t', b).any(|at| {
+        let word = match b.get(at + 1).map(|c| c | 0x20) {
+            Some(b'i') => s_at(at + 2).map(|s| 1 + s),
+            Some(b'w') if b.get(at + 2).map(|c| c | 0x20) == Some(b'a') => {
+                s_at(at + 3).map(|s| 2 + s)
+            }
+            _ => None,
+        };
+        word.is_some_and(|w| blank(b.get(at + 1 + w)))
+    })
+}
+
 /// `setter-literal`: `(` and the quote of the literal.
 fn has_paren_and_quote(text: &str) -> bool {
     memchr::memchr(b'(', text.as_bytes()).is_some() && has_quote(text)
@@ -237,21 +256,69 @@ fn has_comma_and_quote(text: &str) -> bool {
     memchr::memchr(b',', text.as_bytes()).is_some() && has_quote(text)
 }
 
-/// `labelled`: its value, 16 characters or more that are neither whitespace (Unicode, as the
-/// pattern's `\s`) nor `"`.
-fn has_long_word(text: &str) -> bool {
-    let mut run = 0;
-    for c in text.chars() {
-        if c.is_whitespace() || c == '"' {
-            run = 0;
-        } else {
-            run += 1;
-            if run >= 16 {
-                return true;
-            }
+/// `table-row-pair`: the two `|` around its name.
+fn has_two_bars(text: &str) -> bool {
+    memchr::memchr_iter(b'|', text.as_bytes()).nth(1).is_some()
+}
+
+/// `netrc`: `password` (lowercase: the pattern is case-sensitive) followed by a blank.
+fn has_netrc_password(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b'p', b)
+        .any(|at| b[at..].starts_with(b"password") && matches!(b.get(at + 8), Some(b' ' | b'\t')))
+}
+
+/// `url-token-user`: `://`, then 16 or more bytes that may be the user name's characters
+/// (ASCII letters, digits, `_` and `-`, or any byte of a longer character: `(?i)` reads the
+/// Kelvin sign and the long s as letters), then `@`.
+fn has_token_user(text: &str) -> bool {
+    let b = text.as_bytes();
+    // From each `:` (a substring searcher built for each window costs more than the search).
+    memchr::memchr_iter(b':', b).any(|at| {
+        if !b[at..].starts_with(b"://") {
+            return false;
         }
-    }
-    false
+        let from = at + 3;
+        let run = b[from..]
+            .iter()
+            .take_while(|&&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-') || c >= 0x80)
+            .count();
+        run >= 16 && b.get(from + run) == Some(&b'@')
+    })
+}
+
+/// `labelled`: a run of blanks with what may end a keyword before it (the last three
+/// characters of one of its forms, in any case, or a byte of a longer character: `(?i)`
+/// reads the long s as an `s`) and 16 or more characters that are neither whitespace nor `"`
+/// after it (counted in bytes, of which a character has one or more).
+fn has_label_and_value(text: &str) -> bool {
+    const ENDINGS: &[&[u8; 3]] = &[
+        b"ret", b"ets", b"ken", b"ens", b"ord", b"rds", b"swd", b"pwd", b"key", b"eys", b"ial",
+        b"als",
+    ];
+    let b = text.as_bytes();
+    memchr::memchr2_iter(b' ', b'\t', b).any(|at| {
+        let Some(before) = at.checked_sub(3).map(|s| &b[s..at]) else {
+            return false;
+        };
+        let ends = before.iter().any(|&c| c >= 0x80)
+            || ENDINGS
+                .iter()
+                .any(|e| before.eq_ignore_ascii_case(e.as_slice()));
+        if !ends {
+            return false;
+        }
+        let v = at
+            + b[at..]
+                .iter()
+                .take_while(|&&c| c == b' ' || c == b'\t')
+                .count();
+        b[v..]
+            .iter()
+            .take_while(|&&c| c >= 0x80 || !(matches!(c, b'\t'..=b'\r' | b' ' | b'"')))
+            .nth(15)
+            .is_some()
+    })
 }
 
 /// Whether text may hold a table's separator line.
@@ -265,7 +332,7 @@ pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
     when(
-        has_bar,
+        has_two_bars,
         rule(
             "table-row-pair",
             "cli-table",
@@ -590,7 +657,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_at,
+        has_token_user,
         rule(
             "url-token-user",
             "git-remote-token",
@@ -685,7 +752,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_long_word,
+        has_label_and_value,
         rule(
             "labelled",
             "generic-label",
@@ -721,23 +788,29 @@ pub(crate) static RULES: &[Rule] = &[
         &["the API key is abcdefghijklmnop1234"],
         &["The API key is read from the environment"],
     ),
-    rule(
-        "password-is",
-        "generic-label",
-        &["passw", "passphrase", "secret"],
-        r#"(?i)(?:password|passwd|passphrase|secret)[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
-        Refine::Prose,
-        &["the secret is hunter2x"],
-        &["the password is incorrect."],
+    when(
+        has_is_or_was,
+        rule(
+            "password-is",
+            "generic-label",
+            &["passw", "passphrase", "secret"],
+            r#"(?i)(?:password|passwd|passphrase|secret)[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
+            Refine::Prose,
+            &["the secret is hunter2x"],
+            &["the password is incorrect."],
+        ),
     ),
-    rule(
-        "netrc",
-        "netrc",
-        &["password"],
-        r"(?m)(?:^[ \t]*|\blogin[ \t]+\S+[ \t]+)password[ \t]+(?P<s>\S+)[ \t]*\r?$",
-        Refine::Group,
-        &["machine github.com login bob password NetrcOne9"],
-        &["Password must be at least 12 characters long."],
+    when(
+        has_netrc_password,
+        rule(
+            "netrc",
+            "netrc",
+            &["password"],
+            r"(?m)(?:^[ \t]*|\blogin[ \t]+\S+[ \t]+)password[ \t]+(?P<s>\S+)[ \t]*\r?$",
+            Refine::Group,
+            &["machine github.com login bob password NetrcOne9"],
+            &["Password must be at least 12 characters long."],
+        ),
     ),
     rule(
         "pgpass",
@@ -946,18 +1019,21 @@ pub(crate) static RULES: &[Rule] = &[
             "ALTER USER app IDENTIFIED EXTERNALLY",
         ],
     ),
-    rule(
-        "sql-password",
-        "sql",
-        &["password"],
-        r#"(?i)\b(?:(?:CREATE|ALTER)[ \t]+(?:USER|ROLE|LOGIN)\b[^\n;]*?\bPASSWORD|SET[ \t]+PASSWORD\b[^\n;=]*=[ \t]*(?:PASSWORD[ \t]*\()?)[ \t]*(?P<q>['"])(?P<s>[^'"\n])"#,
-        Refine::Flag,
-        &[
-            "CREATE ROLE reporter WITH LOGIN PASSWORD 'PgR0lePass';",
-            "ALTER USER postgres WITH ENCRYPTED PASSWORD 'Pg$uperPw9';",
-            "SET PASSWORD FOR 'app'@'localhost' = 'MySetPw7';",
-        ],
-        &["ALTER USER postgres WITH PASSWORD NULL;"],
+    when(
+        has_quote,
+        rule(
+            "sql-password",
+            "sql",
+            &["password"],
+            r#"(?i)\b(?:(?:CREATE|ALTER)[ \t]+(?:USER|ROLE|LOGIN)\b[^\n;]*?\bPASSWORD|SET[ \t]+PASSWORD\b[^\n;=]*=[ \t]*(?:PASSWORD[ \t]*\()?)[ \t]*(?P<q>['"])(?P<s>[^'"\n])"#,
+            Refine::Flag,
+            &[
+                "CREATE ROLE reporter WITH LOGIN PASSWORD 'PgR0lePass';",
+                "ALTER USER postgres WITH ENCRYPTED PASSWORD 'Pg$uperPw9';",
+                "SET PASSWORD FOR 'app'@'localhost' = 'MySetPw7';",
+            ],
+            &["ALTER USER postgres WITH PASSWORD NULL;"],
+        ),
     ),
     // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
     // `withSecret("…")`. A variable or a call is code and stays.
@@ -1255,11 +1331,15 @@ fn is_word_list(value: &str) -> bool {
     let v = value
         .trim_start_matches('(')
         .trim_end_matches(['.', ',', ';', ':', ')']);
-    let parts: Vec<&str> = v.split('/').collect();
-    parts.len() >= 2
-        && parts
-            .iter()
-            .all(|p| p.len() >= 2 && p.bytes().all(|b| b.is_ascii_alphabetic()))
+    // Counted as they come, without collecting them: the first that is not a word settles it.
+    let mut parts = 0;
+    for p in v.split('/') {
+        if !(p.len() >= 2 && p.bytes().all(|b| b.is_ascii_alphabetic())) {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 2
 }
 
 /// Type annotations and literals that are never secrets (`setFirstTokenReceived: boolean`).
@@ -1402,6 +1482,13 @@ pub(crate) fn value_exempt(name: &str, value: &str, rest: &str) -> bool {
     value_exempt_in(name, value, rest, true)
 }
 
+/// Whether `value` holds the marker: found from its `[`s, without building a substring
+/// searcher for each value.
+fn holds_marker(value: &str) -> bool {
+    let b = value.as_bytes();
+    memchr::memchr_iter(b'[', b).any(|at| b[at..].starts_with(MARKER.as_bytes()))
+}
+
 /// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
 /// bare name there is not a variable.
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
@@ -1410,7 +1497,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
     // and what a rule took with it (a comma, a short word) are not.
-    if value.contains(MARKER) {
+    if holds_marker(value) {
         return !super::glued_to_marker(value);
     }
     // A JSON string under a secret's key is data, the whole value: only revision 3's calls and
@@ -1478,8 +1565,8 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 /// that costs most of such a text. The others go through [`refine`] of their captures.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
     if reads_matches(rule, re) {
-        if let Some(first) = re.find(text) {
-            find_from(rule, re, text, first.range(), out);
+        if let Some(first) = next_match(rule, re, text, 0) {
+            find_from(rule, re, text, first, out);
         }
         return;
     }
@@ -1502,6 +1589,7 @@ pub(crate) fn reads_matches(rule: &Rule, re: &Regex) -> bool {
                 | "password-is"
                 | "url-token-user"
                 | "kcap-vendor-token"
+                | "curl-user"
         )
         || (rule.refine == Refine::Group && re.captures_len() == 1)
 }
@@ -1527,9 +1615,85 @@ pub(crate) fn find_from(
         };
         spans_of_match(rule, re, text, m, out);
         if at <= text.len() {
-            next = re.find_at(text, at).map(|n| n.range());
+            next = next_match(rule, re, text, at);
         }
     }
+}
+
+/// The first match of `rule` (its compiled pattern `re`) in `text` at or after `at`, as
+/// `re.find_at` finds it. `assignment` and `colon-pair`, which run on every line holding a
+/// name word, are read by hand ([`name_pair`]); the others by their pattern.
+pub(crate) fn next_match(rule: &Rule, re: &Regex, text: &str, at: usize) -> Option<Range<usize>> {
+    match rule.id {
+        "assignment" => name_pair(text, at, b'='),
+        "colon-pair" => name_pair(text, at, b':'),
+        _ => re.find_at(text, at).map(|m| m.range()),
+    }
+}
+
+/// The first match at or after `from` of `assignment` (`sep` `=`:
+/// `NAME["']?[ \t]*=[ \t]*[^\s=>]`) or `colon-pair` (`sep` `:`:
+/// `NAME["']?[ \t]*:(?:[ \t]+\S|["'])`), `NAME` a run of name characters holding a name
+/// word. Each separator has one candidate: the name must end where the quote or blanks
+/// before the separator start (no name character can follow it), and it starts where the
+/// run of name characters does (the leading `[...]*` takes every one; not before `from`).
+/// Nothing after a name may be taken back for another reading, so a separator whose
+/// candidate fails has no match, and candidates start in the order of their separators.
+fn name_pair(text: &str, from: usize, sep: u8) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let blank = |c: u8| c == b' ' || c == b'\t';
+    for q in memchr::memchr_iter(sep, b.get(from..)?).map(|i| from + i) {
+        let value_end = if sep == b'=' {
+            let v = q + 1 + b[q + 1..].iter().take_while(|&&c| blank(c)).count();
+            text[v..]
+                .chars()
+                .next()
+                .filter(|&c| !c.is_whitespace() && c != '=' && c != '>')
+                .map(|c| v + c.len_utf8())
+        } else {
+            match b.get(q + 1) {
+                Some(b'"' | b'\'') => Some(q + 2),
+                Some(&c) if blank(c) => {
+                    let v = q + 1 + b[q + 1..].iter().take_while(|&&c| blank(c)).count();
+                    text[v..]
+                        .chars()
+                        .next()
+                        .filter(|c| !c.is_whitespace())
+                        .map(|c| v + c.len_utf8())
+                }
+                _ => None,
+            }
+        };
+        let Some(end) = value_end else { continue };
+        let mut e = q - b[from..q].iter().rev().take_while(|&&c| blank(c)).count();
+        if e > from && matches!(b[e - 1], b'"' | b'\'') {
+            e -= 1;
+        }
+        let start = name_run_start(b, from, e);
+        if start < e && holds_name_word(&text[start..e]) {
+            return Some(start..end);
+        }
+    }
+    None
+}
+
+/// Where the run of name characters (`[A-Za-z0-9_.-]` and, as `(?i)` widens it, the Kelvin
+/// sign and the long s) ending at `end` starts, not before `from`.
+fn name_run_start(b: &[u8], from: usize, end: usize) -> usize {
+    let mut i = end;
+    while i > from {
+        let c = b[i - 1];
+        if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-') {
+            i -= 1;
+        } else if i - from >= 2 && b[i - 2..i] == [0xC5, 0xBF] {
+            i -= 2;
+        } else if i - from >= 3 && b[i - 3..i] == [0xE2, 0x84, 0xAA] {
+            i -= 3;
+        } else {
+            break;
+        }
+    }
+    i
 }
 
 /// The spans one match `m` of a rule [`reads_matches`] gives.
@@ -1595,6 +1759,11 @@ fn spans_of_match(
         }
         "kcap-vendor-token" => {
             token(text, m.clone(), vendor_token_body(text, m), out);
+            return;
+        }
+        "curl-user" => {
+            let (s, q) = curl_user_groups(text, m);
+            flag(text, s, q, out);
             return;
         }
         // A pattern without groups: the span is the whole match.
@@ -1979,19 +2148,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::Flag => {
             let Some(s) = caps.name("s") else { return };
-            let quote = caps.name("q").map(|q| q.as_str()).unwrap_or("");
-            let range = if quote.is_empty() {
-                value_extent(text, s.start())
-            } else {
-                let end = closing_quote(text.as_bytes(), s.start(), quote.as_bytes()[0]);
-                (end > s.start()).then_some(s.start()..end)
-            };
-            if let Some(r) = range
-                && !is_shell_reference(&text[r.clone()])
-                && &text[r.clone()] != MARKER
-            {
-                out.push(r);
-            }
+            let quote = caps.name("q").and_then(|q| q.as_str().bytes().next());
+            flag(text, s.start(), quote, out);
         }
         Refine::Label => {
             if let (Some(m), Some(s)) = (caps.get(0), group()) {
@@ -2060,6 +2218,48 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
     }
+}
+
+/// A command-line secret (rules refined as [`Refine::Flag`]): the value from `s` (group `s`'s
+/// start), to its closing quote if `quote` (group `q`) opened it, else to its extent; not a
+/// shell reference or the marker.
+fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
+    let range = match quote {
+        None => value_extent(text, s),
+        Some(q) => {
+            let end = closing_quote(text.as_bytes(), s, q);
+            (end > s).then_some(s..end)
+        }
+    };
+    if let Some(r) = range
+        && !is_shell_reference(&text[r.clone()])
+        && &text[r.clone()] != MARKER
+    {
+        out.push(r);
+    }
+}
+
+/// The groups of a `curl-user` match (`... FLAG(?:[ \t]+|=)?Q?U*:S`, `U` any character but
+/// `:`, whitespace and quotes): where the one character `s` starts (the match's last
+/// character, after the colon before it), and the quote `q` if the user name `U` (read back
+/// from that colon) follows one (the flag, a blank or `=` precede it otherwise, and a blank
+/// precedes the flag).
+fn curl_user_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>) {
+    let b = text.as_bytes();
+    let last = text[m.clone()]
+        .chars()
+        .next_back()
+        .map_or(0, char::len_utf8);
+    let s = m.end - last;
+    let colon = s.saturating_sub(1).max(m.start);
+    let user = b[m.start..colon]
+        .iter()
+        .rev()
+        .take_while(|&&c| !matches!(c, b':' | b'"' | b'\'' | b'\t'..=b'\r' | b' '))
+        .count();
+    let before = colon - user;
+    let q = (before > m.start && matches!(b[before - 1], b'"' | b'\'')).then(|| b[before - 1]);
+    (s, q)
 }
 
 /// A URL query parameter (rule `url-query`): the value `s` if the name `n` is a secret's.
@@ -2167,10 +2367,13 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
 
 /// A name of the words a password goes by, whose values may be short and made of words.
 fn is_password_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    ["passw", "pwd", "secret", "passphrase", "pass"]
-        .iter()
-        .any(|w| lower.contains(w))
+    // `passw` and `passphrase` hold `pass`.
+    let holds = |w: &[u8]| {
+        name.as_bytes()
+            .windows(w.len())
+            .any(|at| at.eq_ignore_ascii_case(w))
+    };
+    holds(b"pass") || holds(b"pwd") || holds(b"secret")
 }
 
 /// Whether `text[r]` is a Python string prefix (`f`, `b`, `rb`, ...) right before a quote.
@@ -2989,6 +3192,261 @@ mod tests {
             t in proptest::strategy::Union::new([example_text().boxed(), label_text().boxed()])
         ) {
             compare_find_with_captures(&t);
+        }
+    }
+
+    /// Text built from name words, name characters and what may follow a name: quotes,
+    /// blanks, the separators and values, with the characters `(?i)` and `\s` treat apart
+    /// (the Kelvin sign, the long s, a no-break space, a line break).
+    fn pair_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let pieces = vec![
+            "token",
+            "TOKEN",
+            "pass",
+            "Passwd",
+            "api",
+            "_key",
+            "key",
+            "auth",
+            "secret",
+            "pwd",
+            "credential",
+            "access-",
+            "private.",
+            "DB_",
+            "x",
+            "9",
+            "-",
+            ".",
+            "_",
+            "\u{212a}ey",
+            "pa\u{17f}\u{17f}",
+            "\u{17f}ecret",
+            "é",
+            "\"",
+            "'",
+            "`",
+            " ",
+            "\t",
+            "  ",
+            "=",
+            "==",
+            ":",
+            "::",
+            ">",
+            "=>",
+            "v",
+            "\u{a0}",
+            "\n",
+            "?",
+            "&",
+            "$",
+            "(",
+            "{",
+            ",",
+            "/",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..14).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// [`next_match`] reads `assignment` and `colon-pair` by hand: from every character
+        /// boundary, its match is the pattern's `find_at`.
+        #[test]
+        fn name_pairs_by_hand_are_the_patterns_matches(t in pair_text()) {
+            for id in ["assignment", "colon-pair"] {
+                let rule = RULES.iter().find(|r| r.id == id).expect("rule exists");
+                let re = Regex::new(rule.pattern).expect("pattern compiles");
+                for at in (0..=t.len()).filter(|&at| t.is_char_boundary(at)) {
+                    proptest::prop_assert_eq!(
+                        next_match(rule, &re, &t, at),
+                        re.find_at(&t, at).map(|m| m.range()),
+                        "{} at {} in {:?}", id, at, t
+                    );
+                }
+            }
+        }
+    }
+
+    /// Text around `is` and `was` (and what `(?i)` reads as them), blanks and other
+    /// characters.
+    fn is_text() -> impl proptest::strategy::Strategy<Value = String> {
+        let pieces = vec![
+            "password",
+            "secret",
+            " ",
+            "\t",
+            "  ",
+            "is",
+            "IS",
+            "i\u{17f}",
+            "was",
+            "WaS",
+            "wa\u{17f}",
+            "wa",
+            "i",
+            "s",
+            "\u{17f}",
+            "x",
+            "\n",
+            "\"",
+            "hunter2x",
+            "@",
+            "\u{a0}",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..10).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// `password-is`'s check passes wherever its pattern's `[ \t](?:is|was)[ \t]` (in any
+        /// case) is, and only there.
+        #[test]
+        fn is_or_was_check_is_the_patterns_blanks_and_words(t in is_text()) {
+            let re = Regex::new(r"(?i)[ \t](?:is|was)[ \t]").expect("pattern compiles");
+            proptest::prop_assert_eq!(has_is_or_was(&t), re.is_match(&t), "{:?}", t);
+        }
+
+        /// The checks written without allocating are the ones they replace.
+        #[test]
+        fn password_name_and_marker_checks_are_the_substring_ones(t in is_text(), cut in 0usize..4) {
+            let lower = t.to_ascii_lowercase();
+            let by_substrings = ["passw", "pwd", "secret", "passphrase", "pass"]
+                .iter()
+                .any(|w| lower.contains(w));
+            proptest::prop_assert_eq!(is_password_name(&t), by_substrings, "{:?}", t);
+            let mut with_marker = format!("{t}{MARKER}");
+            let mut at = with_marker.len() - cut;
+            while !with_marker.is_char_boundary(at) {
+                at -= 1;
+            }
+            with_marker.truncate(at);
+            proptest::prop_assert_eq!(
+                holds_marker(&with_marker),
+                with_marker.contains(MARKER),
+                "{:?}",
+                with_marker
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The checks before `labelled`, `netrc`, `url-token-user`, `table-row-pair` and
+        /// `sql-password` pass wherever their patterns match.
+        #[test]
+        fn checks_before_the_patterns_pass_where_they_match(
+            t in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "password", "Password", "secret", "tokens", "api_key", "api_\u{212a}ey",
+                    "\u{17f}ecret\u{17f}", "credentials", "login", "bob", "https", "git", "://",
+                    "@", "|", "CREATE USER", "SET PASSWORD", "'", "\"", "=", " ", "\t", "\n", "\r",
+                    "\u{a0}", "é", "Xk9vQ2mLp7Rz", "0123456789abcdefXYZ7", "-", "_",
+                ]),
+                0..10,
+            ).prop_map(|p| p.concat())
+        ) {
+            static CHECKED: LazyLock<Vec<(&'static Rule, Regex)>> = LazyLock::new(|| {
+                RULES
+                    .iter()
+                    .filter(|r| {
+                        matches!(
+                            r.id,
+                            "labelled" | "netrc" | "url-token-user" | "table-row-pair" | "sql-password"
+                        )
+                    })
+                    .map(|r| (r, Regex::new(r.pattern).expect("pattern compiles")))
+                    .collect()
+            });
+            for (rule, re) in CHECKED.iter() {
+                let pre = rule.pre.expect("a check before the pattern");
+                proptest::prop_assert!(!re.is_match(&t) || pre(&t), "{}: {:?}", rule.id, t);
+            }
+        }
+    }
+
+    /// Command lines built from `curl-user`'s pieces (a flag, a separator, a quote, a user
+    /// name, a value), and the pieces joined at random.
+    fn curl_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::sample::select;
+        let piece = select(vec![
+            "curl",
+            "CURL",
+            " ",
+            "\t",
+            "-u",
+            "-U",
+            "--user",
+            "--proxy-user",
+            "=",
+            "\"",
+            "'",
+            "admin",
+            ":",
+            "Pw1",
+            "p w",
+            "$X",
+            "\u{a0}",
+            "é",
+            "\n",
+            "|",
+            "-s",
+            "\u{b}",
+            "[REDACTED]",
+        ]);
+        let line = (
+            select(vec!["curl ", "CURL -s ", "x curl\t"]),
+            select(vec!["-u", "-U", "--user", "--proxy-user"]),
+            select(vec!["", " ", "=", "\t "]),
+            select(vec!["", "\"", "'"]),
+            select(vec!["", "admin", "a\u{a0}b", "é"]),
+            select(vec![
+                "Pw1",
+                "p w\"",
+                "p'w' x",
+                "$X",
+                "[REDACTED]",
+                "\"",
+                " ",
+            ]),
+        );
+        let built = line.prop_map(|(c, f, sep, q, u, v)| format!("{c}{f}{sep}{q}{u}:{v}"));
+        let random = proptest::collection::vec(piece, 0..12).prop_map(|p| p.concat());
+        proptest::prop_oneof![built, random]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// `curl-user`'s spans read from its matches are its captures'.
+        #[test]
+        fn curl_user_from_its_matches_is_its_captures(t in curl_text()) {
+            compare_find_with_captures(&t);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// The list of words read part by part says what the collected parts said.
+        #[test]
+        fn word_list_read_part_by_part_is_the_collected_one(
+            t in proptest::collection::vec(
+                proptest::sample::select(vec!["JSON", "File", "a", "/", "//", "(", ")", ".", ",", "9", "é", ":"]),
+                0..8,
+            ).prop_map(|p| p.concat())
+        ) {
+            let v = t.trim_start_matches('(').trim_end_matches(['.', ',', ';', ':', ')']);
+            let parts: Vec<&str> = v.split('/').collect();
+            let collected = parts.len() >= 2
+                && parts
+                    .iter()
+                    .all(|p| p.len() >= 2 && p.bytes().all(|b| b.is_ascii_alphabetic()));
+            proptest::prop_assert_eq!(is_word_list(&t), collected, "{:?}", t);
         }
     }
 

@@ -440,7 +440,7 @@ proptest::proptest! {
         pieces in proptest::collection::vec(proptest::sample::select(vec![
             "pass", "token", "ghp_", "sk-", "auth", "Author", "kind: ", "kind: \"secret\"",
             "\"", "\n", "\\", "\t", "é", "😀", "a", "Z", " ", "=", ":", "cookie", "xoxb-",
-            "\u{1}", "kind: \"", "secret\"",
+            "\u{1}", "kind: \"", "secret\"", "KIND: \"Secret\"", "kind: \"SECRET",
         ]), 0..40),
         before in proptest::sample::select(vec!["", "{\"k\":", "token ", "kind: "]),
     ) {
@@ -465,5 +465,94 @@ proptest::proptest! {
             .map(|h| (h.at, h.keyword))
             .collect();
         proptest::prop_assert_eq!(got, want, "{:?}", text);
+    }
+}
+
+/// [`ends_with_begin_marker`] as it was before it read the string's end first: the last
+/// BEGIN marker searched for, then what follows it.
+fn ends_with_begin_marker_by_search(raw: &[u8]) -> bool {
+    let Some(begin) = memmem::rfind(raw, b"-----BEGIN") else {
+        return false;
+    };
+    let rest = &raw[begin + b"-----BEGIN".len()..];
+    let Some(key) = memmem::find(rest, b"PRIVATE KEY") else {
+        return false;
+    };
+    let rest = &rest[key + b"PRIVATE KEY".len()..];
+    let rest = rest.strip_prefix(b" BLOCK").unwrap_or(rest);
+    let Some(rest) = rest.strip_prefix(b"-----") else {
+        return false;
+    };
+    rest.iter()
+        .all(|b| matches!(b, b' ' | b'\\' | b'n' | b'r' | b't'))
+}
+
+#[test]
+fn a_begin_marker_is_found_at_the_end_only() {
+    for (raw, want) in [
+        (&br"-----BEGIN RSA PRIVATE KEY-----"[..], true),
+        (br"x -----BEGIN PRIVATE KEY----- \n", true),
+        (br"-----BEGIN OPENSSH PRIVATE KEY BLOCK-----\r\n", true),
+        (br"-----BEGIN PRIVATE KEY-----MIIE", false),
+        (br"-----BEGIN PUBLIC KEY-----", false),
+        (b"", false),
+    ] {
+        assert_eq!(ends_with_begin_marker(raw), want, "{raw:?}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_end_first_marker_check_agrees_with_the_search(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "-----BEGIN", " RSA", " PRIVATE KEY", " BLOCK", "-----", "-", " ", "\\", "n", "r",
+            "t", "\\n", "x", "END", "PRIVATE", "é",
+        ]), 0..12),
+    ) {
+        let raw = pieces.concat();
+        proptest::prop_assert_eq!(
+            ends_with_begin_marker(raw.as_bytes()),
+            ends_with_begin_marker_by_search(raw.as_bytes()),
+            "{:?}", raw
+        );
+    }
+}
+
+#[test]
+fn every_plain_word_starts_with_the_shared_head() {
+    for w in PLAIN_WORDS {
+        assert!(w.as_bytes().starts_with(PLAIN_HEAD), "{w}");
+    }
+}
+
+/// [`is_plain_word`] as it was before it compared the shared head first.
+fn is_plain_word_by_list(bytes: &[u8], at: usize) -> bool {
+    PLAIN_WORDS.iter().any(|w| {
+        let end = at + w.len();
+        bytes
+            .get(at..end)
+            .is_some_and(|t| t.eq_ignore_ascii_case(w.as_bytes()))
+            && bytes
+                .get(end)
+                .is_none_or(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+    })
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_plain_word_head_check_agrees_with_the_list(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "author", "Author", "AUTHORS", "authored", "authoring", "authority", "authorities",
+            "auth", "autho", "s", "_", "x", " ", ":", "é", "token",
+        ]), 0..8),
+        at in 0usize..40,
+    ) {
+        let text = pieces.concat();
+        let at = at.min(text.len());
+        proptest::prop_assert_eq!(
+            is_plain_word(text.as_bytes(), at),
+            is_plain_word_by_list(text.as_bytes(), at),
+            "{:?} at {}", text, at
+        );
     }
 }

@@ -1,0 +1,354 @@
+//! The keyword scan's automaton as a plain table, stepped by [`Keywords::each_occurrence`].
+//!
+//! The Aho-Corasick DFA the keywords are compiled to answers one byte at a time through a
+//! general interface (an anchored mode, a special-state test, then a match test); the scan
+//! runs over every byte of every line, so that interface was most of its cost. This is the same
+//! automaton copied into one flat array: a byte's class, one transition, and a single compare
+//! that says whether the state reports keywords (those states are numbered first). The copy is
+//! taken state by state from the DFA itself, so it reports exactly what the DFA reports (a
+//! property test in this module holds it to that).
+
+use aho_corasick::automaton::{Automaton, StateID};
+use aho_corasick::dfa::DFA;
+use aho_corasick::{Anchored, MatchKind};
+
+use super::Hit;
+
+/// The keyword automaton as a table.
+pub(crate) struct Keywords {
+    /// Each byte's class: bytes a keyword holds get one class per letter (both cases) or
+    /// other byte; every other byte shares class 0, as it leads every state to the start.
+    classes: [u8; 256],
+    /// The transitions, `stride` per state: the entry at `state + class` is the next state,
+    /// premultiplied by `stride`, with [`REPORTS`] set when it reports keywords.
+    trans: Trans,
+    /// The state the scan starts in (premultiplied; it reports nothing).
+    start: u32,
+    /// The reporting states are numbered first: state `s`'s keywords are
+    /// `matches[spans[s / stride]]`.
+    stride: u32,
+    /// For each reporting state, where its keywords lie in `matches`.
+    spans: Vec<(u32, u32)>,
+    /// Keyword ids with their lengths, grouped by state.
+    matches: Vec<(u32, u32)>,
+}
+
+impl Keywords {
+    /// `words` (lowercase) found ASCII case-insensitively, every occurrence reported.
+    pub(crate) fn new(words: &[&str]) -> Keywords {
+        Keywords::from_dfa(&dfa(words), words)
+    }
+
+    fn from_dfa(dfa: &DFA, words: &[&str]) -> Keywords {
+        // Classes: one per byte (case folded) that some keyword holds, 0 for the rest.
+        let mut classes = [0u8; 256];
+        let mut reps: Vec<u8> = vec![0];
+        for w in words {
+            for b in w.bytes() {
+                let f = b.to_ascii_lowercase();
+                if classes[f as usize] == 0 {
+                    classes[f as usize] = reps.len() as u8;
+                    reps.push(f);
+                }
+            }
+        }
+        for b in b'A'..=b'Z' {
+            classes[b as usize] = classes[b.to_ascii_lowercase() as usize];
+        }
+        // A byte no keyword holds: the representative of class 0.
+        reps[0] = (0..=255u8).find(|&b| classes[b as usize] == 0).unwrap_or(0);
+        let stride = reps.len() as u32;
+
+        // Every state reachable from the start, in the order found.
+        let start_id = match dfa.start_state(Anchored::No) {
+            Ok(s) => s,
+            // An unanchored search of a DFA built without a prefilter always has a start
+            // state; without one nothing is ever found, as with the DFA.
+            Err(_) => return Keywords::empty(),
+        };
+        let mut found: Vec<StateID> = vec![start_id];
+        // Each DFA state's place in `found`, by its id (`NONE`: not found yet).
+        const NONE: u32 = u32::MAX;
+        let mut index: Vec<u32> = Vec::new();
+        let place = |index: &mut Vec<u32>, sid: StateID, found: &mut Vec<StateID>| {
+            let i = sid.as_usize();
+            if i >= index.len() {
+                index.resize(i + 1, NONE);
+            }
+            if index[i] == NONE {
+                index[i] = found.len() as u32;
+                found.push(sid);
+            }
+            index[i] as usize
+        };
+        index.resize(start_id.as_usize() + 1, NONE);
+        index[start_id.as_usize()] = 0;
+        // Each found state's row of next states (places in `found`), `reps.len()` a row.
+        let mut next: Vec<u32> = Vec::new();
+        let mut i = 0;
+        while i < found.len() {
+            let sid = found[i];
+            for &b in &reps {
+                let to = dfa.next_state(Anchored::No, sid, b);
+                next.push(place(&mut index, to, &mut found) as u32);
+            }
+            i += 1;
+        }
+        let is_match = |sid: StateID| dfa.is_special(sid) && dfa.is_match(sid);
+        // Reporting states first.
+        let mut order: Vec<usize> = (0..found.len()).filter(|&s| is_match(found[s])).collect();
+        let match_count = order.len();
+        order.extend((0..found.len()).filter(|&s| !is_match(found[s])));
+        let mut new_index = vec![0u32; found.len()];
+        for (n, &old) in order.iter().enumerate() {
+            new_index[old] = n as u32;
+        }
+        let mut trans = vec![0u32; found.len() * reps.len()];
+        for (old, row) in next.chunks_exact(reps.len()).enumerate() {
+            let base = new_index[old] as usize * reps.len();
+            for (c, &to) in row.iter().enumerate() {
+                let to = to as usize;
+                let reports = if (new_index[to] as usize) < match_count {
+                    REPORTS
+                } else {
+                    0
+                };
+                trans[base + c] = (new_index[to] * stride) | reports;
+            }
+        }
+        let mut spans = Vec::with_capacity(match_count);
+        let mut matches = Vec::new();
+        for &old in &order[..match_count] {
+            let sid = found[old];
+            let first = matches.len() as u32;
+            for k in 0..dfa.match_len(sid) {
+                let p = dfa.match_pattern(sid, k);
+                matches.push((p.as_u32(), dfa.pattern_len(p) as u32));
+            }
+            spans.push((first, matches.len() as u32));
+        }
+        Keywords {
+            classes,
+            trans: Trans::new(trans),
+            start: new_index[0] * stride,
+            stride,
+            spans,
+            matches,
+        }
+    }
+
+    /// A table that finds nothing.
+    fn empty() -> Keywords {
+        Keywords {
+            classes: [0; 256],
+            trans: Trans::new(vec![0]),
+            start: 0,
+            stride: 1,
+            spans: Vec::new(),
+            matches: Vec::new(),
+        }
+    }
+
+    /// Pushes every occurrence of every keyword in `text` to `hits`, overlapping ones
+    /// included, ordered by start. Every reporting state reports all the keywords ending at
+    /// that byte, so nothing is found twice and nothing held inside another keyword (`pass`
+    /// in `passw`) is missed.
+    pub(crate) fn each_occurrence(&self, text: &[u8], hits: &mut Vec<Hit>) {
+        match &self.trans {
+            Trans::Small(t) => self.each_with(text, hits, |i| t[i as usize & (SMALL - 1)]),
+            Trans::Large(t) => self.each_with(text, hits, |i| t[(i & !REPORTS) as usize]),
+        }
+    }
+
+    /// [`Keywords::each_occurrence`] with the transition at an index read by `next`.
+    #[inline(always)]
+    fn each_with(&self, text: &[u8], hits: &mut Vec<Hit>, next: impl Fn(u32) -> u32) {
+        let first = hits.len();
+        let mut ordered = true;
+        let classes = &self.classes;
+        let mut sid = self.start;
+        // Four bytes a round: a class and a transition a byte, and one test of the four states
+        // for the bit that says one of them reports keywords. `next` ignores that bit.
+        let mut chunks = text.chunks_exact(4);
+        let mut at = 0;
+        for chunk in &mut chunks {
+            let s0 = next(sid + u32::from(classes[chunk[0] as usize]));
+            let s1 = next(s0 + u32::from(classes[chunk[1] as usize]));
+            let s2 = next(s1 + u32::from(classes[chunk[2] as usize]));
+            let s3 = next(s2 + u32::from(classes[chunk[3] as usize]));
+            if (s0 | s1 | s2 | s3) & REPORTS != 0 {
+                for (k, s) in [s0, s1, s2, s3].into_iter().enumerate() {
+                    if s & REPORTS != 0 {
+                        self.report(s & !REPORTS, at + k, hits, first, &mut ordered);
+                    }
+                }
+            }
+            sid = s3;
+            at += 4;
+        }
+        for (k, &b) in chunks.remainder().iter().enumerate() {
+            sid = next(sid + u32::from(classes[b as usize]));
+            if sid & REPORTS != 0 {
+                self.report(sid & !REPORTS, at + k, hits, first, &mut ordered);
+            }
+        }
+        // A long keyword ends after a short one that starts after it (`private key` and
+        // `key`).
+        if !ordered {
+            hits[first..].sort_by_key(|h| h.at);
+        }
+    }
+
+    /// The keywords the state `sid` reports, ending at byte `i`.
+    #[cold]
+    fn report(&self, sid: u32, i: usize, hits: &mut Vec<Hit>, first: usize, ordered: &mut bool) {
+        let (a, b) = self.spans[(sid / self.stride) as usize];
+        for &(keyword, len) in &self.matches[a as usize..b as usize] {
+            let at = i + 1 - len as usize;
+            *ordered &= hits.len() == first || hits[hits.len() - 1].at <= at;
+            hits.push(Hit { at, keyword });
+        }
+    }
+}
+
+/// The bit of a transition that says the state it leads to reports keywords: far above any
+/// state's number, and a multiple of [`SMALL`], so the masked index of [`Trans::Small`] drops
+/// it by itself.
+const REPORTS: u32 = 1 << 31;
+
+/// Entries of a table that fits [`Trans::Small`].
+const SMALL: usize = 1 << 17;
+
+/// The transitions. A table of at most [`SMALL`] entries is held in an array of that size and
+/// read at an index masked to it, which needs no bounds check (a compare and a branch a byte);
+/// a larger one (never, with today's keywords: about 92,000 entries) is read as a slice.
+enum Trans {
+    Small(Box<[u32; SMALL]>),
+    Large(Box<[u32]>),
+}
+
+impl Trans {
+    fn new(trans: Vec<u32>) -> Trans {
+        if trans.len() > SMALL {
+            return Trans::Large(trans.into_boxed_slice());
+        }
+        // Allocated zeroed: the pages past the entries are never touched, so never resident.
+        let mut small = vec![0u32; SMALL];
+        small[..trans.len()].copy_from_slice(&trans);
+        match small.into_boxed_slice().try_into() {
+            Ok(small) => Trans::Small(small),
+            // Not reached: resized to `SMALL` just above.
+            Err(trans) => Trans::Large(trans),
+        }
+    }
+}
+
+/// The keyword DFA: `words` (lowercase) found ASCII case-insensitively, every occurrence
+/// reported.
+fn dfa(words: &[&str]) -> DFA {
+    DFA::builder()
+        .match_kind(MatchKind::Standard)
+        .ascii_case_insensitive(true)
+        // Stepped through the table above, one lookup per byte: a prefilter would only make
+        // it stop to ask where to jump, and the rare bytes of a few hundred words are common
+        // ones.
+        .prefilter(false)
+        .build(words)
+        // A few hundred short constant words: far below any automaton size limit.
+        .expect("keyword automaton builds")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The occurrences the DFA reports stepped through its own interface, as the scan did
+    /// before the table.
+    fn by_dfa(dfa: &DFA, text: &[u8]) -> Vec<(usize, u32)> {
+        let mut hits: Vec<(usize, u32)> = Vec::new();
+        let mut sid = dfa.start_state(Anchored::No).expect("start state");
+        for (i, &b) in text.iter().enumerate() {
+            sid = dfa.next_state(Anchored::No, sid, b);
+            if dfa.is_special(sid) && dfa.is_match(sid) {
+                for k in 0..dfa.match_len(sid) {
+                    let p = dfa.match_pattern(sid, k);
+                    hits.push((i + 1 - dfa.pattern_len(p), p.as_u32()));
+                }
+            }
+        }
+        hits.sort_by_key(|h| h.0);
+        hits
+    }
+
+    /// The occurrences the table reports, read through both forms of its transitions.
+    fn by_table(table: &Keywords, text: &[u8]) -> Vec<(usize, u32)> {
+        let mut hits = Vec::new();
+        table.each_occurrence(text, &mut hits);
+        let Trans::Small(small) = &table.trans else {
+            panic!("today's keywords fit the small table");
+        };
+        let mut large = Vec::new();
+        table.each_with(text, &mut large, |i| small[..][(i & !REPORTS) as usize]);
+        let found: Vec<(usize, u32)> = hits.iter().map(|h| (h.at, h.keyword)).collect();
+        let found_large: Vec<(usize, u32)> = large.iter().map(|h| (h.at, h.keyword)).collect();
+        assert_eq!(found, found_large);
+        found
+    }
+
+    fn redactor_words() -> Vec<&'static str> {
+        super::super::global().words.clone()
+    }
+
+    #[test]
+    fn finds_what_the_dfa_finds_in_examples() {
+        let words = redactor_words();
+        let d = dfa(&words);
+        let table = Keywords::from_dfa(&d, &words);
+        for text in [
+            &b"export GITHUB_TOKEN=ghp_x; PassWord=1 private key -----END Author: x"[..],
+            b"",
+            b"sk",
+            "TaskStarted \u{00e9}\u{ff34}oken \x1b[1mtoken".as_bytes(),
+        ] {
+            assert_eq!(by_table(&table, text), by_dfa(&d, text));
+        }
+        assert!(!by_table(&table, b"PASSWORD").is_empty());
+    }
+
+    /// Text made of pieces of keywords in random case, and other bytes.
+    fn text_strategy() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let words = redactor_words();
+        let piece = prop_oneof![
+            (proptest::sample::select(words), any::<u64>(), 0usize..4).prop_map(
+                |(w, case, cut)| {
+                    let w = w.as_bytes();
+                    let w = &w[..w.len().saturating_sub(cut).max(1).min(w.len())];
+                    w.iter()
+                        .enumerate()
+                        .map(|(i, &b)| {
+                            if case >> (i % 64) & 1 == 1 {
+                                b.to_ascii_uppercase()
+                            } else {
+                                b
+                            }
+                        })
+                        .collect::<Vec<u8>>()
+                }
+            ),
+            proptest::collection::vec(any::<u8>(), 0..4),
+            proptest::collection::vec(proptest::sample::select(b" _-=:\"\\".to_vec()), 0..3),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn agrees_with_the_dfa(text in text_strategy()) {
+            let words = redactor_words();
+            let d = dfa(&words);
+            let table = Keywords::from_dfa(&d, &words);
+            proptest::prop_assert_eq!(by_table(&table, &text), by_dfa(&d, &text));
+        }
+    }
+}
