@@ -619,6 +619,13 @@ impl Redactor {
                     split_at_markers(slice, &mut found);
                 }
             }
+            // Tried line by line, never on the whole window at once.
+            RuleRef::Core(rule) if rules::by_lines(rule) => {
+                rules::find(rule, re, slice, &mut found);
+                if rule.multiline {
+                    split_at_markers(slice, &mut found);
+                }
+            }
             // Most keyword hits start nothing (`tokens`, `Author`): the lazy DFA says so
             // without the capture machinery, which allocates its slots on every call.
             _ if !re.is_match(slice) => return,

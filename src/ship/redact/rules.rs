@@ -181,17 +181,21 @@ const fn when(pre: fn(&str) -> bool, r: Rule) -> Rule {
 /// and the line's end, a block scalar's `|` or `>`, or a comment.
 fn has_bare_colon(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memchr_iter(b':', b).any(|at| {
-        let rest = &b[at + 1..];
-        let blanks = rest
-            .iter()
-            .take_while(|&&c| c == b' ' || c == b'\t')
-            .count();
-        matches!(
-            rest.get(blanks),
-            None | Some(b'\n' | b'\r' | b'|' | b'>' | b'#')
-        )
-    })
+    memchr::memchr_iter(b':', b).any(|at| bare_colon_at(b, at))
+}
+
+/// Whether the colon at `b[at]` has nothing after it but blanks before the line's end, a
+/// block scalar's `|` or `>`, or a comment.
+fn bare_colon_at(b: &[u8], at: usize) -> bool {
+    let rest = &b[at + 1..];
+    let blanks = rest
+        .iter()
+        .take_while(|&&c| c == b' ' || c == b'\t')
+        .count();
+    matches!(
+        rest.get(blanks),
+        None | Some(b'\n' | b'\r' | b'|' | b'>' | b'#')
+    )
 }
 
 /// Necessary characters, checked before a rule's regex runs on a window (most windows around a
@@ -1564,6 +1568,10 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
 /// groups: the whole match): their matches come from the lazy DFA, without the capture engine
 /// that costs most of such a text. The others go through [`refine`] of their captures.
 pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
+    if by_lines(rule) {
+        find_by_lines(rule, re, text, out);
+        return;
+    }
     if reads_matches(rule, re) {
         if let Some(first) = next_match(rule, re, text, 0) {
             find_from(rule, re, text, first, out);
@@ -1572,6 +1580,77 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
     }
     for caps in re.captures_iter(text) {
         refine(rule, &caps, text, out);
+    }
+}
+
+/// Whether [`find`] runs `rule` only on the lines a cheap search names ([`find_by_lines`]):
+/// the two rules on a whole text whose every match is one line, or two, that a byte search
+/// finds. Searching a whole text with their patterns was a sixth of the instructions of
+/// shipping a generated rollout (docs/redaction.md, "Speed").
+pub(crate) fn by_lines(rule: &Rule) -> bool {
+    matches!(rule.refine, Refine::YamlNextLine | Refine::TableColumn)
+}
+
+/// [`find`] for a rule [`by_lines`]: its pattern tried only where a match can start, with
+/// the text from there on (whose start is a line's, as `(?m)^` needs) for its refinement.
+/// The same matches as a search of the whole text, since no match of either pattern can
+/// start inside another's:
+///
+/// - `yaml-next-line` matches one line and its line break, and that line holds a colon
+///   followed by blanks and then the line's end, `|`, `>` or `#` ([`bare_colon_at`]): only
+///   the lines holding such a colon are tried, each alone (with its line break).
+/// - `table-column` matches a header line and the separator line under it, which holds three
+///   dashes in a row and no letter (so it never starts a match itself): only the lines
+///   holding `---` are tried as separators, with the line before them.
+fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
+    let b = text.as_bytes();
+    let line_start = |at: usize| memchr::memrchr(b'\n', &b[..at]).map_or(0, |i| i + 1);
+    let mut last = None;
+    let mut try_at = |start: usize, end: usize, out: &mut Vec<Range<usize>>| {
+        if last == Some(start) {
+            return;
+        }
+        last = Some(start);
+        if !re.is_match(&text[start..end]) {
+            return;
+        }
+        let rest = &text[start..];
+        if let Some(caps) = re.captures(rest) {
+            let from = out.len();
+            refine(rule, &caps, rest, out);
+            for span in &mut out[from..] {
+                *span = span.start + start..span.end + start;
+            }
+        }
+    };
+    match rule.refine {
+        Refine::YamlNextLine => {
+            for at in memchr::memchr_iter(b':', b) {
+                if !bare_colon_at(b, at) {
+                    continue;
+                }
+                // The pattern ends with the line break: a last line without one never matches.
+                let Some(end) = memchr::memchr(b'\n', &b[at..]) else {
+                    break;
+                };
+                try_at(line_start(at), at + end + 1, out);
+            }
+        }
+        Refine::TableColumn => {
+            for at in memchr::memmem::find_iter(b, b"---") {
+                let sep = line_start(at);
+                if sep == 0 {
+                    continue;
+                }
+                let end = memchr::memchr(b'\n', &b[at..]).map_or(b.len(), |e| at + e);
+                try_at(line_start(sep - 1), end, out);
+            }
+        }
+        _ => {
+            for caps in re.captures_iter(text) {
+                refine(rule, &caps, text, out);
+            }
+        }
     }
 }
 
@@ -3597,6 +3676,78 @@ mod tests {
             proptest::prop_assert_eq!(is_version(&v), v.len() <= 40 && version.is_match(&v), "{:?}", v);
             let directive = Regex::new(DIRECTIVE_PATTERN).expect("pattern compiles");
             proptest::prop_assert_eq!(is_format_directive(&v), directive.is_match(&v), "{:?}", v);
+        }
+    }
+
+    /// Text made of the pieces YAML and tables are made of, in any order: names with and
+    /// without a secret's word, colons bare or not, block scalars, comments, separator lines
+    /// (with and without pipes), indentation, line breaks of both kinds, markers.
+    fn yaml_and_tables() -> impl proptest::strategy::Strategy<Value = String> {
+        let pieces = &[
+            "password",
+            "api_key",
+            "KeyName",
+            "Value",
+            "name",
+            "  ",
+            "\t",
+            "- ",
+            ":",
+            ": ",
+            ": |",
+            ": >-",
+            " # note",
+            "\n",
+            "\r\n",
+            "---",
+            "-------",
+            "|",
+            " | ",
+            "+",
+            "Hunt3rNextLine9",
+            "Zq8Wm3Np7Lk2Vb6Xc1Rt5",
+            "x",
+            "[REDACTED]",
+            "é",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        /// The rules run line by line find what a search of the whole text finds.
+        #[test]
+        fn rules_by_lines_find_what_the_whole_text_search_finds(text in yaml_and_tables()) {
+            for rule in RULES.iter().filter(|r| by_lines(r)) {
+                let re = Regex::new(rule.pattern).expect("pattern compiles");
+                let mut whole = Vec::new();
+                for caps in re.captures_iter(&text) {
+                    refine(rule, &caps, &text, &mut whole);
+                }
+                let mut lines = Vec::new();
+                find(rule, &re, &text, &mut lines);
+                proptest::prop_assert_eq!(&lines, &whole, "{} on {:?}", rule.id, text);
+            }
+        }
+    }
+
+    #[test]
+    fn rules_by_lines_find_yaml_values_and_table_columns() {
+        let yaml = RULES
+            .iter()
+            .find(|r| r.id == "yaml-next-line")
+            .expect("rule");
+        let table = RULES.iter().find(|r| r.id == "table-column").expect("rule");
+        let text = "a: 1\ndb:\n  password:\n    Hunt3rNextLine\nrows\nKeyName  Value\n-------  -----\nkey1     Zq8Wm3Np7Lk2Vb6Xc1Rt5\n";
+        for (rule, value) in [(yaml, "Hunt3rNextLine"), (table, "Zq8Wm3Np7Lk2Vb6Xc1Rt5")] {
+            let mut spans = Vec::new();
+            find(
+                rule,
+                &Regex::new(rule.pattern).expect("pattern compiles"),
+                text,
+                &mut spans,
+            );
+            let found: Vec<&str> = spans.iter().map(|s| &text[s.clone()]).collect();
+            assert_eq!(found, [value], "{}", rule.id);
         }
     }
 
