@@ -95,6 +95,40 @@ impl<'a> Decoded<'a> {
 
     /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset
     /// just after the unit holding it.
+    /// [`Decoded::to_raw`] of every span in `spans`, in place (and sorted by their starts):
+    /// one walk over the units for the whole list, where each span alone searches them twice.
+    /// A string of tool output inside JSON inside JSON has an escape every line, and the dense
+    /// case's spans were mapped back level by level.
+    pub fn to_raw_all(&self, spans: &mut [Range<usize>]) {
+        if self.units.is_empty() {
+            return;
+        }
+        spans.sort_unstable_by_key(|s| s.start);
+        let mut cursor = 0;
+        for span in spans.iter_mut().filter(|s| s.start < s.end) {
+            let (a, z) = (span.start as u32, (span.end - 1) as u32);
+            cursor = self.unit_from(a, cursor);
+            let start = self.map_unit(cursor, a, false);
+            let end = self.map_unit(self.unit_from(z, cursor), z, true);
+            *span = start..end.max(start);
+        }
+    }
+
+    /// The last unit starting at or before `at`, looked for from unit `from` on (which starts
+    /// at or before `at`): a few steps forward, then a binary search of the rest.
+    fn unit_from(&self, at: u32, from: usize) -> usize {
+        let mut i = from;
+        for _ in 0..8 {
+            match self.units.get(i + 1) {
+                Some(u) if u.dec <= at => i += 1,
+                _ => return i,
+            }
+        }
+        i + self.units[i..]
+            .partition_point(|u| u.dec <= at)
+            .saturating_sub(1)
+    }
+
     fn map(&self, at: usize, end: bool) -> usize {
         let at = at as u32;
         // The last unit starting at or before `at`. The first unit starts at 0.
@@ -102,6 +136,11 @@ impl<'a> Decoded<'a> {
             .units
             .partition_point(|u| u.dec <= at)
             .saturating_sub(1);
+        self.map_unit(i, at, end)
+    }
+
+    /// Where decoded byte `at`, in unit `i`, came from (`end`: the raw end after it).
+    fn map_unit(&self, i: usize, at: u32, end: bool) -> usize {
         let unit = self.units[i];
         if unit.escape_len == 0 {
             (unit.raw + (at - unit.dec) + u32::from(end)) as usize
@@ -479,6 +518,31 @@ mod tests {
         // Literal runs map one to one.
         let z = d.text.find('z').unwrap();
         assert_eq!(&raw[d.to_raw(z..z + 1)], "z");
+    }
+
+    proptest::proptest! {
+        /// Mapping a list of spans at once maps each as mapping it alone does.
+        #[test]
+        fn spans_mapped_together_map_as_each_alone(
+            pieces in proptest::collection::vec(proptest::sample::select(&[
+                "a", "bc", r"\n", r"\\", r#"\""#, r"\u00e9", r"\ud83d\ude00", "é", r"\t", "xyz",
+            ][..]), 0..30),
+            raw_spans in proptest::collection::vec((0usize..200, 0usize..40), 0..12),
+        ) {
+            let raw = pieces.concat();
+            let d = decode(&raw);
+            let len = d.text.len();
+            let spans: Vec<Range<usize>> = raw_spans
+                .iter()
+                .map(|&(a, n)| a.min(len)..(a + n).min(len))
+                .collect();
+            let mut each: Vec<Range<usize>> = spans.iter().map(|s| d.to_raw(s.clone())).collect();
+            let mut together = spans.clone();
+            d.to_raw_all(&mut together);
+            each.sort_unstable_by_key(|s| (s.start, s.end));
+            together.sort_unstable_by_key(|s| (s.start, s.end));
+            proptest::prop_assert_eq!(together, each, "{:?} {:?}", raw, spans);
+        }
     }
 
     #[test]

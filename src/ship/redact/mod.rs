@@ -565,7 +565,8 @@ impl Redactor {
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
                 self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, keys_only);
-                out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+                view.to_raw_all(&mut inner);
+                out.extend(inner);
             }
         }
         // String literals joined in code: `'sk_live_' + 'Xk9…'`.
@@ -577,7 +578,8 @@ impl Redactor {
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
                 self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
-                out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+                view.to_raw_all(&mut inner);
+                out.extend(inner);
             }
         }
         if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
@@ -591,7 +593,8 @@ impl Redactor {
                 if !view_hits.is_empty() || decode::hides_ascii(view.text.as_bytes()) {
                     let mut inner = Vec::new();
                     self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
-                    out.extend(inner.into_iter().map(|s| view.to_raw(s)));
+                    view.to_raw_all(&mut inner);
+                    out.extend(inner);
                 }
             }
         }
@@ -700,10 +703,12 @@ impl Redactor {
         } else {
             self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
         }
-        out.extend(inner.into_iter().map(|s| {
-            let r = decoded.to_raw(s);
-            content.start + r.start..content.start + r.end
-        }));
+        decoded.to_raw_all(&mut inner);
+        out.extend(
+            inner
+                .into_iter()
+                .map(|r| content.start + r.start..content.start + r.end),
+        );
     }
 
     /// Valid JSON `text`, whose tokens are `toks` (`checked`: from [`json::parse`]): the
@@ -980,10 +985,12 @@ impl Walk<'_> {
         let mut inner = Vec::new();
         self.redactor
             .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true);
-        out.extend(inner.into_iter().map(|s| {
-            let r = decoded.to_raw(s);
-            kr.start + r.start..kr.start + r.end
-        }));
+        decoded.to_raw_all(&mut inner);
+        out.extend(
+            inner
+                .into_iter()
+                .map(|r| kr.start + r.start..kr.start + r.end),
+        );
     }
 
     /// `{"name": "Authorization", "value": "..."}` (HAR, fetch logs): the value goes.
