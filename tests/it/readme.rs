@@ -74,9 +74,16 @@ fn readme_lists_exactly_the_tests_skipped_under_wine() {
 fn setup_commands() -> (String, String) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let readme = std::fs::read_to_string(&path).unwrap();
-    let section = &readme[readme
+    let at = readme
         .find("## Build and test from source")
-        .expect("README.md lacks its setup section")..];
+        .expect("README.md lacks its setup section");
+    // A stranger reads the two commands first: the section is the README's first.
+    assert_eq!(
+        readme.find("\n## "),
+        Some(at - 1),
+        "the setup section is not the README's first"
+    );
+    let section = &readme[at..];
     let block = section.split("```").nth(1).expect("a code block");
     let commands: Vec<&str> = block
         .lines()
