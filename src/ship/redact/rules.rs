@@ -181,7 +181,7 @@ const fn when(pre: fn(&str) -> bool, r: Rule) -> Rule {
 /// and the line's end, a block scalar's `|` or `>`, or a comment.
 fn has_bare_colon(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memchr_iter(b':', b).any(|at| bare_colon_at(b, at))
+    super::runs::any_at(b, [b':'], |at| bare_colon_at(b, at))
 }
 
 /// Whether the colon at `b[at]` has nothing after it but blanks before the line's end, a
@@ -1625,16 +1625,17 @@ fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>
     };
     match rule.refine {
         Refine::YamlNextLine => {
-            for at in memchr::memchr_iter(b':', b) {
+            super::runs::any_at(b, [b':'], |at| {
                 if !bare_colon_at(b, at) {
-                    continue;
+                    return false;
                 }
                 // The pattern ends with the line break: a last line without one never matches.
                 let Some(end) = memchr::memchr(b'\n', &b[at..]) else {
-                    break;
+                    return true;
                 };
                 try_at(line_start(at), at + end + 1, out);
-            }
+                false
+            });
         }
         Refine::TableColumn => {
             for at in memchr::memmem::find_iter(b, b"---") {
