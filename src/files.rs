@@ -738,10 +738,11 @@ pub fn heartbeat_slots(path: &Path) -> [PathBuf; 3] {
 ///
 /// - where two names can be swapped in one step (Linux's `RENAME_EXCHANGE`), the one slot
 ///   `<heartbeat>-0` is opened, rewritten in place, closed and swapped with the heartbeat: the
-///   slot then names the previous heartbeat's inode, rewritten by the next beat. Four system
-///   calls a beat, and no link count moves;
+///   slot then names the previous heartbeat's inode, rewritten by the next beat. Five system
+///   calls a beat (the open, its check that the slot is a regular file, the write, the close,
+///   the swap), and no link count moves;
 /// - elsewhere, `<heartbeat>-0` and `<heartbeat>-1` alternate: the one not visible is
-///   rewritten, linked under a temporary name and renamed over the heartbeat (five calls);
+///   rewritten, linked under a temporary name and renamed over the heartbeat (six calls);
 /// - where hard links do not work either, plain atomic writes take over.
 ///
 /// Nothing stays open between beats: a held key costs one descriptor at rest (its lock), so a
