@@ -671,16 +671,18 @@ fn beat_loop(beats: &Mutex<BTreeMap<String, Beating>>, every: Duration, wake: &m
     loop {
         {
             let mut beats = beats.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Ts::now();
+            // One text for the round, and a path put into words only when a log line says it.
+            let text = Ts::now().rfc3339();
             for (key, beating) in beats.iter_mut() {
                 if !round && beating.beaten {
                     continue;
                 }
                 beating.beaten = true;
-                let path = beating.file.path.display().to_string();
                 // Said once per streak over every key: out of descriptors or disk, every
                 // key fails at once.
-                match beating.file.beat(now.rfc3339().as_bytes()) {
+                let beat = beating.file.beat(text.as_bytes());
+                let path = beating.file.path.display();
+                match beat {
                     Ok(()) => {
                         if failing.remove(key) && failing.is_empty() {
                             tracing::info!(event = "heartbeat_recovered", key = %key, path = %path, "heartbeat writes work again");
@@ -730,11 +732,18 @@ pub fn heartbeat_slots(path: &Path) -> [PathBuf; 3] {
 /// keeping any descriptor open between beats.
 ///
 /// A plain atomic write (temp file, rename) makes the file system evict the replaced inode,
-/// which on ext4 is most of an idle watcher's CPU. Here two private files, each kept linked
-/// under its own name, take turns: the one not visible is opened, rewritten in place and
-/// closed, linked under a temporary name and renamed over the heartbeat, so readers still only
-/// ever see a whole file, and the replaced inode survives under its private name. Where hard
-/// links do not work, plain atomic writes take over.
+/// which on ext4 is most of an idle watcher's CPU. Here private files, each kept linked under
+/// its own name, take turns with the heartbeat, so readers still only ever see a whole file and
+/// the replaced inode survives under a private name:
+///
+/// - where two names can be swapped in one step (Linux's `RENAME_EXCHANGE`), the one slot
+///   `<heartbeat>-0` is opened, rewritten in place, closed and swapped with the heartbeat: the
+///   slot then names the previous heartbeat's inode, rewritten by the next beat. Five system
+///   calls a beat (the open, its check that the slot is a regular file, the write, the close,
+///   the swap), and no link count moves;
+/// - elsewhere, `<heartbeat>-0` and `<heartbeat>-1` alternate: the one not visible is
+///   rewritten, linked under a temporary name and renamed over the heartbeat (six calls);
+/// - where hard links do not work either, plain atomic writes take over.
 ///
 /// Nothing stays open between beats: a held key costs one descriptor at rest (its lock), so a
 /// supervisor holding thousands of keys stays inside the usual 1,024 open files, and on Windows
@@ -750,9 +759,20 @@ struct Beater {
     next: usize,
     /// The length each slot was last cut to by this beater (`None`: not known).
     lengths: [Option<usize>; 2],
+    /// The length of the file the heartbeat names, when it is one of this beater's slots
+    /// (`None`: not known to be ours, e.g. the first beat's, written by the claim).
+    shown: Option<usize>,
+    /// Whether `<heartbeat>-0` is known to be this beater's own file: one found there may be
+    /// left by a watcher killed mid-beat and still be a link of the heartbeat itself, which a
+    /// rewrite would change in place.
+    slot_ours: bool,
+    /// Whether the slot is swapped with the heartbeat (until the file system says it cannot).
+    swaps: bool,
     plain: bool,
     /// How a slot is renamed over the heartbeat (a test gives one that fails).
     rename: fn(&Path, &Path) -> io::Result<()>,
+    /// How the slot and the heartbeat are swapped (a test gives one that fails).
+    exchange: fn(&Path, &Path) -> io::Result<()>,
 }
 
 impl Beater {
@@ -762,8 +782,13 @@ impl Beater {
             slots: heartbeat_slots(path),
             next: 0,
             lengths: [None; 2],
+            shown: None,
+            slot_ours: false,
+            // Only Linux swaps two names in one step.
+            swaps: cfg!(target_os = "linux"),
             plain: false,
             rename: crate::platform::replace::rename,
+            exchange: crate::platform::replace::exchange,
         }
     }
 
@@ -771,7 +796,12 @@ impl Beater {
         if self.plain {
             return write_atomic(&self.path, text).or_else(|e| self.in_place(text, e));
         }
-        match self.beat_linked(text) {
+        let beat = if self.swaps {
+            self.beat_swapped(text)
+        } else {
+            self.beat_linked(text)
+        };
+        match beat {
             Ok(()) => Ok(()),
             // No descriptor or no space: the next beat tries the same way again (the thread
             // says so once per streak).
@@ -786,23 +816,68 @@ impl Beater {
         }
     }
 
-    fn beat_linked(&mut self, text: &[u8]) -> io::Result<()> {
-        let k = self.next;
-        {
-            // Opened, written and closed within the beat (see the type's documentation).
-            let file = open_private(
-                private_options().write(true).create(true).truncate(false),
-                &self.slots[k],
-            )?;
-            crate::platform::positional::write_all_at(&file, text, 0)?;
-            // Every beat has the same length: the slot is cut only when this beat's text is
-            // not as long as what it last held (its first beat, or one that failed midway).
-            if self.lengths[k] != Some(text.len()) {
-                self.lengths[k] = None;
-                file.set_len(text.len() as u64)?;
-                self.lengths[k] = Some(text.len());
+    /// Opens slot `k`, writes `text` at its start and closes it; the slot is cut only when
+    /// `text` is not as long as what it last held (its first beat, or one that failed midway):
+    /// every beat has the same length.
+    fn write_slot(&mut self, k: usize, text: &[u8]) -> io::Result<()> {
+        // Opened, written and closed within the beat (see the type's documentation).
+        let file = open_private(
+            private_options().write(true).create(true).truncate(false),
+            &self.slots[k],
+        )?;
+        crate::platform::positional::write_all_at(&file, text, 0)?;
+        if self.lengths[k] != Some(text.len()) {
+            self.lengths[k] = None;
+            file.set_len(text.len() as u64)?;
+            self.lengths[k] = Some(text.len());
+        }
+        Ok(())
+    }
+
+    /// The slot rewritten and swapped with the heartbeat (see the type's documentation).
+    fn beat_swapped(&mut self, text: &[u8]) -> io::Result<()> {
+        if !self.slot_ours {
+            match fs::remove_file(&self.slots[0]) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            self.lengths[0] = None;
+            self.slot_ours = true;
+        }
+        self.write_slot(0, text)?;
+        if self.shown.is_some() {
+            match (self.exchange)(&self.slots[0], &self.path) {
+                Ok(()) => {
+                    // The slot now names the previous heartbeat, as long as that beat was.
+                    self.lengths[0] = self.shown;
+                    self.shown = Some(text.len());
+                    return Ok(());
+                }
+                // The heartbeat is gone (removed by hand): the slot is renamed into its place.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if out_of_resources(&e) => return Err(e),
+                // Not to be had here: the two slots take turns instead, from now on.
+                Err(_) => {
+                    self.swaps = false;
+                    return self.beat_linked(text);
+                }
             }
         }
+        // A heartbeat this beater did not write (the claim's, another process's, none) is
+        // replaced, not swapped: its inode is not kept under the slot's name, so the files
+        // taking turns from now on are the slot's, created private.
+        if let Err(e) = (self.rename)(&self.slots[0], &self.path) {
+            self.shown = None;
+            return self.in_place(text, e);
+        }
+        self.lengths[0] = None;
+        self.shown = Some(text.len());
+        Ok(())
+    }
+
+    fn beat_linked(&mut self, text: &[u8]) -> io::Result<()> {
+        let k = self.next;
+        self.write_slot(k, text)?;
         let new = &self.slots[2];
         // The temporary name is normally free (each beat renames it away); one left by a beat
         // that failed between the link and the rename is removed, then linked again.
@@ -1041,6 +1116,7 @@ mod tests {
         }
         let path = dir.join("k.heartbeat");
         let mut beater = Beater::new(&path);
+        beater.swaps = false;
         beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
         beater.rename = |_, _| Err(io::Error::from(io::ErrorKind::PermissionDenied));
         beater.beat(b"2026-12-01T10:00:10.000Z").unwrap();
@@ -1060,6 +1136,7 @@ mod tests {
         let path = dir.path().join("k.heartbeat");
         let slots = heartbeat_slots(&path);
         let mut beater = Beater::new(&path);
+        beater.swaps = false;
         beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
         fs::write(&slots[2], "left by a beat that failed").unwrap();
         fs::write(&slots[1], "2026-12-01T09:59:59.999Z and more after it").unwrap();
@@ -1073,6 +1150,94 @@ mod tests {
             assert!(!slots[2].exists(), "the temporary name stayed");
         }
         assert!(!beater.plain, "the linked slots stay in use");
+    }
+
+    /// Where two names swap in one step (Linux), a beat rewrites the one slot and swaps it with
+    /// the heartbeat: the heartbeat and the slot take turns between two private inodes, no
+    /// second slot or temporary link is made, and the slot holds the previous beat.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_heartbeat_swaps_its_one_slot_with_the_heartbeat() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.heartbeat");
+        // The claim's heartbeat, written by someone else: replaced, never kept as a slot.
+        fs::write(&path, "2026-12-01T09:59:59.000Z").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        // Held open, so its inode number is not given to another file meanwhile.
+        let claim = File::open(&path).unwrap();
+        let claimed = claim.metadata().unwrap().ino();
+        let slots = heartbeat_slots(&path);
+        let mut beater = Beater::new(&path);
+        let mut inodes = std::collections::BTreeSet::new();
+        let mut previous = None;
+        for t in [
+            "2026-12-01T10:00:00.000Z",
+            "2026-12-01T10:00:10.000Z",
+            "2026-12-01T10:00:20.000Z",
+            "2026-12-01T10:00:30.000Z",
+        ] {
+            beater.beat(t.as_bytes()).unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), t);
+            let meta = fs::metadata(&path).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+            assert_eq!(meta.nlink(), 1, "the heartbeat is no link of a slot");
+            inodes.insert(meta.ino());
+            if let Some(before) = previous {
+                assert_eq!(fs::read_to_string(&slots[0]).unwrap(), before);
+            }
+            previous = Some(t);
+            assert!(!slots[1].exists() && !slots[2].exists());
+        }
+        assert!(beater.swaps, "the slot is still swapped");
+        assert!(!inodes.contains(&claimed), "the claim's file is not reused");
+        assert_eq!(inodes.len(), 2, "two inodes take turns: {inodes:?}");
+    }
+
+    /// A slot found at the start may be a link of the heartbeat (left by a watcher killed in the
+    /// middle of a linked beat): it is not rewritten, which would change the heartbeat in place
+    /// under a reader.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_slot_found_linked_to_the_heartbeat_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.heartbeat");
+        fs::write(&path, "2026-12-01T09:59:59.000Z").unwrap();
+        let slots = heartbeat_slots(&path);
+        fs::hard_link(&path, &slots[0]).unwrap();
+        let reader = File::open(&path).unwrap();
+        let mut beater = Beater::new(&path);
+        beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "2026-12-01T10:00:00.000Z"
+        );
+        let mut seen = String::new();
+        io::Read::read_to_string(&mut &reader, &mut seen).unwrap();
+        assert_eq!(seen, "2026-12-01T09:59:59.000Z", "the old file was written");
+    }
+
+    /// A heartbeat removed by hand comes back at the next beat, and where the file system
+    /// cannot swap, the two slots take turns as before.
+    #[test]
+    fn a_heartbeat_survives_its_removal_and_a_file_system_that_cannot_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.heartbeat");
+        let mut beater = Beater::new(&path);
+        beater.beat(b"2026-12-01T10:00:00.000Z").unwrap();
+        beater.beat(b"2026-12-01T10:00:10.000Z").unwrap();
+        fs::remove_file(&path).unwrap();
+        beater.beat(b"2026-12-01T10:00:20.000Z").unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "2026-12-01T10:00:20.000Z"
+        );
+        beater.exchange = |_, _| Err(io::Error::from_raw_os_error(22));
+        for t in ["2026-12-01T10:00:30.000Z", "2026-12-01T10:00:40.000Z"] {
+            beater.beat(t.as_bytes()).unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), t);
+        }
+        assert!(!beater.swaps && !beater.plain, "the linked slots take over");
     }
 
     #[test]

@@ -68,6 +68,43 @@ pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
     )
 }
 
+/// Swaps what `a` and `b` name, in one step (both must exist): a reader of either path sees
+/// one whole file or the other, never neither and never a file being written. Linux's
+/// `renameat2` with `RENAME_EXCHANGE`; elsewhere an `Unsupported` error, and on Linux the
+/// error of a file system without it (`EINVAL`) or a kernel before it (`ENOSYS`).
+pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        };
+        let (a, b) = (c(a)?, c(b)?);
+        // SAFETY: both are NUL-terminated strings that live across the call; AT_FDCWD makes
+        // them relative to the working directory, as `fs::rename` is.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (a, b);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
 /// Runs `attempt` until it succeeds, fails with an error `transient` does not accept, or the
 /// waits are used up; `wait` is how time passes (a sleep, or a recorder in tests).
 fn with_retries<T>(
@@ -158,6 +195,30 @@ mod tests {
         // The same numbers are EIO, EPIPE and EDOM on unix, never to be retried there.
         assert_eq!(held_by_reader(&sharing_violation()), cfg!(windows));
         assert!(!held_by_reader(&io::Error::from_raw_os_error(2)));
+    }
+
+    #[test]
+    fn an_exchange_swaps_two_names_where_the_platform_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::write(&a, "one").unwrap();
+        fs::write(&b, "two").unwrap();
+        match exchange(&a, &b) {
+            Ok(()) => {
+                assert_eq!(fs::read_to_string(&a).unwrap(), "two");
+                assert_eq!(fs::read_to_string(&b).unwrap(), "one");
+                // Both names must exist: nothing is created.
+                let gone = dir.path().join("gone");
+                let e = exchange(&a, &gone).unwrap_err();
+                assert_eq!(e.kind(), io::ErrorKind::NotFound);
+                assert!(!gone.exists() && a.exists());
+            }
+            // A file system without it.
+            #[cfg(target_os = "linux")]
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}"),
+            #[cfg(not(target_os = "linux"))]
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}"),
+        }
     }
 
     /// Opens `path` for reading the way .NET's `File.ReadAllText` does: read sharing only, so
