@@ -1605,7 +1605,7 @@ pub(crate) fn by_lines(rule: &Rule) -> bool {
 fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
     let b = text.as_bytes();
     let line_start = |at: usize| memchr::memrchr(b'\n', &b[..at]).map_or(0, |i| i + 1);
-    let mut try_at = |start: usize, end: usize, out: &mut Vec<Range<usize>>| {
+    let try_at = |start: usize, end: usize, out: &mut Vec<Range<usize>>| {
         if !re.is_match(&text[start..end]) {
             return;
         }
