@@ -303,23 +303,8 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
         return false;
     }
     let hex = v.iter().all(u8::is_ascii_hexdigit);
-    entropy(v) >= if hex { 3.0 } else { 3.3 }
-}
-
-fn entropy(v: &[u8]) -> f32 {
-    let mut counts = [0u32; 256];
-    for &c in v {
-        counts[c as usize] += 1;
-    }
-    let n = v.len() as f32;
-    counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f32 / n;
-            -p * p.log2()
-        })
-        .sum()
+    // The provider rules' entropy: the same sum, each count's term computed once.
+    super::providers::entropy(v) >= if hex { 3.0 } else { 3.3 }
 }
 
 /// The words before a value, nearest first, lowercase in `buf`: split at anything but letters
