@@ -7,6 +7,13 @@
 //! tick is a `timerfd` read through the runtime's own event loop, which the kernel wakes
 //! exactly once per period; elsewhere, and wherever time is tokio's paused test clock, it is a
 //! tokio interval.
+//!
+//! The kernel's ticks fall on whole multiples of the period on the monotonic clock, which every
+//! process of the machine shares: the daemon's supervisors, each polling once a second, wake
+//! in the same instant rather than at ten scattered ones, so the machine wakes once a second
+//! for all of them and the code they share is still in the processor's caches for the
+//! second one on (docs/performance.md, "the idle machine"). [`align_wait`] puts other
+//! periodic work (the heartbeat rounds) on the same instants.
 
 use std::time::Duration;
 
@@ -65,6 +72,40 @@ impl Ticker {
     fn is_kernel(&self) -> bool {
         !matches!(self.inner, Inner::Runtime(_))
     }
+
+    /// When the kernel's timer next expires, on the monotonic clock.
+    #[cfg(all(test, target_os = "linux"))]
+    fn next_expiry(&self) -> Option<Duration> {
+        match &self.inner {
+            Inner::Kernel(timer) => timer.next_expiry(),
+            Inner::Runtime(_) => None,
+        }
+    }
+}
+
+/// `wait`, moved by at most half a second to end on the whole second of the monotonic clock
+/// nearest its end, where the kernel's ticks of a whole-second period fall: a thread that
+/// sleeps out the result wakes with the process's poll, and with every other kcap-watch
+/// process's, and a loop that waits a whole number of seconds each round keeps its period.
+/// Unchanged where there is no such clock to read (the ticks are not aligned there either),
+/// and when it is shorter than a second (a sub-second period is not stretched or cut to
+/// nothing).
+pub(crate) fn align_wait(wait: Duration) -> Duration {
+    #[cfg(target_os = "linux")]
+    if wait >= Duration::from_secs(1)
+        && let Some(now) = kernel::monotonic_now()
+    {
+        let second = Duration::from_secs(1);
+        let end = now + wait;
+        let later = kernel::to_next_multiple(end, second);
+        return if later <= second / 2 {
+            wait + later
+        } else {
+            // The whole second before the end is nearer: at most half a second sooner.
+            wait - (second - later)
+        };
+    }
+    wait
 }
 
 #[cfg(target_os = "linux")]
@@ -82,9 +123,40 @@ mod kernel {
         first: bool,
     }
 
+    /// The monotonic clock's reading (what `Instant` and the timerfd count), `None` if it
+    /// cannot be read.
+    pub(super) fn monotonic_now() -> Option<Duration> {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec to write; the result is checked.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        if rc != 0 {
+            return None;
+        }
+        Some(Duration::new(
+            u64::try_from(ts.tv_sec).ok()?,
+            u32::try_from(ts.tv_nsec).ok()?,
+        ))
+    }
+
+    /// How long from `t` to the next whole multiple of `period` (zero if `t` is one).
+    pub(super) fn to_next_multiple(t: Duration, period: Duration) -> Duration {
+        let period_ns = period.as_nanos().max(1);
+        let rest = t.as_nanos() % period_ns;
+        if rest == 0 {
+            Duration::ZERO
+        } else {
+            // Less than `period`, which is at most a minute: fits in a u64 of nanoseconds.
+            Duration::from_nanos((period_ns - rest) as u64)
+        }
+    }
+
     fn timespec(d: Duration) -> libc::timespec {
         libc::timespec {
-            // A period is at most a minute (the poll interval's bound): no overflow.
+            // A period is at most a minute (the poll interval's bound), and a reading of the
+            // monotonic clock is the time since boot: no overflow.
             tv_sec: d.as_secs() as libc::time_t,
             tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
         }
@@ -106,14 +178,27 @@ mod kernel {
             }
             // SAFETY: `raw` is a descriptor just created and owned by nothing else.
             let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            // The ticks fall on whole multiples of the period (module comment); the first at
+            // least half a period away, after the one `tick` gives at once.
+            let (first, flags) = match monotonic_now() {
+                Some(now) => {
+                    let soon = now + period / 2;
+                    (
+                        soon + to_next_multiple(soon, period),
+                        libc::TFD_TIMER_ABSTIME,
+                    )
+                }
+                None => (period, 0),
+            };
             let spec = libc::itimerspec {
                 it_interval: timespec(period),
-                it_value: timespec(period),
+                it_value: timespec(first),
             };
             // SAFETY: `fd` is a valid timerfd; `spec` is a valid itimerspec; the old value
             // is not asked for.
-            let rc =
-                unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+            let rc = unsafe {
+                libc::timerfd_settime(fd.as_raw_fd(), flags, &spec, std::ptr::null_mut())
+            };
             if rc < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -121,6 +206,24 @@ mod kernel {
             // owns it (nothing here closes or replaces it).
             let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE)? };
             Ok(TimerFd { fd, first: true })
+        }
+
+        #[cfg(test)]
+        pub(super) fn next_expiry(&self) -> Option<Duration> {
+            let mut spec = libc::itimerspec {
+                it_interval: timespec(Duration::ZERO),
+                it_value: timespec(Duration::ZERO),
+            };
+            // SAFETY: `fd` is a valid timerfd; `spec` is a valid itimerspec to write.
+            let rc = unsafe { libc::timerfd_gettime(self.fd.get_ref().as_raw_fd(), &mut spec) };
+            if rc != 0 {
+                return None;
+            }
+            let left = Duration::new(
+                u64::try_from(spec.it_value.tv_sec).ok()?,
+                u32::try_from(spec.it_value.tv_nsec).ok()?,
+            );
+            Some(monotonic_now()? + left)
         }
 
         pub(super) async fn tick(&mut self) {
@@ -196,6 +299,72 @@ mod tests {
             }
         }
         assert!((1..=4).contains(&ticks), "{ticks} ticks after a busy spell");
+    }
+
+    /// Distance from `t` to the nearest whole multiple of `period`.
+    #[cfg(target_os = "linux")]
+    fn off_multiple(t: Duration, period: Duration) -> Duration {
+        let rest = Duration::from_nanos((t.as_nanos() % period.as_nanos()) as u64);
+        rest.min(period - rest)
+    }
+
+    /// Every process's ticks fall on the same instants: whole multiples of the period on the
+    /// monotonic clock the machine shares, wherever in a period the ticker was made, and the
+    /// first of them at least half a period after the one given at once.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kernel_ticks_fall_on_whole_multiples_of_the_period() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let period = Duration::from_secs(1);
+            for _ in 0..5 {
+                let made = kernel::monotonic_now().unwrap();
+                let ticker = Ticker::new(period, true);
+                let next = ticker.next_expiry().unwrap();
+                // Reading the timer and the clock takes microseconds; a descheduled test
+                // thread may take milliseconds more.
+                assert!(
+                    off_multiple(next, period) < Duration::from_millis(20),
+                    "next tick at {next:?}, not on a whole second"
+                );
+                assert!(next >= made + period / 2 - Duration::from_millis(20));
+                assert!(next <= made + period * 3 / 2 + Duration::from_millis(20));
+            }
+        });
+    }
+
+    /// A heartbeat round's wait ends on a whole second of the same clock, at most half a
+    /// second from what was asked.
+    #[test]
+    fn an_aligned_wait_ends_on_a_whole_second() {
+        for wait in [
+            Duration::from_secs(1),
+            Duration::from_millis(2500),
+            Duration::from_secs(10),
+        ] {
+            let aligned = align_wait(wait);
+            assert!(aligned + Duration::from_millis(500) >= wait, "{aligned:?}");
+            assert!(aligned <= wait + Duration::from_millis(500), "{aligned:?}");
+            #[cfg(target_os = "linux")]
+            {
+                let end = kernel::monotonic_now().unwrap() + aligned;
+                assert!(
+                    off_multiple(end, Duration::from_secs(1)) < Duration::from_millis(20),
+                    "{wait:?} aligned to {aligned:?} ends off a whole second"
+                );
+            }
+        }
+        // A sub-second period stays one.
+        for wait in [
+            Duration::ZERO,
+            Duration::from_millis(10),
+            Duration::from_millis(999),
+        ] {
+            assert_eq!(align_wait(wait), wait);
+        }
     }
 
     /// Under tokio's paused clock the ticks follow it: minutes of polls pass at once.
