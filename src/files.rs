@@ -706,8 +706,9 @@ fn beat_loop(beats: &Mutex<BTreeMap<String, Beating>>, every: Duration, wake: &m
             } else {
                 every.min(Duration::from_secs(1))
             };
-            // On a whole second, where every process's poll ticks (the ticker's module
-            // comment): the round wakes the machine no more often than the polls do.
+            // On the whole second before it is due, where every process's poll ticks (the
+            // ticker's module comment): the round wakes the machine no more often than the
+            // polls do, and never later than asked.
             next_round = Instant::now() + crate::platform::ticker::align_wait(wait);
         }
         match wake.recv_timeout(next_round.saturating_duration_since(Instant::now())) {

@@ -83,12 +83,13 @@ impl Ticker {
     }
 }
 
-/// `wait`, moved by at most half a second to end on the whole second of the monotonic clock
-/// nearest its end, where the kernel's ticks of a whole-second period fall: a thread that
+/// `wait`, shortened by less than a second to end on the last whole second of the monotonic
+/// clock before its end, where the kernel's ticks of a whole-second period fall: a thread that
 /// sleeps out the result wakes with the process's poll, and with every other kcap-watch
-/// process's, and a loop that waits a whole number of seconds each round keeps its period.
-/// Unchanged where there is no such clock to read (the ticks are not aligned there either),
-/// and when it is shorter than a second (a sub-second period is not stretched or cut to
+/// process's. Never longer than asked: a heartbeat is rewritten at least every 10 s
+/// (docs/behaviour.md S5), and a loop that waits a whole number of seconds from a whole second
+/// keeps its period. Unchanged where there is no such clock to read (the ticks are not aligned
+/// there either), and when it is shorter than a second (a sub-second period is not cut to
 /// nothing).
 pub(crate) fn align_wait(wait: Duration) -> Duration {
     #[cfg(target_os = "linux")]
@@ -96,12 +97,12 @@ pub(crate) fn align_wait(wait: Duration) -> Duration {
         && let Some(now) = kernel::monotonic_now()
     {
         let second = Duration::from_secs(1);
-        let end = now + wait;
-        let later = kernel::to_next_multiple(end, second);
-        return if later <= second / 2 {
-            wait + later
+        let later = kernel::to_next_multiple(now + wait, second);
+        // `now + wait` is past a whole second by `second - later` (or on one, `later` zero),
+        // which is less than `wait`: no underflow.
+        return if later.is_zero() {
+            wait
         } else {
-            // The whole second before the end is nearer: at most half a second sooner.
             wait - (second - later)
         };
     }
@@ -336,8 +337,8 @@ mod tests {
         });
     }
 
-    /// A heartbeat round's wait ends on a whole second of the same clock, at most half a
-    /// second from what was asked.
+    /// A heartbeat round's wait ends on a whole second of the same clock, never later than
+    /// asked and less than a second sooner.
     #[test]
     fn an_aligned_wait_ends_on_a_whole_second() {
         for wait in [
@@ -346,8 +347,8 @@ mod tests {
             Duration::from_secs(10),
         ] {
             let aligned = align_wait(wait);
-            assert!(aligned + Duration::from_millis(500) >= wait, "{aligned:?}");
-            assert!(aligned <= wait + Duration::from_millis(500), "{aligned:?}");
+            assert!(aligned <= wait, "{aligned:?}");
+            assert!(aligned + Duration::from_secs(1) > wait, "{aligned:?}");
             #[cfg(target_os = "linux")]
             {
                 let end = kernel::monotonic_now().unwrap() + aligned;
