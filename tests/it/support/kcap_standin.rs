@@ -15,7 +15,8 @@
 //!   server, then ensures a watcher: alive by `IsWatcherAlive` (pid running; past 30 s from
 //!   `.started`, heartbeat at most 20 s old) or, under `<key>.spawnlock` (skipped when
 //!   contended) and checked again, it would spawn one: the stand-in records the key instead
-//!   (`no-watcher.txt`), which the tests require to stay empty;
+//!   (`no-watcher.txt`, each key with the time), which the tests require to stay empty but
+//!   for a look that lands before the supervisor's claim;
 //! - when `<dir>/end` appears, its session ends: the teardown kills every child key it ensured
 //!   as `KillWatcher` does (unix: SIGTERM to the pid in `<key>.pid`, up to 5 s for it to
 //!   exit, then SIGKILL; Windows, which has no SIGTERM: the process killed at once, then up to
@@ -91,6 +92,17 @@ impl Standin {
             .unwrap_or_default()
             .lines()
             .map(str::to_owned)
+            .collect()
+    }
+
+    /// [`Standin::no_watcher`] with when each was found.
+    pub fn no_watcher_at(&self) -> Vec<(String, jiff::Timestamp)> {
+        self.no_watcher()
+            .iter()
+            .map(|l| {
+                let (key, at) = l.split_once(' ').expect("`<key> <time>`");
+                (key.to_owned(), at.parse().expect("an RFC 3339 time"))
+            })
             .collect()
     }
 
