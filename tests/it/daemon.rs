@@ -532,7 +532,8 @@ fn two_sessions_under_the_kcap_cli_every_descendant_shipped_and_each_session_its
             claims.push(write_watched(&d.path, &d.text, &watchers, &key));
         }
     }
-    eprintln!("key claimed after the header, per descendant: {claims:?}");
+    let took: Vec<Duration> = claims.iter().map(|c| c.took).collect();
+    eprintln!("key claimed after the header, per descendant: {took:?}");
     assert!(
         w.server.wait_until(WAIT, |_| trees.iter().all(|(ids, t)| t
             .iter()
