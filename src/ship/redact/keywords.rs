@@ -298,9 +298,10 @@ impl Keywords {
 /// How many parts of a long text the scan steps side by side ([`Keywords::each_with`]).
 const STREAMS: usize = 4;
 
-/// The shortest text scanned in parts: below it, the bytes each part reads twice and the
-/// sorting of its hits cost more than the parts save.
-const STREAMS_FROM: usize = 512;
+/// The shortest text scanned in parts: below it, the bytes the later parts read twice (a
+/// keyword's length each) cost more than the parts save. 192 against 512 bytes: 8 % less CPU
+/// on lines of 1 KiB (docs/performance.md, "The keyword scan in four streams").
+const STREAMS_FROM: usize = 192;
 
 /// The bit of a transition that says the state it leads to reports keywords: far above any
 /// state's number, and a multiple of [`SMALL`], so the masked index of [`Trans::Small`] drops
