@@ -296,19 +296,46 @@ fn has_token_user(text: &str) -> bool {
 /// reads the long s as an `s`) and 16 or more characters that are neither whitespace nor `"`
 /// after it (counted in bytes, of which a character has one or more).
 fn has_label_and_value(text: &str) -> bool {
-    const ENDINGS: &[&[u8; 3]] = &[
-        b"ret", b"ets", b"ken", b"ens", b"ord", b"rds", b"swd", b"pwd", b"key", b"eys", b"ial",
-        b"als",
+    /// Three lowercase bytes as the low bytes of a word.
+    const fn word(e: &[u8; 3]) -> u32 {
+        e[0] as u32 | (e[1] as u32) << 8 | (e[2] as u32) << 16
+    }
+    const ENDINGS: [u32; 12] = [
+        word(b"ret"),
+        word(b"ets"),
+        word(b"ken"),
+        word(b"ens"),
+        word(b"ord"),
+        word(b"rds"),
+        word(b"swd"),
+        word(b"pwd"),
+        word(b"key"),
+        word(b"eys"),
+        word(b"ial"),
+        word(b"als"),
     ];
+    /// The bytes an ending can end with, in either case.
+    const LAST: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut c = 0;
+        while c < 256 {
+            t[c] = c < 0x80 && matches!(c as u8 | 0x20, b't' | b's' | b'n' | b'd' | b'y' | b'l');
+            c += 1;
+        }
+        t
+    };
     let b = text.as_bytes();
-    memchr::memchr2_iter(b' ', b'\t', b).any(|at| {
-        let Some(before) = at.checked_sub(3).map(|s| &b[s..at]) else {
+    // Prose has a blank every few bytes, too many to search for one by one: the bytes are read
+    // in turn, and a blank's three bytes before it compared as one word only after a byte
+    // that can end an ending (`| 0x20` lowers a letter, and makes no other byte a lowercase
+    // letter).
+    (3..b.len()).any(|at| {
+        if !matches!(b[at], b' ' | b'\t') {
             return false;
-        };
-        let ends = before.iter().any(|&c| c >= 0x80)
-            || ENDINGS
-                .iter()
-                .any(|e| before.eq_ignore_ascii_case(e.as_slice()));
+        }
+        let (c0, c1, c2) = (b[at - 3], b[at - 2], b[at - 1]);
+        let ends = (c0 | c1 | c2) >= 0x80
+            || (LAST[c2 as usize] && ENDINGS.contains(&word(&[c0 | 0x20, c1 | 0x20, c2 | 0x20])));
         if !ends {
             return false;
         }
@@ -3458,6 +3485,54 @@ mod tests {
                 let pre = rule.pre.expect("a check before the pattern");
                 proptest::prop_assert!(!re.is_match(&t) || pre(&t), "{}: {:?}", rule.id, t);
             }
+        }
+    }
+
+    /// `labelled`'s check as first written: each blank's three bytes before it compared with
+    /// each ending, case folded.
+    fn has_label_and_value_by_endings(text: &str) -> bool {
+        const ENDINGS: &[&[u8; 3]] = &[
+            b"ret", b"ets", b"ken", b"ens", b"ord", b"rds", b"swd", b"pwd", b"key", b"eys", b"ial",
+            b"als",
+        ];
+        let b = text.as_bytes();
+        memchr::memchr2_iter(b' ', b'\t', b).any(|at| {
+            let Some(before) = at.checked_sub(3).map(|s| &b[s..at]) else {
+                return false;
+            };
+            let ends = before.iter().any(|&c| c >= 0x80)
+                || ENDINGS
+                    .iter()
+                    .any(|e| before.eq_ignore_ascii_case(e.as_slice()));
+            ends && b[at..]
+                .iter()
+                .skip_while(|&&c| c == b' ' || c == b'\t')
+                .take_while(|&&c| c >= 0x80 || !(matches!(c, b'\t'..=b'\r' | b' ' | b'"')))
+                .nth(15)
+                .is_some()
+        })
+    }
+
+    proptest::proptest! {
+        /// The word-at-a-time check of `labelled` says what the byte comparisons said, on text
+        /// made of the endings in any case, near misses (bytes one bit from a letter), blanks,
+        /// quotes, long values and characters above ASCII.
+        #[test]
+        fn labelled_check_agrees_with_the_endings_compared_byte_by_byte(
+            t in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "secret", "TOKEN", "Keys", "pwd", "credentiAL", "passwords", "ret", "KeN",
+                    "ial", "@ET", "[E", "ke\u{7f}", "\u{17f}", "é", "ÿ", " ", "\t", "  ", "\"",
+                    "\n", "\r", "Xk9vQ2mLp7Rz", "0123456789abcdefXYZ7", "x", "-", "{", "[",
+                ]),
+                0..24,
+            ).prop_map(|p| p.concat())
+        ) {
+            proptest::prop_assert_eq!(
+                has_label_and_value(&t),
+                has_label_and_value_by_endings(&t),
+                "{:?}", t
+            );
         }
     }
 
