@@ -86,6 +86,12 @@ fn shipping_a_4_mib_line_holds_a_small_fixed_multiple_of_it_whatever_it_holds() 
         // A keyword every few bytes, none a secret, on one long line (minified code).
         ("keywords on one line", "tokens: 5, secret_name; "),
         ("keywords on many lines", "let tokens = count + 1;\\n"),
+        // Keywords as dense as they come: `sk` and `sk-` (provider prefixes) start at every
+        // third byte, two hits for three bytes (the densest pair of keywords, searched for
+        // over every pair); `sk` at every other byte; and prefixes inside a word.
+        ("two keywords every three bytes", "sk-"),
+        ("a keyword every two bytes", "sk"),
+        ("keyword prefixes in a word", "skTask"),
         // A secret every 24 bytes: every one redacted.
         ("secrets on one line", "password=hunter2hunter2 "),
         ("secrets on many lines", "ghp_aBcDeFgHiJkLmNoPqRsT0123\\n"),
@@ -102,8 +108,10 @@ fn shipping_a_4_mib_line_holds_a_small_fixed_multiple_of_it_whatever_it_holds() 
         let shipped = shipped.unwrap_or_else(|l| panic!("{name}: lost as {:?}", l.reason));
         let ratio = peak as f64 / line.len() as f64;
         report.push(format!("{name}: peak {peak} bytes, {ratio:.1}x the line"));
+        // The densest keywords (`sk-` over and over: two hits in three bytes, eight bytes a hit)
+        // hold 11.4x: the line's hits, and the same hits again for its one string.
         assert!(
-            ratio <= 10.0,
+            ratio <= 12.0,
             "{name}: shipping a {} byte line held {peak} bytes ({ratio:.1}x)",
             line.len()
         );

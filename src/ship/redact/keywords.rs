@@ -159,16 +159,20 @@ impl Keywords {
     /// reports all the keywords ending at that byte, so nothing is found twice and nothing held
     /// inside another keyword (`pass` in `passw`) is missed.
     pub(crate) fn each_occurrence(&self, text: &[u8], hits: &mut Vec<Hit>) {
-        self.each_split(text, hits, STREAMS_FROM);
+        self.each_split(text, hits, STREAMS_FROM, REGION);
     }
 
     /// [`Keywords::each_occurrence`], in [`STREAMS`] parts at once for a text of `from` bytes
-    /// or more.
+    /// or more, `region` bytes at a time (at least [`STREAMS`] times the lead).
     #[inline(always)]
-    fn each_split(&self, text: &[u8], hits: &mut Vec<Hit>, from: usize) {
+    fn each_split(&self, text: &[u8], hits: &mut Vec<Hit>, from: usize, region: usize) {
         match &self.trans {
-            Trans::Small(t) => self.each_with(text, hits, from, |i| t[i as usize & (SMALL - 1)]),
-            Trans::Large(t) => self.each_with(text, hits, from, |i| t[(i & !REPORTS) as usize]),
+            Trans::Small(t) => {
+                self.each_with(text, hits, from, region, |i| t[i as usize & (SMALL - 1)])
+            }
+            Trans::Large(t) => {
+                self.each_with(text, hits, from, region, |i| t[(i & !REPORTS) as usize])
+            }
         }
     }
 
@@ -181,64 +185,100 @@ impl Keywords {
     /// keywords that end in its part: the same occurrences as one scan, several times as fast
     /// (docs/performance.md, "The keyword scan in four streams").
     #[inline(always)]
-    fn each_with(&self, text: &[u8], hits: &mut Vec<Hit>, from: usize, next: impl Fn(u32) -> u32) {
+    fn each_with(
+        &self,
+        text: &[u8],
+        hits: &mut Vec<Hit>,
+        from: usize,
+        region: usize,
+        next: impl Fn(u32) -> u32,
+    ) {
         let first = hits.len();
-        let part = text.len() / STREAMS;
-        if text.len() < from.max(1) || part < self.lead.max(1) {
+        if text.len() < from.max(1) || text.len() / STREAMS < self.lead.max(1) {
             self.step_all(text, 0, self.start, 0..usize::MAX, hits, &next);
         } else {
-            // Stream `k` reads `len` bytes from `begin[k]` and reports what ends in
-            // `[k * part, (k + 1) * part)`; the first reads `lead` bytes past its part. Each
-            // reports to its own list (the first to `hits`), so that they join in order.
-            let len = part + self.lead;
-            let begin: [usize; STREAMS] =
-                std::array::from_fn(|k| if k == 0 { 0 } else { k * part - self.lead });
-            let s: [&[u8]; STREAMS] = begin.map(|b| &text[b..b + len]);
-            let mut later: [Vec<Hit>; STREAMS - 1] = Default::default();
-            let classes = &self.classes;
-            let mut sid = [self.start; STREAMS];
-            for (i, (((&b0, &b1), &b2), &b3)) in
-                s[0].iter().zip(s[1]).zip(s[2]).zip(s[3]).enumerate()
-            {
-                sid[0] = next(sid[0] + u32::from(classes[b0 as usize]));
-                sid[1] = next(sid[1] + u32::from(classes[b1 as usize]));
-                sid[2] = next(sid[2] + u32::from(classes[b2 as usize]));
-                sid[3] = next(sid[3] + u32::from(classes[b3 as usize]));
-                if (sid[0] | sid[1] | sid[2] | sid[3]) & REPORTS != 0 {
-                    for k in 0..STREAMS {
-                        let at = begin[k] + i;
-                        if sid[k] & REPORTS != 0 && (k * part..(k + 1) * part).contains(&at) {
-                            let out = if k == 0 {
-                                &mut *hits
-                            } else {
-                                &mut later[k - 1]
-                            };
-                            self.report(sid[k] & !REPORTS, at, out);
-                        }
-                    }
+            // Region by region, each part's hits to its own list, joined in order after each
+            // region: the lists hold one region's hits, and `hits` grows by what the text so
+            // far says the rest holds, not by doubling (a text dense with keywords holds a hit
+            // for every two of its bytes, and doubling could leave twice that reserved).
+            let mut lists: [Vec<Hit>; STREAMS] = Default::default();
+            let mut lo = 0;
+            while lo < text.len() {
+                let hi = if text.len() - lo < 2 * region {
+                    text.len()
+                } else {
+                    lo + region
+                };
+                self.region(text, lo..hi, &mut lists, &next);
+                let more: usize = lists.iter().map(Vec::len).sum();
+                if hits.capacity() - hits.len() < more {
+                    // What the rest of the text holds at the density seen so far, and at least
+                    // an eighth more, so that a density rising towards the end still reserves
+                    // a geometric amount each time.
+                    let found = hits.len() - first + more;
+                    let expected = (found as u64 * text.len() as u64 / hi as u64) as usize;
+                    let room = expected.saturating_sub(found).max(found / 8);
+                    hits.reserve_exact(more + room);
                 }
-            }
-            // The last stream goes on to the text's end.
-            let end = STREAMS * part;
-            let last = &mut later[STREAMS - 2];
-            self.step_all(
-                &text[end..],
-                end,
-                sid[STREAMS - 1],
-                0..usize::MAX,
-                last,
-                &next,
-            );
-            for more in &later {
-                hits.extend_from_slice(more);
+                for list in &mut lists {
+                    hits.extend_from_slice(list);
+                    list.clear();
+                }
+                lo = hi;
             }
         }
         // Hits come in the order of their ends. A long keyword ends after a short one that
         // starts after it (`private key` and `key`): ordered by start, the stable sort keeps
         // those of one start shortest first.
-        if !hits[first..].is_sorted_by_key(|h| h.at) {
-            hits[first..].sort_by_key(|h| h.at);
+        if !hits[first..].is_sorted_by_key(|h| h.at()) {
+            hits[first..].sort_by_key(|h| h.at());
         }
+    }
+
+    /// The hits that end in `region` of `text`, the region cut into [`STREAMS`] parts stepped
+    /// side by side, each reported to its own list. Stream `k` starts [`Keywords::lead`] bytes
+    /// before its part (or at the text's start), reads as many bytes as every other, and
+    /// reports what ends in its part; the last goes on alone to the region's end.
+    #[inline(always)]
+    fn region(
+        &self,
+        text: &[u8],
+        region: std::ops::Range<usize>,
+        lists: &mut [Vec<Hit>; STREAMS],
+        next: &impl Fn(u32) -> u32,
+    ) {
+        let lo = region.start;
+        let part = region.len() / STREAMS;
+        let len = part + self.lead;
+        let begin: [usize; STREAMS] =
+            std::array::from_fn(|k| (lo + k * part).saturating_sub(self.lead));
+        let s: [&[u8]; STREAMS] = begin.map(|b| &text[b..b + len]);
+        let classes = &self.classes;
+        let mut sid = [self.start; STREAMS];
+        for (i, (((&b0, &b1), &b2), &b3)) in s[0].iter().zip(s[1]).zip(s[2]).zip(s[3]).enumerate() {
+            sid[0] = next(sid[0] + u32::from(classes[b0 as usize]));
+            sid[1] = next(sid[1] + u32::from(classes[b1 as usize]));
+            sid[2] = next(sid[2] + u32::from(classes[b2 as usize]));
+            sid[3] = next(sid[3] + u32::from(classes[b3 as usize]));
+            if (sid[0] | sid[1] | sid[2] | sid[3]) & REPORTS != 0 {
+                for (k, list) in lists.iter_mut().enumerate() {
+                    let at = begin[k] + i;
+                    let own = lo + k * part..lo + (k + 1) * part;
+                    if sid[k] & REPORTS != 0 && own.contains(&at) {
+                        self.report(sid[k] & !REPORTS, at, list);
+                    }
+                }
+            }
+        }
+        let end = lo + STREAMS * part;
+        self.step_all(
+            &text[end..region.end],
+            end,
+            sid[STREAMS - 1],
+            0..usize::MAX,
+            &mut lists[STREAMS - 1],
+            next,
+        );
     }
 
     /// Steps the automaton from state `sid` over `text`, which starts at byte `offset` of the
@@ -287,16 +327,16 @@ impl Keywords {
     fn report(&self, sid: u32, i: usize, hits: &mut Vec<Hit>) {
         let (a, b) = self.spans[(sid / self.stride) as usize];
         for &(keyword, len) in &self.matches[a as usize..b as usize] {
-            hits.push(Hit {
-                at: i + 1 - len as usize,
-                keyword,
-            });
+            hits.push(Hit::new(i + 1 - len as usize, keyword));
         }
     }
 }
 
 /// How many parts of a long text the scan steps side by side ([`Keywords::each_with`]).
 const STREAMS: usize = 4;
+
+/// The bytes of a long text scanned in parts at a time ([`Keywords::each_with`]).
+const REGION: usize = 64 * 1024;
 
 /// The shortest text scanned in parts: below it, the bytes the later parts read twice (a
 /// keyword's length each) cost more than the parts save. 192 against 512 bytes: 8 % less CPU
@@ -380,18 +420,30 @@ mod tests {
         let Trans::Small(small) = &table.trans else {
             panic!("today's keywords fit the small table");
         };
-        let found: Vec<(usize, u32)> = hits.iter().map(|h| (h.at, h.keyword)).collect();
-        for from in [usize::MAX, 0] {
+        let found: Vec<(usize, u32)> = hits.iter().map(|h| (h.at(), h.keyword())).collect();
+        // One scan; parts of the whole text; parts of regions as small as they can be.
+        let smallest = STREAMS * table.lead.max(1);
+        for (from, region) in [
+            (usize::MAX, REGION),
+            (0, REGION),
+            (0, smallest),
+            (0, smallest + 5),
+        ] {
             let mut large = Vec::new();
-            table.each_with(text, &mut large, from, |i| {
+            table.each_with(text, &mut large, from, region, |i| {
                 small[..][(i & !REPORTS) as usize]
             });
-            let found_large: Vec<(usize, u32)> = large.iter().map(|h| (h.at, h.keyword)).collect();
-            assert_eq!(found, found_large, "large table, parts from {from}");
+            let found_large: Vec<(usize, u32)> =
+                large.iter().map(|h| (h.at(), h.keyword())).collect();
+            assert_eq!(
+                found, found_large,
+                "large table, parts from {from}, {region}"
+            );
             let mut split = Vec::new();
-            table.each_split(text, &mut split, from);
-            let found_split: Vec<(usize, u32)> = split.iter().map(|h| (h.at, h.keyword)).collect();
-            assert_eq!(found, found_split, "parts from {from}");
+            table.each_split(text, &mut split, from, region);
+            let found_split: Vec<(usize, u32)> =
+                split.iter().map(|h| (h.at(), h.keyword())).collect();
+            assert_eq!(found, found_split, "parts from {from}, regions of {region}");
         }
         found
     }

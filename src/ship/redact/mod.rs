@@ -102,11 +102,29 @@ enum RuleRef<'t> {
     Provider(&'t providers::ProviderRule),
 }
 
-/// A keyword occurrence.
+/// A keyword occurrence: where it starts and which keyword, in one word. A text dense with
+/// keywords holds a hit for every two of its bytes (`sk` over and over), so a hit's size is a
+/// multiple of the line the redactor holds at once (docs/capture.md): eight bytes, not the
+/// sixteen a `usize` beside a `u32` take. A start fits the upper 48 bits (no text is 256 TiB)
+/// and a keyword the lower 16 (the tables hold a few hundred: test
+/// `every_keyword_fits_a_hit`).
 #[derive(Clone, Copy, Debug)]
-struct Hit {
-    at: usize,
-    keyword: u32,
+struct Hit(u64);
+
+impl Hit {
+    fn new(at: usize, keyword: u32) -> Hit {
+        Hit(((at as u64) << 16) | u64::from(keyword as u16))
+    }
+
+    /// Where the keyword starts.
+    fn at(self) -> usize {
+        (self.0 >> 16) as usize
+    }
+
+    /// Which keyword.
+    fn keyword(self) -> u32 {
+        (self.0 & 0xFFFF) as u32
+    }
 }
 
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
@@ -349,7 +367,8 @@ impl Redactor {
         if hits.is_empty() {
             return false;
         }
-        hits.iter().any(|&Hit { at, keyword }| {
+        hits.iter().any(|&h| {
+            let (at, keyword) = (h.at(), h.keyword());
             if is_plain_word(bytes, at) {
                 return false;
             }
@@ -370,20 +389,17 @@ impl Redactor {
         content: Range<usize>,
         decoded: &decode::Decoded<'_>,
     ) -> Vec<Hit> {
-        let first = hits.partition_point(|h| h.at < content.start);
+        let first = hits.partition_point(|h| h.at() < content.start);
         let mut out: Vec<Hit> = hits[first..]
             .iter()
-            .take_while(|h| h.at < content.end)
+            .take_while(|h| h.at() < content.end)
             .filter_map(|h| {
-                let at = decoded.decoded_at(h.at - content.start)?;
+                let at = decoded.decoded_at(h.at() - content.start)?;
                 let escaped = self
                     .escaped
                     .as_ref()
-                    .is_some_and(|(_, ids)| ids.contains(&h.keyword));
-                (!escaped).then_some(Hit {
-                    at,
-                    keyword: h.keyword,
-                })
+                    .is_some_and(|(_, ids)| ids.contains(&h.keyword()));
+                (!escaped).then_some(Hit::new(at, h.keyword()))
             })
             .collect();
         if let Some((ac, ids)) = &self.escaped
@@ -394,13 +410,10 @@ impl Redactor {
             let before = out.len();
             out.extend(
                 ac.find_overlapping_iter(decoded.text.as_bytes())
-                    .map(|m| Hit {
-                        at: m.start(),
-                        keyword: ids[m.pattern().as_usize()],
-                    }),
+                    .map(|m| Hit::new(m.start(), ids[m.pattern().as_usize()])),
             );
             if out.len() > before {
-                out.sort_by_key(|h| h.at);
+                out.sort_by_key(|h| h.at());
             }
         }
         out
@@ -417,20 +430,17 @@ impl Redactor {
         content: Range<usize>,
         decoded: &decode::Decoded<'_>,
     ) -> Vec<Hit> {
-        let first = hits.partition_point(|h| h.at < content.start);
-        let end = hits.partition_point(|h| h.at < content.end).max(first);
+        let first = hits.partition_point(|h| h.at() < content.start);
+        let end = hits.partition_point(|h| h.at() < content.end).max(first);
         let mut cursor = 0;
         let mut out: Vec<Hit> = Vec::with_capacity(end - first);
         out.extend(hits[first..end].iter().filter_map(|h| {
-            let at = decoded.decoded_at_in_order(h.at - content.start, &mut cursor)?;
+            let at = decoded.decoded_at_in_order(h.at() - content.start, &mut cursor)?;
             let escaped = self
                 .escaped
                 .as_ref()
-                .is_some_and(|(_, ids)| ids.contains(&h.keyword));
-            (!escaped).then_some(Hit {
-                at,
-                keyword: h.keyword,
-            })
+                .is_some_and(|(_, ids)| ids.contains(&h.keyword()));
+            (!escaped).then_some(Hit::new(at, h.keyword()))
         }));
         if self.escaped.is_some() && !decoded.is_identity() {
             // Every such keyword found in the decoded content holds a byte that only an escape
@@ -450,19 +460,16 @@ impl Redactor {
                             .get(start..start + word.len())
                             .is_some_and(|w| w.eq_ignore_ascii_case(word))
                         {
-                            found.push(Hit {
-                                at: start,
-                                keyword: *id,
-                            });
+                            found.push(Hit::new(start, *id));
                         }
                     }
                 }
             }
             if !found.is_empty() {
-                found.sort_by_key(|h| (h.at, h.keyword));
-                found.dedup_by_key(|h| (h.at, h.keyword));
+                found.sort_by_key(|h| (h.at(), h.keyword()));
+                found.dedup_by_key(|h| (h.at(), h.keyword()));
                 out.extend(found);
-                out.sort_by_key(|h| h.at);
+                out.sort_by_key(|h| h.at());
             }
         }
         out
@@ -507,7 +514,8 @@ impl Redactor {
         // found once (finding it again for each occurrence was quadratic on a long line).
         let mut line = 0..0;
         let bytes = text.as_bytes();
-        for &Hit { at, keyword } in hits {
+        for &h in hits {
+            let (at, keyword) = (h.at(), h.keyword());
             // A token never continues a word (`TaskStarted` holds `sk`, a Twilio key's prefix),
             // and a token rule's match starts at its keyword: its rules need not run for an
             // occurrence inside a word. Other rules still do.
@@ -810,8 +818,8 @@ struct Walk<'a> {
 impl Walk<'_> {
     /// Whether a raw string may hold a keyword.
     fn may_hold(&self, r: &Range<usize>) -> bool {
-        let i = self.hits.partition_point(|h| h.at < r.start);
-        self.hits.get(i).is_some_and(|h| h.at < r.end)
+        let i = self.hits.partition_point(|h| h.at() < r.start);
+        self.hits.get(i).is_some_and(|h| h.at() < r.end)
             || (self.hidden
                 && (memchr(b'\\', &self.text.as_bytes()[r.clone()]).is_some()
                     || decode::has_invisible(&self.text[r.clone()])))

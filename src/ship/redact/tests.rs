@@ -324,10 +324,10 @@ proptest::proptest! {
         let carried: Vec<(usize, u32)> = r
             .decoded_hits(&r.scan(&raw), 0..raw.len(), &decoded)
             .iter()
-            .map(|h| (h.at, h.keyword))
+            .map(|h| (h.at(), h.keyword()))
             .collect();
         let fresh: Vec<(usize, u32)> =
-            r.scan(&decoded.text).iter().map(|h| (h.at, h.keyword)).collect();
+            r.scan(&decoded.text).iter().map(|h| (h.at(), h.keyword())).collect();
         // Every hit of a fresh scan, and beyond them at most hits of the keywords holding an
         // escaped byte (`kind: "secret"`), which are searched for apart.
         for hit in &fresh {
@@ -348,7 +348,7 @@ fn keywords_holding_a_reported_one_are_found_exactly_where_they_occur() {
     let r = Redactor::new();
     let text = "the Password was passed to pass";
     let id = |w: &str| r.words.iter().position(|k| *k == w).expect("a keyword") as u32;
-    let found: Vec<(usize, u32)> = r.scan(text).iter().map(|h| (h.at, h.keyword)).collect();
+    let found: Vec<(usize, u32)> = r.scan(text).iter().map(|h| (h.at(), h.keyword())).collect();
     assert!(found.contains(&(4, id("passw"))), "{found:?}");
     assert!(
         !found.iter().any(|&(at, k)| at >= 13 && k == id("passw")),
@@ -376,7 +376,7 @@ proptest::proptest! {
     ) {
         let r = global();
         let text = pieces.concat();
-        let found: Vec<(usize, u32)> = r.scan(&text).iter().map(|h| (h.at, h.keyword)).collect();
+        let found: Vec<(usize, u32)> = r.scan(&text).iter().map(|h| (h.at(), h.keyword())).collect();
         let lower = text.to_ascii_lowercase();
         for (k, word) in r.words.iter().enumerate() {
             for at in 0..=lower.len().saturating_sub(word.len()) {
@@ -422,7 +422,7 @@ fn every_keyword_is_found_in_every_placement() {
                     assert!(
                         r.scan(&text)
                             .iter()
-                            .any(|h| h.at == at && h.keyword == k as u32),
+                            .any(|h| h.at() == at && h.keyword() == k as u32),
                         "{word:?} in {text:?}"
                     );
                 }
@@ -457,12 +457,12 @@ proptest::proptest! {
         let want: Vec<(usize, u32)> = r
             .decoded_hits(&hits, content.clone(), &general)
             .iter()
-            .map(|h| (h.at, h.keyword))
+            .map(|h| (h.at(), h.keyword()))
             .collect();
         let got: Vec<(usize, u32)> = r
             .string_hits(&hits, content, &checked)
             .iter()
-            .map(|h| (h.at, h.keyword))
+            .map(|h| (h.at(), h.keyword()))
             .collect();
         proptest::prop_assert_eq!(got, want, "{:?}", text);
     }
@@ -554,5 +554,23 @@ proptest::proptest! {
             is_plain_word_by_list(text.as_bytes(), at),
             "{:?} at {}", text, at
         );
+    }
+}
+
+/// A hit packs its start and its keyword into one word: every keyword's id fits, and a start
+/// far past any line's end comes back whole.
+#[test]
+fn every_keyword_fits_a_hit() {
+    let r = global();
+    assert!(
+        r.words.len() <= usize::from(u16::MAX) + 1,
+        "{}",
+        r.words.len()
+    );
+    for keyword in [0, (r.words.len() - 1) as u32] {
+        for at in [0, 1, 4 << 20, (1 << 40) + 7] {
+            let h = Hit::new(at, keyword);
+            assert_eq!((h.at(), h.keyword()), (at, keyword));
+        }
     }
 }
