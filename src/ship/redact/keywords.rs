@@ -195,7 +195,7 @@ impl Keywords {
     ) {
         let first = hits.len();
         if text.len() < from.max(1) || text.len() / STREAMS < self.lead.max(1) {
-            self.step_all(text, 0, self.start, 0..usize::MAX, hits, &next);
+            self.step_all(text, 0, self.start, hits, &next);
         } else {
             // Region by region, each part's hits to its own list, joined in order after each
             // region: the lists hold one region's hits, and `hits` grows by what the text so
@@ -275,24 +275,22 @@ impl Keywords {
             &text[end..region.end],
             end,
             sid[STREAMS - 1],
-            0..usize::MAX,
             &mut lists[STREAMS - 1],
             next,
         );
     }
 
     /// Steps the automaton from state `sid` over `text`, which starts at byte `offset` of the
-    /// scanned text, reporting to `hits` what ends in `own`; returns the state it ends in.
+    /// scanned text, reporting to `hits` every keyword that ends in it.
     #[inline(always)]
     fn step_all(
         &self,
         text: &[u8],
         offset: usize,
         mut sid: u32,
-        own: std::ops::Range<usize>,
         hits: &mut Vec<Hit>,
         next: &impl Fn(u32) -> u32,
-    ) -> u32 {
+    ) {
         let classes = &self.classes;
         // Four bytes a round: a class and a transition a byte, and one test of the four states
         // for the bit that says one of them reports keywords. `next` ignores that bit.
@@ -305,7 +303,7 @@ impl Keywords {
             let s3 = next(s2 + u32::from(classes[chunk[3] as usize]));
             if (s0 | s1 | s2 | s3) & REPORTS != 0 {
                 for (k, s) in [s0, s1, s2, s3].into_iter().enumerate() {
-                    if s & REPORTS != 0 && own.contains(&(at + k)) {
+                    if s & REPORTS != 0 {
                         self.report(s & !REPORTS, at + k, hits);
                     }
                 }
@@ -315,11 +313,10 @@ impl Keywords {
         }
         for (k, &b) in chunks.remainder().iter().enumerate() {
             sid = next(sid + u32::from(classes[b as usize]));
-            if sid & REPORTS != 0 && own.contains(&(at + k)) {
+            if sid & REPORTS != 0 {
                 self.report(sid & !REPORTS, at + k, hits);
             }
         }
-        sid
     }
 
     /// The keywords the state `sid` reports, ending at byte `i`.
