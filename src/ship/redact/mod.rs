@@ -113,6 +113,10 @@ struct Hit(u64);
 
 impl Hit {
     fn new(at: usize, keyword: u32) -> Hit {
+        debug_assert!(
+            keyword <= u32::from(u16::MAX),
+            "keyword id {keyword} fits no hit"
+        );
         Hit(((at as u64) << 16) | u64::from(keyword as u16))
     }
 
