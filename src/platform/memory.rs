@@ -255,14 +255,36 @@ mod code_pages {
 /// (its text, redacted form, request body) from the heap, where each freed one stays resident:
 /// shipping eight lines of 4 MiB peaked at 5.3 lines' worth above an idle watcher instead of
 /// the 4.4 it holds at once (docs/capture.md).
+///
+/// And the heap keeps its free top while a burst lasts: glibc gives it back to the system at
+/// every `free` that leaves more than 128 KiB free there, and grows it again by just what the
+/// next block needs. A catch-up allocates and frees a batch's lines, their escaped forms and
+/// the redactor's working copies every few milliseconds, so the kernel mapped and zeroed the
+/// same pages again for every batch: 27,600 page faults shipping the 50 MB generated rollout,
+/// an eighth of its CPU. Up to [`KEPT_FREE_BYTES`] free at the top now stays, and the heap
+/// grows [`GROWTH_PAD_BYTES`] beyond each need: 7,200 page faults, a tenth less CPU
+/// (docs/performance.md, "Page faults"). What a burst leaves is handed back by
+/// [`release_freed`] once the process is idle, as before (its trim keeps nothing at the top).
 pub fn keep_large_blocks_apart() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; it is called before any thread starts
+    // SAFETY: mallopt only sets allocator parameters; it is called before any thread starts
     // and takes no pointer.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING_BYTES as libc::c_int);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE_BYTES as libc::c_int);
+        libc::mallopt(libc::M_TOP_PAD, GROWTH_PAD_BYTES as libc::c_int);
     }
 }
+
+/// See [`keep_large_blocks_apart`]: a couple of batches' worth of small blocks. 2 MiB still
+/// had shipping fault the pages in again; 8, 32 and 128 MiB measured alike.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const KEPT_FREE_BYTES: usize = 8 << 20;
+
+/// See [`keep_large_blocks_apart`]: also what a `free` leaves at the top when it does give
+/// some back. Address space only until a block is put there.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const GROWTH_PAD_BYTES: usize = 4 << 20;
 
 /// See [`keep_large_blocks_apart`]. Any setting made by the program stays fixed (glibc's own
 /// starts at 128 KiB and rises); a MiB is far above any ordinary line or request.
