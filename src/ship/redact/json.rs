@@ -185,25 +185,43 @@ fn string(b: &[u8], mut i: usize) -> Option<usize> {
 }
 
 /// The index of the first byte from `i` on that a JSON string's content cannot hold as it is
-/// (`"`, `\` or a control character), or the length. Sixteen bytes at a time with the vector
-/// unit every x86_64 CPU has (SSE2), eight at a time elsewhere ([`special_portable`]).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+/// (`"`, `\`, or a control character), or the length: sixteen bytes at a time
+/// ([`first_special`]), the last few one by one.
 pub(crate) fn special(b: &[u8], mut i: usize) -> usize {
     while let Some(lane) = b.get(i..).and_then(|rest| rest.first_chunk::<16>()) {
-        // SAFETY: compiled only when SSE2 is enabled for the whole build (the x86_64
-        // baseline), so the CPU running it has SSE2.
-        let mask = unsafe { special_mask_sse2(lane) };
-        if mask != 0 {
-            return i + mask.trailing_zeros() as usize;
+        let k = first_special(lane);
+        if k < 16 {
+            return i + k;
         }
         i += 16;
     }
-    special_portable(b, i)
+    while i < b.len() && !needs_escape(b[i]) {
+        i += 1;
+    }
+    i
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-pub(crate) fn special(b: &[u8], i: usize) -> usize {
-    special_portable(b, i)
+/// Whether a JSON string must escape `b`: a quote, a backslash or a control character.
+pub(crate) fn needs_escape(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// The index in `lane` of its first byte that [`needs_escape`], or 16 when none does. With the
+/// vector unit every x86_64 CPU has (SSE2), else two words of eight bytes. The tokenizer's
+/// string scan and the request body's escaping (`ship::outbox`) both step by it.
+#[inline]
+pub(crate) fn first_special(lane: &[u8; 16]) -> usize {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        // SAFETY: compiled only when SSE2 is enabled for the whole build (the x86_64
+        // baseline), so the CPU running it has SSE2.
+        let mask = unsafe { special_mask_sse2(lane) };
+        (mask | 1 << 16).trailing_zeros() as usize
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        first_special_words(lane)
+    }
 }
 
 /// One bit per byte of `lane` that is `"`, `\` or a control character.
@@ -225,29 +243,30 @@ fn special_mask_sse2(lane: &[u8; 16]) -> u32 {
     special | (!(_mm_movemask_epi8(not_control) as u32) & 0xFFFF)
 }
 
-/// [`special`] eight bytes at a time in a word: the per-byte test of each word finds its lowest
-/// special byte exactly (a borrow only ever flags a byte above a flagged one).
+/// [`first_special`] with eight bytes at a time in a word: the per-byte test of a word finds
+/// its lowest special byte exactly (a borrow only ever flags a byte above a flagged one).
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
-fn special_portable(b: &[u8], mut i: usize) -> usize {
+fn first_special_words(lane: &[u8; 16]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    while let Some(word) = b.get(i..).and_then(|rest| rest.first_chunk::<8>()) {
-        let w = u64::from_le_bytes(*word);
+    let flagged = |w: u64| {
         let quote = w ^ (ONES * u64::from(b'"'));
         let backslash = w ^ (ONES * u64::from(b'\\'));
-        let found = ((quote.wrapping_sub(ONES) & !quote)
+        ((quote.wrapping_sub(ONES) & !quote)
             | (backslash.wrapping_sub(ONES) & !backslash)
             | (w.wrapping_sub(ONES * 0x20) & !w))
-            & HIGHS;
+            & HIGHS
+    };
+    let (lo, hi) = lane.split_at(8);
+    for (half, word) in [lo, hi].into_iter().enumerate() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let found = flagged(u64::from_le_bytes(w));
         if found != 0 {
-            return i + (found.trailing_zeros() / 8) as usize;
+            return half * 8 + (found.trailing_zeros() / 8) as usize;
         }
-        i += 8;
     }
-    while i < b.len() && !(b[i] == b'"' || b[i] == b'\\' || b[i] < 0x20) {
-        i += 1;
-    }
-    i
+    16
 }
 
 /// Whether `text` might be a JSON object or array (cheap, before [`is_json`]).
@@ -557,9 +576,10 @@ mod tests {
             }
         }
 
-        /// The vector scan for a string's special bytes against the word-at-a-time one.
+        /// The scan for a string's special bytes, and both ways of testing sixteen bytes, against
+        /// the bytes tested one by one.
         #[test]
-        fn special_agrees_with_the_portable_scan(
+        fn special_and_the_sixteen_byte_tests_agree_with_one_byte_at_a_time(
             bytes in proptest::collection::vec(
                 proptest::prop_oneof![
                     8 => proptest::strategy::Just(b'a'),
@@ -575,7 +595,11 @@ mod tests {
                 .find(|&i| matches!(bytes[i], b'"' | b'\\' | 0..=0x1f))
                 .unwrap_or(bytes.len());
             proptest::prop_assert_eq!(special(&bytes, from), plain);
-            proptest::prop_assert_eq!(special_portable(&bytes, from), plain);
+            if let Some(lane) = bytes.get(from..).and_then(|r| r.first_chunk::<16>()) {
+                let first = (0..16).find(|&k| needs_escape(lane[k])).unwrap_or(16);
+                proptest::prop_assert_eq!(first_special(lane), first);
+                proptest::prop_assert_eq!(first_special_words(lane), first);
+            }
         }
     }
 }

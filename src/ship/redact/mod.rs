@@ -22,6 +22,7 @@ mod code;
 mod decode;
 mod encoded;
 mod json;
+pub(crate) use json::{first_special, needs_escape};
 mod keywords;
 use crate::secret_names as names;
 pub(crate) mod providers;
