@@ -13,22 +13,33 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// One piece of decoded text and where it came from.
+/// One changed piece of a decoded text and where it came from: an escape, or a character
+/// removed or replaced. The bytes between two pieces are literal, one raw byte for one decoded
+/// byte, so they need no entry: a string of JSON inside JSON has an escape every few bytes,
+/// and an entry for each run between them too doubled what every walk over the map cost.
 #[derive(Clone, Copy, Debug)]
 struct Unit {
     /// Start in the decoded text.
     dec: u32,
     /// Start in the raw text.
     raw: u32,
-    /// Length in the raw text of an escape, or 0 for a run of literal bytes (which maps one
-    /// byte to one byte up to the next unit).
-    escape_len: u32,
+    /// Length in the raw text (never 0).
+    raw_len: u32,
+    /// Length in the decoded text (0 for a piece removed).
+    dec_len: u32,
+}
+
+impl Unit {
+    /// Where the literal bytes after this piece start: (decoded, raw).
+    fn after(self) -> (u32, u32) {
+        (self.dec + self.dec_len, self.raw + self.raw_len)
+    }
 }
 
 /// A decoded string and its map to the raw text it came from.
 pub(crate) struct Decoded<'a> {
     pub text: Cow<'a, str>,
-    /// Empty when nothing was escaped: the text is the raw text.
+    /// The changed pieces, in order; empty when nothing changed: the text is the raw text.
     units: Vec<Unit>,
     raw_len: usize,
 }
@@ -55,27 +66,40 @@ impl<'a> Decoded<'a> {
             return Some(at);
         }
         let at = u32::try_from(at).ok()?;
-        // The last unit starting at or before `at`.
-        let i = self.units.partition_point(|u| u.raw <= at).checked_sub(1)?;
-        let unit = self.units[i];
-        (unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
+        let before = self.units.partition_point(|u| u.raw <= at);
+        self.literal_at(before, at)
     }
 
     /// [`Decoded::decoded_at`] for raw offsets asked in increasing order: `cursor` (0 before
-    /// the first) keeps the unit reached, so a string's hits cost a walk over its units rather
-    /// than a search for each.
+    /// the first) keeps the pieces passed, so a string's hits cost a walk over its pieces
+    /// rather than a search for each.
     pub fn decoded_at_in_order(&self, at: usize, cursor: &mut usize) -> Option<usize> {
         if self.units.is_empty() {
             return Some(at);
         }
         let at = u32::try_from(at).ok()?;
-        let mut i = *cursor;
-        while self.units.get(i + 1).is_some_and(|u| u.raw <= at) {
-            i += 1;
+        let mut before = *cursor;
+        while self.units.get(before).is_some_and(|u| u.raw <= at) {
+            before += 1;
         }
-        *cursor = i;
-        let unit = self.units[i];
-        (unit.raw <= at && unit.escape_len == 0).then_some((unit.dec + (at - unit.raw)) as usize)
+        *cursor = before;
+        self.literal_at(before, at)
+    }
+
+    /// The decoded offset of raw byte `at`, the first `before` pieces starting at or before it:
+    /// `None` inside the last of them.
+    fn literal_at(&self, before: usize, at: u32) -> Option<usize> {
+        let (dec, raw) = match before.checked_sub(1) {
+            Some(i) => {
+                let unit = self.units[i];
+                if at < unit.raw + unit.raw_len {
+                    return None;
+                }
+                unit.after()
+            }
+            None => (0, 0),
+        };
+        Some((dec + (at - raw)) as usize)
     }
 
     /// Where in the decoded text each escape whose decoded first byte `trigger` accepts starts,
@@ -88,15 +112,12 @@ impl<'a> Decoded<'a> {
         let text = self.text.as_bytes();
         self.units
             .iter()
-            .filter(|u| u.escape_len != 0)
             .map(|u| u.dec as usize)
             .filter(move |&at| text.get(at).is_some_and(|&b| trigger(b)))
     }
 
-    /// The raw offset of decoded byte `at`: where its unit starts, or (with `end`) the offset
-    /// just after the unit holding it.
     /// [`Decoded::to_raw`] of every span in `spans`, in place (and sorted by their starts):
-    /// one walk over the units for the whole list, where each span alone searches them twice.
+    /// one walk over the pieces for the whole list, where each span alone searches them twice.
     /// A string of tool output inside JSON inside JSON has an escape every line, and the dense
     /// case's spans were mapped back level by level.
     pub fn to_raw_all(&self, spans: &mut [Range<usize>]) {
@@ -107,49 +128,50 @@ impl<'a> Decoded<'a> {
         let mut cursor = 0;
         for span in spans.iter_mut().filter(|s| s.start < s.end) {
             let (a, z) = (span.start as u32, (span.end - 1) as u32);
-            cursor = self.unit_from(a, cursor);
-            let start = self.map_unit(cursor, a, false);
-            let end = self.map_unit(self.unit_from(z, cursor), z, true);
+            cursor = self.before_from(a, cursor);
+            let start = self.map_in(cursor, a, false);
+            let end = self.map_in(self.before_from(z, cursor), z, true);
             *span = start..end.max(start);
         }
     }
 
-    /// The last unit starting at or before `at`, looked for from unit `from` on (which starts
-    /// at or before `at`): a few steps forward, then a binary search of the rest.
-    fn unit_from(&self, at: u32, from: usize) -> usize {
-        let mut i = from;
+    /// How many pieces start at or before decoded byte `at`, counted on from `from` (which
+    /// start at or before it): a few steps forward, then a binary search of the rest.
+    fn before_from(&self, at: u32, from: usize) -> usize {
+        let mut n = from;
         for _ in 0..8 {
-            match self.units.get(i + 1) {
-                Some(u) if u.dec <= at => i += 1,
-                _ => return i,
+            match self.units.get(n) {
+                Some(u) if u.dec <= at => n += 1,
+                _ => return n,
             }
         }
-        i + self.units[i..]
-            .partition_point(|u| u.dec <= at)
-            .saturating_sub(1)
+        n + self.units[n..].partition_point(|u| u.dec <= at)
     }
 
     fn map(&self, at: usize, end: bool) -> usize {
         let at = at as u32;
-        // The last unit starting at or before `at`. The first unit starts at 0.
-        let i = self
-            .units
-            .partition_point(|u| u.dec <= at)
-            .saturating_sub(1);
-        self.map_unit(i, at, end)
+        self.map_in(self.units.partition_point(|u| u.dec <= at), at, end)
     }
 
-    /// Where decoded byte `at`, in unit `i`, came from (`end`: the raw end after it).
-    fn map_unit(&self, i: usize, at: u32, end: bool) -> usize {
-        let unit = self.units[i];
-        if unit.escape_len == 0 {
-            (unit.raw + (at - unit.dec) + u32::from(end)) as usize
-        } else if end {
-            (unit.raw + unit.escape_len) as usize
-        } else {
-            unit.raw as usize
-        }
-        .min(self.raw_len)
+    /// Where decoded byte `at` came from (`end`: the raw end after it), the first `before`
+    /// pieces starting at or before it: the whole last of them when it holds the byte.
+    fn map_in(&self, before: usize, at: u32, end: bool) -> usize {
+        let (dec, raw) = match before.checked_sub(1) {
+            Some(i) => {
+                let unit = self.units[i];
+                if at < unit.dec + unit.dec_len {
+                    let edge = if end {
+                        unit.raw + unit.raw_len
+                    } else {
+                        unit.raw
+                    };
+                    return (edge as usize).min(self.raw_len);
+                }
+                unit.after()
+            }
+            None => (0, 0),
+        };
+        ((raw + (at - dec) + u32::from(end)) as usize).min(self.raw_len)
     }
 }
 
@@ -193,26 +215,20 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
     };
     let mut out = String::with_capacity(raw.len());
     // About one escape in a line of text: most JSON text escapes little more than its line
-    // breaks, and each escape is two units.
-    let mut units = Vec::with_capacity(raw.len() / 24 + 4);
+    // breaks.
+    let mut units = Vec::with_capacity(raw.len() / 48 + 4);
     let mut i = 0;
     let mut next = Some(first);
     while let Some(at) = next {
-        if at > i {
-            units.push(Unit {
-                dec: out.len() as u32,
-                raw: i as u32,
-                escape_len: 0,
-            });
-            out.push_str(&raw[i..at]);
-        }
+        out.push_str(&raw[i..at]);
         let (ch, len) = escape_at(bytes, at);
         match ch {
             Some(ch) => {
                 units.push(Unit {
                     dec: out.len() as u32,
                     raw: at as u32,
-                    escape_len: len as u32,
+                    raw_len: len as u32,
+                    dec_len: ch.len_utf8() as u32,
                 });
                 out.push(ch);
                 i = at + len;
@@ -220,25 +236,13 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
             None => {
                 // Not an escape: the backslash is text (lenient view only), and so is what
                 // follows it, searched again from the next byte.
-                units.push(Unit {
-                    dec: out.len() as u32,
-                    raw: at as u32,
-                    escape_len: 0,
-                });
                 out.push('\\');
                 i = at + 1;
             }
         }
         next = next_backslash(i);
     }
-    if i < raw.len() {
-        units.push(Unit {
-            dec: out.len() as u32,
-            raw: i as u32,
-            escape_len: 0,
-        });
-        out.push_str(&raw[i..]);
-    }
+    out.push_str(&raw[i..]);
     Decoded {
         text: Cow::Owned(out),
         units,
@@ -336,7 +340,6 @@ pub(crate) fn visible(text: &str) -> Decoded<'_> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut units = Vec::new();
-    let mut literal_from: Option<usize> = None;
     let mut i = 0;
     while i < bytes.len() {
         let (len, with) = if bytes[i] == 0x1B {
@@ -350,25 +353,17 @@ pub(crate) fn visible(text: &str) -> Decoded<'_> {
                 (Some(len), _) => (len, None),
                 (None, Some(ascii)) => (c.len_utf8(), Some(ascii)),
                 (None, None) => {
-                    if literal_from.is_none() {
-                        units.push(Unit {
-                            dec: out.len() as u32,
-                            raw: i as u32,
-                            escape_len: 0,
-                        });
-                        literal_from = Some(i);
-                    }
                     out.push(c);
                     i += c.len_utf8();
                     continue;
                 }
             }
         };
-        literal_from = None;
         units.push(Unit {
             dec: out.len() as u32,
             raw: i as u32,
-            escape_len: len as u32,
+            raw_len: len as u32,
+            dec_len: with.map_or(0, char::len_utf8) as u32,
         });
         if let Some(ascii) = with {
             out.push(ascii);
@@ -424,29 +419,16 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
     let mut units = Vec::new();
     let mut from = 0;
     for j in joins {
-        if from < j.start {
-            units.push(Unit {
-                dec: out.len() as u32,
-                raw: from as u32,
-                escape_len: 0,
-            });
-            out.push_str(&text[from..j.start]);
-        }
+        out.push_str(&text[from..j.start]);
         units.push(Unit {
             dec: out.len() as u32,
             raw: j.start as u32,
-            escape_len: j.len() as u32,
+            raw_len: j.len() as u32,
+            dec_len: 0,
         });
         from = j.end;
     }
-    if from < text.len() {
-        units.push(Unit {
-            dec: out.len() as u32,
-            raw: from as u32,
-            escape_len: 0,
-        });
-        out.push_str(&text[from..]);
-    }
+    out.push_str(&text[from..]);
     Some(Decoded {
         text: Cow::Owned(out),
         units,
@@ -542,6 +524,59 @@ mod tests {
             each.sort_unstable_by_key(|s| (s.start, s.end));
             together.sort_unstable_by_key(|s| (s.start, s.end));
             proptest::prop_assert_eq!(together, each, "{:?} {:?}", raw, spans);
+        }
+    }
+
+    /// The pieces of lenient decoding, one by one: each escape (or stray backslash) or literal
+    /// byte with its raw range, and whether it is literal. The map must agree with them.
+    fn pieces_of(raw: &str) -> Vec<(Range<usize>, usize, bool)> {
+        let b = raw.as_bytes();
+        let (mut out, mut i, mut dec) = (Vec::new(), 0, 0);
+        while i < b.len() {
+            match (b[i] == b'\\').then(|| escape_at(b, i)) {
+                Some((Some(ch), len)) => {
+                    out.push((i..i + len, ch.len_utf8(), false));
+                    dec += ch.len_utf8();
+                    i += len;
+                }
+                _ => {
+                    out.push((i..i + 1, 1, true));
+                    dec += 1;
+                    i += 1;
+                }
+            }
+        }
+        assert_eq!(dec, decode(raw).text.len());
+        out
+    }
+
+    proptest::proptest! {
+        /// Every decoded byte maps back to its own raw byte when literal, to its whole escape
+        /// otherwise; every raw byte maps forward to its decoded byte when literal, to nothing
+        /// inside an escape; in order or not.
+        #[test]
+        fn the_map_agrees_with_the_escapes_taken_one_by_one(
+            pieces in proptest::collection::vec(proptest::sample::select(&[
+                "a", "bc", r"\n", r"\\", r#"\""#, r"\u00e9", r"\ud83d\ude00", "é", r"\t",
+                r"\q", r"\u12", r"\ud83d", "\\", "xyz",
+            ][..]), 0..30),
+        ) {
+            let raw = pieces.concat();
+            let d = decode(&raw);
+            let mut cursor = 0;
+            let mut dec = 0;
+            for (range, dec_len, literal) in pieces_of(&raw) {
+                for k in 0..dec_len {
+                    let back = d.to_raw(dec + k..dec + k + 1);
+                    proptest::prop_assert_eq!(back, range.clone(), "{:?}", raw);
+                }
+                for r in range.clone() {
+                    let want = literal.then_some(dec);
+                    proptest::prop_assert_eq!(d.decoded_at(r), want, "{:?} at {}", raw, r);
+                    proptest::prop_assert_eq!(d.decoded_at_in_order(r, &mut cursor), want);
+                }
+                dec += dec_len;
+            }
         }
     }
 

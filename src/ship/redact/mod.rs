@@ -156,6 +156,10 @@ pub struct Redactor {
     escaped_bytes: Vec<u8>,
     /// The escaped keywords (lowercase) and their ids, for [`Redactor::string_hits`].
     escaped_words: Vec<(Box<[u8]>, u32)>,
+    /// For each escaped keyword, its first byte that JSON escapes: (the byte, its index in the
+    /// word, the word's index in `escaped_words`). In a checked string every such byte comes
+    /// from an escape, so an occurrence always has its first one where an escape is.
+    escaped_anchors: Vec<(u8, usize, usize)>,
 }
 
 impl Default for Redactor {
@@ -246,6 +250,14 @@ impl Redactor {
         escaped_bytes.sort_unstable();
         escaped_bytes.dedup();
         let escaped_words = escaped_lowercase;
+        let escaped_anchors = escaped_words
+            .iter()
+            .enumerate()
+            .filter_map(|(w, (word, _))| {
+                let j = word.iter().position(|&b| json_escaped(b))?;
+                Some((word[j], j, w))
+            })
+            .collect();
         Redactor {
             keywords,
             words,
@@ -254,6 +266,7 @@ impl Redactor {
             escaped,
             escaped_bytes,
             escaped_words,
+            escaped_anchors,
         }
     }
 
@@ -455,18 +468,20 @@ impl Redactor {
             // whose tool output is JSON inside JSON.
             let text = decoded.text.as_bytes();
             let mut found: Vec<Hit> = Vec::new();
+            // Each escape of such a byte against the words whose first such byte it is (a
+            // handful), not against every byte of every word: JSON inside JSON escapes a quote
+            // every few bytes, and this loop was a tenth of shipping a generated rollout.
             for at in decoded.escapes_to(|b| self.escaped_bytes.contains(&b)) {
-                for (word, id) in &self.escaped_words {
-                    for (j, _) in word.iter().enumerate().filter(|(_, b)| **b == text[at]) {
-                        let Some(start) = at.checked_sub(j) else {
-                            continue;
-                        };
-                        if text
-                            .get(start..start + word.len())
-                            .is_some_and(|w| w.eq_ignore_ascii_case(word))
-                        {
-                            found.push(Hit::new(start, *id));
-                        }
+                for &(_, j, w) in self.escaped_anchors.iter().filter(|a| a.0 == text[at]) {
+                    let (word, id) = &self.escaped_words[w];
+                    let Some(start) = at.checked_sub(j) else {
+                        continue;
+                    };
+                    if text
+                        .get(start..start + word.len())
+                        .is_some_and(|t| t.eq_ignore_ascii_case(word))
+                    {
+                        found.push(Hit::new(start, *id));
                     }
                 }
             }
