@@ -1,10 +1,11 @@
 //! JSON string decoding with a map back to the raw bytes (docs/behaviour.md S1.1).
 //!
 //! The rules run on decoded text, but what ships is the raw text with spans replaced. So a
-//! decoded string keeps, for every piece of it, where in the raw content it came from: runs of
-//! literal bytes map one to one, and each escape (`\n`, `\"`, `\u00e9`, a surrogate pair) is one
-//! unit that a span either covers whole or not at all. Mapping a decoded span back therefore
-//! widens it to whole escapes, which is what keeps a redacted JSON string valid.
+//! decoded string keeps where in the raw content each of its pieces came from: each escape
+//! (`\n`, `\"`, `\u00e9`, a surrogate pair) is one piece that a span either covers whole or not
+//! at all, and the literal bytes between two pieces map one to one, by their offset from the
+//! last piece (they need no entry of their own). Mapping a decoded span back therefore widens
+//! it to whole escapes, which is what keeps a redacted JSON string valid.
 //!
 //! The decoder is lenient: it also serves as the "escapes resolved" view of text that is not
 //! JSON (a truncated line), where a backslash may start nothing valid. Such a backslash is kept
