@@ -103,9 +103,10 @@ impl Batch {
 /// and the spools must see the same text either way), but without its byte-at-a-time scan:
 /// every shipped byte passes through here. Sixteen bytes are tested at once (the tokenizer's
 /// test, `redact::json::first_special`) and copied whole (one fixed-size copy); when one of
-/// them needs an escape, the copy is cut back to the bytes before it and the escape written. A rollout line is JSON, so a shipped one holds a quote
-/// every few bytes: copying the runs between them with a call each cost 12.6 instructions a
-/// shipped byte, a seventh of shipping (docs/performance.md, "The request body's escaping").
+/// them needs an escape, the copy is cut back to the bytes before it and the escape written.
+/// A rollout line is JSON, so a shipped one holds a quote every few bytes: copying the runs
+/// between them with a call each cost 12.6 instructions a shipped byte, a seventh of shipping
+/// (docs/performance.md, "The request body's escaping").
 fn json_str(s: &str) -> String {
     let bytes = s.as_bytes();
     // Room for a raw rollout line, whose quotes and escapes all gain a backslash.
