@@ -581,6 +581,41 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The view without colour codes, zero-width and full-width characters or percent
+        /// escapes maps each span back over whole pieces: the raw bytes it maps to, seen the
+        /// same way, hold the span's text, and every literal byte maps to itself.
+        #[test]
+        fn the_visible_view_maps_spans_back_over_whole_pieces(
+            pieces in proptest::collection::vec(proptest::sample::select(&[
+                "a", "bc", "\u{1b}[32m", "\u{1b}[0m", "\u{200b}", "\u{feff}", "\u{ff41}", "%3D",
+                "%41", "%e9", "é", "=", "xyz", "\u{1b}", " ",
+            ][..]), 0..25),
+            spans in proptest::collection::vec((0usize..120, 1usize..20), 0..8),
+        ) {
+            let raw = pieces.concat();
+            let d = visible(&raw);
+            let len = d.text.len();
+            for (a, n) in spans {
+                let (a, b) = (a.min(len), (a + n).min(len));
+                if a >= b || !d.text.is_char_boundary(a) || !d.text.is_char_boundary(b) {
+                    continue;
+                }
+                let back = d.to_raw(a..b);
+                let again = visible(&raw[back.clone()]);
+                proptest::prop_assert!(
+                    again.text.contains(&d.text[a..b]),
+                    "{:?}: {:?} maps to {:?}", raw, &d.text[a..b], &raw[back]
+                );
+            }
+            for r in 0..raw.len() {
+                if let Some(at) = d.decoded_at(r) {
+                    proptest::prop_assert_eq!(d.text.as_bytes()[at], raw.as_bytes()[r]);
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_stray_backslash_is_text() {
         let d = decode(r"C:\Users\x\n");

@@ -151,15 +151,13 @@ pub struct Redactor {
     /// the only ones a decoded string can hold that its raw text does not show
     /// ([`Redactor::decoded_hits`]).
     escaped: Option<(AhoCorasick, Vec<u32>)>,
-    /// The bytes of those keywords that JSON escapes: in a decoded JSON string they occur only
-    /// where an escape of one of these bytes is ([`decode::Decoded::escapes_to`]).
+    /// The first byte that JSON escapes of each of those keywords: in a decoded JSON string
+    /// it occurs only where an escape of it is ([`decode::Decoded::escapes_to`]).
     escaped_bytes: Vec<u8>,
-    /// The escaped keywords (lowercase) and their ids, for [`Redactor::string_hits`].
-    escaped_words: Vec<(Box<[u8]>, u32)>,
-    /// For each escaped keyword, its first byte that JSON escapes: (the byte, its index in the
-    /// word, the word's index in `escaped_words`). In a checked string every such byte comes
+    /// The escaped keywords (lowercase), their ids, and where in each its first byte that JSON
+    /// escapes is, for [`Redactor::string_hits`]. In a checked string every such byte comes
     /// from an escape, so an occurrence always has its first one where an escape is.
-    escaped_anchors: Vec<(u8, usize, usize)>,
+    escaped_words: Vec<(Box<[u8]>, u32, usize)>,
 }
 
 impl Default for Redactor {
@@ -221,16 +219,20 @@ impl Redactor {
             .collect();
         let keywords = keywords::Keywords::new(&words);
         let compiled = all_rules().map(|_| OnceLock::new()).collect();
-        let (escaped_words, escaped_ids): (Vec<&str>, Vec<u32>) = words
+        // Each keyword holding a byte JSON escapes, with where its first such byte is.
+        let escaped_found: Vec<(&str, u32, usize)> = words
             .iter()
             .enumerate()
-            .filter(|(_, w)| w.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20))
-            .map(|(i, w)| (*w, i as u32))
-            .unzip();
-        let escaped_lowercase: Vec<(Box<[u8]>, u32)> = escaped_words
+            .filter_map(|(i, w)| Some((*w, i as u32, w.bytes().position(needs_escape)?)))
+            .collect();
+        let escaped_words: Vec<&str> = escaped_found.iter().map(|e| e.0).collect();
+        let escaped_ids: Vec<u32> = escaped_found.iter().map(|e| e.1).collect();
+        let escaped_lowercase: Vec<(Box<[u8]>, u32, usize)> = escaped_found
             .iter()
-            .zip(&escaped_ids)
-            .map(|(w, id)| (w.to_ascii_lowercase().into_bytes().into_boxed_slice(), *id))
+            .map(|&(w, id, anchor)| {
+                let lower = w.to_ascii_lowercase().into_bytes().into_boxed_slice();
+                (lower, id, anchor)
+            })
             .collect();
         let escaped = (!escaped_words.is_empty()).then(|| {
             let ac = AhoCorasick::builder()
@@ -241,23 +243,13 @@ impl Redactor {
                 .expect("escaped keyword automaton builds");
             (ac, escaped_ids)
         });
-        let json_escaped = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
-        let mut escaped_bytes: Vec<u8> = escaped_words
+        let mut escaped_bytes: Vec<u8> = escaped_lowercase
             .iter()
-            .flat_map(|w| w.bytes())
-            .filter(|&b| json_escaped(b))
+            .map(|(word, _, anchor)| word[*anchor])
             .collect();
         escaped_bytes.sort_unstable();
         escaped_bytes.dedup();
         let escaped_words = escaped_lowercase;
-        let escaped_anchors = escaped_words
-            .iter()
-            .enumerate()
-            .filter_map(|(w, (word, _))| {
-                let j = word.iter().position(|&b| json_escaped(b))?;
-                Some((word[j], j, w))
-            })
-            .collect();
         Redactor {
             keywords,
             words,
@@ -266,7 +258,6 @@ impl Redactor {
             escaped,
             escaped_bytes,
             escaped_words,
-            escaped_anchors,
         }
     }
 
@@ -472,9 +463,9 @@ impl Redactor {
             // handful), not against every byte of every word: JSON inside JSON escapes a quote
             // every few bytes, and this loop was a tenth of shipping a generated rollout.
             for at in decoded.escapes_to(|b| self.escaped_bytes.contains(&b)) {
-                for &(_, j, w) in self.escaped_anchors.iter().filter(|a| a.0 == text[at]) {
-                    let (word, id) = &self.escaped_words[w];
-                    let Some(start) = at.checked_sub(j) else {
+                let at_anchor = |(word, _, j): &&(Box<[u8]>, u32, usize)| word[*j] == text[at];
+                for (word, id, j) in self.escaped_words.iter().filter(at_anchor) {
+                    let Some(start) = at.checked_sub(*j) else {
                         continue;
                     };
                     if text
@@ -486,8 +477,8 @@ impl Redactor {
                 }
             }
             if !found.is_empty() {
+                // One anchor per word: each occurrence is found once, but not in order.
                 found.sort_by_key(|h| (h.at(), h.keyword()));
-                found.dedup_by_key(|h| (h.at(), h.keyword()));
                 out.extend(found);
                 out.sort_by_key(|h| h.at());
             }
