@@ -77,7 +77,7 @@ fn read_lines(data: &[u8]) -> u64 {
 /// What a watcher's start-up and `inspect` do: stream complete lines, classify and fold each.
 fn seed_fold(data: &[u8]) -> State {
     let at = Ts::from_millis(1_785_254_400_000);
-    seed(data, LineTimes::All(at), LINE_LIMIT)
+    seed(data, data.len() as u64, LineTimes::All(at), LINE_LIMIT)
         .expect("reading from memory cannot fail")
         .state
 }

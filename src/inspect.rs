@@ -153,9 +153,10 @@ fn inspect_folded(
     windows_for: &dyn Fn(Role) -> Windows,
 ) -> Result<(Report, State)> {
     let file = open_rollout(req.path)?;
-    let mtime = file
-        .metadata()
-        .and_then(|m| m.modified())
+    let meta = file.metadata().ok();
+    let mtime = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
         .map(Ts::from_system)
         .unwrap_or(req.now)
         .min(req.now);
@@ -164,7 +165,8 @@ fn inspect_folded(
     } else {
         LineTimes::All(mtime)
     };
-    let seeded = seed(&file, times, crate::ship::LINE_LIMIT)
+    let on_disk = meta.as_ref().map_or(0, std::fs::Metadata::len);
+    let seeded = seed(&file, on_disk, times, crate::ship::LINE_LIMIT)
         .with_context(|| format!("failed to read rollout {}", req.path.display()))?;
     let state = &seeded.state;
     let identity = state.identity.clone().unwrap_or_else(Identity::unknown);

@@ -8,6 +8,7 @@
 //! The fold always reads **raw** lines: the redacted copy shipped to the server can lack the
 //! `call_id` (an oversize placeholder) that clears a pending call.
 
+mod packed;
 pub mod seed;
 
 use std::collections::VecDeque;

@@ -756,7 +756,7 @@ fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
         .with_context(|| format!("failed to stat {}", path.display()))?;
     let mtime = meta.modified().map(Ts::from_system).unwrap_or(now).min(now);
     let t0 = std::time::Instant::now();
-    let seeded = seed(&file, LineTimes::All(mtime), LINE_LIMIT)
+    let seeded = seed(&file, meta.len(), LineTimes::All(mtime), LINE_LIMIT)
         .with_context(|| format!("failed to read rollout {}", path.display()))?;
     info!(
         event = "seeded",
