@@ -192,7 +192,8 @@ enum Source {
         credential: MachineCredential,
         token_url: Result<Url, String>,
     },
-    Store(Store),
+    // Boxed: the store keeps its last reads beside it.
+    Store(Box<Store>),
 }
 
 /// A minted machine token.
@@ -269,7 +270,11 @@ impl Credentials {
             let (profile, active) =
                 store::resolve_profile(&config.config_dir, config.profile.as_deref());
             if store::valid_profile(&profile) {
-                Source::Store(Store::new(config.config_dir.clone(), profile, active))
+                Source::Store(Box::new(Store::new(
+                    config.config_dir.clone(),
+                    profile,
+                    active,
+                )))
             } else {
                 tracing::warn!(
                     event = "token_store_unreadable",

@@ -154,6 +154,7 @@ impl Entry {
 }
 
 /// What reading one store file found.
+#[derive(Clone, Debug)]
 enum Read {
     Missing,
     /// Present but not a JSON object (the kcap CLI: "not authenticated", and never a reason
@@ -163,7 +164,7 @@ enum Read {
 }
 
 /// Where one profile's tokens live.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Store {
     config_dir: PathBuf,
     profile: String,
@@ -173,6 +174,73 @@ pub(crate) struct Store {
     /// read before every request.
     file: PathBuf,
     legacy_file: PathBuf,
+    /// The last read of each file (the profile's, the legacy one) and the version of the file
+    /// it read: a request reads the store again only when a `stat` shows another version.
+    cache: std::sync::Mutex<[Option<(Version, Read)>; 2]>,
+}
+
+/// Tells one version of a file from another without reading it: its identity (a save by
+/// rename, as the kcap CLI and this watcher save, makes a new file), its size and its times.
+/// Unix: device and inode from the same `stat` as the size, and the modification and change
+/// times to the nanosecond. Elsewhere the identity needs the file opened (volume serial and
+/// file index), still far cheaper than reading and parsing it; creation and modification
+/// times are kept too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Version {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    inode: (u64, u64, i64, i64),
+    #[cfg(not(unix))]
+    id: crate::platform::file_id::FileId,
+    #[cfg(not(unix))]
+    created: Option<std::time::SystemTime>,
+}
+
+impl Version {
+    /// The version of the file at `path` now (following symlinks, as the read does).
+    fn at(path: &Path) -> io::Result<Version> {
+        let meta = std::fs::metadata(path)?;
+        #[cfg(unix)]
+        return Ok(Version::of(&meta));
+        #[cfg(not(unix))]
+        return Ok(Version::of(
+            &meta,
+            crate::platform::file_id::FileId::of_path(path)?,
+        ));
+    }
+
+    /// The version of an open file.
+    fn of_file(file: &File) -> Option<Version> {
+        let meta = file.metadata().ok()?;
+        #[cfg(unix)]
+        return Some(Version::of(&meta));
+        #[cfg(not(unix))]
+        return Some(Version::of(
+            &meta,
+            crate::platform::file_id::FileId::of_file(file).ok()?,
+        ));
+    }
+
+    #[cfg(unix)]
+    fn of(meta: &std::fs::Metadata) -> Version {
+        use std::os::unix::fs::MetadataExt;
+        Version {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn of(meta: &std::fs::Metadata, id: crate::platform::file_id::FileId) -> Version {
+        Version {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            id,
+            created: meta.created().ok(),
+        }
+    }
 }
 
 impl Store {
@@ -185,6 +253,7 @@ impl Store {
             active,
             file,
             legacy_file,
+            cache: std::sync::Mutex::new([None, None]),
         }
     }
 
@@ -208,12 +277,14 @@ impl Store {
         self.tokens_dir().join(format!("{}.lock", self.profile))
     }
 
-    /// The profile's document, or the legacy one where the rules allow it.
+    /// The profile's document, or the legacy one where the rules allow it. Read before every
+    /// request, so a file is parsed again only when a `stat` finds it changed (a corrupt one is
+    /// then also reported once, not once a request).
     pub(crate) fn load(&self) -> Option<Entry> {
-        match read(&self.file, false) {
+        match self.read_cached(false) {
             Read::Loaded(entry) => Some(entry),
             Read::Unusable => None,
-            Read::Missing if self.profile == self.active => match read(&self.legacy_file, true) {
+            Read::Missing if self.profile == self.active => match self.read_cached(true) {
                 Read::Loaded(entry) => Some(entry),
                 _ => None,
             },
@@ -221,10 +292,38 @@ impl Store {
         }
     }
 
+    /// The profile's file (or the legacy one), from the last read while the file is the
+    /// version that read found.
+    fn read_cached(&self, legacy: bool) -> Read {
+        let (path, slot) = if legacy {
+            (&self.legacy_file, 1)
+        } else {
+            (&self.file, 0)
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let now = match Version::at(path) {
+            Ok(version) => version,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                cache[slot] = None;
+                return Read::Missing;
+            }
+            // The read says what is wrong (once per streak).
+            Err(_) => return read(path, legacy).0,
+        };
+        if let Some((version, read)) = &cache[slot]
+            && *version == now
+        {
+            return read.clone();
+        }
+        let (read, version) = read(path, legacy);
+        cache[slot] = version.map(|v| (v, read.clone()));
+        read
+    }
+
     /// The profile's own file only (inside the lock: the kcap CLI re-reads `LoadAsync(profile)`,
     /// falling back to what it read before when that is missing or unusable).
     pub(crate) fn load_profile_file(&self) -> Option<Entry> {
-        match read(&self.file, false) {
+        match read(&self.file, false).0 {
             Read::Loaded(entry) => Some(entry),
             Read::Missing | Read::Unusable => None,
         }
@@ -293,33 +392,35 @@ impl Store {
 /// A failure to read the token store was logged and no read has worked since.
 static UNREADABLE_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn read(path: &Path, legacy: bool) -> Read {
-    let (bytes, modified) = match std::fs::File::open(path).and_then(|mut f| {
+/// Reads and parses one store file; also the version of the file read (`None` when it could
+/// not be opened).
+fn read(path: &Path, legacy: bool) -> (Read, Option<Version>) {
+    let (bytes, version) = match std::fs::File::open(path).and_then(|mut f| {
         use std::io::Read as _;
-        let modified = f.metadata().and_then(|m| m.modified()).ok();
+        let version = Version::of_file(&f);
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes)?;
-        Ok((bytes, modified))
+        Ok((bytes, version))
     }) {
         Ok(read) => {
             UNREADABLE_SAID.store(false, std::sync::atomic::Ordering::Relaxed);
             read
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Read::Missing,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return (Read::Missing, None),
         Err(e) => {
             // Once per streak: the store is read before every request, and a process out of
             // descriptors fails each read the same way until some are back.
             if !UNREADABLE_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to read the kcap token store {}: {e}", path.display());
             }
-            return Read::Unusable;
+            return (Read::Unusable, None);
         }
     };
-    match serde_json::from_slice::<Value>(&bytes) {
+    let read = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(doc)) => Read::Loaded(Entry {
             doc,
             legacy,
-            modified: modified.map(Ts::from_system),
+            modified: version.and_then(|v| v.modified).map(Ts::from_system),
         }),
         // serde_json's message names a position and an expected type, never the text it
         // read, so the token cannot leak through it.
@@ -331,7 +432,8 @@ fn read(path: &Path, legacy: bool) -> Read {
             tracing::warn!(event = "token_store_unreadable", path = %path.display(), "failed to parse the kcap token store {}: {e}", path.display());
             Read::Unusable
         }
-    }
+    };
+    (read, version)
 }
 
 /// Unix times below this are seconds, above it milliseconds (10^11 s is the year 5138;
@@ -570,5 +672,109 @@ mod tests {
         drop(held);
         assert!(store.lock().await.unwrap().is_some());
         assert!(store.lock_path().exists(), "the lock file is never removed");
+    }
+
+    /// What `f` logs, as text.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = buf.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    /// Replaces `path` as the kcap CLI saves it: a new file renamed over the old.
+    fn save_as_the_kcap_cli(path: &Path, text: &str) {
+        let tmp = path.with_extension("json.1.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    /// A store that is not JSON is reported when it is read, not again at every request: the
+    /// store is read before each one, and a warning a line would flood the log.
+    #[test]
+    fn a_corrupt_token_store_is_reported_once_per_version_not_per_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().into(), "default".into(), "default".into());
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        save_as_the_kcap_cli(&store.path(), "{\"access_token\": ");
+        let log = logged(|| {
+            for _ in 0..5 {
+                assert!(store.load().is_none());
+            }
+        });
+        assert_eq!(
+            log.matches("failed to parse the kcap token store").count(),
+            1,
+            "{log}"
+        );
+        // Another broken version is another report.
+        save_as_the_kcap_cli(&store.path(), "[1, 2]");
+        let log = logged(|| {
+            for _ in 0..5 {
+                assert!(store.load().is_none());
+            }
+        });
+        assert_eq!(log.matches("not a JSON object").count(), 1, "{log}");
+    }
+
+    /// Whatever changes the store between two requests is read by the second: a save by
+    /// rename, a rewrite in place of the same length, a removal (then the legacy file).
+    #[test]
+    fn a_changed_token_store_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().into(), "default".into(), "default".into());
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        let token = |store: &Store| {
+            store
+                .load()
+                .and_then(|e| e.access_token_text().map(str::to_owned))
+        };
+        assert_eq!(token(&store), None);
+        save_as_the_kcap_cli(&store.path(), r#"{"access_token":"aaaa"}"#);
+        assert_eq!(token(&store).as_deref(), Some("aaaa"));
+        assert_eq!(token(&store).as_deref(), Some("aaaa"));
+        save_as_the_kcap_cli(&store.path(), r#"{"access_token":"bbbb"}"#);
+        assert_eq!(token(&store).as_deref(), Some("bbbb"));
+        // In place, same length: only the times tell (set a second on, as a later write's
+        // would be on a file system with coarse timestamps).
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(store.path())
+            .unwrap();
+        let later = f.metadata().unwrap().modified().unwrap() + Duration::from_secs(1);
+        (&f).write_all(br#"{"access_token":"cccc"}"#).unwrap();
+        f.set_modified(later).unwrap();
+        drop(f);
+        assert_eq!(token(&store).as_deref(), Some("cccc"));
+        std::fs::remove_file(store.path()).unwrap();
+        assert_eq!(token(&store), None);
+        std::fs::write(
+            dir.path().join("tokens.json"),
+            r#"{"access_token":"legacy"}"#,
+        )
+        .unwrap();
+        assert_eq!(token(&store).as_deref(), Some("legacy"));
+        save_as_the_kcap_cli(&store.path(), r#"{"access_token":"dddd"}"#);
+        assert_eq!(
+            token(&store).as_deref(),
+            Some("dddd"),
+            "the profile's file first"
+        );
     }
 }
