@@ -211,7 +211,8 @@ impl Daemon {
 
     async fn run(&mut self) -> Result<()> {
         let mut signals = crate::platform::signals::ShutdownSignals::install()
-            .context("failed to install a signal handler")?;
+            .context("failed to install a signal handler")?
+            .into_channel();
         self.refresh(Ts::now());
         self.sync_watches();
         // The kernel's timer where there is one: woken once per poll (the daemon's time is the
@@ -225,7 +226,7 @@ impl Daemon {
                 _ = poll.tick() => self.on_poll(),
                 Some(exit) = self.exits.recv() => self.on_exit(exit),
                 _ = sleep => self.on_due(),
-                name = signals.recv() => {
+                Some(name) = signals.recv() => {
                     info!(event = "daemon_ending", why = name, "ending every supervisor ({name})");
                     self.end_all().await;
                     info!(event = "daemon_ended", "every supervisor has ended");

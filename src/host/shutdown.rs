@@ -23,31 +23,26 @@ impl Shutdown {
         (tx, Shutdown::Channel(rx))
     }
 
-    /// Starts listening (installing the handlers for [`Shutdown::Signals`]).
+    /// Starts listening (installing the handlers for [`Shutdown::Signals`], whose signals then
+    /// come through a channel too). Call inside the host's runtime.
     pub(crate) fn arm(self) -> io::Result<Armed> {
-        Ok(match self {
-            Shutdown::Signals => Armed::Signals(ShutdownSignals::install()?),
-            Shutdown::Channel(rx) => Armed::Channel(rx),
-        })
+        Ok(Armed(match self {
+            Shutdown::Signals => ShutdownSignals::install()?.into_channel(),
+            Shutdown::Channel(rx) => rx,
+        }))
     }
 }
 
 /// A shutdown being listened to.
-pub(crate) enum Armed {
-    Signals(ShutdownSignals),
-    Channel(mpsc::Receiver<SignalName>),
-}
+pub(crate) struct Armed(mpsc::Receiver<SignalName>);
 
 impl Armed {
     /// The next request to end. Cancel-safe (used in `select!`). A channel whose sender is
     /// gone never ends the host: dropping a handle is not a request to stop.
     pub(crate) async fn recv(&mut self) -> SignalName {
-        match self {
-            Armed::Signals(s) => s.recv().await,
-            Armed::Channel(rx) => match rx.recv().await {
-                Some(name) => name,
-                None => std::future::pending().await,
-            },
+        match self.0.recv().await {
+            Some(name) => name,
+            None => std::future::pending().await,
         }
     }
 }
