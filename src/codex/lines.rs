@@ -63,17 +63,43 @@ impl LineSink for Collect {
     }
 
     fn end(&mut self, line: LineEnd<'_>) {
-        self.lines.push(Line {
-            number: line.number,
-            start: line.range.start,
-            end: line.range.end,
-            len: line.len,
-            text: line.text.map(std::borrow::Cow::into_owned),
-            oversize: line.oversize,
-            units: line.units,
-            blank: line.blank,
-            info: self.classifier.as_mut().map(Classifier::finish),
-        });
+        let line = complete(line, self.classifier.as_mut());
+        self.lines.push(line);
+    }
+}
+
+/// The sink of [`LineCursor::read_each`]: each line handed on as it completes, so a read holds
+/// one line's classification at a time, not a read's worth (4,096 lines' captured text).
+struct Each<'a, F: FnMut(Line)> {
+    classifier: Option<Classifier>,
+    each: &'a mut F,
+}
+
+impl<F: FnMut(Line)> LineSink for Each<'_, F> {
+    #[inline]
+    fn chunk(&mut self, piece: &[u8]) {
+        if let Some(c) = &mut self.classifier {
+            c.feed(piece);
+        }
+    }
+
+    fn end(&mut self, line: LineEnd<'_>) {
+        (self.each)(complete(line, self.classifier.as_mut()));
+    }
+}
+
+/// The [`Line`] a reader's notice describes, classified when there is a classifier.
+fn complete(line: LineEnd<'_>, classifier: Option<&mut Classifier>) -> Line {
+    Line {
+        number: line.number,
+        start: line.range.start,
+        end: line.range.end,
+        len: line.len,
+        text: line.text.map(std::borrow::Cow::into_owned),
+        oversize: line.oversize,
+        units: line.units,
+        blank: line.blank,
+        info: classifier.map(Classifier::finish),
     }
 }
 
@@ -126,16 +152,23 @@ impl LineCursor {
         Ok((std::mem::take(&mut self.sink.lines), status))
     }
 
-    /// Like [`LineCursor::read`], handing each line to `each` (seeding: no list of lines
-    /// is built per read).
+    /// Like [`LineCursor::read`], handing each line to `each` as it completes (seeding: no
+    /// list of lines is built per read).
     pub(crate) fn read_each<R: ReadAt + ?Sized>(
         &mut self,
         file: &R,
         max_lines: usize,
         mut each: impl FnMut(Line),
     ) -> io::Result<ReadStatus> {
-        let status = self.reader.read(file, max_lines, &mut self.sink);
+        // Lines a `read` collected and nobody took yet come first.
         self.sink.lines.drain(..).for_each(&mut each);
+        let mut sink = Each {
+            classifier: self.sink.classifier.take(),
+            each: &mut each,
+        };
+        let status = self.reader.read(file, max_lines, &mut sink);
+        // The classifier holds the partial last line's state: back where `read` finds it.
+        self.sink.classifier = sink.classifier;
         status
     }
 

@@ -240,7 +240,7 @@ fn classify_part<R: ReadAt + ?Sized>(
     let mut stop = None;
     loop {
         let status = cursor.read_each(file, LINES_PER_READ, |line| {
-            if lines.heap_bytes() >= held_bytes {
+            if lines.held_bytes() >= held_bytes {
                 stop.get_or_insert(line.start);
                 return;
             }
@@ -251,7 +251,7 @@ fn classify_part<R: ReadAt + ?Sized>(
                 line.info.as_ref(),
             );
         })?;
-        if status.at_eof || lines.heap_bytes() >= held_bytes {
+        if status.at_eof || lines.held_bytes() >= held_bytes {
             break;
         }
     }
@@ -469,9 +469,9 @@ mod tests {
         let file = line.repeat(200_000);
         for bound in [0, 1, 3 << 20] {
             let part = classify_part(&file[..], 0, LineTimes::All(AT), LIMIT, bound).unwrap();
-            let held = part.lines.heap_bytes();
+            let held = part.lines.held_bytes();
             assert!(
-                held <= bound + (1 << 20) + 1024,
+                held <= bound + 64 * 1024 + 1024,
                 "{held} held for a bound of {bound}"
             );
             assert!(
