@@ -250,4 +250,50 @@ mod tests {
         assert_eq!(info.call_id.as_deref(), Some("c1"));
         assert!(cursor.retained_bytes() <= 65_536 + crate::tail::reader::READ_CHUNK + 16);
     }
+
+    /// `read_each` hands a line on as soon as it is complete, between the reads of one call:
+    /// a call holds one line's classification at a time, never a read's worth.
+    #[test]
+    fn read_each_hands_lines_on_between_the_reads_of_one_call() {
+        struct Logged<'a> {
+            bytes: &'a [u8],
+            log: &'a std::cell::RefCell<Vec<&'static str>>,
+        }
+        impl ReadAt for Logged<'_> {
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+                self.log.borrow_mut().push("read");
+                self.bytes.read_at(buf, offset)
+            }
+        }
+        let line = b"{\"type\":\"event_msg\",\"payload\":{\"type\":\"agent_message\",\"message\":\"hi\"}}\n";
+        let bytes = line.repeat(4000);
+        let log = std::cell::RefCell::new(Vec::new());
+        let file = Logged {
+            bytes: &bytes,
+            log: &log,
+        };
+        let mut cursor = LineCursor::fold(0, 0, LIMIT, Classifier::new());
+        let mut lines = 0;
+        let status = cursor
+            .read_each(&file, usize::MAX, |l| {
+                assert_eq!(l.info.unwrap().message.as_deref(), Some("hi"));
+                lines += 1;
+                log.borrow_mut().push("line");
+            })
+            .unwrap();
+        assert!(status.at_eof);
+        assert_eq!(lines, 4000);
+        let log = log.into_inner();
+        let reads = log.iter().filter(|e| **e == "read").count();
+        assert!(
+            reads >= 2,
+            "{reads} reads: the file must take more than one"
+        );
+        let first_line = log.iter().position(|e| *e == "line").unwrap();
+        let last_read = log.iter().rposition(|e| *e == "read").unwrap();
+        assert!(
+            first_line < last_read,
+            "every line was handed on only after the last read"
+        );
+    }
 }
