@@ -160,8 +160,6 @@ impl LineCursor {
         max_lines: usize,
         mut each: impl FnMut(Line),
     ) -> io::Result<ReadStatus> {
-        // Lines a `read` collected and nobody took yet come first.
-        self.sink.lines.drain(..).for_each(&mut each);
         let mut sink = Each {
             classifier: self.sink.classifier.take(),
             each: &mut each,
