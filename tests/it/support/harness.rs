@@ -160,15 +160,28 @@ impl Proc {
     pub fn spawn(cmd: &mut Command, dir: &Path, name: &str) -> Proc {
         let stdout_path = dir.join(format!("{name}.stdout"));
         let stderr_path = dir.join(format!("{name}.stderr"));
-        let out = File::create(&stdout_path).expect("stdout file");
-        let err = File::create(&stderr_path).expect("stderr file");
         // So that `terminate` can reach it on Windows too (its own process group).
         kcap_watch::platform::signals::stoppable(cmd);
-        let child = cmd
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn kcap-watch");
+        let mut attempt = 0;
+        let child = loop {
+            let out = File::create(&stdout_path).expect("stdout file");
+            let err = File::create(&stderr_path).expect("stderr file");
+            match cmd
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .spawn()
+            {
+                Ok(child) => break child,
+                // Wine's process creation now and then fails with ERROR_INTERNAL_ERROR (1359)
+                // before the program runs at all; a second try starts it. Nothing of
+                // kcap-watch has run, so trying again tests the same thing.
+                Err(e) if cfg!(windows) && e.raw_os_error() == Some(1359) && attempt < 4 => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("spawn kcap-watch: {e:?}"),
+            }
+        };
         Proc {
             child,
             stdout_path,
