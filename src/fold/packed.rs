@@ -97,7 +97,6 @@ struct Unpacked {
 #[derive(Debug, Default)]
 pub(crate) struct Packed {
     chunks: Vec<Vec<u8>>,
-    lines: u64,
 }
 
 impl Packed {
@@ -105,10 +104,12 @@ impl Packed {
         Packed::default()
     }
 
-    /// How many lines it holds.
+    /// How many lines it holds (counted by reading them back).
     #[cfg(test)]
     pub(crate) fn lines(&self) -> u64 {
-        self.lines
+        let mut n = 0;
+        self.for_each(|_, _, _, _| n += 1);
+        n
     }
 
     /// Bytes it holds: what its lines packed into (a chunk's pages beyond that are reserved,
@@ -136,7 +137,6 @@ impl Packed {
         let Some(out) = self.chunks.last_mut() else {
             return; // a chunk was pushed just above
         };
-        self.lines += 1;
         let mut flags = 0;
         if blank {
             flags |= BLANK;

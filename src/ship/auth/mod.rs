@@ -508,7 +508,13 @@ impl Credentials {
         now: Ts,
         refused: Option<&Token>,
     ) -> Option<Token> {
-        let entry = store.load()?;
+        // After a refusal the file is read again whatever its `stat` says (the spec's re-read
+        // on `401`); before a request the version decides.
+        let entry = if refused.is_some() {
+            store.load_fresh()
+        } else {
+            store.load()
+        }?;
         // Checked on the snapshot, before any refresh: refreshing a token that will not be
         // sent would spend a single-use refresh token for nothing.
         if !self.bound_here(&entry, state) {

@@ -281,10 +281,21 @@ impl Store {
     /// request, so a file is parsed again only when a `stat` finds it changed (a corrupt one is
     /// then also reported once, not once a request).
     pub(crate) fn load(&self) -> Option<Entry> {
-        match self.read_cached(false) {
+        self.load_with(false)
+    }
+
+    /// [`Store::load`] reading the files whatever their `stat` says: after the server refused
+    /// the token, when a change the `stat` cannot see (a same-length rewrite in place within
+    /// one tick of the file system's clock) must not keep the refused token in use.
+    pub(crate) fn load_fresh(&self) -> Option<Entry> {
+        self.load_with(true)
+    }
+
+    fn load_with(&self, fresh: bool) -> Option<Entry> {
+        match self.read_cached(false, fresh) {
             Read::Loaded(entry) => Some(entry),
             Read::Unusable => None,
-            Read::Missing if self.profile == self.active => match self.read_cached(true) {
+            Read::Missing if self.profile == self.active => match self.read_cached(true, fresh) {
                 Read::Loaded(entry) => Some(entry),
                 _ => None,
             },
@@ -293,8 +304,8 @@ impl Store {
     }
 
     /// The profile's file (or the legacy one), from the last read while the file is the
-    /// version that read found.
-    fn read_cached(&self, legacy: bool) -> Read {
+    /// version that read found (unless `fresh`).
+    fn read_cached(&self, legacy: bool, fresh: bool) -> Read {
         let (path, slot) = if legacy {
             (&self.legacy_file, 1)
         } else {
@@ -312,6 +323,7 @@ impl Store {
         };
         if let Some((version, read)) = &cache[slot]
             && *version == now
+            && !fresh
         {
             return read.clone();
         }
@@ -731,6 +743,32 @@ mod tests {
             }
         });
         assert_eq!(log.matches("not a JSON object").count(), 1, "{log}");
+    }
+
+    /// After a refusal the store is read whatever its `stat` says: a change the version cannot
+    /// see (here the cache made to hold an older read of the same version) is not kept.
+    #[test]
+    fn a_fresh_load_reads_the_file_whatever_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().into(), "default".into(), "default".into());
+        std::fs::create_dir(dir.path().join("tokens")).unwrap();
+        save_as_the_kcap_cli(&store.path(), r#"{"access_token":"old"}"#);
+        let stale = store.load().unwrap();
+        save_as_the_kcap_cli(&store.path(), r#"{"access_token":"new"}"#);
+        let version = Version::at(&store.path()).unwrap();
+        store.cache.lock().unwrap()[0] = Some((version, Read::Loaded(stale)));
+        let text = |e: Option<Entry>| e.and_then(|e| e.access_token_text().map(str::to_owned));
+        assert_eq!(
+            text(store.load()).as_deref(),
+            Some("old"),
+            "the cache answers"
+        );
+        assert_eq!(text(store.load_fresh()).as_deref(), Some("new"));
+        assert_eq!(
+            text(store.load()).as_deref(),
+            Some("new"),
+            "and the cache is the new read"
+        );
     }
 
     /// Whatever changes the store between two requests is read by the second: a save by
