@@ -169,12 +169,10 @@ fn capture_cow(raw: Cow<'_, [u8]>, redactor: &Redactor) -> Result<String, Loss> 
         utf16_length: utf16_len(text.as_bytes()),
         utf8_bytes: raw_len,
     };
-    if !super::redact::is_json(&text) {
-        return Err(lost(LossReason::MalformedInput, &text));
-    }
     let redacted = match redactor.redact_json(&text) {
-        Cow::Borrowed(_) => None,
-        Cow::Owned(redacted) => Some(redacted),
+        None => return Err(lost(LossReason::MalformedInput, &text)),
+        Some(Cow::Borrowed(_)) => None,
+        Some(Cow::Owned(redacted)) => Some(redacted),
     };
     let shipped_len = redacted.as_ref().map_or(text.len(), String::len);
     if shipped_len as u64 > MAX_RECORD_BYTES {

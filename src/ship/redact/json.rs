@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 
+#[cfg(test)]
 use memchr::memchr2;
 
 #[derive(Clone, Debug)]
@@ -279,7 +280,9 @@ pub(crate) fn looks_like_container(text: &str) -> bool {
 }
 
 /// The tokens of valid JSON `text` without checking it (what [`parse`] gives for JSON). Given
-/// anything else it returns some tokens without panicking.
+/// anything else it returns some tokens without panicking. A second reading of the grammar,
+/// written apart from [`parse`]: the tests' model of the tokens it gives.
+#[cfg(test)]
 pub(crate) fn tokenize(text: &str) -> Vec<Tok> {
     let bytes = text.as_bytes();
     let mut toks = Vec::new();
@@ -344,6 +347,7 @@ pub(crate) fn tokenize(text: &str) -> Vec<Tok> {
 }
 
 /// Index of the quote closing the string whose content starts at `from` (or the end).
+#[cfg(test)]
 fn string_end(bytes: &[u8], from: usize) -> usize {
     let mut i = from;
     while let Some(offset) = bytes.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {

@@ -280,25 +280,28 @@ impl Redactor {
     /// The same rules for text that is not a raw line, such as the child's decoded last
     /// message. JSON text gets the JSON treatment; anything else the text rules.
     pub fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        self.redact(text, None)
+        self.redact(text)
     }
 
-    /// [`Redactor::redact_text`] for text already known to be one JSON value ([`is_json`]):
-    /// the shipping path, which checks every line once.
-    pub fn redact_json<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        self.redact(text, Some(true))
+    /// The shipping path: `None` when `text` is not one JSON value ([`is_json`]), else its
+    /// redaction. The one tokenizing of the line both checks it and is walked: checking first
+    /// and redacting after tokenized every line with a secret twice, a twentieth of the
+    /// instructions of shipping a generated rollout (docs/performance.md).
+    pub fn redact_json<'a>(&self, text: &'a str) -> Option<Cow<'a, str>> {
+        let toks = json::parse(text)?;
+        Some(self.redact_at(text, Some(toks), 0))
     }
 
-    /// `known_json`: whether `text` is JSON, when the caller already knows.
-    fn redact<'a>(&self, text: &'a str, known_json: Option<bool>) -> Cow<'a, str> {
-        self.redact_at(text, known_json, 0)
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.redact_at(text, None, 0)
     }
 
     /// [`Redactor::redact`] of text decoded from an encoded run `encoded` levels deep.
+    /// `parsed`: the tokens of `text`, when the caller has checked it is JSON.
     fn redact_at<'a>(
         &self,
         text: &'a str,
-        known_json: Option<bool>,
+        parsed: Option<Vec<Tok>>,
         encoded: usize,
     ) -> Cow<'a, str> {
         let hits = self.scan(text);
@@ -314,19 +317,13 @@ impl Redactor {
         // A line that is one JSON string is JSON too: its quotes must survive.
         let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
         // Tokenizing checks the text too: a text not known to be JSON is tokenized once.
-        // With the tokens, whether the tokenizer checked them.
-        let toks = match known_json {
+        let toks = match parsed {
             _ if !maybe_json => None,
-            // Known JSON the walk cannot read whole is walked as the tokens it gives.
-            Some(true) => Some(match json::parse(text) {
-                Some(toks) => (toks, true),
-                None => (json::tokenize(text), false),
-            }),
-            Some(false) => None,
-            None => json::parse(text).map(|toks| (toks, true)),
+            Some(toks) => Some(toks),
+            None => json::parse(text),
         };
-        if let Some((toks, checked)) = toks {
-            self.json_spans(text, &toks, checked, &hits, hidden, &mut spans, 0);
+        if let Some(toks) = toks {
+            self.json_spans(text, &toks, &hits, hidden, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
@@ -669,8 +666,8 @@ impl Redactor {
 
     /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
     /// else given the text rules. Spans are in `text`.
-    /// `known`: the hits of `text` when `text` hides no ASCII behind an escape. `checked`:
-    /// the content is a string the walk's tokenizer checked ([`json::parse`]).
+    /// `known`: the hits of `text` when `text` hides no ASCII behind an escape. The content
+    /// is a string the walk's tokenizer checked ([`json::parse`]).
     fn string_spans(
         &self,
         text: &str,
@@ -678,16 +675,10 @@ impl Redactor {
         out: &mut Vec<Range<usize>>,
         depth: usize,
         known: Option<&[Hit]>,
-        checked: bool,
     ) {
-        let decoded = if checked {
-            decode::decode_checked(&text[content.clone()])
-        } else {
-            decode::decode(&text[content.clone()])
-        };
+        let decoded = decode::decode_checked(&text[content.clone()]);
         let hits = match known {
-            Some(hits) if checked => self.string_hits(hits, content.clone(), &decoded),
-            Some(hits) => self.decoded_hits(hits, content.clone(), &decoded),
+            Some(hits) => self.string_hits(hits, content.clone(), &decoded),
             None => self.scan(&decoded.text),
         };
         let hidden =
@@ -710,15 +701,7 @@ impl Redactor {
             .then(|| json::parse(&decoded.text))
             .flatten();
         if let Some(toks) = toks {
-            self.json_spans(
-                &decoded.text,
-                &toks,
-                true,
-                &hits,
-                hidden,
-                &mut inner,
-                depth + 1,
-            );
+            self.json_spans(&decoded.text, &toks, &hits, hidden, &mut inner, depth + 1);
         } else {
             self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
         }
@@ -730,14 +713,13 @@ impl Redactor {
         );
     }
 
-    /// Valid JSON `text`, whose tokens are `toks` (`checked`: from [`json::parse`]): the
+    /// Valid JSON `text`, whose tokens are `toks` (from [`json::parse`]): the
     /// structure and every string that may hold a secret.
     #[allow(clippy::too_many_arguments)]
     fn json_spans(
         &self,
         text: &str,
         toks: &[Tok],
-        checked: bool,
         hits: &[Hit],
         hidden: bool,
         out: &mut Vec<Range<usize>>,
@@ -747,7 +729,6 @@ impl Redactor {
             redactor: self,
             text,
             toks,
-            checked,
             hits,
             hidden,
             depth,
@@ -756,7 +737,7 @@ impl Redactor {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
             Some(Tok::Str(r)) if walk.may_hold(r) => {
                 let known = (!hidden).then_some(hits);
-                self.string_spans(text, r.clone(), out, depth, known, checked);
+                self.string_spans(text, r.clone(), out, depth, known);
             }
             _ => {}
         }
@@ -818,8 +799,6 @@ struct Walk<'a> {
     redactor: &'a Redactor,
     text: &'a str,
     toks: &'a [Tok],
-    /// The tokens come from [`json::parse`]: every string's content is valid.
-    checked: bool,
     hits: &'a [Hit],
     /// Decoding may reveal keywords the raw text hides: look at every escaped string.
     hidden: bool,
@@ -936,7 +915,6 @@ impl Walk<'_> {
                             out,
                             self.depth,
                             (!self.hidden).then_some(self.hits),
-                            self.checked,
                         );
                     }
                     if name.is_none()
@@ -996,10 +974,8 @@ impl Walk<'_> {
         let decoded = decode::decode(&self.text[kr.clone()]);
         let hits = if self.hidden {
             self.redactor.scan(&decoded.text)
-        } else if self.checked {
-            self.redactor.string_hits(self.hits, kr.clone(), &decoded)
         } else {
-            self.redactor.decoded_hits(self.hits, kr.clone(), &decoded)
+            self.redactor.string_hits(self.hits, kr.clone(), &decoded)
         };
         let mut inner = Vec::new();
         self.redactor
