@@ -86,9 +86,16 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "lifetime",
     ];
     let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
-    // camelCase: its last word (`secretKeyRef` -> `Ref`); UPPER_SNAKE was split above.
+    // camelCase: its last word (`secretKeyRef` -> `Ref`), or the acronym ending it
+    // (`tokenURL` -> `URL`); UPPER_SNAKE was split above.
     let camel = last.bytes().any(|b| b.is_ascii_lowercase());
+    let acronym = last
+        .bytes()
+        .rev()
+        .take_while(u8::is_ascii_uppercase)
+        .count();
     let last = match last.rfind(|c: char| c.is_ascii_uppercase()) {
+        _ if camel && acronym >= 2 && acronym < last.len() => &last[last.len() - acronym..],
         Some(i) if i > 0 && camel => &last[i..],
         _ => last,
     };

@@ -593,3 +593,60 @@ left_alone_tests! {
 leak_tests! {
     encoded_docker_config_auth_of_user_and_password: r#"{"auths": {"registry.example": {"auth": "Ym9iOkQwY2tlclB3OVpxNw=="}}}"# => ["Ym9iOkQwY2tlclB3OVpxNw"];
 }
+
+// A secret's name given as a sibling's value (docs/redaction.md, "Names beside their values"):
+// a container's `env` list, an ECS task definition, a CloudFormation parameter, SSM's output, a
+// form field in a HAR, .NET and PHPUnit configuration. The value goes; the name stays.
+leak_tests! {
+    pair_json_container_env: r#"{"containers": [{"env": [{"name": "LOG_LEVEL", "value": "debug"}, {"name": "DB_PASSWORD", "value": "PairJs0nPw"}]}]}"# => ["PairJs0nPw"];
+    pair_json_key_and_value: r#"{"key": "STRIPE_SECRET", "value": "PairKeyVal9Zq"}"# => ["PairKeyVal9Zq"];
+    pair_json_cloudformation_parameter: r#"{"Parameters": [{"ParameterKey": "DbPassword", "ParameterValue": "Cf9nStackPw"}]}"# => ["Cf9nStackPw"];
+    pair_json_ssm_parameter_path: r#"{"Parameter": {"Name": "/prod/db/password", "Type": "SecureString", "Value": "Ssm9SecurePw"}}"# => ["Ssm9SecurePw"];
+    pair_json_har_form_field: r#"{"postData": {"params": [{"name": "username", "value": "bob"}, {"name": "password", "value": "HarF0rmPw"}]}}"# => ["HarF0rmPw"];
+    pair_json_pretty_printed: "[\n  {\n    \"name\": \"API_TOKEN\",\n    \"value\": \"PairPretty9Zq\"\n  }\n]" => ["PairPretty9Zq"];
+    pair_yaml_env_list: "spec:\n  containers:\n    - name: app\n      env:\n        - name: DB_PASSWORD\n          value: PairYamlPw9\n        - name: LOG_LEVEL\n          value: debug" => ["PairYamlPw9"];
+    pair_yaml_quoted_value: "- name: \"OPENAI_API_KEY\"\n  value: 'PairYamlQuoted9Zq'" => ["PairYamlQuoted9Zq"];
+    pair_xml_app_settings: "<appSettings>\n  <add key=\"Theme\" value=\"dark\" />\n  <add key=\"ApiKey\" value=\"PairXmlKey9Zq\" />\n</appSettings>" => ["PairXmlKey9Zq"];
+    pair_xml_spring_property: "<property name=\"jdbc.password\" value=\"PairSpr1ngPw\"/>" => ["PairSpr1ngPw"];
+}
+
+left_alone_tests! {
+    pair_json_value_from_a_secret_ref: r#"{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}"#;
+    pair_json_names_of_things: r#"[{"name": "SECRET_NAME", "value": "app-secret"}, {"name": "TOKEN_TTL", "value": "3600"}, {"name": "token_limit", "value": "4096"}, {"key": "auth_type", "value": "oauth2"}]"#;
+    pair_json_reference_value: r#"{"name": "API_TOKEN", "value": "${API_TOKEN}"}"#;
+    pair_yaml_value_from: "env:\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef:\n        name: db-credentials\n        key: password";
+    pair_yaml_helm_template: "- name: API_TOKEN\n  value: {{ .Values.apiToken | quote }}";
+    pair_xml_empty_and_header_name: "<env name=\"DB_PASSWORD\" value=\"\"/>\n<add key=\"ApiKeyHeader\" value=\"X-Api-Key\" />";
+}
+
+// Go's and Pascal's `:=`, and calls given a literal: the literal is judged, the code stays.
+leak_tests! {
+    go_short_declaration_literal: "func main() {\n\tapiKey := \"GoD3clKey9Zq7Rx\"\n\tpassword := `GoRaw5tr1ngPw`\n}" => ["GoD3clKey9Zq7Rx", "GoRaw5tr1ngPw"];
+    go_conversion_of_a_literal: "secret := []byte(\"Xk9vQ2mLp7RzGoB\")" => ["Xk9vQ2mLp7RzGoB"];
+    makefile_simply_expanded: "DB_PASSWORD := MakeF1leP4ss\nall:\n\t./run" => ["MakeF1leP4ss"];
+    call_given_a_key_literal: "password = SecretStr(\"Xk9vQ2mLp7RzCall\")\ntoken = base64.b64decode(\"WGs5dlEybUxwN1J6QjY0\")" => ["Xk9vQ2mLp7RzCall", "WGs5dlEybUxwN1J6QjY0"];
+}
+
+left_alone_tests! {
+    go_declarations_of_code: "func run() {\n\ttoken, err := auth.Token(ctx)\n\ttokens := strings.Fields(line)\n\tsecretName := \"app-tls\"\n\tapiKey := os.Getenv(\"API_KEY\")\n\tsecret := []byte(cfg.Secret)\n\tsigningKey := []byte(\"AWS4\" + creds.SecretAccessKey)\n\tfor addr, envAuth := range envConfig.AuthConfigs {\n\t}\n\tauthHeader := fmt.Sprintf(\"Bearer %s\", tok)\n}";
+    go_template_declaration: "{{- $createConfigSecret := eq (include \"grafana.shouldCreateConfigSecret\" .) \"true\" -}}";
+    python_walrus: "if (token := get_token()) is None:\n    raise RuntimeError";
+    calls_given_names_and_paths: "token = os.getenv(\"API_KEY\")\napi_key = load_key(\"keys/prod.pem\")\ntoken = hashlib.sha256(b\"abc\").hexdigest()";
+    bearer_templates: "auth = f\"Bearer {token}\"\nheader = \"Bearer %s\" % token\nreq.headers['Authorization'] = 'Bearer {}'.format(token)\nAuthorization: Bearer {token}";
+    url_named_by_an_acronym: "tokenURL := \"https://oauth2.googleapis.com/token\"\nsecretARN = \"arn:aws:secretsmanager:us-east-1:123456789012:secret:app\"";
+}
+
+// Commands given a secret on their standard input or as a plain argument.
+leak_tests! {
+    tools_password_stdin_double_quoted: "echo \"St1nDouble7\" | docker login registry.example.com --username app --password-stdin" => ["St1nDouble7"];
+    tools_secure_string_string_flag: "$sec = ConvertTo-SecureString -String 'Pw5h3llStr1ng' -AsPlainText -Force" => ["Pw5h3llStr1ng"];
+    tools_gh_secret_set_short_flag: "gh secret set NPM_TOKEN -b NpmT0kenB0dy9" => ["NpmT0kenB0dy9"];
+    tools_net_user_quoted: "net user \"svc backup\" \"N3t Us3r Pw\" /add" => ["N3t Us3r Pw"];
+}
+
+// Newer provider formats, in forms other than the rules' own examples.
+leak_tests! {
+    prefix_doppler_service_token_with_its_config: "DOPPLER_TOKEN=dp.st.dev_personal.OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW" => ["OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW"];
+    prefix_figma_in_a_header: "curl -H 'X-Figma-Token: figd_hvWaXH6K2_tyLBhhOhg9uhkxiiEZpFfk1OHAOEHY' https://api.figma.com/v1/me" => ["figd_hvWaXH6K2_tyLBhhOhg9uhkxiiEZpFfk1OHAOEHY"];
+    prefix_braintree_in_json: r#"{"gateway": "access_token$sandbox$k1vrjnvgfygwwqc3$3c29b62179273c8eb5bb682575ec87a1"}"# => ["k1vrjnvgfygwwqc3$3c29b62179273c8eb5bb682575ec87a1"];
+}

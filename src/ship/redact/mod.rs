@@ -862,9 +862,13 @@ impl Walk<'_> {
             Tok::Str(r) => Some(r.clone()),
             _ => None,
         };
+        // The member whose secret's name is a sibling's value (`{"name": "DB_PASSWORD",
+        // "value": "..."}`), with that name.
+        let mut paired: Option<(usize, Cow<'_, str>)> = None;
         if obj {
             self.header_pair(&kids, &mut forced);
             self.kubernetes_secret(&kids, &mut forced);
+            paired = self.name_value_pair(&kids);
         } else {
             // Node's rawHeaders and `[N, V]` pairs: a credential header's next string.
             for i in 0..kids.len().saturating_sub(1) {
@@ -883,6 +887,12 @@ impl Walk<'_> {
 
         for (i, &(key, value)) in kids.iter().enumerate() {
             let mut name: Option<Cow<'_, str>> = secret.map(Cow::Borrowed);
+            if let Some((at, pair_name)) = &paired
+                && *at == i
+                && name.is_none()
+            {
+                name = Some(Cow::Borrowed(pair_name.as_ref()));
+            }
             if let Some(k) = key
                 && let Tok::Key(kr) = &self.toks[k]
                 && self.may_hold(kr)
@@ -1009,6 +1019,39 @@ impl Walk<'_> {
                 }
             }
         }
+    }
+
+    /// `{"name": "DB_PASSWORD", "value": "..."}` (a container's `env` list, an ECS task
+    /// definition, a CloudFormation parameter, a form field in a HAR): the member holding the
+    /// value and the secret's name its sibling gives, read as if the name were its key
+    /// (docs/redaction.md, "Names beside their values").
+    fn name_value_pair(&self, kids: &[(Option<usize>, usize)]) -> Option<(usize, Cow<'_, str>)> {
+        let key = |k: Option<usize>| match k.map(|k| &self.toks[k]) {
+            Some(Tok::Key(r)) if r.len() <= 16 => Some(&self.text[r.clone()]),
+            _ => None,
+        };
+        let is = |k: Option<usize>, names: &[&str]| {
+            key(k).is_some_and(|key| names.iter().any(|n| key.eq_ignore_ascii_case(n)))
+        };
+        let value = kids
+            .iter()
+            .position(|&(k, _)| is(k, &["value", "parametervalue", "secretvalue"]))?;
+        kids.iter().find_map(|&(k, v)| {
+            if !is(
+                k,
+                &["name", "key", "parameterkey", "parametername", "optionname"],
+            ) {
+                return None;
+            }
+            let Tok::Str(r) = &self.toks[v] else {
+                return None;
+            };
+            if r.len() > 128 || !self.may_hold(r) {
+                return None;
+            }
+            let name = self.decoded(r);
+            names::name_is_secret(&name).then_some((value, name))
+        })
     }
 
     /// A Kubernetes `Secret` object (`"kind": "Secret"`): everything under its `data` and

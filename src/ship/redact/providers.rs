@@ -519,10 +519,28 @@ pub(crate) static RULES: &[ProviderRule] = &[
             "dp.scim.",
             "dp.audit.",
         ],
-        pattern: "dp\\.(?:pt|st|sa|ct|scim|audit)\\.[A-Za-z0-9]{40,48}",
+        // A service token names its config: `dp.st.prd.…`.
+        pattern: "dp\\.(?:pt|st(?:\\.[a-z0-9_-]{2,35})?|sa|ct|scim|audit)\\.[A-Za-z0-9]{40,48}",
         min_entropy: Some(3.0),
-        positive: &[r"DOPPLER_TOKEN=dp.pt.OQBUjbHsxY0sal4dvHlk5otllPRKabt4Gdi4MvWtk3Z"],
+        positive: &[
+            r"DOPPLER_TOKEN=dp.pt.OQBUjbHsxY0sal4dvHlk5otllPRKabt4Gdi4MvWtk3Z",
+            r"doppler run --token dp.st.prd.OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW -- ./app",
+        ],
         negative: &[r"dp.pt.example"],
+    },
+    ProviderRule {
+        id: "dropbox-short-lived-token",
+        family: "dropbox-short-lived-api-token",
+        keywords: &["sl."],
+        pattern: r"sl\.(?:u\.)?[A-Za-z0-9_=-]{130,}",
+        min_entropy: Some(4.0),
+        positive: &[
+            r"curl -H 'Authorization: x sl.qM6Ojb6mjBHqSiFVKu4MbMnrHontIKARAH_Ggl2JfaQqHu42bojteVs3qfNUfTAFnT0tEuw0dwQ0FIunWe8Cz6SNDCdyZQJiJSZQdoHwHen3SO3oXyGf3azU3iQOpMN0PZLqy1Ww'",
+        ],
+        negative: &[
+            r"openssl.cnf sl.short",
+            r"sl.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ],
     },
     ProviderRule {
         id: "duffel-api-token",
@@ -555,6 +573,37 @@ pub(crate) static RULES: &[ProviderRule] = &[
             r"test key EZTKwX4Zl6HYKfQFNt29uVun6u1PbuAZ9YFxsaS2ihsWONNiag1xnDMHMh",
         ],
         negative: &[r"EZAKxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+    },
+    ProviderRule {
+        id: "braintree-access-token",
+        family: "braintree-access-token",
+        keywords: &["access_token$production$", "access_token$sandbox$"],
+        pattern: r"access_token\$(?:production|sandbox)\$[0-9a-z]{16}\$[0-9a-f]{32}",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"BRAINTREE=access_token$production$k1vrjnvgfygwwqc3$3c29b62179273c8eb5bb682575ec87a1",
+        ],
+        negative: &[r"access_token$production$0000000000000000$00000000000000000000000000000000"],
+    },
+    ProviderRule {
+        id: "firebase-cloud-messaging-key",
+        family: "firebase-cloud-messaging-key",
+        keywords: &[":apa91b"],
+        pattern: r"AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{120,160}",
+        min_entropy: Some(4.0),
+        positive: &[
+            r"FCM_SERVER_KEY=AAAADeOZIiB:APA91bOB-Y6sHrFH2ZUCr-lgotu2iXW7GboIRoL3u6aHwnMztVuaP_coUNEhEkk_iqq8vH2BzNZV45pFCiRcDCajhDieQjEJ_Bq8F80ymm3T207gmhZRnFyy5r2xJ7Fj4mgblEv0_9BZ",
+        ],
+        negative: &[r"AAAAxxxxxxx:APA91b-short"],
+    },
+    ProviderRule {
+        id: "figma-access-token",
+        family: "figma-access-token",
+        keywords: &["figd_"],
+        pattern: r"figd_[A-Za-z0-9_-]{40,}",
+        min_entropy: Some(3.5),
+        positive: &[r"FIGMA_TOKEN=figd_hvWaXH6K2_tyLBhhOhg9uhkxiiEZpFfk1OHAOEHY"],
+        negative: &[r"figd_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
     },
     ProviderRule {
         id: "facebook-app-token",

@@ -79,6 +79,10 @@ pub(crate) enum Refine {
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
+    /// A value whose secret's name is a sibling's (`name: DB_PASSWORD` over `value: ...`,
+    /// `key="ApiKey" value="..."`): the name from group `n`, the value from its first
+    /// character or quote (group `s`), as a `name: value` pair's.
+    Pair,
 }
 
 /// Keywords shared by the rules keyed on a secret's name.
@@ -352,6 +356,14 @@ fn has_label_and_value(text: &str) -> bool {
     })
 }
 
+/// Whether text may hold a YAML `value:` key under a `name:` or `key:` one.
+fn has_yaml_pair(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memmem::find(b, b"value:").is_some()
+        && (memchr::memmem::find(b, b"name:").is_some()
+            || memchr::memmem::find(b, b"key:").is_some())
+}
+
 /// Whether text may hold a table's separator line.
 fn has_dashes(text: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), b"---").is_some()
@@ -435,6 +447,54 @@ pub(crate) static RULES: &[Rule] = &[
                 "secrets:\n  - name: db\n    key: password",
             ],
         )),
+    ),
+    // A secret's name given as a sibling's value (docs/redaction.md, "Names beside their
+    // values"): a container's `env` list in YAML, `- name: DB_PASSWORD` over `value: ...`...
+    when(
+        has_yaml_pair,
+        multiline(rule(
+            "yaml-name-value",
+            "assignment",
+            &["value:"],
+            concat!(
+                r#"(?m)^[ \t]*(?:- )?(?:name|key):[ \t]*["']?(?P<n>[A-Za-z0-9_.-]*(?i:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.-]*)["']?[ \t]*\r?\n[ \t]*value:[ \t]*(?P<s>[^\s#])"#
+            ),
+            Refine::Pair,
+            &[
+                "env:\n  - name: DB_PASSWORD\n    value: Hunt3rPairPw\n  - name: LOG_LEVEL\n    value: debug",
+                "- name: API_TOKEN\n  value: \"Zq8Wm3Np7Lk2Vb6Xc1Rt5\"",
+            ],
+            &[
+                "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: password",
+                "- name: API_TOKEN\n  value: ${API_TOKEN}",
+                "- name: LOG_LEVEL\n  value: debug",
+            ],
+        )),
+    ),
+    // ...and XML's `<add key="ApiKey" value="..."/>` (.NET), `<env name="DB_PASSWORD"
+    // value="..."/>` (PHPUnit), `<property name="db.password" value="..."/>` (Ant, Spring).
+    rule(
+        "xml-name-value",
+        "markup",
+        &["value="],
+        concat!(
+            r#"\b(?i:key|name)[ \t]*=[ \t]*["'](?P<n>[A-Za-z0-9_.:-]*(?i:"#,
+            name_words!(),
+            r#")[A-Za-z0-9_.:-]*)["'][ \t]+(?i:value)=[ \t]*(?P<s>["'])"#
+        ),
+        Refine::Pair,
+        &[
+            "<add key=\"ApiKey\" value=\"Zq8Wm3Np7Lk2Vb6Xc1Rt5\" />",
+            "<env name=\"DB_PASSWORD\" value=\"Php3UnitPw\"/>",
+            "<property name=\"db.password\" value='AntPr0pPw'/>",
+        ],
+        &[
+            "<add key=\"ApiKeyHeader\" value=\"X-Api-Key\" />",
+            "<env name=\"DB_PASSWORD\" value=\"\"/>",
+            "<add key=\"Theme\" value=\"dark\" />",
+        ],
     ),
     // docs/behaviour.md T2.2: a Secret's data values are secrets whatever their names (base64
     // of anything, `stringData` plain), as `kubectl get secret -o yaml` prints them (keys in
@@ -631,9 +691,13 @@ pub(crate) static RULES: &[Rule] = &[
         "http-header",
         &["bearer"],
         r#"(?i)b?["']bearer[ \t]+(?P<s>[^\s"']+)["']"#,
-        Refine::Group,
+        Refine::Label,
         &["sent b'Bearer PyBytesTok2' upstream"],
-        &["the 'bearer' scheme"],
+        &[
+            "the 'bearer' scheme",
+            "fmt.Sprintf(\"Bearer %s\", tok)",
+            "headers = {'Authorization': 'Bearer {}'.format(token)}",
+        ],
     ),
     rule(
         "bearer",
@@ -730,7 +794,7 @@ pub(crate) static RULES: &[Rule] = &[
             concat!(
                 r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
-                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=[ \t]*(?P<s>[^\s=>])"#
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:?=[ \t]*(?P<s>[^\s=>])"#
             ),
             Refine::Assign,
             &[
@@ -742,9 +806,13 @@ pub(crate) static RULES: &[Rule] = &[
                 "_auth=dXNlcjpwYXNz",
                 "SMTP_PASS='a b c'",
                 "API_KEY=Xk9v(Q2mLp7)",
+                "apiKey := \"Xk9vQ2mLp7Rz\"",
+                "DB_PASSWORD:=Gn7uMakePw",
             ],
             &[
                 "MY_TOKEN=$OTHER",
+                "token, err := auth.Token(ctx)",
+                "tokens := strings.Fields(line)",
                 "TOKEN=${VAR}",
                 "TOKEN=$(cat /run/secrets/t)",
                 "remainingTokens = MAX - used",
@@ -1108,6 +1176,58 @@ pub(crate) static RULES: &[Rule] = &[
         ],
         &["<passwordPolicy>strict</passwordPolicy>"],
     ),
+    // A secret handed to a command on its standard input or as a plain argument (T2.5):
+    // PowerShell's `ConvertTo-SecureString 'X' -AsPlainText`, `echo X | docker login
+    // --password-stdin`, `gh secret set NAME --body X`.
+    rule(
+        "powershell-secure-string",
+        "command-line",
+        &["convertto-securestring"],
+        r#"(?i)\bConvertTo-SecureString(?:[ \t]+-[A-Za-z]+)*?[ \t]+(?:-String[ \t]+)?(?P<q>["'])(?P<s>[^"'\n])"#,
+        Refine::Flag,
+        &[
+            "$pw = ConvertTo-SecureString 'Pw5h3llPlain' -AsPlainText -Force",
+            "ConvertTo-SecureString -AsPlainText -Force -String \"Pw5h3llPlain2\"",
+        ],
+        &["$pw = ConvertTo-SecureString $env:DB_PASSWORD -AsPlainText -Force"],
+    ),
+    rule(
+        "password-stdin",
+        "command-line",
+        &["password-stdin"],
+        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n]*--password-stdin"#,
+        Refine::Flag,
+        &[
+            "echo 'St1nPiped9' | docker login -u app --password-stdin ghcr.io",
+            "printf '%s' \"St1nPiped8\" | helm registry login r.io -u app --password-stdin",
+        ],
+        &["echo $CR_PAT | docker login ghcr.io -u app --password-stdin"],
+    ),
+    rule(
+        "net-user-password",
+        "command-line",
+        &["net user"],
+        r#"(?i)\bnet[ \t]+user[ \t]+(?:"[^"\n]+"|[^\s"/]+)[ \t]+(?P<q>["']?)(?P<s>[^\s"'/*$%])"#,
+        Refine::Flag,
+        &["net user svc_backup N3tUs3rPw! /add /domain"],
+        &[
+            "net user svc_backup * /add",
+            "net user svc_backup /delete",
+            "net user %USERNAME% /domain",
+        ],
+    ),
+    rule(
+        "gh-secret-set",
+        "command-line",
+        &["secret set"],
+        r#"\bgh[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t](?:--body|-b)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'$])"#,
+        Refine::Flag,
+        &["gh secret set API_TOKEN --body Gh5ecretB0dy -R o/r"],
+        &[
+            "gh secret set API_TOKEN --body \"$API_TOKEN\"",
+            "gh secret set API_TOKEN < token.txt",
+        ],
+    ),
     rule(
         "ssh-keygen-n",
         "command-line",
@@ -1209,7 +1329,56 @@ fn is_shell_reference(value: &str) -> bool {
 /// attribute path's segments may be of any case (the spec's revision 4 widened revision 3's
 /// lowercase rule: credential-handling code must ship readable).
 fn is_code(rest: &str) -> bool {
-    is_call_or_path(rest) || super::code::is_code_expression(rest)
+    is_call_or_path(rest) || is_go_conversion(rest) || super::code::is_code_expression(rest)
+}
+
+/// Go's conversions and composite literals of a slice or map type: `[]byte(cfg.Secret)`,
+/// `[]string{token}`, `map[string]string{}`. A literal of a key's shape they are given is
+/// judged apart ([`key_literal_argument`]).
+fn is_go_conversion(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    let Some(start) = [&b"[]"[..], b"map["]
+        .iter()
+        .find(|p| b.starts_with(p))
+        .map(|p| p.len())
+    else {
+        return false;
+    };
+    let ty = b[start..]
+        .iter()
+        .take_while(|&&c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'*' | b'[' | b']')
+        })
+        .count();
+    ty > 0 && matches!(b.get(start + ty), Some(b'(' | b'{'))
+}
+
+/// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`.
+fn is_template_slot(value: &str) -> bool {
+    value
+        .strip_prefix('{')
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(|inner| {
+            inner
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':'))
+        })
+}
+
+/// `Bearer {token}`, `Basic %s`, `token ${GH_TOKEN}`, `Bearer <token>`: an authorization
+/// scheme and a slot for its credential, not a credential. Read from the slot's first byte
+/// first: this runs for every credential header's value.
+fn is_scheme_and_slot(value: &str) -> bool {
+    let Some((scheme, slot)) = value.split_once(' ') else {
+        return false;
+    };
+    let slot = slot.trim_end_matches([',', ';', ')']);
+    matches!(slot.as_bytes().first(), Some(b'{' | b'%' | b'$' | b'<'))
+        && !slot.contains(char::is_whitespace)
+        && ["bearer", "basic", "token", "bot", "digest"]
+            .iter()
+            .any(|s| scheme.eq_ignore_ascii_case(s))
+        && (is_template_slot(slot) || is_placeholder(slot) || is_shell_reference(slot))
 }
 
 /// Revision 3's code: a call or a member path of lowercase names, on one line.
@@ -1545,6 +1714,9 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
+    if is_scheme_and_slot(value) {
+        return true;
+    }
     // `ACCESS_KEY = 'AWS_ACCESS_KEY_ID'`, `awsSecurityTokenHeader = "x-amz-security-token"`:
     // the name of a variable, key or header, not a secret (T2.8).
     if super::code::is_name_of_thing(value) {
@@ -1751,7 +1923,7 @@ pub(crate) fn next_match(rule: &Rule, re: &Regex, text: &str, at: usize) -> Opti
 }
 
 /// The first match at or after `from` of `assignment` (`sep` `=`:
-/// `NAME["']?[ \t]*=[ \t]*[^\s=>]`) or `colon-pair` (`sep` `:`:
+/// `NAME["']?[ \t]*:?=[ \t]*[^\s=>]`, `:=` for Go and Pascal) or `colon-pair` (`sep` `:`:
 /// `NAME["']?[ \t]*:(?:[ \t]+\S|["'])`), `NAME` a run of name characters holding a name
 /// word. Each separator has one candidate: the name must end where the quote or blanks
 /// before the separator start (no name character can follow it), and it starts where the
@@ -1784,7 +1956,12 @@ fn name_pair(text: &str, from: usize, sep: u8) -> Option<Range<usize>> {
             }
         };
         let Some(end) = value_end else { continue };
-        let mut e = q - b[from..q].iter().rev().take_while(|&&c| blank(c)).count();
+        // Go's and Pascal's `:=`: the colon sits right before the `=`.
+        let mut e = q;
+        if sep == b'=' && e > from && b[e - 1] == b':' {
+            e -= 1;
+        }
+        e -= b[from..e].iter().rev().take_while(|&&c| blank(c)).count();
         if e > from && matches!(b[e - 1], b'"' | b'\'') {
             e -= 1;
         }
@@ -2184,6 +2361,8 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         .map_or(0, |(i, c)| i + c.len_utf8());
     let annotated = annotates(text, name_at, s.start, true);
     if !is_shell_reference(value)
+        && !is_placeholder(unquoted)
+        && !is_template_slot(unquoted)
         && !is_code(&text[s.start..])
         && !is_word_list(value)
         && !super::code::is_name_of_thing(unquoted)
@@ -2233,6 +2412,25 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         return;
     }
     if annotates(text, n.start, value_at, false) {
+        return;
+    }
+    // `:=` (Go, Go templates, Python, Pascal) declares a variable from an expression: unquoted,
+    // the value is code (`range m`, `eq .A "b"`, a variable), and only a literal can be a
+    // secret. A Makefile's `DB_PASSWORD := value` (an UPPER_SNAKE name starting its line) is
+    // an assignment of text, as with `=`.
+    let separator = text[..value_at].trim_end_matches([' ', '\t']);
+    let make = || {
+        name.bytes()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+            && line_before(text, n.start).trim().is_empty()
+    };
+    if separator.ends_with(":=")
+        && !make()
+        && !matches!(text.as_bytes().get(value_at), Some(b'"' | b'\'' | b'`'))
+    {
+        if let Some(literal) = key_literal_argument(text, value_at) {
+            out.push(literal);
+        }
         return;
     }
     push_value(name, text, value_at, 1, out);
@@ -2313,6 +2511,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::KubernetesSecret => kubernetes_secret_data(text, out),
+        Refine::Pair => {
+            if let (Some(n), Some(s)) = (caps.name("n"), caps.name("s")) {
+                colon(text, n.range(), s.range(), out);
+            }
+        }
         Refine::YamlNextLine => yaml_next_line(caps, text, out),
         Refine::TableColumn => table_column(caps, text, out),
         Refine::TableRow => {
@@ -2589,12 +2792,51 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         push_value(name, text, range.end + blank, min, out);
         return;
     }
+    // A call given a literal (`SecretStr("…")`, `[]byte("…")`): the call is code, its literal
+    // the secret when it has a key's shape. The unquoted value holds the call's `(`.
+    if memchr::memchr(b'(', &text.as_bytes()[range.clone()]).is_some()
+        && let Some(literal) = key_literal_argument(text, start)
+    {
+        out.push(literal);
+        return;
+    }
     let value = &text[range.clone()];
     if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
         return;
     }
     // A quoted value: also exempt when the quotes hold code.
     out.push(range);
+}
+
+/// The literal a call or conversion at `start` is given first, when it has a key's shape:
+/// `SecretStr("Xk9v…")`, `[]byte("…")`, `decode('…')` (a callee without blanks or quotes, its
+/// `(`, a quoted literal of 8 to 512 token characters that looks random). Other literals
+/// (`os.getenv("API_KEY")`, `open("keys/prod.pem")`) are left to the call's own judgement,
+/// which keeps code.
+fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let callee = b[start..]
+        .iter()
+        .take(128)
+        .position(|&c| c == b'(' || c.is_ascii_whitespace() || matches!(c, b'"' | b'\'' | b'`'))?;
+    let open = start + callee;
+    if callee == 0 || b[open] != b'(' {
+        return None;
+    }
+    let quote = *b.get(open + 1)?;
+    if !matches!(quote, b'"' | b'\'' | b'`') {
+        return None;
+    }
+    let from = open + 2;
+    let end = closing_quote(b, from, quote);
+    let literal = &b[from..end];
+    let shaped = (8..=512).contains(&literal.len())
+        && b.get(end) == Some(&quote)
+        && literal
+            .iter()
+            .all(|&c| super::runs::is_token(c) || matches!(c, b'=' | b'.' | b'~'))
+        && super::vendors::looks_random(literal);
+    shaped.then_some(from..end)
 }
 
 /// A credential header's value: quoted, a list (`["a", "b"]`, Go's `[a b]`), or the rest of
@@ -2659,6 +2901,10 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         return;
     }
     if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
+        return;
+    }
+    // `Authorization: Bearer %s`, `Bearer {token}`: a template's scheme and slot.
+    if is_scheme_and_slot(value) || is_template_slot(value) || is_format_directive(value) {
         return;
     }
     // `{'Authorization': auth_token}`: a quoted header name is a key in code, and an unquoted
