@@ -84,7 +84,34 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "expiration",
         "ttl",
         "lifetime",
+        // Settings of how a secret is sent or made (`default_token_placement = "query"`,
+        // `token_location`, `auth_method`, `auth_scheme`, `signing_algorithm`, `token_field`).
+        "placement",
+        "location",
+        "method",
+        "scheme",
+        "algorithm",
+        "param",
+        "params",
+        "parameter",
+        "field",
+        // What finds, keeps or hands over a secret (`credential_source`, `credsStore`,
+        // `token_supplier`, `credential_helper`, `secretManager`, `tokenHandler`).
+        "source",
+        "supplier",
+        "helper",
+        "helpers",
+        "store",
+        "manager",
+        "handler",
+        "callback",
+        "service",
     ];
+    // What stands in for a secret (`tokenPlaceholderConfigValue`): its value is a
+    // placeholder.
+    if lower.len() >= 11 && lower.as_bytes().windows(11).any(|w| w == b"placeholder") {
+        return false;
+    }
     let last = name.rsplit(['_', '-', '.']).next().unwrap_or(name);
     // camelCase: its last word (`secretKeyRef` -> `Ref`), or the acronym ending it
     // (`tokenURL` -> `URL`); UPPER_SNAKE was split above.
@@ -136,9 +163,12 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
                 }
             }
             "auth" => {
-                // Ends the name (`auth`, `_auth`, `basic_auth`) or is `_auth...` (npm's
-                // `_authToken`); not `author`, `oauth_callback`.
-                if rest.is_empty() || (before == Some(b'_') && m.start == 1) {
+                // Ends the name (`auth`, `_auth`, `basic_auth`, `proxyAuth`) or is `_auth...`
+                // (npm's `_authToken`); not `author`, `oauth_callback`, nor `oauth` (an OAuth
+                // session or flow, `headeroauth`: a lowercase letter before it).
+                let inside_word = before.is_some_and(|b| b.is_ascii_alphabetic())
+                    && !orig[m.start].is_ascii_uppercase();
+                if (rest.is_empty() && !inside_word) || (before == Some(b'_') && m.start == 1) {
                     return true;
                 }
             }

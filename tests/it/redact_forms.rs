@@ -650,3 +650,32 @@ leak_tests! {
     prefix_figma_in_a_header: "curl -H 'X-Figma-Token: figd_hvWaXH6K2_tyLBhhOhg9uhkxiiEZpFfk1OHAOEHY' https://api.figma.com/v1/me" => ["figd_hvWaXH6K2_tyLBhhOhg9uhkxiiEZpFfk1OHAOEHY"];
     prefix_braintree_in_json: r#"{"gateway": "access_token$sandbox$k1vrjnvgfygwwqc3$3c29b62179273c8eb5bb682575ec87a1"}"# => ["k1vrjnvgfygwwqc3$3c29b62179273c8eb5bb682575ec87a1"];
 }
+
+// Credential-handling code an OAuth library, a cloud SDK or a CI action is made of (the
+// precision classes T2.7-T2.9, in forms the fixture's files hold and others like them): it
+// ships readable.
+left_alone_tests! {
+    code_keyword_arguments_given_variables: "r = requests.get(url, auth=oauth)\nr = Request(\"GET\", url, auth=auth).prepare()\ndef __init__(self, client_id=None, client=None, token=None):\n    key, password=None, backend=_BACKEND";
+    code_calls_of_acronym_classes: "oauth = OAuth2Session(client_id, redirect_uri=redirect_uri)\nauth = HTTPBasicAuth(user, secret_ref)\ncredentials = jwt_async.OnDemandCredentials.from_service_account_info(info)\nself._subject_token_supplier = _X509Supplier(";
+    code_call_going_on_to_the_next_line: "token = oauth.fetch_token(token_url,\n        client_secret=client_secret,\n        authorization_response=redirect_response)";
+    code_docstring_types: "Args:\n    credentials (google.auth.credentials.Signing): The credentials to use.\n    token (Optional(str)): The OAuth 2.0 access token.\n    credentials (Union[oauth2client.client.OAuth2Credentials,\n        oauth2client.client.GoogleCredentials]): The credentials.";
+    code_pem_markers_named_by_a_parser: "_PKCS1_MARKER = (\"-----BEGIN RSA PRIVATE KEY-----\", \"-----END RSA PRIVATE KEY-----\")\n# \"-----BEGIN PRIVATE KEY-----...\",\nkey = load_pem(path)";
+    code_format_and_template_strings: "credential_scope = \"{}/{}/{}/{}\".format(date, region, service, kind)\nauthorization_header = \"{} Credential={}/{}, SignedHeaders={}, Signature={}\".format(a, b, c, d, e)\nthis.tokenConfigKey = `http.${serverUrl.origin}/.extraheader`\nthis.tokenConfigValue = `AUTHORIZATION: basic ${basicCredential}`";
+    code_literals_that_open_a_structure: "token = [(\"token\", session.access_token)]\nmock_token_request.return_value = (False, {\"error\": \"Bad request\"}, True)";
+    code_dictionary_values_are_variables: "challenge = {'credential': password}\nheaders = {\"X-aws-ec2-metadata-token\": imdsv2_session_token}\nheaders = {\"X-aws-ec2-metadata-token-ttl-seconds\": _IMDSV2_SESSION_TOKEN_TTL_SECONDS}\n_CLASS_CONVERSION_MAP = {\n    oauth2client.client.OAuth2Credentials: _convert_oauth2_credentials,\n}";
+    code_tables_of_names: "_FIELDS = {\n    \"refresh_token\": \"refreshToken\",\n    \"client_secret\": \"clientSecret\",\n}";
+    code_parenthesised_await: "const credentialsFiles = (await fs.promises.readdir(runnerTemp)).filter(isCredentials)";
+    code_bearer_with_a_variable_name: "assert headers[\"authorization\"] == \"Bearer access_token\"\nthis.tokenPlaceholderConfigValue = `AUTHORIZATION: basic ***`";
+    name_settings_of_how_a_secret_travels: "session._client.default_token_placement = \"query\"\n\"credential_source\": \"metadata server\",\nTOKEN_LIFETIME_SECONDS = 3600\n\"credsStore\": \"desktop\"";
+    name_oauth_session: "oauth = OAuth1Session(client_key, client_secret=client_secret)\nheaderoauth = OAuth1(client_key, client_secret, resource_owner_key)";
+    docs_links_and_literal_blocks: ".. _Application Default Credentials: https://developers.google.com/identity/protocols/application-default-credentials\nExample authorization::\n\n    creds = load()";
+}
+
+// ...and what only looks like them is still a secret.
+leak_tests! {
+    dotenv_value_with_a_comma_is_not_an_argument: "DB_PASSWORD=abc,defGh1\nAPI_KEY=hunter22)" => ["abc,defGh1", "hunter22"];
+    call_with_a_random_argument_is_not_code: "token = decode(Xk9vQ2mLp7Rz.Q2mLp7Rz9v)" => ["Xk9vQ2mLp7Rz"];
+    random_segments_are_not_words_of_a_class: "private-key: Q7K.SUZCvk72Y3\nnext: 1" => ["SUZCvk72Y3"];
+    private_key_after_a_comment_naming_its_marker: "# \"-----BEGIN PRIVATE KEY-----...\"\nkey = \"\"\"-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\"\"\"" => ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"];
+    bearer_with_a_short_word_is_still_a_value: "{\"Authorization\": \"Bearer abc\"}" => ["Bearer abc"];
+}

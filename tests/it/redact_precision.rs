@@ -1,6 +1,7 @@
 //! Precision on real credential-handling code (docs/behaviour.md T2.7-T2.9): public
 //! files nobody on the project wrote (an AWS SDK's credential providers, a JOSE library, docker's
-//! credential store, an OAuth library, Kubernetes manifests and a Helm template that reference
+//! credential store, OAuth libraries in Go and Python, a cloud SDK's AWS credentials, a CI
+//! action's git credential helper, Kubernetes manifests and a Helm template that reference
 //! secrets, lockfiles, a React auth provider, a Terraform module with password variables) are
 //! wrapped as tool output in the rollout lines Codex writes, and what the redactor changes in
 //! them is counted. None of them holds a secret: every marker in what ships is a false
@@ -33,6 +34,7 @@ const MARKER: &str = "[REDACTED]";
 /// - `configfile/file.go`: `"auth": base64-encoded-username-pat` in a comment, a description
 ///   standing in for a value; a passphrase of joined words has the same shape.
 const EXPECTED: &[(&str, usize, usize)] = &[
+    ("actions-checkout/src/git-auth-helper.ts", 0, 0),
     ("auth0-react/src/auth0-context.tsx", 0, 1),
     ("auth0-react/src/auth0-provider.tsx", 0, 0),
     ("botocore/botocore/credentials.py", 0, 2),
@@ -43,6 +45,17 @@ const EXPECTED: &[(&str, usize, usize)] = &[
     ("docker-cli/cli/config/credentials/native_store.go", 0, 0),
     ("docker-cli/cli/config/types/authconfig.go", 0, 0),
     ("docker-cli/vendor.sum", 0, 0),
+    (
+        "google-auth-library-python/google/auth/_oauth2client.py",
+        0,
+        0,
+    ),
+    ("google-auth-library-python/google/auth/aws.py", 0, 0),
+    (
+        "google-auth-library-python/google/oauth2/credentials.py",
+        0,
+        0,
+    ),
     (
         "grafana-helm-charts/charts/grafana/templates/_pod.tpl",
         0,
@@ -123,6 +136,11 @@ const EXPECTED: &[(&str, usize, usize)] = &[
     ("oauth2/internal/token.go", 0, 0),
     ("oauth2/oauth2.go", 0, 0),
     ("oauth2/token.go", 0, 0),
+    (
+        "requests-oauthlib/requests_oauthlib/oauth2_session.py",
+        0,
+        0,
+    ),
     ("ripgrep/Cargo.lock", 0, 0),
     ("terraform-aws-rds/main.tf", 0, 0),
     ("terraform-aws-rds/variables.tf", 0, 0),

@@ -512,10 +512,22 @@ pub(crate) static RULES: &[Rule] = &[
         "pem-private-key",
         "private-key",
         &["private key"],
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+        // The marker, its headers (`Proc-Type:`, `DEK-Info:`, `Version:`), then base64 (or a
+        // marker, this rule's own or another's, so that a second pass reads what the first
+        // left as it was read): code that names the marker (`"-----BEGIN PRIVATE
+        // KEY-----", "-----END…"` in a parser, `"-----BEGIN PRIVATE KEY-----..."` in a
+        // comment) holds no key, and a marker without one would take the rest of the text.
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t\r\n]*(?:[A-Za-z-]+:[^\n]*\n[ \t\r\n]*)*[A-Za-z0-9+/\[-](?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
         Refine::Group,
-        &["-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3\n-----END RSA PRIVATE KEY-----"],
-        &["-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIE\n-----END CERTIFICATE-----"],
+        &[
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3\n-----END RSA PRIVATE KEY-----",
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,3F17\n\nMIIEowIBAAKCAQEAx1y2z3",
+        ],
+        &[
+            "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIE\n-----END CERTIFICATE-----",
+            "_PKCS1_MARKER = (\"-----BEGIN RSA PRIVATE KEY-----\", \"-----END RSA PRIVATE KEY-----\")",
+            "# \"-----BEGIN PRIVATE KEY-----...\",\nkey = load(path)",
+        ],
     )),
     rule(
         "pem-private-key-base64",
@@ -1353,6 +1365,121 @@ fn is_go_conversion(rest: &str) -> bool {
     ty > 0 && matches!(b.get(start + ty), Some(b'(' | b'{'))
 }
 
+/// Whether `value` is `name` written in another case (`refresh_token` and `refreshToken`,
+/// `CLIENT_SECRET` and `client-secret`): the letters and digits equal, ignoring case.
+fn same_name(name: &str, value: &str) -> bool {
+    let name = name.rsplit(['.', ':']).next().unwrap_or(name);
+    // Separators aside, the two are as long: most values are not near the name's length.
+    if value.is_empty() || value.len() > 64 || value.len().abs_diff(name.len()) > 8 {
+        return false;
+    }
+    if !value
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+    {
+        return false;
+    }
+    fn folded(s: &str) -> impl Iterator<Item = u8> + '_ {
+        s.bytes()
+            .filter(u8::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+    }
+    folded(name).next().is_some() && folded(name).eq(folded(value))
+}
+
+/// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
+/// link): no user information before its host. Secrets a URL carries in its query or path are
+/// the query and provider rules' (`?token=`, `X-Amz-Signature`, a Slack webhook).
+fn is_plain_url(value: &str) -> bool {
+    let Some(rest) = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    !authority.is_empty() && !authority.contains('@') && !value.contains(char::is_whitespace)
+}
+
+/// A template that interpolates code (`` `http.${serverUrl.origin}/.extraheader` ``,
+/// `` `AUTHORIZATION: basic ${basicCredential}` ``, `"{}/{}/{}".format(`): its text around
+/// the `${…}` and format slots holds no run of a key's shape (12 or more token characters
+/// that look random).
+fn is_interpolated(value: &str) -> bool {
+    if !value.contains('{') {
+        return false;
+    }
+    let mut text = String::with_capacity(value.len());
+    let mut rest = value;
+    let mut slots = 0;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}').map(|c| open + c) else {
+            break;
+        };
+        let dollar = open > 0 && rest.as_bytes()[open - 1] == b'$';
+        // Python's `{}`, `{0}`, `{name}`, `{self.host!r}`, `{n:>4}`: a format slot is empty
+        // or a lowercase name or path, maybe with a conversion or a format.
+        let inner = &rest[open + 1..close];
+        let slot = dollar
+            || inner.bytes().all(|c| {
+                c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || matches!(c, b'_' | b'.' | b'!' | b':' | b'>' | b'<' | b'^')
+            });
+        if !slot {
+            return false;
+        }
+        slots += 1;
+        text.push_str(&rest[..open - usize::from(dollar)]);
+        text.push(' ');
+        rest = &rest[close + 1..];
+    }
+    if slots == 0 {
+        return false;
+    }
+    text.push_str(rest);
+    !text
+        .as_bytes()
+        .split(|&c| !super::runs::is_token(c))
+        .any(|run| run.len() >= 12 && super::vendors::looks_random(run))
+}
+
+/// A value's first word, before a `,`, `;`, `)` or blank (`None` of `None, backend=x`).
+fn first_word(value: &str) -> &str {
+    value
+        .find([',', ';', ')', ' '])
+        .map_or(value, |end| &value[..end])
+}
+
+/// A variable's name in snake case (`access_token`, `_session_token`): lowercase letters and
+/// `_`, two words at least. A key has digits or capitals.
+fn is_snake_name(value: &str) -> bool {
+    value.trim_matches('_').contains('_')
+        && value.bytes().all(|c| c.is_ascii_lowercase() || c == b'_')
+}
+
+/// A docstring's type in parentheses after a parameter's name (`credentials
+/// (google.auth.credentials.Signing): The credentials to`, `token (Optional(str)): ...`, or
+/// one going on to the next line, `credentials (Union[a.B,`): names, dots, brackets,
+/// parentheses and commas, closed by `)` or `):`, or open at a `,`.
+fn is_docstring_type(value: &str) -> bool {
+    let Some(inner) = value.strip_prefix('(').and_then(|v| {
+        v.strip_suffix("):")
+            .or_else(|| v.strip_suffix(')'))
+            .or_else(|| v.strip_suffix(','))
+    }) else {
+        return false;
+    };
+    !inner.is_empty()
+        && inner.starts_with(|c: char| c.is_ascii_alphabetic())
+        && inner.bytes().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, b'.' | b'_' | b'[' | b']' | b'(' | b')' | b',' | b'|')
+        })
+        && inner.bytes().any(|c| c.is_ascii_lowercase())
+        && !super::vendors::looks_random(inner.as_bytes())
+}
+
 /// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`.
 fn is_template_slot(value: &str) -> bool {
     value
@@ -1365,20 +1492,26 @@ fn is_template_slot(value: &str) -> bool {
         })
 }
 
-/// `Bearer {token}`, `Basic %s`, `token ${GH_TOKEN}`, `Bearer <token>`: an authorization
+/// `Bearer {token}`, `Basic %s`, `token ${GH_TOKEN}`, `Bearer <token>`, `basic ***`: an authorization
 /// scheme and a slot for its credential, not a credential. Read from the slot's first byte
 /// first: this runs for every credential header's value.
 fn is_scheme_and_slot(value: &str) -> bool {
     let Some((scheme, slot)) = value.split_once(' ') else {
         return false;
     };
-    let slot = slot.trim_end_matches([',', ';', ')']);
-    matches!(slot.as_bytes().first(), Some(b'{' | b'%' | b'$' | b'<'))
+    let slot = slot.trim_end_matches([',', ';', ')', '`', '"', '\'']);
+    // `Bearer access_token`: a variable's name in a test or a doc.
+    let word = is_snake_name(slot);
+    (word
+        || matches!(
+            slot.as_bytes().first(),
+            Some(b'{' | b'%' | b'$' | b'<' | b'*' | b'.')
+        ))
         && !slot.contains(char::is_whitespace)
         && ["bearer", "basic", "token", "bot", "digest"]
             .iter()
             .any(|s| scheme.eq_ignore_ascii_case(s))
-        && (is_template_slot(slot) || is_placeholder(slot) || is_shell_reference(slot))
+        && (word || is_template_slot(slot) || is_placeholder(slot) || is_shell_reference(slot))
 }
 
 /// Revision 3's code: a call or a member path of lowercase names, on one line.
@@ -1423,8 +1556,12 @@ fn is_segment(w: &[u8]) -> bool {
     {
         return true;
     }
-    // Capitalised words: the letters before the digits are words of a capital and lowercase
-    // letters, the first with two or more.
+    capitalised(rest) || with_acronyms(rest)
+}
+
+/// After a segment's capital: words of a capital and lowercase letters, the first with two
+/// or more, then digits (`[a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*`).
+fn capitalised(rest: &[u8]) -> bool {
     let letters = rest.len() - rest.iter().rev().take_while(|c| c.is_ascii_digit()).count();
     let (body, _) = rest.split_at(letters);
     let first_word = body.iter().take_while(|c| c.is_ascii_lowercase()).count();
@@ -1448,20 +1585,72 @@ fn is_segment(w: &[u8]) -> bool {
     true
 }
 
+/// After a segment's capital: a lowercase run of any length, then words, each one to five
+/// capitals (or one to three digits and a capital or none) and three lowercase letters or
+/// more, one word at least, then one to three capitals or digits or none
+/// (`[a-z]*(?:(?:[A-Z]{1,5}|[0-9]{1,3}[A-Z]?)[a-z]{3,})+(?:[A-Z]{1,3}|[0-9]{1,3})?`):
+/// `OAuth2Session`, `HTTPBasicAuth`, `OnDemandCredentials`, `X509Supplier`; not a random
+/// run (`Xk9v`, `SUZCvk72Y3`, whose lowercase runs are short).
+fn with_acronyms(rest: &[u8]) -> bool {
+    let run = |from: usize, f: fn(&u8) -> bool| rest[from..].iter().take_while(|c| f(c)).count();
+    let upper = |c: &u8| c.is_ascii_uppercase();
+    let digit = |c: &u8| c.is_ascii_digit();
+    let lower = |c: &u8| c.is_ascii_lowercase();
+    let mut i = run(0, lower);
+    let mut words = 0;
+    loop {
+        // A word's head: capitals, or digits and a capital or none.
+        let caps = run(i, upper);
+        let head = if caps > 0 {
+            (caps <= 5).then_some(caps)
+        } else {
+            let digits = run(i, digit);
+            let cap = usize::from(digits > 0 && rest.get(i + digits).is_some_and(upper));
+            (1..=3).contains(&digits).then_some(digits + cap)
+        };
+        let tail = head.map_or(0, |h| run(i + h, lower));
+        match head {
+            Some(h) if tail >= 3 => {
+                words += 1;
+                i += h + tail;
+            }
+            _ => {
+                // The end: one to three capitals or digits, or nothing.
+                let end = rest.len() - i;
+                let trailing =
+                    end == 0 || (end <= 3 && (run(i, upper) == end || run(i, digit) == end));
+                return words > 0 && trailing;
+            }
+        }
+    }
+}
+
 /// [`is_call_or_path`] by its pattern.
 fn call_or_path(rest: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
-        let name = r"[a-z_][a-z0-9_]*";
         // An attribute path's segments whatever their case (`Config.API_KEY`,
         // `process.env.CLIENT_SECRET`), as long as each is a word, not a random run
-        // (`Xk9v`): lowercase, UPPER_SNAKE or Capitalised.
-        let seg = r"(?:[a-z_][a-z0-9_]*|[A-Z][A-Z0-9_]*|[A-Z][a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*)";
-        let arg_path = format!(r"&?{name}(?:(?:\.|::|->){name})*");
+        // (`Xk9v`): lowercase, UPPER_SNAKE, Capitalised, or words with acronyms and digits
+        // whose lowercase runs after the first are three letters or more (`OAuth2Session`,
+        // `HTTPBasicAuth`, `OnDemandCredentials`, `X509Supplier`).
+        let seg = r"(?:[a-z_][a-z0-9_]*|[A-Z][A-Z0-9_]*|[A-Z][a-z]{2,}(?:[A-Z][a-z]+)*[0-9]*|[A-Z][a-z]*(?:(?:[A-Z]{1,5}|[0-9]{1,3}[A-Z]?)[a-z]{3,})+(?:[A-Z]{1,3}|[0-9]{1,3})?)";
+        // An argument's path: the same words, a capitalised one as short as `By`
+        // (`find_element(By.ID, "password")`).
+        let arg_seg = r"(?:[a-z_][a-z0-9_]*|[A-Z][A-Z0-9_]*|[A-Z][a-z]+(?:[A-Z][a-z]+)*[0-9]*)";
+        let name = r"[a-z_][a-z0-9_]*";
+        let arg_path =
+            format!(r"&?(?:{name}(?:(?:\.|::|->){name})*|{arg_seg}(?:(?:\.|::|->){arg_seg})+)");
         let path = format!(r"&?{seg}(?:(?:\.|::|->){seg})*");
-        let arg = format!(r#"(?:{arg_path}|"[^"\n]*"|'[^'\n]*'|[0-9]+)"#);
-        let call = format!(r"\((?:[ \t]*{arg}[ \t]*(?:,[ \t]*{arg}[ \t]*)*)?\)");
+        let value = format!(r#"(?:{arg_path}|"[^"\n]*"|'[^'\n]*'|[0-9]+)"#);
+        // A keyword argument too (`redirect_uri=redirect_uri`).
+        let arg = format!(r"(?:[a-z_][a-z0-9_]*[ \t]*=[ \t]*)?{value}");
+        // A call closed on its line, or one whose arguments go on after a `,` or its `(`
+        // ends the line (`oauth.fetch_token(token_url,` then the next line).
+        let call = format!(
+            r"\((?:[ \t]*{arg}[ \t]*(?:,[ \t]*{arg}[ \t]*)*)?(?:\)|,?[ \t]*(?:\r?\n|$)|,[ \t]+[a-z_][a-z0-9_]*[ \t]*=)"
+        );
         // A lookup: `env["API_KEY"]`, `credentials['SecretAccessKey']`, `keys[0]`.
-        let index = format!(r"\[[ \t]*{arg}[ \t]*\]");
+        let index = format!(r"\[[ \t]*{value}[ \t]*\]");
         // A constant pattern; the unit tests run it.
         Regex::new(&format!(
             r"^(?P<p>{path})(?P<c>{call}|(?:{index})+)?(?:(?:\.|::){seg}(?:{call}|(?:{index})+)?)*[?;,)!]*(?:$|[\s])"
@@ -1622,6 +1811,16 @@ fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
         .next()
         .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
         && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
+    // A duration or a size: `TOKEN_LIFETIME_SECONDS = 3600`, `token_ttl_ms = 500`.
+    let measured = [
+        "secs", "seconds", "_sec", "_ms", "millis", "minutes", "mins", "hours", "days", "bytes",
+        "size", "retries", "attempts",
+    ]
+    .iter()
+    .any(|w| ends(w));
+    if measured && digits {
+        return true;
+    }
     if ends("tokens") || ends("count") || ends("_limit") {
         // A count, or an expression over a constant or a variable (`remainingTokens = MAX -
         // used`): names, not the mixed letters and digits of a credential.
@@ -1717,6 +1916,22 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_scheme_and_slot(value) {
         return true;
     }
+    // In code only (a JSON string under a secret's key is data, the whole value): a docs
+    // link, a template interpolating code, a table of names (`"refresh_token":
+    // "refreshToken"`, the value the name in another case).
+    if code && (is_plain_url(value) || is_interpolated(value) || same_name(name, value)) {
+        return true;
+    }
+    // `token = [("token", …)]`, `token = {"access_token": …}`, `x.return_value = (False,`: a
+    // list, tuple or object literal opens; what it holds is read by the other rules, and a
+    // first element that is a literal is not a secret.
+    let opened = value.trim_start_matches(['[', '(', '{']);
+    if code
+        && opened.len() < value.len()
+        && (opened.is_empty() || is_type_or_literal(opened.trim_end_matches(',')))
+    {
+        return true;
+    }
     // `ACCESS_KEY = 'AWS_ACCESS_KEY_ID'`, `awsSecurityTokenHeader = "x-amz-security-token"`:
     // the name of a variable, key or header, not a secret (T2.8).
     if super::code::is_name_of_thing(value) {
@@ -1760,7 +1975,6 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             && super::code::is_word(bare))
 }
 
-/// Every match of `rule` (its compiled pattern `re`) in `text`, as spans: [`refine`] of each
 /// match's groups. The rules that match most where secrets are dense have groups that follow
 /// from the match alone (`assignment` and `colon-pair`: [`name_and_last`]; the labelled rules,
 /// the header, URL and prefixed-token rules: the functions named below; a pattern without
@@ -2363,6 +2577,9 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     if !is_shell_reference(value)
         && !is_placeholder(unquoted)
         && !is_template_slot(unquoted)
+        && !is_docstring_type(unquoted)
+        && !is_type_or_literal(first_word(unquoted))
+        && !is_snake_name(unquoted)
         && !is_code(&text[s.start..])
         && !is_word_list(value)
         && !super::code::is_name_of_thing(unquoted)
@@ -2433,7 +2650,38 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         }
         return;
     }
+    if is_argument_variable(text, n.start, value_at) {
+        return;
+    }
     push_value(name, text, value_at, 1, out);
+}
+
+/// A keyword argument given a variable or a literal: the value's first word followed by the
+/// `)`, `,`, `]` or `}` that ends it (`auth=oauth,`, `auth=auth).prepare()`, `token=None):`).
+/// The word is lowercase letters and `_` (no digit: `hunter22,` may be a password), or a
+/// literal (`None`, `null`, `true`). Only where the name at `name_at` is an argument: it
+/// follows `(` or `,` on its line, or starts an indented line and the word ends with `,` (an
+/// argument list spread over lines). A dotenv line's `PASSWORD=abc,def` is neither.
+fn is_argument_variable(text: &str, name_at: usize, value_at: usize) -> bool {
+    let value = &text.as_bytes()[value_at..];
+    let word = value
+        .iter()
+        .take(128)
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    let Some(&after) = value.get(word) else {
+        return false;
+    };
+    if word == 0 || !matches!(after, b')' | b',' | b']' | b'}') {
+        return false;
+    }
+    let head = &text[value_at..value_at + word];
+    if !(head.bytes().all(|c| c.is_ascii_lowercase() || c == b'_') || is_type_or_literal(head)) {
+        return false;
+    }
+    let before = line_before(text, name_at);
+    let trimmed = before.trim_end_matches([' ', '\t']);
+    trimmed.ends_with(['(', ',']) || (trimmed.is_empty() && !before.is_empty() && after == b',')
 }
 
 /// The spans one match of `rule` redacts in `text`.
@@ -2609,7 +2857,8 @@ fn query(text: &str, n: Range<usize>, s: Range<usize>, out: &mut Vec<Range<usize
         || lower.contains("token")
         || lower.contains("secret")
         || lower.contains("passw");
-    if secret && !is_shell_reference(&text[s.clone()]) {
+    let value = &text[s.clone()];
+    if secret && !is_shell_reference(value) && !is_template_slot(value) {
         out.push(s);
     }
 }
@@ -2664,15 +2913,32 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
         .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
         .count();
     let word = &after[..word_len];
-    if !super::code::is_compound_identifier(word) {
-        return false;
-    }
     // What follows the word ends it as code does: the line, or a separator of a literal.
     let next = after[word_len..].trim_start().bytes().next();
-    let quoted_key = name.start > 0
+    // `{'credential': password}`: one lowercase word after a quoted key in a literal.
+    let lowercase_word = word.len() >= 3 && word.bytes().all(|b| b.is_ascii_lowercase());
+    // `imdsv2_session_token`, `_convert_oauth2_credentials`, `_IMDSV2_SESSION_TOKEN_TTL`:
+    // snake case with digits, or a constant's UPPER_SNAKE.
+    let snake = word.trim_matches('_').contains('_')
+        && (word
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            || word
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+    let variable = super::code::is_compound_identifier(word)
+        || snake
+        || (lowercase_word && matches!(next, Some(b',' | b'}')));
+    if !variable {
+        return false;
+    }
+    // A key in code: quoted (`{'credential': password}`), or a dotted path
+    // (`oauth2client.client.OAuth2Credentials: _convert_oauth2_credentials,`).
+    let code_key = (name.start > 0
         && matches!(bytes[name.start - 1], b'"' | b'\'')
-        && bytes.get(name.end) == Some(&bytes[name.start - 1])
-        && matches!(next, None | Some(b',' | b'}' | b')' | b';'));
+        && bytes.get(name.end) == Some(&bytes[name.start - 1]))
+        || (text[name.clone()].contains('.') && snake);
+    let quoted_key = code_key && matches!(next, None | Some(b',' | b'}' | b')' | b';'));
     let value = after.trim_end();
     let line_ends = value_at + after.len() == text.len() || bytes[value_at + after.len()] == b'\n';
     let indent = line_before(text, name.start);
@@ -2783,6 +3049,10 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         push_value(name, text, range.end, min, out);
         return;
     }
+    // `(await fs.readdir(dir)).filter(…)`: an expression in parentheses is code.
+    if matches!(&text[range.clone()], "(await" | "(new" | "(yield") {
+        return;
+    }
     // `await`, `new`: the value is the expression after the keyword.
     if matches!(&text[range.clone()], "await" | "new" | "yield")
         && !is_code(&text[start..])
@@ -2810,7 +3080,7 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
 
 /// The literal a call or conversion at `start` is given first, when it has a key's shape:
 /// `SecretStr("Xk9v…")`, `[]byte("…")`, `decode('…')` (a callee without blanks or quotes, its
-/// `(`, a quoted literal of 8 to 512 token characters that looks random). Other literals
+/// `(`, a quoted literal of 12 to 512 letters, digits and base64's `+/=` that looks random). Other literals
 /// (`os.getenv("API_KEY")`, `open("keys/prod.pem")`) are left to the call's own judgement,
 /// which keeps code.
 fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
@@ -2830,11 +3100,13 @@ fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
     let from = open + 2;
     let end = closing_quote(b, from, quote);
     let literal = &b[from..end];
-    let shaped = (8..=512).contains(&literal.len())
+    // No `-`, `_` or `.`: those join words and ids (`new-project-456`); the keys that hold
+    // them have a provider's prefix, which the provider rules know.
+    let shaped = (12..=512).contains(&literal.len())
         && b.get(end) == Some(&quote)
         && literal
             .iter()
-            .all(|&c| super::runs::is_token(c) || matches!(c, b'=' | b'.' | b'~'))
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
         && super::vendors::looks_random(literal);
     shaped.then_some(from..end)
 }
@@ -2903,17 +3175,29 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
     if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
         return;
     }
-    // `Authorization: Bearer %s`, `Bearer {token}`: a template's scheme and slot.
-    if is_scheme_and_slot(value) || is_template_slot(value) || is_format_directive(value) {
+    // `Authorization: Bearer %s`, `Bearer {token}`, `Bearer access_token`: a template's
+    // scheme and slot; reST's `authorization::` opens a literal block.
+    if is_scheme_and_slot(value)
+        || is_template_slot(value)
+        || is_format_directive(value)
+        || value.bytes().all(|c| c.is_ascii_punctuation())
+    {
         return;
     }
     // `{'Authorization': auth_token}`: a quoted header name is a key in code, and an unquoted
     // word or member path after it a variable (data would be quoted).
     let name_quoted = lq.is_some() && cq;
     let word = value.trim_end_matches([',', ';', '}', ')']);
+    let snake = word.contains('_')
+        && (word
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+            || word
+                .bytes()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_'));
     if quote.is_none()
         && name_quoted
-        && (super::code::is_compound_identifier(word) || is_code(word))
+        && (super::code::is_compound_identifier(word) || snake || is_code(word))
         && word.len() + 2 >= value.len()
     {
         return;
