@@ -678,4 +678,6 @@ leak_tests! {
     random_segments_are_not_words_of_a_class: "private-key: Q7K.SUZCvk72Y3\nnext: 1" => ["SUZCvk72Y3"];
     private_key_after_a_comment_naming_its_marker: "# \"-----BEGIN PRIVATE KEY-----...\"\nkey = \"\"\"-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\"\"\"" => ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"];
     bearer_with_a_short_word_is_still_a_value: "{\"Authorization\": \"Bearer abc\"}" => ["Bearer abc"];
+    format_string_with_a_key_beside_its_slot: "password = \"{}Xk9vQ2mLp7\".format(x)" => ["Xk9vQ2mLp7"];
+    list_literal_of_a_key: "token = [ \"Xk9vQ2mLp7RzAb12\" ]\nkeys = (\"Q2mLp7RzAb12Xk9v\",)" => ["Xk9vQ2mLp7RzAb12"];
 }

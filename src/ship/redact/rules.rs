@@ -1403,8 +1403,8 @@ fn is_plain_url(value: &str) -> bool {
 
 /// A template that interpolates code (`` `http.${serverUrl.origin}/.extraheader` ``,
 /// `` `AUTHORIZATION: basic ${basicCredential}` ``, `"{}/{}/{}".format(`): its text around
-/// the `${…}` and format slots holds no run of a key's shape (12 or more token characters
-/// that look random).
+/// the `${…}` and format slots holds no run of a key's shape (8 or more token characters that
+/// look random).
 fn is_interpolated(value: &str) -> bool {
     if !value.contains('{') {
         return false;
@@ -1441,7 +1441,7 @@ fn is_interpolated(value: &str) -> bool {
     !text
         .as_bytes()
         .split(|&c| !super::runs::is_token(c))
-        .any(|run| run.len() >= 12 && super::vendors::looks_random(run))
+        .any(|run| run.len() >= 8 && super::vendors::looks_random(run))
 }
 
 /// A value's first word, before a `,`, `;`, `)` or blank (`None` of `None, backend=x`).
@@ -3071,6 +3071,19 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         return;
     }
     let value = &text[range.clone()];
+    // `token = [ "Xk9v…" ]`: a literal that opens a structure is code, and its first
+    // element goes when it has a key's shape (a key or a name in it stays: `{"token": …}`,
+    // `[("token", …)]`).
+    if value.bytes().all(|c| matches!(c, b'[' | b'(' | b'{')) {
+        let blanks = text[range.end..]
+            .bytes()
+            .take_while(|&c| c == b' ' || c == b'\t')
+            .count();
+        if let Some(literal) = key_literal(text, range.end + blanks) {
+            out.push(literal);
+        }
+        return;
+    }
     if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
         return;
     }
@@ -3079,10 +3092,9 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
 }
 
 /// The literal a call or conversion at `start` is given first, when it has a key's shape:
-/// `SecretStr("Xk9v…")`, `[]byte("…")`, `decode('…')` (a callee without blanks or quotes, its
-/// `(`, a quoted literal of 12 to 512 letters, digits and base64's `+/=` that looks random). Other literals
-/// (`os.getenv("API_KEY")`, `open("keys/prod.pem")`) are left to the call's own judgement,
-/// which keeps code.
+/// `SecretStr("Xk9v…")`, `[]byte("…")`, `decode('…')`: a callee without blanks or quotes, its
+/// `(`, then a [`key_literal`]. Other literals (`os.getenv("API_KEY")`,
+/// `open("keys/prod.pem")`) are left to the call's own judgement, which keeps code.
 fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
     let b = text.as_bytes();
     let callee = b[start..]
@@ -3093,11 +3105,18 @@ fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
     if callee == 0 || b[open] != b'(' {
         return None;
     }
-    let quote = *b.get(open + 1)?;
+    key_literal(text, open + 1)
+}
+
+/// The content of the quoted literal at `at` (its opening quote), when it has a key's shape:
+/// 12 to 512 letters, digits and base64's `+/=` that look random.
+fn key_literal(text: &str, at: usize) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let quote = *b.get(at)?;
     if !matches!(quote, b'"' | b'\'' | b'`') {
         return None;
     }
-    let from = open + 2;
+    let from = at + 1;
     let end = closing_quote(b, from, quote);
     let literal = &b[from..end];
     // No `-`, `_` or `.`: those join words and ids (`new-project-456`); the keys that hold
