@@ -1070,12 +1070,50 @@ pub(crate) static RULES: &[ProviderRule] = &[
         negative: &[r"ZXlKAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"],
     },
     ProviderRule {
+        id: "nuget-api-key",
+        family: "nuget-api-key",
+        keywords: &["oy2"],
+        pattern: r"oy2[a-z0-9]{43}",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"dotnet nuget push pkg.nupkg --api-key oy2ujzde8gxd6ncf10epf91dhodzdoc9is0j8ht9lgmxg9",
+        ],
+        negative: &[
+            r"oy2aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            r"toy2 boy2",
+        ],
+    },
+    ProviderRule {
+        id: "google-oauth-refresh-token",
+        family: "google-oauth-refresh-token",
+        keywords: &["1//0"],
+        pattern: r"1//0[A-Za-z0-9_-]{40,}",
+        min_entropy: Some(4.0),
+        positive: &[
+            r#"{"refresh_token": "1//0ihA-2O76UMFxFkM-R5Kjp1vRt_1fjORS-6ilI8ihN5KXSc7Tvo-hBKqFYY-k"}"#,
+        ],
+        negative: &[r"see https://example.com/1//0 for details"],
+    },
+    ProviderRule {
+        id: "google-oauth-client-secret",
+        family: "google-oauth-client-secret",
+        keywords: &["gocspx-"],
+        pattern: r"GOCSPX-[A-Za-z0-9_-]{28}",
+        min_entropy: Some(3.5),
+        positive: &[r"client = build(secret='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')"],
+        negative: &[r"GOCSPX-xxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+    },
+    ProviderRule {
         id: "linear-api-key",
         family: "linear-api-key",
-        keywords: &["lin_api_"],
-        pattern: r"lin_api_[A-Za-z0-9]{40}",
+        keywords: &["lin_api_", "lin_oauth_"],
+        // An API key, or an OAuth application's access token.
+        pattern: r"lin_api_[A-Za-z0-9]{40}|lin_oauth_[a-f0-9]{64}",
         min_entropy: Some(3.0),
-        positive: &[r"LINEAR_API_KEY=lin_api_hPW6V6ltAvIuUFH1vYyYrosnf3TNHFFFm3mxgCeA"],
+        positive: &[
+            r"LINEAR_API_KEY=lin_api_hPW6V6ltAvIuUFH1vYyYrosnf3TNHFFFm3mxgCeA",
+            r"Authorization: lin_oauth_1ecccc3fc1626e53a13043b026c48bbf33feff9243a8f506b40928b5b7a767c7",
+        ],
         negative: &[r"lin_api_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
     },
     ProviderRule {
