@@ -1451,6 +1451,18 @@ fn first_word(value: &str) -> &str {
         .map_or(value, |end| &value[..end])
 }
 
+/// An identifier of code in snake case, digits allowed, or a constant's UPPER_SNAKE, two words
+/// at least: `imdsv2_session_token`, `_convert_oauth2_credentials`,
+/// `_IMDSV2_SESSION_TOKEN_TTL`.
+fn is_snake_identifier(word: &str) -> bool {
+    let all = |f: fn(&u8) -> bool| {
+        word.bytes()
+            .all(|c| f(&c) || c.is_ascii_digit() || c == b'_')
+    };
+    word.trim_matches('_').contains('_')
+        && (all(u8::is_ascii_lowercase) || all(u8::is_ascii_uppercase))
+}
+
 /// A variable's name in snake case (`access_token`, `_session_token`): lowercase letters and
 /// `_`, two words at least. A key has digits or capitals.
 fn is_snake_name(value: &str) -> bool {
@@ -2917,15 +2929,7 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     let next = after[word_len..].trim_start().bytes().next();
     // `{'credential': password}`: one lowercase word after a quoted key in a literal.
     let lowercase_word = word.len() >= 3 && word.bytes().all(|b| b.is_ascii_lowercase());
-    // `imdsv2_session_token`, `_convert_oauth2_credentials`, `_IMDSV2_SESSION_TOKEN_TTL`:
-    // snake case with digits, or a constant's UPPER_SNAKE.
-    let snake = word.trim_matches('_').contains('_')
-        && (word
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            || word
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+    let snake = is_snake_identifier(word);
     let variable = super::code::is_compound_identifier(word)
         || snake
         || (lowercase_word && matches!(next, Some(b',' | b'}')));
@@ -3207,13 +3211,7 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
     // word or member path after it a variable (data would be quoted).
     let name_quoted = lq.is_some() && cq;
     let word = value.trim_end_matches([',', ';', '}', ')']);
-    let snake = word.contains('_')
-        && (word
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
-            || word
-                .bytes()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_'));
+    let snake = is_snake_identifier(word);
     if quote.is_none()
         && name_quoted
         && (super::code::is_compound_identifier(word) || snake || is_code(word))
