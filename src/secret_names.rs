@@ -106,6 +106,13 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "handler",
         "callback",
         "service",
+        // Errors and the machinery of a class (`TokenError`, `token_exception`,
+        // `TokenExpiredError.prototype.constructor`).
+        "error",
+        "errors",
+        "exception",
+        "prototype",
+        "constructor",
     ];
     // What stands in for a secret (`tokenPlaceholderConfigValue`): its value is a
     // placeholder.

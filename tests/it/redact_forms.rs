@@ -681,3 +681,16 @@ leak_tests! {
     format_string_with_a_key_beside_its_slot: "password = \"{}Xk9vQ2mLp7\".format(x)" => ["Xk9vQ2mLp7"];
     list_literal_of_a_key: "token = [ \"Xk9vQ2mLp7RzAb12\" ]\nkeys = (\"Q2mLp7RzAb12Xk9v\",)" => ["Xk9vQ2mLp7RzAb12"];
 }
+
+// A JWT library's and an OAuth strategy's code and tests: stand-ins named by the name's own
+// word, variables of code, errors' names, changelog links and the text beside a string.
+left_alone_tests! {
+    code_value_is_a_word_of_its_name: "new Strategy({\n  clientID: 'ABC123',\n  clientSecret: 'secret',\n  callbackURL: 'https://www.example.net/cb'\n})\npassword = \"password\"";
+    code_variables_given_unquoted: "getSecret = secretOrPublicKey;\nlet signature = jws.sign({header: header, payload: payload, secret: secretOrPrivateKey, encoding: encoding});\ntoken = t;";
+    code_error_classes: "var TokenExpiredError = function (message, expiredAt) {\n  JsonWebTokenError.call(this, message);\n};\nTokenExpiredError.prototype.constructor = TokenExpiredError;";
+    docs_changelog_links_and_test_names: "- Prevent throw on undefined/null secret ([0fdf78d4dbf609455f3277d6169a987aef0384d4](https://github.com/o/r/commit/0fdf78d4dbf609455f3277d6169a987aef0384d4))\nexpect(syncSigned, 'Async/Sync token equality').to.equal(asyncSigned);\ndescribe('signing a token asynchronously', function() {";
+}
+
+leak_tests! {
+    words_beside_a_name_are_still_values: "password = superSecret;\nAPI_KEY=ab\nclient_secret = 'Xk9vQ2mLp7Rz'" => ["superSecret", "ab\n", "Xk9vQ2mLp7Rz"];
+}

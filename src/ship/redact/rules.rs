@@ -1387,6 +1387,83 @@ fn same_name(name: &str, value: &str) -> bool {
     folded(name).next().is_some() && folded(name).eq(folded(value))
 }
 
+/// `clientSecret: 'secret'`, `password = "password"`: the value one of the name's own words,
+/// a test's or an example's stand-in.
+fn names_word(name: &str, value: &str) -> bool {
+    let value = value.trim_end_matches([',', ';', ')']);
+    if value.len() < 3 || !value.bytes().all(|c| c.is_ascii_alphabetic()) {
+        return false;
+    }
+    let b = name.as_bytes();
+    let mut start = 0;
+    for i in 1..=b.len() {
+        let boundary = i == b.len()
+            || !b[i].is_ascii_alphanumeric()
+            || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase());
+        if boundary {
+            let word = name[start..i].trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            if word.eq_ignore_ascii_case(value) {
+                return true;
+            }
+            start = i;
+        }
+    }
+    false
+}
+
+/// A variable of code given unquoted and ended by `;`, `,` or `)`: one or two lowercase
+/// letters (`token = t;`), or a lowerCamelCase or snake_case name of two words or more
+/// (`getSecret = secretOrPublicKey;`, `secret: secretOrPrivateKey,`). Under a password's name,
+/// whose value may be words (`password = superSecret;`), three words or more, one of them a
+/// credential's (`secretOrPublicKey`).
+fn is_code_variable(name: &str, value: &str) -> bool {
+    let bare = value.trim_end_matches([',', ';', ')']);
+    if bare.is_empty() || bare.len() == value.len() {
+        return false;
+    }
+    if bare.len() <= 2 {
+        return bare.bytes().all(|c| c.is_ascii_lowercase());
+    }
+    if !bare.starts_with(|c: char| c.is_ascii_lowercase())
+        || !super::code::is_compound_identifier(bare)
+    {
+        return false;
+    }
+    if !is_password_name(name) {
+        return true;
+    }
+    let words: Vec<String> = bare
+        .split('_')
+        .flat_map(|part| {
+            let mut words = Vec::new();
+            let mut word = String::new();
+            for c in part.chars() {
+                if c.is_ascii_uppercase() && !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                word.push(c.to_ascii_lowercase());
+            }
+            words.push(word);
+            words
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.len() >= 3
+        && words.iter().any(|w| {
+            matches!(
+                w.as_str(),
+                "secret"
+                    | "key"
+                    | "token"
+                    | "password"
+                    | "credential"
+                    | "credentials"
+                    | "private"
+                    | "public"
+            )
+        })
+}
+
 /// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
 /// link): no user information before its host. Secrets a URL carries in its query or path are
 /// the query and provider rules' (`?token=`, `X-Amz-Signature`, a Slack webhook).
@@ -1931,7 +2008,13 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     // In code only (a JSON string under a secret's key is data, the whole value): a docs
     // link, a template interpolating code, a table of names (`"refresh_token":
     // "refreshToken"`, the value the name in another case).
-    if code && (is_plain_url(value) || is_interpolated(value) || same_name(name, value)) {
+    if code
+        && (is_plain_url(value)
+            || is_interpolated(value)
+            || same_name(name, value)
+            || names_word(name, value)
+            || is_code_variable(name, value))
+    {
         return true;
     }
     // `token = [("token", …)]`, `token = {"access_token": …}`, `x.return_value = (False,`: a
@@ -2586,7 +2669,14 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
         .map_or(0, |(i, c)| i + c.len_utf8());
     let annotated = annotates(text, name_at, s.start, true);
-    if !is_shell_reference(value)
+    // A Markdown link (`([1b3c5ff…](https://…/commit/…))` after "secret" in a changelog), or
+    // the text beside a string literal the label sits in (`'Async/Sync token equality')`).
+    let beside = unquoted.contains("](")
+        || ["')", "\")", "',", "\","]
+            .iter()
+            .any(|e| unquoted.contains(e));
+    if !beside
+        && !is_shell_reference(value)
         && !is_placeholder(unquoted)
         && !is_template_slot(unquoted)
         && !is_docstring_type(unquoted)
@@ -3054,7 +3144,10 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         return;
     }
     // `(await fs.readdir(dir)).filter(…)`: an expression in parentheses is code.
-    if matches!(&text[range.clone()], "(await" | "(new" | "(yield") {
+    if matches!(
+        &text[range.clone()],
+        "(await" | "(new" | "(yield" | "function" | "function(" | "async" | "lambda"
+    ) {
         return;
     }
     // `await`, `new`: the value is the expression after the keyword.
