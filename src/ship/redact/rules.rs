@@ -1524,8 +1524,19 @@ fn is_interpolated(value: &str) -> bool {
 /// A value's first word, before a `,`, `;`, `)` or blank (`None` of `None, backend=x`).
 fn first_word(value: &str) -> &str {
     value
-        .find([',', ';', ')', ' '])
+        .bytes()
+        .position(|c| matches!(c, b',' | b';' | b')' | b' '))
         .map_or(value, |end| &value[..end])
+}
+
+/// Whether a label's value holds a Markdown link's `](` or a quote closing a string literal
+/// (`')`, `",`): it is the text around a secret's name, not a secret.
+fn beside_a_literal(value: &str) -> bool {
+    let b = value.as_bytes();
+    memchr::memchr3_iter(b'\'', b'"', b']', b).any(|at| match (b[at], b.get(at + 1)) {
+        (b']', next) => next == Some(&b'('),
+        (_, next) => matches!(next, Some(b')' | b',')),
+    })
 }
 
 /// An identifier of code in snake case, digits allowed, or a constant's UPPER_SNAKE, two words
@@ -2671,10 +2682,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     let annotated = annotates(text, name_at, s.start, true);
     // A Markdown link (`([1b3c5ff…](https://…/commit/…))` after "secret" in a changelog), or
     // the text beside a string literal the label sits in (`'Async/Sync token equality')`).
-    let beside = unquoted.contains("](")
-        || ["')", "\")", "',", "\","]
-            .iter()
-            .any(|e| unquoted.contains(e));
+    let beside = beside_a_literal(unquoted);
     if !beside
         && !is_shell_reference(value)
         && !is_placeholder(unquoted)
