@@ -694,3 +694,15 @@ left_alone_tests! {
 leak_tests! {
     words_beside_a_name_are_still_values: "password = superSecret;\nAPI_KEY=ab\nclient_secret = 'Xk9vQ2mLp7Rz'" => ["superSecret", "ab\n", "Xk9vQ2mLp7Rz"];
 }
+
+// A cloud SDK's request signing and a JOSE library's types (more of the code T2.7 keeps).
+left_alone_tests! {
+    code_signing_templates_and_patterns: "auth_str = [f'AWS4-HMAC-SHA256 Credential={self.scope(request)}']\nrequest.url += f'&X-Amz-Signature={signature}'\nAUTH_HEADER = re.compile(r'Credential=(?P<access_key>\\w+)/\\d+/')";
+    code_python_variables: "credentials = request_credentials or self._credentials\nget_auth = get_auth_instance\noutput_token = [output_token]\nnext_token = {key: None for key in self._input_token}";
+    code_typed_parameters: "export function verify(protectedHeader: IProtectedHeader, token: IToken): Promise<KeyLike>";
+    docs_urls_with_stand_in_passwords: ":param proxy_url: The proxy url, i.e. https://username:password@proxy.com\n:return: Masked proxy url, i.e. https://***:***@proxy.com";
+}
+
+leak_tests! {
+    code_lookalikes_still_go: "token = Xk9vQ2mLp7Rz or fallback\nf(a, token: Xk9vQ2mLp7Rq)\nproxy = https://admin:Xk9vQ2mLp7Rw@proxy.example.com/\nsecret_key = my_secret_value_2" => ["Xk9vQ2mLp7Rz", "Xk9vQ2mLp7Rq", "Xk9vQ2mLp7Rw", "my_secret_value_2"];
+}

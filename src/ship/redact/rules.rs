@@ -1464,6 +1464,55 @@ fn is_code_variable(name: &str, value: &str) -> bool {
         })
 }
 
+/// Python's code after a name (in a file, not data): a regular expression's group
+/// (`r'Credential=(?P<access_key>\w+)/'`), a variable combined with `or`, `and`, `if`
+/// (`credentials = request_credentials or self._credentials`), a snake-case variable of two
+/// words or more ending the line (`get_auth = get_auth_instance`; not under a password's
+/// name), a list of the name itself (`output_token = [output_token]`), a comprehension
+/// (`{key: None for key in tokens}`).
+fn is_python_code(name: &str, value: &str, rest: &str) -> bool {
+    if value.starts_with("(?") {
+        return true;
+    }
+    let word = value
+        .bytes()
+        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+        .count();
+    // Unquoted only: a quoted `'super_secret_password'` is a literal.
+    let snake =
+        word > 0 && value[..word].trim_matches('_').contains('_') && rest.starts_with(value);
+    // What follows an unquoted value on its line (`rest` starts with it then).
+    let after = rest
+        .strip_prefix(value)
+        .unwrap_or("")
+        .split('\n')
+        .next()
+        .unwrap_or("");
+    if word == value.len()
+        && snake
+        && ["or ", "and ", "if "]
+            .iter()
+            .any(|k| after.trim_start().starts_with(k))
+    {
+        return true;
+    }
+    if word == value.len() && snake && after.trim().is_empty() && !is_password_name(name) {
+        return true;
+    }
+    let inner = value
+        .trim_start_matches(['[', '(', '{'])
+        .trim_end_matches([']', ')', '}', ',', ':']);
+    if inner.len() < value.len() && !inner.is_empty() {
+        let last = name.rsplit(['.', ':']).next().unwrap_or(name);
+        if inner == last
+            || (value.starts_with('{') && value.ends_with(':') && is_segment(inner.as_bytes()))
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
 /// link): no user information before its host. Secrets a URL carries in its query or path are
 /// the query and provider rules' (`?token=`, `X-Amz-Signature`, a Slack webhook).
@@ -1580,15 +1629,31 @@ fn is_docstring_type(value: &str) -> bool {
         && !super::vendors::looks_random(inner.as_bytes())
 }
 
-/// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`.
+/// A template's slot holding code: lowercase names, paths and calls
+/// (`{self.scope(request)}']`, `{signature}'`); `{Xk9vQ2mLp7Rz}` is a value in braces.
+fn is_code_slot(value: &str) -> bool {
+    is_template_slot(value) && {
+        let value = value.trim_end_matches(['\'', '"', ']', ')', ',', ';']);
+        let inner = &value[1..value.len() - 1];
+        !inner.is_empty()
+            && inner
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || matches!(c, b'_' | b'.' | b'(' | b')'))
+    }
+}
+
+/// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`,
+/// `{self.scope(request)}`, maybe closing its string (`{signature}'`).
 fn is_template_slot(value: &str) -> bool {
+    // An f-string's slot may close its string and a list (`{self.scope(request)}']`).
+    let value = value.trim_end_matches(['\'', '"', ']', ')', ',', ';']);
     value
         .strip_prefix('{')
         .and_then(|v| v.strip_suffix('}'))
         .is_some_and(|inner| {
             inner
                 .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':'))
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'(' | b')'))
         })
 }
 
@@ -2024,7 +2089,9 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             || is_interpolated(value)
             || same_name(name, value)
             || names_word(name, value)
-            || is_code_variable(name, value))
+            || is_code_variable(name, value)
+            || is_code_slot(value)
+            || is_python_code(name, value, rest))
     {
         return true;
     }
@@ -2356,7 +2423,7 @@ fn spans_of_match(
         }
         "url-userinfo" => {
             let s = userinfo_value(text, m);
-            if !s.is_empty() {
+            if !s.is_empty() && !is_userinfo_stand_in(&text[s.clone()]) {
                 out.push(s);
             }
             return;
@@ -2465,6 +2532,15 @@ fn userinfo_value(text: &str, m: Range<usize>) -> Range<usize> {
         .map_or(b.len(), |at| at + 1);
     let end = b.len().saturating_sub(1).max(colon);
     m.start + colon..m.start + end
+}
+
+/// A URL's password written as its docs write one (`https://username:password@proxy.com`,
+/// `https://***:***@host`, `https://user:<password>@host`): a stand-in, not a password.
+fn is_userinfo_stand_in(password: &str) -> bool {
+    ["password", "passwd", "pass", "pwd", "secret", "token"]
+        .iter()
+        .any(|w| password.eq_ignore_ascii_case(w))
+        || is_placeholder(password)
 }
 
 /// "the password is X" (rule `password-is`): X, unless it is a word.
@@ -3025,6 +3101,16 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     let word = &after[..word_len];
     // What follows the word ends it as code does: the line, or a separator of a literal.
     let next = after[word_len..].trim_start().bytes().next();
+    // `(protectedHeader: IProtectedHeader, token: IToken)`: a parameter's type in a list.
+    if line_before(text, name.start)
+        .trim_end()
+        .ends_with(['(', ','])
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && is_segment(word.as_bytes())
+        && matches!(next, Some(b',' | b')' | b'>' | b'|' | b'=' | b'[' | b'<'))
+    {
+        return true;
+    }
     // `{'credential': password}`: one lowercase word after a quoted key in a literal.
     let lowercase_word = word.len() >= 3 && word.bytes().all(|b| b.is_ascii_lowercase());
     let snake = is_snake_identifier(word);
