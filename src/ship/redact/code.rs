@@ -37,25 +37,35 @@ pub(super) fn is_compound_identifier(w: &str) -> bool {
     if !is_word(w) || w.bytes().any(|b| b.is_ascii_digit()) {
         return false;
     }
-    // Split at `_` and where a capital starts a word (`tokenResponse`, `SharedJWE`).
-    let b = w.as_bytes();
-    let mut words = Vec::new();
+    let mut count = 0;
+    let all_long = words(w).all(|word| {
+        count += 1;
+        word.len() >= 2
+    });
+    count >= 2
+        && all_long
+        && w.as_bytes()
+            .windows(3)
+            .any(|t| t.iter().all(u8::is_ascii_lowercase))
+}
+
+/// The words of a name: split where a letter or digit run stops (`_`, `-`, `.`, blanks) and
+/// where a capital starts a word after a lowercase letter (`tokenResponse` → `token`,
+/// `Response`; `SharedJWE` → `Shared`, `JWE`).
+pub(super) fn words(name: &str) -> impl Iterator<Item = &str> {
+    let b = name.as_bytes();
     let mut start = 0;
-    for i in 1..=b.len() {
+    (1..=b.len()).filter_map(move |i| {
         let boundary = i == b.len()
-            || b[i] == b'_'
+            || !b[i].is_ascii_alphanumeric()
             || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase());
-        if boundary {
-            let word = w[start..i].trim_matches('_');
-            if !word.is_empty() {
-                words.push(word);
-            }
-            start = i;
+        if !boundary {
+            return None;
         }
-    }
-    words.len() >= 2
-        && words.iter().all(|w| w.len() >= 2)
-        && b.windows(3).any(|t| t.iter().all(u8::is_ascii_lowercase))
+        let word = name[start..i].trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        start = i;
+        (!word.is_empty()).then_some(word)
+    })
 }
 
 /// The words of a name joined by `_`, `-` or `.` (one trailing separator allowed, as in a

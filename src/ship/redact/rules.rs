@@ -1391,24 +1391,9 @@ fn same_name(name: &str, value: &str) -> bool {
 /// a test's or an example's stand-in.
 fn names_word(name: &str, value: &str) -> bool {
     let value = value.trim_end_matches([',', ';', ')']);
-    if value.len() < 3 || !value.bytes().all(|c| c.is_ascii_alphabetic()) {
-        return false;
-    }
-    let b = name.as_bytes();
-    let mut start = 0;
-    for i in 1..=b.len() {
-        let boundary = i == b.len()
-            || !b[i].is_ascii_alphanumeric()
-            || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase());
-        if boundary {
-            let word = name[start..i].trim_matches(|c: char| !c.is_ascii_alphanumeric());
-            if word.eq_ignore_ascii_case(value) {
-                return true;
-            }
-            start = i;
-        }
-    }
-    false
+    value.len() >= 3
+        && value.bytes().all(|c| c.is_ascii_alphabetic())
+        && super::code::words(name).any(|word| word.eq_ignore_ascii_case(value))
 }
 
 /// A variable of code given unquoted and ended by `;`, `,` or `)`: one or two lowercase
@@ -1432,44 +1417,25 @@ fn is_code_variable(name: &str, value: &str) -> bool {
     if !is_password_name(name) {
         return true;
     }
-    let words: Vec<String> = bare
-        .split('_')
-        .flat_map(|part| {
-            let mut words = Vec::new();
-            let mut word = String::new();
-            for c in part.chars() {
-                if c.is_ascii_uppercase() && !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-                word.push(c.to_ascii_lowercase());
-            }
-            words.push(word);
-            words
-        })
-        .filter(|w| !w.is_empty())
-        .collect();
-    words.len() >= 3
-        && words.iter().any(|w| {
-            matches!(
-                w.as_str(),
-                "secret"
-                    | "key"
-                    | "token"
-                    | "password"
-                    | "credential"
-                    | "credentials"
-                    | "private"
-                    | "public"
-            )
-        })
+    const CREDENTIAL: &[&str] = &[
+        "secret",
+        "key",
+        "token",
+        "password",
+        "credential",
+        "credentials",
+        "private",
+        "public",
+    ];
+    super::code::words(bare).count() >= 3
+        && super::code::words(bare).any(|w| CREDENTIAL.iter().any(|c| w.eq_ignore_ascii_case(c)))
 }
 
 /// Python's code after a name (in a file, not data): a regular expression's group
 /// (`r'Credential=(?P<access_key>\w+)/'`), a variable combined with `or`, `and`, `if`
 /// (`credentials = request_credentials or self._credentials`), a snake-case variable of two
 /// words or more ending the line (`get_auth = get_auth_instance`; not under a password's
-/// name), a list of the name itself (`output_token = [output_token]`), a comprehension
-/// (`{key: None for key in tokens}`).
+/// name).
 fn is_python_code(name: &str, value: &str, rest: &str) -> bool {
     if value.starts_with("(?") {
         return true;
@@ -1499,18 +1465,25 @@ fn is_python_code(name: &str, value: &str, rest: &str) -> bool {
     if word == value.len() && snake && after.trim().is_empty() && !is_password_name(name) {
         return true;
     }
-    let inner = value
-        .trim_start_matches(['[', '(', '{'])
-        .trim_end_matches([']', ')', '}', ',', ':']);
-    if inner.len() < value.len() && !inner.is_empty() {
-        let last = name.rsplit(['.', ':']).next().unwrap_or(name);
-        if inner == last
-            || (value.starts_with('{') && value.ends_with(':') && is_segment(inner.as_bytes()))
-        {
-            return true;
-        }
-    }
     false
+}
+
+/// Code that opens a list, tuple or object literal, what it holds read by the other rules:
+/// `token = [("token", …)]`, `token = {"access_token": …}`; its first element a literal
+/// (`x.return_value = (False,`), the name itself (`output_token = [output_token]`) or a
+/// comprehension's key (`{key: None for key in tokens}`). A first element of a key's shape
+/// is judged apart (`push_value`).
+fn opens_a_structure(name: &str, value: &str) -> bool {
+    let opened = value.trim_start_matches(['[', '(', '{']);
+    if opened.len() == value.len() {
+        return false;
+    }
+    let inner = opened.trim_end_matches([']', ')', '}', ',', ':']);
+    let last = name.rsplit(['.', ':']).next().unwrap_or(name);
+    inner.is_empty()
+        || is_type_or_literal(opened.trim_end_matches(','))
+        || inner == last
+        || (value.starts_with('{') && value.ends_with(':') && is_segment(inner.as_bytes()))
 }
 
 /// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
@@ -1632,25 +1605,28 @@ fn is_docstring_type(value: &str) -> bool {
 /// A template's slot holding code: lowercase names, paths and calls
 /// (`{self.scope(request)}']`, `{signature}'`); `{Xk9vQ2mLp7Rz}` is a value in braces.
 fn is_code_slot(value: &str) -> bool {
-    is_template_slot(value) && {
-        let value = value.trim_end_matches(['\'', '"', ']', ')', ',', ';']);
-        let inner = &value[1..value.len() - 1];
+    template_slot(value).is_some_and(|inner| {
         !inner.is_empty()
             && inner
                 .bytes()
                 .all(|c| c.is_ascii_lowercase() || matches!(c, b'_' | b'.' | b'(' | b')'))
-    }
+    })
 }
 
 /// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`,
 /// `{self.scope(request)}`, maybe closing its string (`{signature}'`).
 fn is_template_slot(value: &str) -> bool {
+    template_slot(value).is_some()
+}
+
+/// What a template's slot holds ([`is_template_slot`]).
+fn template_slot(value: &str) -> Option<&str> {
     // An f-string's slot may close its string and a list (`{self.scope(request)}']`).
     let value = value.trim_end_matches(['\'', '"', ']', ')', ',', ';']);
     value
         .strip_prefix('{')
         .and_then(|v| v.strip_suffix('}'))
-        .is_some_and(|inner| {
+        .filter(|inner| {
             inner
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'(' | b')'))
@@ -2095,14 +2071,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     {
         return true;
     }
-    // `token = [("token", …)]`, `token = {"access_token": …}`, `x.return_value = (False,`: a
-    // list, tuple or object literal opens; what it holds is read by the other rules, and a
-    // first element that is a literal is not a secret.
-    let opened = value.trim_start_matches(['[', '(', '{']);
-    if code
-        && opened.len() < value.len()
-        && (opened.is_empty() || is_type_or_literal(opened.trim_end_matches(',')))
-    {
+    if code && opens_a_structure(name, value) {
         return true;
     }
     // `ACCESS_KEY = 'AWS_ACCESS_KEY_ID'`, `awsSecurityTokenHeader = "x-amz-security-token"`:
