@@ -704,5 +704,6 @@ left_alone_tests! {
 }
 
 leak_tests! {
+    capability_url_under_a_secret_name_still_goes: "ALERT_WEBHOOK_SECRET = \"https://hooks.example.com/T0/Xk9vQ2mLp7RzAb12Cd34\"\nAPI_TOKEN: https://api.example.com/v1/keys/Q2mLp7RzAb12Cd34Xk9v" => ["Xk9vQ2mLp7RzAb12Cd34", "Q2mLp7RzAb12Cd34Xk9v"];
     code_lookalikes_still_go: "token = Xk9vQ2mLp7Rz or fallback\nf(a, token: Xk9vQ2mLp7Rq)\nproxy = https://admin:Xk9vQ2mLp7Rw@proxy.example.com/\nsecret_key = my_secret_value_2" => ["Xk9vQ2mLp7Rz", "Xk9vQ2mLp7Rq", "Xk9vQ2mLp7Rw", "my_secret_value_2"];
 }

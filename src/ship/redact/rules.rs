@@ -1487,8 +1487,7 @@ fn opens_a_structure(name: &str, value: &str) -> bool {
 }
 
 /// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
-/// link): no user information before its host. Secrets a URL carries in its query or path are
-/// the query and provider rules' (`?token=`, `X-Amz-Signature`, a Slack webhook).
+/// link): no user information before its host, no key in its path or query.
 fn is_plain_url(value: &str) -> bool {
     let Some(rest) = value
         .strip_prefix("https://")
@@ -1497,7 +1496,15 @@ fn is_plain_url(value: &str) -> bool {
         return false;
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    !authority.is_empty() && !authority.contains('@') && !value.contains(char::is_whitespace)
+    // A capability URL (`https://hooks.example.com/T0/Xk9vQ2mLp7RzAb12Cd34`) is its secret:
+    // no run of a key's shape in its path or query.
+    !authority.is_empty()
+        && !authority.contains('@')
+        && !value.contains(char::is_whitespace)
+        && !rest
+            .as_bytes()
+            .split(|&c| !c.is_ascii_alphanumeric())
+            .any(|run| run.len() >= 16 && super::vendors::looks_random(run))
 }
 
 /// A template that interpolates code (`` `http.${serverUrl.origin}/.extraheader` ``,
