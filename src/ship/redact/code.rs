@@ -56,9 +56,12 @@ pub(super) fn words(name: &str) -> impl Iterator<Item = &str> {
     let b = name.as_bytes();
     let mut start = 0;
     (1..=b.len()).filter_map(move |i| {
+        // Only at a character's first byte: a name may hold any character (`tokenKſ…`,
+        // with the Kelvin sign that `(?i)` reads as `k`), and a word is sliced there.
         let boundary = i == b.len()
-            || !b[i].is_ascii_alphanumeric()
-            || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase());
+            || (name.is_char_boundary(i)
+                && (!b[i].is_ascii_alphanumeric()
+                    || (b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase())));
         if !boundary {
             return None;
         }
