@@ -644,6 +644,47 @@ leak_tests! {
     tools_net_user_quoted: "net user \"svc backup\" \"N3t Us3r Pw\" /add" => ["N3t Us3r Pw"];
 }
 
+// A password handed to sudo on its standard input.
+leak_tests! {
+    tools_sudo_stdin_echo: "echo 'Sud0Stdin!' | sudo -S apt-get install -y jq" => ["Sud0Stdin!"];
+    tools_sudo_stdin_printf_format: "printf '%s\\n' \"Sud0Stdin7\" | sudo -S -k true" => ["Sud0Stdin7"];
+    tools_sudo_stdin_joined_flags: "echo Sud0Stdin8 | sudo -kS systemctl restart app" => ["Sud0Stdin8"];
+}
+
+left_alone_tests! {
+    tools_sudo_stdin_from_a_variable: "echo \"$SUDO_PASS\" | sudo -S apt-get update";
+    tools_sudo_tee_is_no_password: "echo 'deb http://deb.example.org stable main' | sudo tee -a /etc/apt/sources.list";
+}
+
+// A credential given to a call by its place: the user name first (the password second), or a
+// place first (a connection's URL or host, a tenant: the password third).
+leak_tests! {
+    call_positional_network_credential: "var c = new System.Net.NetworkCredential(\"svc\", \"NetCr3dPw#1\");" => ["NetCr3dPw#1"];
+    call_positional_jdbc_connection: "Connection c = DriverManager.getConnection(\"jdbc:postgresql://db:5432/app?ssl=true\", \"app\", \"JdbcPw!2026\");" => ["JdbcPw!2026"];
+    call_positional_arguments_over_lines: "conn = DriverManager.getConnection(\n    url,\n    \"app\",\n    \"JdbcLines9\"\n);" => ["JdbcLines9"];
+    call_positional_php_mysqli: "$link = mysqli_connect('127.0.0.1', 'wp', 'WpDbPass55', 'wordpress');" => ["WpDbPass55"];
+    call_positional_go_basic_auth: "req.SetBasicAuth(\"deploy\", \"G0BasicPw\")" => ["G0BasicPw"];
+    call_positional_go_plain_auth: "a := smtp.PlainAuth(\"\", \"bot@example.com\", \"SmtpPl41n\", \"smtp.example.com\")" => ["SmtpPl41n"];
+    call_positional_python_login: "with smtplib.SMTP_SSL(host) as s:\n    s.login('bot@example.com', 'Py5mtpPw')" => ["Py5mtpPw"];
+    call_positional_rust_basic_auth: "let r = client.get(url).basic_auth(\"ci\", Some(\"RustB4sic\")).send()?;" => ["RustB4sic"];
+    call_positional_java_char_array: "return new PasswordAuthentication(\"u\", \"J4vaChars\".toCharArray());" => ["J4vaChars"];
+    call_positional_python_tuple: "r = requests.get(url, auth=('alice', 'Alic3Tupl3'))" => ["Alic3Tupl3"];
+    call_positional_shell_array: "API_KEYS=(Key0neAbc KeyTw0Def)" => ["Key0neAbc", "KeyTw0Def"];
+    call_positional_tuple_of_two_tokens: "tokens = (\"Tok3nOneAbc\", \"Tok3nTwoDef\")" => ["Tok3nOneAbc", "Tok3nTwoDef"];
+    call_positional_data_source_of_two_arguments: "Connection c = ds.getConnection(\"scott\", \"T1gerDsPw\");" => ["T1gerDsPw"];
+}
+
+left_alone_tests! {
+    call_positional_variables: "var c = new NetworkCredential(user, password, domain);";
+    call_positional_environment: "s.login(user, os.environ['SMTP_PASSWORD'])";
+    call_positional_empty_password: "c = DriverManager.getConnection(url, \"sa\", \"\");";
+    call_positional_placeholder: "var c = new NetworkCredential(\"user\", \"<password>\");";
+    call_positional_template: "req.SetBasicAuth(\"user\", \"${PASSWORD}\")";
+    call_positional_one_argument: "await login(\"admin\")";
+    call_positional_tuple_of_names: "r = requests.get(url, auth=(self.user, self.password), timeout=5)";
+    call_positional_shell_array_of_references: "TOKENS=($GH_TOKEN $NPM_TOKEN)";
+}
+
 // Newer provider formats, in forms other than the rules' own examples.
 leak_tests! {
     prefix_doppler_service_token_with_its_config: "DOPPLER_TOKEN=dp.st.dev_personal.OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW" => ["OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW"];

@@ -79,6 +79,9 @@ pub(crate) enum Refine {
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
+    /// A credential given to a call by its place (`NetworkCredential("u", "p")`,
+    /// `getConnection(url, "u", "p")`): the match ends at the call's `(`.
+    CallArgument,
     /// A value whose secret's name is a sibling's (`name: DB_PASSWORD` over `value: ...`,
     /// `key="ApiKey" value="..."`): the name from group `n`, the value from its first
     /// character or quote (group `s`), as a `name: value` pair's.
@@ -1228,6 +1231,66 @@ pub(crate) static RULES: &[Rule] = &[
             "net user %USERNAME% /domain",
         ],
     ),
+    rule(
+        "sudo-stdin",
+        "command-line",
+        &["sudo"],
+        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s[^'\n]*'[ \t]+|"%s[^"\n]*"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$%])[^|\n]*\|[ \t]*sudo[ \t]+(?:-[A-Za-z]+[ \t]+)*-[A-Za-z]*S\b"#,
+        Refine::Flag,
+        &[
+            "echo 'Sud0Pw!' | sudo -S apt-get update",
+            "printf '%s\\n' \"Sud0Pw!\" | sudo -k -S true",
+            "echo Sud0Pw9 | sudo -kS systemctl restart app",
+        ],
+        &[
+            "echo $SUDO_PASSWORD | sudo -S apt-get update",
+            "echo 'deb http://x' | sudo tee /etc/apt/sources.list",
+        ],
+    ),
+    multiline(rule(
+        "credential-call",
+        "code",
+        &[
+            "credential",
+            "basicauth",
+            "basic_auth",
+            "digestauth",
+            "proxyauth",
+            "passwordauthentication",
+            "getconnection",
+            "mysqli",
+            "pdo",
+            "mysql_connect",
+            "ldap_bind",
+            "ftp_login",
+            "plainauth",
+            "login",
+        ],
+        r"(?i)\b(?:NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|login)[ \t]*\(",
+        Refine::CallArgument,
+        &[
+            "var cred = new NetworkCredential(\"svc_backup\", \"N3tCr3dPw!\", \"CORP\");",
+            "c = DriverManager.getConnection(\"jdbc:mysql://db/app\", \"root\", \"R00tPw!z\");",
+            "$db = new mysqli(\"localhost\", \"app\", \"MyS9lPw\", \"db\");",
+            "$pdo = new PDO($dsn, 'app', 'PdoPw77x');",
+            "server.login(\"me@example.com\", \"SmtpPw44\")",
+            "auth := smtp.PlainAuth(\"\", \"me@example.com\", \"SmtpPl4in\", host)",
+            "client.basic_auth(\"user\", Some(\"Rust8Pw\"))",
+            "new PasswordAuthentication(\"user\", \"Jav4Pw\".toCharArray())",
+            "new UsernamePasswordCredentials(\"user\", \"Ap4chePw\")",
+            "ClientSecretCredential(tenant, client_id, \"Az8Q~abcdefghijklmnop\")",
+            "Connection c = dataSource.getConnection(\"scott\", \"T1gerPw\");",
+        ],
+        &[
+            "cred = new NetworkCredential(user, password);",
+            "server.login(user, os.environ[\"SMTP_PASSWORD\"])",
+            "conn = DriverManager.getConnection(url, user, \"\");",
+            "login(\"admin\")",
+            "cred = new NetworkCredential(\"user\", \"<password>\");",
+            "req.SetBasicAuth(\"user\", \"${PASSWORD}\")",
+            "server.login(\"me@example.com\", \"password\")",
+        ],
+    )),
     rule(
         "gh-secret-set",
         "command-line",
@@ -2906,6 +2969,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Htpasswd => htpasswd(caps, text, out),
+        Refine::CallArgument => {
+            if let Some(m) = caps.get(0) {
+                call_argument(text, m.range(), out);
+            }
+        }
         Refine::Sqlplus => {
             let Some(s) = caps.name("s") else { return };
             let end = text[s.start()..]
@@ -3238,6 +3306,35 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         return;
     }
     let value = &text[range.clone()];
+    // A tuple (`auth=(user, pw)`, `auth=('alice', 'Xk9…')`): its names are code, its
+    // literals the values.
+    if value.starts_with('(')
+        && let Some((items, literals)) = tuple_literals(text, range.start)
+    {
+        // A pair under a login's name is a user name, then its password.
+        let login = items == 2
+            && super::code::words(name).any(|w| {
+                ["auth", "credential", "credentials", "login", "creds"]
+                    .iter()
+                    .any(|l| w.eq_ignore_ascii_case(l))
+            });
+        out.extend(
+            literals
+                .into_iter()
+                .filter(|&(item, _)| !login || item == 1)
+                .map(|(_, r)| r),
+        );
+        return;
+    }
+    // A shell array (`API_KEYS=(k1 k2)`): every item.
+    if value.starts_with('(')
+        && let Some(items) = shell_array(text, range.start)
+    {
+        if !items.is_empty() {
+            out.push(items);
+        }
+        return;
+    }
     // `token = [ "Xk9v…" ]`: a literal that opens a structure is code, and its first
     // element goes when it has a key's shape (a key or a name in it stays: `{"token": …}`,
     // `[("token", …)]`).
@@ -3258,6 +3355,86 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     out.push(range);
 }
 
+/// A string literal of a tuple: its item's place, and its content's span.
+type ItemLiteral = (usize, Range<usize>);
+
+/// How many items the tuple whose `(` is at `open` has, and its string literals (not
+/// stand-ins) with their places, when it is one of two items or more, each a name (`user`,
+/// `self.pw`), a number or a string literal.
+fn tuple_literals(text: &str, open: usize) -> Option<(usize, Vec<ItemLiteral>)> {
+    let b = text.as_bytes();
+    let limit = (open + 512).min(b.len());
+    let mut i = open + 1;
+    let mut literals = Vec::new();
+    let mut items = 0;
+    loop {
+        while i < limit && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let c = *b.get(i).filter(|_| i < limit)?;
+        if matches!(c, b'"' | b'\'' | b'`') {
+            let end = closing_quote(b, i + 1, c);
+            if b.get(end) != Some(&c) {
+                return None;
+            }
+            if !is_stand_in(&text[i + 1..end]) && end > i + 1 {
+                literals.push((items, i + 1..end));
+            }
+            i = end + 1;
+        } else if c.is_ascii_alphanumeric() || c == b'_' {
+            i += b[i..limit]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+                .count();
+        } else {
+            return None;
+        }
+        items += 1;
+        while i < limit && matches!(b[i], b' ' | b'\t') {
+            i += 1;
+        }
+        match b.get(i).filter(|_| i < limit)? {
+            b',' => i += 1,
+            b')' if items >= 2 => return Some((items, literals)),
+            _ => return None,
+        }
+    }
+}
+
+/// The items of the shell array whose `(` is at `open` (`(k1 k2 "k 3")`, ending its line or
+/// command); none (an empty range) when each is a reference (`($A $B)`).
+fn shell_array(text: &str, open: usize) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let len = b[open + 1..]
+        .iter()
+        .take(1024)
+        .position(|&c| matches!(c, b')' | b'(' | b',' | b'=' | b'|' | b'&' | b'\n' | b'\r'))?;
+    let close = open + 1 + len;
+    if b[close] != b')' {
+        return None;
+    }
+    let after = b[close + 1..]
+        .iter()
+        .position(|&c| c != b' ' && c != b'\t')
+        .map(|o| b[close + 1 + o]);
+    if !matches!(after, None | Some(b'\n' | b'\r' | b';' | b'#')) {
+        return None;
+    }
+    let inner = &text[open + 1..close];
+    let words: Vec<&str> = inner.split_ascii_whitespace().collect();
+    if words.len() < 2 {
+        return None;
+    }
+    if words
+        .iter()
+        .all(|w| is_shell_reference(w.trim_matches(['"', '\''])))
+    {
+        return Some(open..open);
+    }
+    let lead = inner.len() - inner.trim_start().len();
+    Some(open + 1 + lead..open + 1 + inner.trim_end().len())
+}
+
 /// The literal a call or conversion at `start` is given first, when it has a key's shape:
 /// `SecretStr("Xk9v…")`, `[]byte("…")`, `decode('…')`: a callee without blanks or quotes, its
 /// `(`, then a [`key_literal`]. Other literals (`os.getenv("API_KEY")`,
@@ -3273,6 +3450,105 @@ fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
         return None;
     }
     key_literal(text, open + 1)
+}
+
+/// The calls whose password is their third argument, after a place (a connection's URL or
+/// host, a tenant, an identity); the rest take a user name, then the password.
+const PASSWORD_THIRD: &[&str] = &[
+    "getconnection",
+    "mysqli",
+    "pdo",
+    "mysql_connect",
+    "ldap_bind",
+    "ftp_login",
+    "plainauth",
+    "clientsecretcredential",
+];
+
+/// A credential given to a call by its place (rule `credential-call`; `m` ends at the call's
+/// `(`): the password argument when it is a string literal (Rust's `Some("…")` too) and not a
+/// stand-in (`"<password>"`, `"${PW}"`, `"%s"`, the word `password`). A call whose
+/// arguments are not all read (a bracket not closed within 1 KiB) is left alone; JDBC's
+/// `getConnection` of two arguments (a data source's: user, password) takes its second.
+fn call_argument(text: &str, m: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let callee = text[m.clone()].to_ascii_lowercase();
+    let Some(args) = argument_starts(text, m.end) else {
+        return;
+    };
+    let third = PASSWORD_THIRD.iter().any(|c| callee.contains(c));
+    let want = if third && !(callee.contains("getconnection") && args.len() == 2) {
+        2
+    } else {
+        1
+    };
+    let Some(&i) = args.get(want) else { return };
+    let b = text.as_bytes();
+    let at = if text[i..].starts_with("Some(") {
+        i + 5
+    } else {
+        i
+    };
+    let Some(&q) = b.get(at) else { return };
+    if !matches!(q, b'"' | b'\'' | b'`') {
+        return;
+    }
+    let end = closing_quote(b, at + 1, q);
+    if end > at + 1 && b.get(end) == Some(&q) && !is_stand_in(&text[at + 1..end]) {
+        out.push(at + 1..end);
+    }
+}
+
+/// Where each argument of the call whose arguments start at `from` (after its `(`) starts,
+/// past blanks and line breaks, read over strings and brackets to the call's `)`; `None` if
+/// that is not reached within 1 KiB, or a string does not close on its line.
+fn argument_starts(text: &str, from: usize) -> Option<Vec<usize>> {
+    let b = text.as_bytes();
+    let limit = (from + 1024).min(b.len());
+    let mut starts = Vec::new();
+    let mut i = from;
+    let mut depth = 0usize;
+    let mut fresh = true;
+    while i < limit {
+        let c = b[i];
+        if fresh && !c.is_ascii_whitespace() {
+            if c == b')' && starts.is_empty() {
+                return Some(starts);
+            }
+            starts.push(i);
+            fresh = false;
+        }
+        match c {
+            b'"' | b'\'' | b'`' => {
+                let end = closing_quote(b, i + 1, c);
+                if b.get(end) != Some(&c) {
+                    return None;
+                }
+                i = end;
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return Some(starts),
+            },
+            b',' if depth == 0 => fresh = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// A literal written where a password goes in docs, tests and templates, not a password: a
+/// placeholder, a reference, a format's slot, the marker, or the word for it.
+fn is_stand_in(v: &str) -> bool {
+    is_placeholder(v)
+        || is_shell_reference(v)
+        || v.contains("{{")
+        || v.contains("${")
+        || v == MARKER
+        || ["password", "passwd", "pass", "pwd", "secret"]
+            .iter()
+            .any(|w| v.eq_ignore_ascii_case(w))
 }
 
 /// The content of the quoted literal at `at` (its opening quote), when it has a key's shape:
