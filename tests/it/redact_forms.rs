@@ -685,6 +685,64 @@ left_alone_tests! {
     call_positional_shell_array_of_references: "TOKENS=($GH_TOKEN $NPM_TOKEN)";
 }
 
+// A secret's name compared with a literal: the literal is the secret the code checks for.
+leak_tests! {
+    code_comparison_with_a_password: "if (password === 'Cmp4rePw!') { grant(); }" => ["Cmp4rePw!"];
+    code_comparison_not_equal: "if os.environ['APP_SECRET'] != \"sesame-0pen\":" => ["sesame-0pen"];
+    code_comparison_with_a_token: "if token == \"tok_u8jzPde0IgxLd6GncfBAepfJBd0K\" {" => ["tok_u8jzPde0IgxLd6GncfBAepfJBd0K"];
+}
+
+left_alone_tests! {
+    code_comparison_of_a_parser_token: "if token == \"function\" || token == \"}\" {";
+    code_comparison_with_an_empty_password: "if password == \"\" { return Err(Missing) }";
+    code_comparison_of_a_kind: "if tokenType === 'Bearer' {";
+    code_comparison_with_a_variable: "if password != confirmPassword {";
+}
+
+// A vendor's key named after its vendor (`<vendor>_key`), with a key's shape.
+leak_tests! {
+    vendor_key_named_after_its_vendor: "export BREVO_KEY=h8oOOL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJTeKd" => ["h8oOOL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJTeKd"];
+    vendor_key_named_in_json: "{\"acme-key\": \"NnFRIBXuDL7DxtpYlSXpfKtHF4vUCsMe\"}" => ["NnFRIBXuDL7DxtpYlSXpfKtHF4vUCsMe"];
+}
+
+left_alone_tests! {
+    vendor_key_of_a_database_or_cache: "partition_key = created_at_day_and_tenant_id; cache_key = user_profile_settings_v2";
+    vendor_key_public: "public_key: MCowBQYDK2VwAyEAXk9vQ2mL8pR4tZ7wYb3nC6dF1gH5jK0sLa2qW4";
+    vendor_key_of_a_path: "object_key = uploads/2026/12/report-final-v2.pdf";
+}
+
+// Password hashes (a shadow file, an htpasswd, a Kerberos roast): crackable, so they go.
+leak_tests! {
+    prefix_password_hash_sha512crypt: "svc:$6$hGAkWvj7FAc9$jORS/6ilI8ihN5KXSc7Tvo/hBKqFYY/kv5ZJr3J1TWDtkwtDDb.xHKas1VOqg6YYZYn9ZhyiA4uoRgnatmUdjA:19700:0:99999:7:::" => ["jORS/6ilI8ihN5KXSc7Tvo/hBKqFYY/kv5ZJr3J1TWDtkwtDDb.xHKas1VOqg6YYZYn9ZhyiA4uoRgnatmUdjA"];
+    prefix_password_hash_bcrypt: "UPDATE users SET pw = '$2y$10$WtGSU8po.799NksnRH9ucAUsdMlHUvTCQCyEZDz/TddJ8HyS5SUkC' WHERE id = 1;" => ["WtGSU8po.799NksnRH9ucAUsdMlHUvTCQCyEZDz/TddJ8HyS5SUkC"];
+    prefix_password_hash_argon2: "hash: $argon2id$v=19$m=65536,t=3,p=4$nD8zRA9a9SkpXz9w3QlY7Z$kuvqdt7s8Stqcbnr3yBdGBLEPH1qhT61qtc4xatws8p" => ["kuvqdt7s8Stqcbnr3yBdGBLEPH1qhT61qtc4xatws8p"];
+}
+
+left_alone_tests! {
+    prefix_password_hash_shell_positionals: "awk '{print $1$5$6}' /etc/passwd";
+}
+
+// Commands and calls given a password: PsExec's `-p`, a directory entry's third argument.
+leak_tests! {
+    tools_psexec_password: "psexec64 \\\\fileserver -accepteula -u CORP\\svc -p 'Ps Exec 9' cmd" => ["Ps Exec 9"];
+    call_positional_directory_entry: "$e = New-Object System.DirectoryServices.DirectoryEntry($path, 'CORP\\svc', 'D1rEntryPw')" => ["D1rEntryPw"];
+}
+
+// Newer provider formats, in forms other than the rules' own examples.
+leak_tests! {
+    prefix_buildkite_user_token: "curl -H 'Authorization: Bearer bkua_1af3176813e02ea68ef786e4d3cea27d26934b48' https://api.buildkite.com/v2/user" => ["bkua_1af3176813e02ea68ef786e4d3cea27d26934b48"];
+    prefix_hubspot_private_app_token: "hubspot accounts add --token pat-eu1-4e73cf57-5dca-d6ba-2b0a-ee0ca9237328" => ["4e73cf57-5dca-d6ba-2b0a-ee0ca9237328"];
+    prefix_azure_devops_pat: "git clone https://pat:rc5XlrWi0B26R08qzjI6GKFSufrdZSlB5er8bOfZqfM2oeq3hDavJQQJ9JA76rNicHTp8hkqdlm7AZDOtOtH@dev.azure.com/o/p/_git/r" => ["rc5XlrWi0B26R08qzjI6GKFSufrdZSlB5er8bOfZqfM2oeq3hDavJQQJ9JA76rNicHTp8hkqdlm7AZDOtOtH"];
+    prefix_tines_webhook: "POST https://acme.tines.com/webhook/69e58b081006f7e3dfc967a64cb14028/d512c9791e558e08baa7196b50ac2f86" => ["69e58b081006f7e3dfc967a64cb14028", "d512c9791e558e08baa7196b50ac2f86"];
+    prefix_twitch_stream_key: "ffmpeg -f flv rtmp://live.twitch.tv/app/live_380141269_czbttOofL9H2WjQ5TY4MyWuUFjsUNP" => ["380141269_czbttOofL9H2WjQ5TY4MyWuUFjsUNP"];
+    prefix_zoho_token: "Authorization: Zoho-oauthtoken 1000.41d4072014b3ce107f80e222f828767e.fc2f91624a8940f1f836f99eee3692f0" => ["41d4072014b3ce107f80e222f828767e", "fc2f91624a8940f1f836f99eee3692f0"];
+}
+
+left_alone_tests! {
+    prefix_zoho_lookalike_version: "released 1000.25 and 1000.3 of the tool";
+    prefix_notion_lookalike_name: "let secret_manager_client_factory_for_tests = make();";
+}
+
 // Newer provider formats, in forms other than the rules' own examples.
 leak_tests! {
     prefix_doppler_service_token_with_its_config: "DOPPLER_TOKEN=dp.st.dev_personal.OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW" => ["OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aW"];

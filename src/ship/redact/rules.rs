@@ -79,6 +79,12 @@ pub(crate) enum Refine {
     /// The text is a Kubernetes `Secret` in YAML: every value under its `data:` and
     /// `stringData:` blocks.
     KubernetesSecret,
+    /// A name ending in `_key` or `-key` (group `n`) given a value of a key's shape (group
+    /// `s`, opened by the quote of group `q`).
+    KeyNamed,
+    /// A secret's name compared with a literal (`password == "…"`): the literal from group
+    /// `s`, opened by the quote of group `q`.
+    Comparison,
     /// A credential given to a call by its place (`NetworkCredential("u", "p")`,
     /// `getConnection(url, "u", "p")`): the match ends at the call's `(`.
     CallArgument,
@@ -211,6 +217,12 @@ fn bare_colon_at(b: &[u8], at: usize) -> bool {
 /// leaves as it is.
 fn has_equals(text: &str) -> bool {
     memchr::memchr(b'=', text.as_bytes()).is_some()
+}
+
+/// `secret-comparison`: an `==` or `!=`.
+fn has_comparison(text: &str) -> bool {
+    memchr::memmem::find(text.as_bytes(), b"==").is_some()
+        || memchr::memmem::find(text.as_bytes(), b"!=").is_some()
 }
 
 fn has_colon(text: &str) -> bool {
@@ -791,13 +803,59 @@ pub(crate) static RULES: &[Rule] = &[
                 "sharedaccesssignature",
                 "sharedsecret",
             ],
-            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\r\n"]*[^;\s"])"#,
+            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\s"=][^;\r\n"]*[^;\s"]|[^;\s"=])"#,
             Refine::Label,
             &[
                 "Server=db;User Id=app;Password=my secret pass;Database=x",
                 "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4==;EndpointSuffix=core.windows.net",
             ],
             &["Server=db;User Id=app;Database=x"],
+        ),
+    ),
+    rule(
+        "key-named-value",
+        "generic-api-key",
+        &["_key", "-key"],
+        r#"(?i)\b(?P<n>[a-z0-9]+(?:[_.-][a-z0-9]+)*[_-]key)\b["']?[ \t]*(?:=|:)[ \t]*(?P<q>["']?)(?P<s>[A-Za-z0-9+/_=.-]{20,512})"#,
+        Refine::KeyNamed,
+        &[
+            "paymongo_key = sk9Xq2Lm7Vb4Rt8Wz3Nc6Yp1Hd5Jf0Ga",
+            "VOODOO_KEY=qPUKVel1ka4YalLPP0E533QvWeXSE3m0zd7UExTlRM8L9Z",
+            "\"newscatcher-key\": \"0TmwjGlDiFJcHN_wODUUrEGBjC4Zh9xSnTQ2jiN83oU\"",
+        ],
+        &[
+            "cache_key = \"user_profile_settings_cache\"",
+            "public_key: MCowBQYDK2VwAyEAXk9vQ2mL8pR4tZ7wYb3nC6dF1gH5jK0sLa2qW4",
+            "partition_key = tenant_id_and_created_at_day",
+            "SORT_KEY=lastModifiedAtDescending",
+            "object_key = uploads/2026/12/report-final.pdf",
+        ],
+    ),
+    when(
+        has_comparison,
+        rule(
+            "secret-comparison",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)["'\]]*[ \t]*(?:===?|!==?)[ \t]*(?P<q>["'`])(?P<s>[^"'`\n])"#
+            ),
+            Refine::Comparison,
+            &[
+                "if password == \"Hunt3rPw9\" {",
+                "if creds.Secret != \"open-sesame\" {",
+                "if (req.headers['x-api-key'] !== 'K3yCompared9') return 401;",
+            ],
+            &[
+                "if password == \"\" {",
+                "if token != \"<token>\" {",
+                "if tokenType == \"Bearer\" {",
+                "if password == confirm {",
+                "if token == \"return\" {",
+                "if (token.value === '}') {",
+            ],
         ),
     ),
     when(
@@ -1264,9 +1322,10 @@ pub(crate) static RULES: &[Rule] = &[
             "ldap_bind",
             "ftp_login",
             "plainauth",
+            "directoryentry",
             "login",
         ],
-        r"(?i)\b(?:NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|login)[ \t]*\(",
+        r"(?i)\b(?:NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|DirectoryEntry|login)[ \t]*\(",
         Refine::CallArgument,
         &[
             "var cred = new NetworkCredential(\"svc_backup\", \"N3tCr3dPw!\", \"CORP\");",
@@ -1280,6 +1339,7 @@ pub(crate) static RULES: &[Rule] = &[
             "new UsernamePasswordCredentials(\"user\", \"Ap4chePw\")",
             "ClientSecretCredential(tenant, client_id, \"Az8Q~abcdefghijklmnop\")",
             "Connection c = dataSource.getConnection(\"scott\", \"T1gerPw\");",
+            "New-Object DirectoryServices.DirectoryEntry(\"LDAP://dc1\", \"corp\\\\svc\", \"Dir3ntryPw\")",
         ],
         &[
             "cred = new NetworkCredential(user, password);",
@@ -1291,6 +1351,15 @@ pub(crate) static RULES: &[Rule] = &[
             "server.login(\"me@example.com\", \"password\")",
         ],
     )),
+    rule(
+        "psexec-p",
+        "command-line",
+        &["psexec"],
+        r#"(?i)\bpsexec(?:64)?(?:\.exe)?\b[^\n|;&]*?[ \t]-p[ \t]+(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &[r"PsExec.exe \\10.0.0.5 -u CORP\admin -p Ps3xecPw! cmd /c whoami"],
+        &[r"psexec \\host -u admin -s cmd"],
+    ),
     rule(
         "gh-secret-set",
         "command-line",
@@ -2969,6 +3038,17 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Htpasswd => htpasswd(caps, text, out),
+        Refine::KeyNamed => {
+            if let (Some(n), Some(v)) = (caps.name("n"), caps.name("s")) {
+                let quoted = caps.name("q").is_some_and(|q| !q.is_empty());
+                key_named(text, n.as_str(), v.range(), quoted, out);
+            }
+        }
+        Refine::Comparison => {
+            if let (Some(n), Some(q), Some(v)) = (caps.name("n"), caps.name("q"), caps.name("s")) {
+                comparison(text, n.as_str(), q.as_str().as_bytes()[0], v.start(), out);
+            }
+        }
         Refine::CallArgument => {
             if let Some(m) = caps.get(0) {
                 call_argument(text, m.range(), out);
@@ -3452,6 +3532,117 @@ fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
     key_literal(text, open + 1)
 }
 
+/// The words before `key` that name a key which is not a secret: a public one, a database's
+/// or a store's key (a name, a path or an id), a cache's or a request's.
+const NOT_SECRET_KEYS: &[&str] = &[
+    "public",
+    "pub",
+    "publishable",
+    "primary",
+    "partition",
+    "sort",
+    "range",
+    "hash",
+    "cache",
+    "idempotency",
+    "foreign",
+    "object",
+    "s3",
+    "host",
+    "ssh",
+    "map",
+    "row",
+    "lookup",
+    "dedup",
+    "routing",
+    "shard",
+    "group",
+    "message",
+    "index",
+    "cursor",
+    "page",
+    "sequence",
+    "unique",
+    "composite",
+    "natural",
+    "surrogate",
+    "join",
+    "dict",
+    "tenant",
+    "user",
+    "item",
+    "entity",
+    "field",
+    "column",
+    "property",
+    "record",
+    "resource",
+    "label",
+    "translation",
+    "i18n",
+];
+
+/// A value of a key's shape under a name ending in `_key` or `-key` (rule `key-named-value`,
+/// a vendor's key named after its vendor: `paymongo_key`, `VOODOO_KEY`): the value, when it
+/// looks random (letters and digits both, a key's entropy) and the word before `key` is not
+/// one of [`NOT_SECRET_KEYS`]. Code is left: the value is a quoted literal or the whole
+/// unquoted word.
+fn key_named(text: &str, name: &str, v: Range<usize>, quoted: bool, out: &mut Vec<Range<usize>>) {
+    let word = name[..name.len() - 3]
+        .trim_end_matches(['_', '-', '.'])
+        .rsplit(['_', '-', '.'])
+        .next()
+        .unwrap_or("");
+    if NOT_SECRET_KEYS.iter().any(|w| word.eq_ignore_ascii_case(w)) {
+        return;
+    }
+    let b = text.as_bytes();
+    // The whole value: a quoted one closes its quote, an unquoted one ends its word.
+    let after = b.get(v.end).copied();
+    let whole = if quoted {
+        matches!(after, Some(b'"' | b'\''))
+    } else {
+        after.is_none_or(|c| c.is_ascii_whitespace() || matches!(c, b',' | b';' | b'"' | b'\''))
+    };
+    let value = &b[v.clone()];
+    if whole && super::vendors::looks_random(value) {
+        out.push(v);
+    }
+}
+
+/// A literal compared with a secret's name (rule `secret-comparison`, the quote `q` before
+/// `at`): the literal, unless it is a stand-in, or the name is of a kind or a type rather than
+/// the secret (`tokenType == "Bearer"`). A password's (or a secret's) may be words
+/// (`"open-sesame"`, 3 characters or more); under other names (`token`, `key`) the literal
+/// must have a key's shape (8 characters or more, letters and digits both, no blank), as a
+/// parser compares its `token` with `"}"` and `"return"`.
+fn comparison(text: &str, name: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
+    let last = name
+        .rsplit(['.', '[', '\'', '"'])
+        .find(|p| !p.is_empty())
+        .unwrap_or(name);
+    if !name_is_secret(last) {
+        return;
+    }
+    let b = text.as_bytes();
+    let end = closing_quote(b, at, q);
+    if end <= at || b.get(end) != Some(&q) {
+        return;
+    }
+    let literal = &text[at..end];
+    let shaped = if is_password_name(last) {
+        literal.chars().count() >= 3
+    } else {
+        literal.len() >= 8
+            && literal.bytes().any(|c| c.is_ascii_digit())
+            && literal.bytes().any(|c| c.is_ascii_alphabetic())
+            && !literal.bytes().any(|c| c.is_ascii_whitespace())
+    };
+    if shaped && !is_stand_in(literal) {
+        out.push(at..end);
+    }
+}
+
 /// The calls whose password is their third argument, after a place (a connection's URL or
 /// host, a tenant, an identity); the rest take a user name, then the password.
 const PASSWORD_THIRD: &[&str] = &[
@@ -3463,6 +3654,7 @@ const PASSWORD_THIRD: &[&str] = &[
     "ftp_login",
     "plainauth",
     "clientsecretcredential",
+    "directoryentry",
 ];
 
 /// A credential given to a call by its place (rule `credential-call`; `m` ends at the call's
