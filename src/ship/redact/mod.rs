@@ -540,15 +540,22 @@ impl Redactor {
                 if in_word && token {
                     continue;
                 }
-                let (multi, bare) = match self.rule(r) {
-                    RuleRef::Core(rule) => (rule.multiline, rule.bare),
-                    RuleRef::Provider(_) => (false, true),
+                let (multi, reach, bare) = match self.rule(r) {
+                    RuleRef::Core(rule) => (rule.multiline, rule.reach, rule.bare),
+                    RuleRef::Provider(_) => (false, 0, true),
                 };
                 if keys_only && !bare {
                     continue;
                 }
                 let (start, end) = if multi {
                     (0, text.len())
+                } else if reach > 0 {
+                    // Past the line, back to a character's first byte.
+                    let mut end = (line.end + reach).min(text.len());
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    (line.start, end)
                 } else {
                     (line.start, line.end)
                 };

@@ -26,6 +26,9 @@ pub(crate) struct Rule {
     /// Matches may cross line breaks: run on the whole string, not only the lines holding a
     /// keyword.
     pub multiline: bool,
+    /// How many bytes past the end of its keyword's line a one-line rule reads (a call's
+    /// arguments on the lines after its `(`); 0 for most.
+    pub reach: usize,
     /// The match is a credential by its shape alone (also checked on JSON object keys).
     pub bare: bool,
     /// Turns one match into the spans to redact.
@@ -164,6 +167,7 @@ const fn rule(
         keywords,
         pattern,
         multiline: false,
+        reach: 0,
         bare: false,
         refine,
         pre: None,
@@ -177,6 +181,11 @@ const fn multiline(r: Rule) -> Rule {
         multiline: true,
         ..r
     }
+}
+
+/// A one-line rule that also reads up to `bytes` past its keyword's line.
+const fn reaching(bytes: usize, r: Rule) -> Rule {
+    Rule { reach: bytes, ..r }
 }
 
 const fn bare(r: Rule) -> Rule {
@@ -221,8 +230,13 @@ fn has_equals(text: &str) -> bool {
 
 /// `secret-comparison`: an `==` or `!=`.
 fn has_comparison(text: &str) -> bool {
-    memchr::memmem::find(text.as_bytes(), b"==").is_some()
-        || memchr::memmem::find(text.as_bytes(), b"!=").is_some()
+    let b = text.as_bytes();
+    memchr::memchr_iter(b'=', b).any(|i| b.get(i + 1) == Some(&b'=') || (i > 0 && b[i - 1] == b'!'))
+}
+
+/// `credential-call`: a call's `(`.
+fn has_open_paren(text: &str) -> bool {
+    memchr::memchr(b'(', text.as_bytes()).is_some()
 }
 
 fn has_colon(text: &str) -> bool {
@@ -1305,52 +1319,58 @@ pub(crate) static RULES: &[Rule] = &[
             "echo 'deb http://x' | sudo tee /etc/apt/sources.list",
         ],
     ),
-    multiline(rule(
-        "credential-call",
-        "code",
-        &[
-            "credential",
-            "basicauth",
-            "basic_auth",
-            "digestauth",
-            "proxyauth",
-            "passwordauthentication",
-            "getconnection",
-            "mysqli",
-            "pdo",
-            "mysql_connect",
-            "ldap_bind",
-            "ftp_login",
-            "plainauth",
-            "directoryentry",
-            "login",
-        ],
-        r"(?i)\b(?:NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|DirectoryEntry|login)[ \t]*\(",
-        Refine::CallArgument,
-        &[
-            "var cred = new NetworkCredential(\"svc_backup\", \"N3tCr3dPw!\", \"CORP\");",
-            "c = DriverManager.getConnection(\"jdbc:mysql://db/app\", \"root\", \"R00tPw!z\");",
-            "$db = new mysqli(\"localhost\", \"app\", \"MyS9lPw\", \"db\");",
-            "$pdo = new PDO($dsn, 'app', 'PdoPw77x');",
-            "server.login(\"me@example.com\", \"SmtpPw44\")",
-            "auth := smtp.PlainAuth(\"\", \"me@example.com\", \"SmtpPl4in\", host)",
-            "client.basic_auth(\"user\", Some(\"Rust8Pw\"))",
-            "new PasswordAuthentication(\"user\", \"Jav4Pw\".toCharArray())",
-            "new UsernamePasswordCredentials(\"user\", \"Ap4chePw\")",
-            "ClientSecretCredential(tenant, client_id, \"Az8Q~abcdefghijklmnop\")",
-            "Connection c = dataSource.getConnection(\"scott\", \"T1gerPw\");",
-            "New-Object DirectoryServices.DirectoryEntry(\"LDAP://dc1\", \"corp\\\\svc\", \"Dir3ntryPw\")",
-        ],
-        &[
-            "cred = new NetworkCredential(user, password);",
-            "server.login(user, os.environ[\"SMTP_PASSWORD\"])",
-            "conn = DriverManager.getConnection(url, user, \"\");",
-            "login(\"admin\")",
-            "cred = new NetworkCredential(\"user\", \"<password>\");",
-            "req.SetBasicAuth(\"user\", \"${PASSWORD}\")",
-            "server.login(\"me@example.com\", \"password\")",
-        ],
-    )),
+    when(
+        has_open_paren,
+        reaching(
+            1024,
+            rule(
+                "credential-call",
+                "code",
+                &[
+                    "credential",
+                    "basicauth",
+                    "basic_auth",
+                    "digestauth",
+                    "proxyauth",
+                    "passwordauthentication",
+                    "getconnection",
+                    "mysqli",
+                    "pdo",
+                    "mysql_connect",
+                    "ldap_bind",
+                    "ftp_login",
+                    "plainauth",
+                    "directoryentry",
+                    "login",
+                ],
+                r"(?i)\b(?:NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|DirectoryEntry|login)[ \t]*\(",
+                Refine::CallArgument,
+                &[
+                    "var cred = new NetworkCredential(\"svc_backup\", \"N3tCr3dPw!\", \"CORP\");",
+                    "c = DriverManager.getConnection(\"jdbc:mysql://db/app\", \"root\", \"R00tPw!z\");",
+                    "$db = new mysqli(\"localhost\", \"app\", \"MyS9lPw\", \"db\");",
+                    "$pdo = new PDO($dsn, 'app', 'PdoPw77x');",
+                    "server.login(\"me@example.com\", \"SmtpPw44\")",
+                    "auth := smtp.PlainAuth(\"\", \"me@example.com\", \"SmtpPl4in\", host)",
+                    "client.basic_auth(\"user\", Some(\"Rust8Pw\"))",
+                    "new PasswordAuthentication(\"user\", \"Jav4Pw\".toCharArray())",
+                    "new UsernamePasswordCredentials(\"user\", \"Ap4chePw\")",
+                    "ClientSecretCredential(tenant, client_id, \"Az8Q~abcdefghijklmnop\")",
+                    "Connection c = dataSource.getConnection(\"scott\", \"T1gerPw\");",
+                    "New-Object DirectoryServices.DirectoryEntry(\"LDAP://dc1\", \"corp\\\\svc\", \"Dir3ntryPw\")",
+                ],
+                &[
+                    "cred = new NetworkCredential(user, password);",
+                    "server.login(user, os.environ[\"SMTP_PASSWORD\"])",
+                    "conn = DriverManager.getConnection(url, user, \"\");",
+                    "login(\"admin\")",
+                    "cred = new NetworkCredential(\"user\", \"<password>\");",
+                    "req.SetBasicAuth(\"user\", \"${PASSWORD}\")",
+                    "server.login(\"me@example.com\", \"password\")",
+                ],
+            ),
+        ),
+    ),
     rule(
         "psexec-p",
         "command-line",
