@@ -685,6 +685,13 @@ left_alone_tests! {
     call_positional_shell_array_of_references: "TOKENS=($GH_TOKEN $NPM_TOKEN)";
 }
 
+// Letters in random case are no variable, whatever ends them (a property test found
+// `api_key=aaaAAAAa,` shipped as code).
+leak_tests! {
+    code_random_case_letters_are_no_variable: "    api_key=aaaAAAAa,\n    region=eu," => ["aaaAAAAa"];
+    code_random_case_letters_before_a_semicolon: "let apiKey = xkcdVQpzLmTr;" => ["xkcdVQpzLmTr"];
+}
+
 // A secret's name compared with a literal: the literal is the secret the code checks for.
 leak_tests! {
     code_comparison_with_a_password: "if (password === 'Cmp4rePw!') { grant(); }" => ["Cmp4rePw!"];

@@ -40,13 +40,24 @@ pub(super) fn is_compound_identifier(w: &str) -> bool {
     let mut count = 0;
     let all_long = words(w).all(|word| {
         count += 1;
-        word.len() >= 2
+        word.len() >= 2 && is_cased_like_a_word(word)
     });
     count >= 2
         && all_long
         && w.as_bytes()
             .windows(3)
             .any(|t| t.iter().all(u8::is_ascii_lowercase))
+}
+
+/// A word of a name as code writes one: lowercase (`token`), capitalized (`Or`, `Public`), in
+/// capitals (`JWE`, `ID`, or plural: `IDs`), or an acronym before a word (`HTTPServer`, whose
+/// word is three lowercase letters or more). Capitals then one or two lowercase letters (`AAAAa`, `VQpz`)
+/// are a random run's, not a word's.
+fn is_cased_like_a_word(word: &str) -> bool {
+    let b = word.as_bytes();
+    let capitals = b.iter().take_while(|c| c.is_ascii_uppercase()).count();
+    let lower = b.len() - capitals;
+    capitals <= 1 || lower == 0 || lower >= 3 || &b[capitals..] == b"s"
 }
 
 /// The words of a name: split where a letter or digit run stops (`_`, `-`, `.`, blanks) and
@@ -529,10 +540,23 @@ mod tests {
             "tokenResponse",
             "SharedJWE",
             "getIdTokenClaims",
+            "getHTTPServer",
+            "secretARNs",
         ] {
             assert!(is_compound_identifier(yes), "{yes}");
         }
-        for no in ["hunter", "Hunter2", "aBcDeF", "aAbBcC", "token", "Xk9vQ2"] {
+        // Capitals then one or two lowercase letters: a random run (a property test's
+        // `api_key=aaaAAAAa,` shipped as a variable).
+        for no in [
+            "hunter",
+            "Hunter2",
+            "aBcDeF",
+            "aAbBcC",
+            "token",
+            "Xk9vQ2",
+            "aaaAAAAa",
+            "xkcdVQpzLm",
+        ] {
             assert!(!is_compound_identifier(no), "{no}");
         }
     }
