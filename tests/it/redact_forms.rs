@@ -692,6 +692,18 @@ leak_tests! {
     code_random_case_letters_before_a_semicolon: "let apiKey = xkcdVQpzLmTr;" => ["xkcdVQpzLmTr"];
 }
 
+// Prose giving a password in quotes, whatever the password looks like.
+leak_tests! {
+    docs_password_given_in_quotes: "Log in as admin; the password is \"tulip-garden\" until you change it." => ["tulip-garden"];
+    docs_password_for_a_user_in_quotes: "The default password for user 'grafana' is 'gr4fana!'." => ["gr4fana!"];
+    docs_password_set_to_a_quoted_value: "Then set the password to \"open sesame\" and restart." => ["open sesame"];
+}
+
+left_alone_tests! {
+    docs_password_said_to_be_required: "The password is \"required\" whenever a user name is given.";
+    docs_password_given_as_a_placeholder: "the password is '<your-password>'";
+}
+
 // A secret's name compared with a literal: the literal is the secret the code checks for.
 leak_tests! {
     code_comparison_with_a_password: "if (password === 'Cmp4rePw!') { grant(); }" => ["Cmp4rePw!"];

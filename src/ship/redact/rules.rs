@@ -85,6 +85,9 @@ pub(crate) enum Refine {
     /// A name ending in `_key` or `-key` (group `n`) given a value of a key's shape (group
     /// `s`, opened by the quote of group `q`).
     KeyNamed,
+    /// Prose giving a password in quotes ("the password is 'x'"): the quoted text from group
+    /// `s`, opened by the quote of group `q`, unless a stand-in or a word of the docs.
+    QuotedProse,
     /// A secret's name compared with a literal (`password == "…"`): the literal from group
     /// `s`, opened by the quote of group `q`.
     Comparison,
@@ -984,6 +987,27 @@ pub(crate) static RULES: &[Rule] = &[
             Refine::Prose,
             &["the secret is hunter2x"],
             &["the password is incorrect."],
+        ),
+    ),
+    when(
+        has_quote,
+        rule(
+            "password-is-quoted",
+            "generic-label",
+            &["passw", "passphrase"],
+            r#"(?i)\b(?:password|passwd|passphrase)\b(?:[ \t]+(?:for|of)[ \t]+(?:the[ \t]+)?(?:user|account|login)?[ \t]*["']?[^\s"']{1,64}["']?)?[ \t]+(?:is|was|will[ \t]+be|should[ \t]+be|to)[ \t]+(?P<q>["'])(?P<s>[^"'\n])"#,
+            Refine::QuotedProse,
+            &[
+                "ensure the password is \"centipede\" and press On",
+                "The default password for the user \"pyne-user\" is \"pyne\".",
+                "2. Ensure the password for user 'postgres' is 'admin' or change .env file.",
+                "set the password to 'correct horse'",
+            ],
+            &[
+                "the password is \"required\" when a user is set",
+                "the password is '<your password>'",
+                "the password is \"optional\" for local runs",
+            ],
         ),
     ),
     when(
@@ -3072,6 +3096,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 key_named(text, n.as_str(), v.range(), quoted, out);
             }
         }
+        Refine::QuotedProse => {
+            if let (Some(q), Some(v)) = (caps.name("q"), caps.name("s")) {
+                quoted_prose(text, q.as_str().as_bytes()[0], v.start(), out);
+            }
+        }
         Refine::Comparison => {
             if let (Some(n), Some(q), Some(v)) = (caps.name("n"), caps.name("q"), caps.name("s")) {
                 comparison(text, n.as_str(), q.as_str().as_bytes()[0], v.start(), out);
@@ -3635,6 +3664,54 @@ fn key_named(text: &str, name: &str, v: Range<usize>, quoted: bool, out: &mut Ve
     let value = &b[v.clone()];
     if whole && super::vendors::looks_random(value) {
         out.push(v);
+    }
+}
+
+/// The words docs say a password "is" without giving one.
+const PROSE_NOT_PASSWORDS: &[&str] = &[
+    "required",
+    "optional",
+    "empty",
+    "blank",
+    "none",
+    "null",
+    "hidden",
+    "invalid",
+    "incorrect",
+    "correct",
+    "wrong",
+    "set",
+    "unset",
+    "redacted",
+    "masked",
+    "encrypted",
+    "hashed",
+    "changed",
+    "expired",
+    "valid",
+    "missing",
+    "ignored",
+    "sensitive",
+    "secret",
+];
+
+/// A password given in quotes in prose (rule `password-is-quoted`, the quote `q` before `at`):
+/// the quoted text (3 to 64 characters on its line), unless a stand-in or one of
+/// [`PROSE_NOT_PASSWORDS`].
+fn quoted_prose(text: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
+    let b = text.as_bytes();
+    let end = closing_quote(b, at, q);
+    if b.get(end) != Some(&q) {
+        return;
+    }
+    let v = &text[at..end];
+    if (3..=64).contains(&v.chars().count())
+        && !is_stand_in(v)
+        && !PROSE_NOT_PASSWORDS
+            .iter()
+            .any(|w| v.eq_ignore_ascii_case(w))
+    {
+        out.push(at..end);
     }
 }
 
