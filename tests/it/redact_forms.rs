@@ -701,7 +701,7 @@ leak_tests! {
 
 left_alone_tests! {
     docs_password_said_to_be_required: "The password is \"required\" whenever a user name is given.";
-    docs_password_given_as_a_placeholder: "the password is '<your-password>'";
+    docs_password_shown_masked: "the password is '***' in every log line";
 }
 
 // A secret's name compared with a literal: the literal is the secret the code checks for.
