@@ -690,6 +690,8 @@ left_alone_tests! {
 leak_tests! {
     code_random_case_letters_are_no_variable: "    api_key=aaaAAAAa,\n    region=eu," => ["aaaAAAAa"];
     code_random_case_letters_before_a_semicolon: "let apiKey = xkcdVQpzLmTr;" => ["xkcdVQpzLmTr"];
+    code_random_case_letters_of_word_shape: " api_key=aaAaaaAA, " => ["aaAaaaAA"];
+    code_random_case_letters_closing_a_call: "connect(api_key=qWfPxzLeMn)" => ["qWfPxzLeMn"];
 }
 
 // Prose giving a password in quotes, whatever the password looks like.
