@@ -644,6 +644,22 @@ leak_tests! {
     tools_net_user_quoted: "net user \"svc backup\" \"N3t Us3r Pw\" /add" => ["N3t Us3r Pw"];
 }
 
+// Secrets handed to cloud and service CLIs: a flag naming a key, a here-string, a user's
+// password to a broker, an object store's alias, a .netrc line echoed into place.
+leak_tests! {
+    tools_account_key_flag: "az storage container list --account-name st --account-key 'Zk8Wm3Np7Lk2Vb6Xc1Rt5Yq9Hs4Jd0Gf=='" => ["Zk8Wm3Np7Lk2Vb6Xc1Rt5Yq9Hs4Jd0Gf=="];
+    tools_here_string_to_a_secret_store: "fly secrets set STRIPE_KEY - <<< 'Fl1HereStr9'" => ["Fl1HereStr9"];
+    tools_rabbitmq_change_password: "rabbitmqctl change_password 'svc user' R4bbitCh4nge" => ["R4bbitCh4nge"];
+    tools_minio_alias: "mc alias set backup https://s3.example.com AKIAXK9VQ2ML8PR4TZ7W 'M1n1o Secret/Key+9'" => ["M1n1o Secret/Key+9"];
+    tools_netrc_line_echoed: "printf 'machine git.example.com login ci password N3trcEch0Pw\\n' >> ~/.netrc" => ["N3trcEch0Pw"];
+}
+
+left_alone_tests! {
+    tools_key_file_flag_is_a_path: "gcloud auth activate-service-account --key-file=/tmp/sa.json";
+    tools_here_string_of_a_reference: "gh secret set NPM_TOKEN <<< \"$NPM_TOKEN\"";
+    tools_rabbitmq_list_users: "rabbitmqctl list_users && rabbitmqctl add_vhost /app";
+}
+
 // A password handed to sudo on its standard input.
 leak_tests! {
     tools_sudo_stdin_echo: "echo 'Sud0Stdin!' | sudo -S apt-get install -y jq" => ["Sud0Stdin!"];
@@ -692,6 +708,7 @@ leak_tests! {
     code_random_case_letters_before_a_semicolon: "let apiKey = xkcdVQpzLmTr;" => ["xkcdVQpzLmTr"];
     code_random_case_letters_of_word_shape: " api_key=aaAaaaAA, " => ["aaAaaaAA"];
     code_random_case_letters_closing_a_call: "connect(api_key=qWfPxzLeMn)" => ["qWfPxzLeMn"];
+    code_capitals_and_digits_are_no_type: "(GITHUB_TOKEN: A0AAA0AA)" => ["A0AAA0AA"];
 }
 
 // Prose giving a password in quotes, whatever the password looks like.

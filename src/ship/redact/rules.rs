@@ -1100,10 +1100,17 @@ pub(crate) static RULES: &[Rule] = &[
                 "api-key",
                 "apikey",
                 "access-key",
+                "account-key",
+                "shared-key",
+                "encryption-key",
+                "master-key",
+                "signing-key",
+                "license-key",
             ],
-            r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+            r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+-)*(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key|auth-token|account-key|shared-key|encryption-key|master-key|signing-key|license-key)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
             Refine::Flag,
             &[
+                "az storage blob list --account-name st --account-key Acc0untK3yValue99x==",
                 "mysqladmin --password=abc status",
                 "wget --http-password=WgPw1 https://x",
                 "--password hi",
@@ -1402,6 +1409,48 @@ pub(crate) static RULES: &[Rule] = &[
                 ],
             ),
         ),
+    ),
+    rule(
+        "netrc-inline",
+        "netrc",
+        &["machine"],
+        r#"\bmachine[ \t]+\S+[ \t]+login[ \t]+\S+[ \t]+password[ \t]+(?P<s>[^\s"'`]+)"#,
+        Refine::Group,
+        &["echo \"machine api.heroku.com login me@x.com password Her0kuPw9\" >> ~/.netrc"],
+        &["machine api.heroku.com login me@x.com"],
+    ),
+    rule(
+        "here-string-secret",
+        "command-line",
+        &["<<<"],
+        r#"(?i)\b(?:env[ \t]+add|secrets?[ \t]+(?:set|add|create|put)|--with-token|--password-stdin|--token-stdin|login)\b[^\n|;&]*<<<[ \t]*(?P<q>["']?)(?P<s>[^\s"'$])"#,
+        Refine::Flag,
+        &[
+            "vercel env add API_SECRET production <<< \"V3rcelS3cret9\"",
+            "docker login -u bob --password-stdin <<< 'D0ckerHere9'",
+        ],
+        &["vercel env add API_SECRET production <<< \"$API_SECRET\""],
+    ),
+    rule(
+        "rabbitmqctl-password",
+        "command-line",
+        &["rabbitmqctl"],
+        r#"\brabbitmqctl\b[^\n|;&]*?\b(?:add_user|change_password)[ \t]+(?:"[^"\n]*"|'[^'\n]*'|\S+)[ \t]+(?P<q>["']?)(?P<s>[^\s"'$-])"#,
+        Refine::Flag,
+        &["rabbitmqctl add_user admin R4bbitPw9"],
+        &[
+            "rabbitmqctl add_user admin --pre-hashed-password",
+            "rabbitmqctl list_users",
+        ],
+    ),
+    rule(
+        "minio-alias",
+        "command-line",
+        &["mc alias", "mc config host"],
+        r#"\bmc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)[ \t]+\S+[ \t]+\S+[ \t]+(?:"[^"\n]*"|'[^'\n]*'|\S+)[ \t]+(?P<q>["']?)(?P<s>[^\s"'$])"#,
+        Refine::Flag,
+        &["mc alias set minio http://m:9000 minioadmin M1n1oS3cretKey"],
+        &["mc alias set minio http://m:9000 $MINIO_USER $MINIO_PASSWORD"],
     ),
     rule(
         "psexec-p",
@@ -3430,10 +3479,13 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     // What follows the word ends it as code does: the line, or a separator of a literal.
     let next = after[word_len..].trim_start().bytes().next();
     // `(protectedHeader: IProtectedHeader, token: IToken)`: a parameter's type in a list.
+    // A type's name holds a lowercase letter (`IToken`), or is short (`T`, `U256`): capitals
+    // and digits only (`A0AAA0AA`) are a key's.
     if line_before(text, name.start)
         .trim_end()
         .ends_with(['(', ','])
         && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && (word.len() <= 4 || word.bytes().any(|b| b.is_ascii_lowercase()))
         && is_segment(word.as_bytes())
         && matches!(next, Some(b',' | b')' | b'>' | b'|' | b'=' | b'[' | b'<'))
     {
