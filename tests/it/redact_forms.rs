@@ -651,6 +651,7 @@ leak_tests! {
     tools_here_string_to_a_secret_store: "fly secrets set STRIPE_KEY - <<< 'Fl1HereStr9'" => ["Fl1HereStr9"];
     tools_rabbitmq_change_password: "rabbitmqctl change_password 'svc user' R4bbitCh4nge" => ["R4bbitCh4nge"];
     tools_minio_alias: "mc alias set backup https://s3.example.com AKIAXK9VQ2ML8PR4TZ7W 'M1n1o Secret/Key+9'" => ["M1n1o Secret/Key+9"];
+    tools_jenkins_setup_password_in_its_log: "jenkins  | *************************************************************\njenkins  | Please use the following password to proceed to installation:\njenkins  | \njenkins  | 0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a\n" => ["0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a"];
     tools_netrc_line_echoed: "printf 'machine git.example.com login ci password N3trcEch0Pw\\n' >> ~/.netrc" => ["N3trcEch0Pw"];
 }
 

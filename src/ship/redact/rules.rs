@@ -1410,6 +1410,21 @@ pub(crate) static RULES: &[Rule] = &[
             ),
         ),
     ),
+    multiline(rule(
+        "jenkins-initial-password",
+        "command-line",
+        &["proceed to installation", "initialadminpassword"],
+        // Each line may start with a compose service's `name  | `.
+        r#"(?:(?i:password to proceed to installation):|initialAdminPassword[^\n]*)(?:[ \t]*\r?\n(?:[\w.-]+[ \t]*\|)?){1,2}[ \t]*(?P<s>[0-9a-f]{32})\b"#,
+        Refine::Group,
+        &[
+            "Please use the following password to proceed to installation:\n\n4f1e0c9a7b2d4e6f8a0b1c2d3e4f5a6b\n\nThis may also be found at: /var/jenkins_home/secrets/initialAdminPassword",
+            "$ docker exec jenkins cat /var/jenkins_home/secrets/initialAdminPassword\n9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a49",
+        ],
+        &[
+            "This may also be found at: /var/jenkins_home/secrets/initialAdminPassword\n\n*************",
+        ],
+    )),
     rule(
         "netrc-inline",
         "netrc",
