@@ -710,6 +710,9 @@ leak_tests! {
     code_random_case_letters_of_word_shape: " api_key=aaAaaaAA, " => ["aaAaaaAA"];
     code_random_case_letters_closing_a_call: "connect(api_key=qWfPxzLeMn)" => ["qWfPxzLeMn"];
     code_capitals_and_digits_are_no_type: "(GITHUB_TOKEN: A0AAA0AA)" => ["A0AAA0AA"];
+    code_random_case_letters_are_no_type: "(GITHUB_TOKEN: AAAaaaaa, x)" => ["AAAaaaaa"];
+    code_random_case_with_digits_are_no_type: "(GITHUB_TOKEN: A0aaaaaA)" => ["A0aaaaaA"];
+    docs_scheme_before_a_token_prefix_is_no_variable: "{\"api_key\": \"token ghp_a\"}" => ["ghp_a"];
 }
 
 // Prose giving a password in quotes, whatever the password looks like.

@@ -1681,6 +1681,76 @@ fn is_code_variable(name: &str, value: &str) -> bool {
         && super::code::words(bare).any(|w| CREDENTIAL.iter().any(|c| w.eq_ignore_ascii_case(c)))
 }
 
+/// Types a parameter holding a secret is given, as their names start (`String`, `Uint8Array`,
+/// `Option<…>`, `KeyLike`).
+const COMMON_TYPES: &[&str] = &[
+    "string",
+    "str",
+    "buffer",
+    "bytes",
+    "uint8array",
+    "array",
+    "vec",
+    "option",
+    "box",
+    "arc",
+    "rc",
+    "promise",
+    "map",
+    "record",
+    "partial",
+    "readonly",
+    "dict",
+    "list",
+    "secret",
+    "zeroizing",
+    "cow",
+    "result",
+    "any",
+    "object",
+    "number",
+    "boolean",
+    "bool",
+    "int",
+    "uint",
+    "long",
+    "char",
+    "byte",
+    "credential",
+    "token",
+    "key",
+    "crypto",
+    "jwk",
+    "jwt",
+    "jws",
+    "jwe",
+    "auth",
+    "options",
+    "config",
+    "settings",
+    "params",
+    "request",
+    "response",
+    "session",
+    "client",
+    "provider",
+];
+
+/// A parameter's type after a name (`token: IToken`, `protectedHeader: IProtectedHeader`,
+/// `key: Uint8Array`): a short one (`T`, `U256`), one holding a word of the name, or one
+/// starting with a common type's name (after an interface's `I`). Letters in random case
+/// (`AAAaaaaa`, `A0aaaaaA`) are none of these.
+fn is_type_name(name: &str, word: &str) -> bool {
+    let lower = word.to_ascii_lowercase();
+    let bare = lower
+        .strip_prefix('i')
+        .filter(|_| word.as_bytes().get(1).is_some_and(u8::is_ascii_uppercase))
+        .unwrap_or(&lower);
+    word.len() <= 4
+        || super::code::words(name).any(|w| w.len() >= 3 && lower.contains(&w.to_ascii_lowercase()))
+        || COMMON_TYPES.iter().any(|t| bare.starts_with(t))
+}
+
 /// Words code names its variables with (any case): what a secret is and where it comes from,
 /// and the common nouns and verbs of a variable's name.
 const CODE_WORDS: &[&str] = &[
@@ -2043,8 +2113,9 @@ fn is_scheme_and_slot(value: &str) -> bool {
         return false;
     };
     let slot = slot.trim_end_matches([',', ';', ')', '`', '"', '\'']);
-    // `Bearer access_token`: a variable's name in a test or a doc.
-    let word = is_snake_name(slot);
+    // `Bearer access_token`: a variable's name in a test or a doc, whose words are code's
+    // (`ghp_a`, a token's prefix and a letter, is none).
+    let word = is_snake_name(slot) && slot.split('_').any(is_code_word);
     (word
         || matches!(
             slot.as_bytes().first(),
@@ -3494,13 +3565,11 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     // What follows the word ends it as code does: the line, or a separator of a literal.
     let next = after[word_len..].trim_start().bytes().next();
     // `(protectedHeader: IProtectedHeader, token: IToken)`: a parameter's type in a list.
-    // A type's name holds a lowercase letter (`IToken`), or is short (`T`, `U256`): capitals
-    // and digits only (`A0AAA0AA`) are a key's.
     if line_before(text, name.start)
         .trim_end()
         .ends_with(['(', ','])
         && word.starts_with(|c: char| c.is_ascii_uppercase())
-        && (word.len() <= 4 || word.bytes().any(|b| b.is_ascii_lowercase()))
+        && is_type_name(&text[name.clone()], word)
         && is_segment(word.as_bytes())
         && matches!(next, Some(b',' | b')' | b'>' | b'|' | b'=' | b'[' | b'<'))
     {
