@@ -3782,43 +3782,38 @@ type ItemLiteral = (usize, Range<usize>);
 /// stand-ins) with their places, when it is one of two items or more, each a name (`user`,
 /// `self.pw`), a number or a string literal.
 fn tuple_literals(text: &str, open: usize) -> Option<(usize, Vec<ItemLiteral>)> {
+    let starts = argument_starts(text, open + 1)?;
+    if starts.len() < 2 {
+        return None;
+    }
     let b = text.as_bytes();
-    let limit = (open + 512).min(b.len());
-    let mut i = open + 1;
     let mut literals = Vec::new();
-    let mut items = 0;
-    loop {
-        while i < limit && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let c = *b.get(i).filter(|_| i < limit)?;
-        if matches!(c, b'"' | b'\'' | b'`') {
-            let end = closing_quote(b, i + 1, c);
-            if b.get(end) != Some(&c) {
-                return None;
+    for (item, &at) in starts.iter().enumerate() {
+        let end = match quoted_at(text, at) {
+            Some(r) => {
+                if !r.is_empty() && !is_stand_in(&text[r.clone()]) {
+                    literals.push((item, r.clone()));
+                }
+                r.end + 1
             }
-            if !is_stand_in(&text[i + 1..end]) && end > i + 1 {
-                literals.push((items, i + 1..end));
+            None => {
+                let word = b[at..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+                    .count();
+                if word == 0 {
+                    return None;
+                }
+                at + word
             }
-            i = end + 1;
-        } else if c.is_ascii_alphanumeric() || c == b'_' {
-            i += b[i..limit]
-                .iter()
-                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
-                .count();
-        } else {
+        };
+        // Nothing but blanks after an item, up to its `,` or the tuple's `)`.
+        let next = b[end..].iter().find(|c| !matches!(c, b' ' | b'\t'))?;
+        if !matches!(next, b',' | b')') {
             return None;
         }
-        items += 1;
-        while i < limit && matches!(b[i], b' ' | b'\t') {
-            i += 1;
-        }
-        match b.get(i).filter(|_| i < limit)? {
-            b',' => i += 1,
-            b')' if items >= 2 => return Some((items, literals)),
-            _ => return None,
-        }
     }
+    Some((starts.len(), literals))
 }
 
 /// The items of the shell array whose `(` is at `open` (`(k1 k2 "k 3")`, ending its line or
@@ -4068,14 +4063,24 @@ fn call_argument(text: &str, m: Range<usize>, out: &mut Vec<Range<usize>>) {
     } else {
         i
     };
-    let Some(&q) = b.get(at) else { return };
+    if let Some(r) = quoted_at(text, at)
+        && !r.is_empty()
+        && !is_stand_in(&text[r.clone()])
+    {
+        out.push(r);
+    }
+}
+
+/// The content of the string literal whose opening quote is at `at`, when it closes on its
+/// line.
+fn quoted_at(text: &str, at: usize) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let q = *b.get(at)?;
     if !matches!(q, b'"' | b'\'' | b'`') {
-        return;
+        return None;
     }
     let end = closing_quote(b, at + 1, q);
-    if end > at + 1 && b.get(end) == Some(&q) && !is_stand_in(&text[at + 1..end]) {
-        out.push(at + 1..end);
-    }
+    (b.get(end) == Some(&q)).then_some(at + 1..end)
 }
 
 /// Where each argument of the call whose arguments start at `from` (after its `(`) starts,
