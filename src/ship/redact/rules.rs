@@ -4057,7 +4057,6 @@ fn call_argument(text: &str, m: Range<usize>, out: &mut Vec<Range<usize>>) {
         1
     };
     let Some(&i) = args.get(want) else { return };
-    let b = text.as_bytes();
     let at = if text[i..].starts_with("Some(") {
         i + 5
     } else {
