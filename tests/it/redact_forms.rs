@@ -727,6 +727,29 @@ left_alone_tests! {
     docs_password_shown_masked: "the password is '***' in every log line";
 }
 
+// A name with a type annotation given a literal: the literal goes, the type stays.
+leak_tests! {
+    code_annotated_python_literal: "class Settings(BaseSettings):\n    api_key: str = \"Zq8Wm3Np7Lk2Vb6Xc1Rt5\"\n    debug: bool = False" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5"];
+    code_annotated_password_literal: "    db_password: Final[str] = 'tulip-harbour'" => ["tulip-harbour"];
+    code_annotated_typescript_literal: "export const apiToken: string = \"Xk9vQ2mL8pR4tZ7wYb3n\";" => ["Xk9vQ2mL8pR4tZ7wYb3n"];
+}
+
+left_alone_tests! {
+    code_annotated_with_a_default_of_none: "    password: Optional[SecretStr] = None";
+    code_annotated_from_the_environment: "const apiKey: string = process.env.API_KEY ?? '';";
+    code_annotated_type_is_no_value: "    token: SecretStr = SecretStr(settings.token)";
+}
+
+// A literal given to a secret's wrapper is a secret, whatever it looks like.
+leak_tests! {
+    code_secret_wrapper_pydantic: "client = Client(token=SecretStr('tulip42'))" => ["tulip42"];
+    code_secret_wrapper_rust: "let db = Config { password: SecretString::new(\"h4rbour\".into()) };" => ["h4rbour"];
+}
+
+left_alone_tests! {
+    code_secret_wrapper_of_a_variable: "password: SecretStr = SecretStr(settings.db_password)";
+}
+
 // A secret's name compared with a literal: the literal is the secret the code checks for.
 leak_tests! {
     code_comparison_with_a_password: "if (password === 'Cmp4rePw!') { grant(); }" => ["Cmp4rePw!"];

@@ -88,6 +88,9 @@ pub(crate) enum Refine {
     /// Prose giving a password in quotes ("the password is 'x'"): the quoted text from group
     /// `s`, opened by the quote of group `q`, unless a stand-in or a word of the docs.
     QuotedProse,
+    /// A name with a type annotation given a value (`api_key: str = "…"`): the name from
+    /// group `n`, the value from group `s`, as an assignment's.
+    Annotated,
     /// A secret's name compared with a literal (`password == "…"`): the literal from group
     /// `s`, opened by the quote of group `q`.
     Comparison,
@@ -849,6 +852,31 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     when(
+        has_equals,
+        rule(
+            "annotated-assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)[ \t]*:[ \t]*[A-Za-z_][A-Za-z0-9_.]*(?:\[[^\]\n]{0,64}\]|<[^>\n]{0,64}>)?[ \t]+=[ \t]*(?P<s>[^\s=>])"#
+            ),
+            Refine::Annotated,
+            &[
+                "    api_key: str = \"Xk9vQ2mL8pR4tZ7wYb3n\"",
+                "const apiKey: string = 'Zq8Wm3Np7Lk2Vb6Xc1Rt5';",
+                "    password: Final[str] = \"hunter2x\"",
+            ],
+            &[
+                "    password: Optional[str] = None",
+                "    token: SecretStr = SecretStr(\"\")",
+                "const apiKey: string = process.env.API_KEY;",
+                "if token: int == 3:",
+            ],
+        ),
+    ),
+    when(
         has_comparison,
         rule(
             "secret-comparison",
@@ -1425,6 +1453,32 @@ pub(crate) static RULES: &[Rule] = &[
             "This may also be found at: /var/jenkins_home/secrets/initialAdminPassword\n\n*************",
         ],
     )),
+    rule(
+        "secret-wrapper",
+        "code",
+        &[
+            "secretstr",
+            "secretstring",
+            "secretbytes",
+            "secretbox",
+            "secret::new",
+            "secret::from",
+            "secret(",
+            "zeroizing::new",
+        ],
+        r#"\b(?:SecretStr|SecretString|SecretBytes|SecretBox|Secret|Zeroizing)(?:::(?:new|from))?[ \t]*\([ \t]*(?:String::from\([ \t]*|[br])?(?P<q>["'])(?P<s>[^"'\n])"#,
+        Refine::QuotedProse,
+        &[
+            "settings = Settings(api_key=SecretStr(\"hunter2\"))",
+            "let pw = SecretString::from(\"s3same\".to_string());",
+            "let key = Secret::new(String::from(\"opensesame\"));",
+        ],
+        &[
+            "api_key: SecretStr = SecretStr(\"\")",
+            "password = SecretStr(os.environ[\"DB_PASSWORD\"])",
+            "let pw = SecretString::from(\"<password>\");",
+        ],
+    ),
     rule(
         "netrc-inline",
         "netrc",
@@ -3383,6 +3437,11 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 quoted_prose(text, q.as_str().as_bytes()[0], v.start(), out);
             }
         }
+        Refine::Annotated => {
+            if let (Some(n), Some(v)) = (caps.name("n"), caps.name("s")) {
+                assign(text, n.range(), v.start(), out);
+            }
+        }
         Refine::Comparison => {
             if let (Some(n), Some(q), Some(v)) = (caps.name("n"), caps.name("q"), caps.name("s")) {
                 comparison(text, n.as_str(), q.as_str().as_bytes()[0], v.start(), out);
@@ -3534,6 +3593,11 @@ fn annotates(text: &str, name_at: usize, value_at: usize, colon: bool) -> bool {
     } else {
         word_before == "type"
     };
+    // `api_key: str = …`, `token: Optional[SecretStr] = None`: a type annotation, whose value
+    // after the `=` is read by rule `annotated-assignment`.
+    if colon && annotation_then_value(&text[value_at..]) {
+        return true;
+    }
     if !declared {
         return false;
     }
@@ -3543,6 +3607,44 @@ fn annotates(text: &str, name_at: usize, value_at: usize, colon: bool) -> bool {
         .unwrap_or("")
         .trim_end_matches([',', ';', ')']);
     super::code::is_word(value) || is_type_or_literal(value) || is_code(&text[value_at..])
+}
+
+/// Whether `rest` (what follows a name's colon) is a type and then `=`: an identifier or a
+/// dotted path, with one `[…]` or `<…>` of parameters, then blanks and `=` (not `==`).
+fn annotation_then_value(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    if !b
+        .first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+    {
+        return false;
+    }
+    let mut i = b
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+        .count();
+    if let Some(&open) = b.get(i).filter(|c| matches!(c, b'[' | b'<')) {
+        let close = if open == b'[' { b']' } else { b'>' };
+        let Some(len) = b[i..]
+            .iter()
+            .take(128)
+            .position(|&c| c == close || c == b'\n')
+        else {
+            return false;
+        };
+        if b[i + len] != close {
+            return false;
+        }
+        i += len + 1;
+    }
+    // A blank before the `=`, as code writes it: a value's own `=` (`Q73UTRCDWz=5NN`, base64's
+    // padding) has none.
+    let blanks = b[i..]
+        .iter()
+        .take_while(|c| matches!(c, b' ' | b'\t'))
+        .count();
+    i += blanks;
+    blanks > 0 && b.get(i) == Some(&b'=') && b.get(i + 1) != Some(&b'=')
 }
 
 /// Whether an unquoted value at `value_at` after the name at `name` is a variable or a type of
@@ -3973,7 +4075,8 @@ const PROSE_NOT_PASSWORDS: &[&str] = &[
     "secret",
 ];
 
-/// A password given in quotes in prose (rule `password-is-quoted`, the quote `q` before `at`):
+/// A password given in quotes in prose (rule `password-is-quoted`), or a literal given to a
+/// secret's wrapper (`SecretStr("…")`, rule `secret-wrapper`; the quote `q` before `at`):
 /// the quoted text (3 to 64 characters on its line), unless a stand-in or one of
 /// [`PROSE_NOT_PASSWORDS`].
 fn quoted_prose(text: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
