@@ -240,6 +240,14 @@ fn has_comparison(text: &str) -> bool {
     memchr::memchr_iter(b'=', b).any(|i| b.get(i + 1) == Some(&b'=') || (i > 0 && b[i - 1] == b'!'))
 }
 
+/// `annotated-assignment`: a `:`, and after it a blank then `=`.
+fn has_annotation(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr(b':', b).is_some_and(|colon| {
+        memchr::memchr_iter(b'=', &b[colon..]).any(|i| matches!(b[colon + i - 1], b' ' | b'\t'))
+    })
+}
+
 /// `credential-call`: a call's `(`.
 fn has_open_paren(text: &str) -> bool {
     memchr::memchr(b'(', text.as_bytes()).is_some()
@@ -852,7 +860,7 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     when(
-        has_equals,
+        has_annotation,
         rule(
             "annotated-assignment",
             "generic-assignment",
