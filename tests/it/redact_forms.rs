@@ -767,6 +767,8 @@ left_alone_tests! {
 // A vendor's key named after its vendor (`<vendor>_key`), with a key's shape.
 leak_tests! {
     vendor_key_named_after_its_vendor: "export BREVO_KEY=h8oOOL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJTeKd" => ["h8oOOL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJTeKd"];
+    vendor_key_holding_punctuation: "ACME_KEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9!x@Hs4 ./deploy.sh" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9!x@Hs4"];
+    vendor_key_closing_a_call: "client = Acme(acme_key=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9)" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9"];
     vendor_key_named_in_json: "{\"acme-key\": \"NnFRIBXuDL7DxtpYlSXpfKtHF4vUCsMe\"}" => ["NnFRIBXuDL7DxtpYlSXpfKtHF4vUCsMe"];
 }
 

@@ -4030,8 +4030,7 @@ const NOT_SECRET_KEYS: &[&str] = &[
 /// A value of a key's shape under a name ending in `_key` or `-key` (rule `key-named-value`,
 /// a vendor's key named after its vendor: `paymongo_key`, `VOODOO_KEY`): the value, when it
 /// looks random (letters and digits both, a key's entropy) and the word before `key` is not
-/// one of [`NOT_SECRET_KEYS`]. Code is left: the value is a quoted literal or the whole
-/// unquoted word.
+/// one of [`NOT_SECRET_KEYS`]; a call is left.
 fn key_named(text: &str, name: &str, v: Range<usize>, quoted: bool, out: &mut Vec<Range<usize>>) {
     let word = name[..name.len() - 3]
         .trim_end_matches(['_', '-', '.'])
@@ -4042,17 +4041,25 @@ fn key_named(text: &str, name: &str, v: Range<usize>, quoted: bool, out: &mut Ve
         return;
     }
     let b = text.as_bytes();
-    // The whole value: a quoted one closes its quote, an unquoted one ends its word.
-    let after = b.get(v.end).copied();
-    let whole = if quoted {
-        matches!(after, Some(b'"' | b'\''))
-    } else {
-        after.is_none_or(|c| c.is_ascii_whitespace() || matches!(c, b',' | b';' | b'"' | b'\''))
-    };
-    let value = &b[v.clone()];
-    if whole && super::vendors::looks_random(value) {
-        out.push(v);
+    // A call (`cache_key = computeKeyFor2024(x)`) is code.
+    if b.get(v.end) == Some(&b'(') || !super::vendors::looks_random(&b[v.clone()]) {
+        return;
     }
+    // The whole value, whatever it holds past the key's characters (`…Xk9!@x`): a quoted one
+    // to its closing quote, an unquoted one to the blank, quote or separator after it.
+    let end = if quoted {
+        closing_quote(b, v.start, b[v.start - 1])
+    } else {
+        v.end
+            + b[v.end..]
+                .iter()
+                .take_while(|c| {
+                    !c.is_ascii_whitespace()
+                        && !matches!(c, b',' | b';' | b'"' | b'\'' | b')' | b']' | b'}')
+                })
+                .count()
+    };
+    out.push(v.start..end);
 }
 
 /// The words docs say a password "is" without giving one.
