@@ -719,6 +719,7 @@ leak_tests! {
 leak_tests! {
     docs_password_given_in_quotes: "Log in as admin; the password is \"tulip-garden\" until you change it." => ["tulip-garden"];
     docs_password_for_a_user_in_quotes: "The default password for user 'grafana' is 'gr4fana!'." => ["gr4fana!"];
+    docs_password_a_long_passphrase_in_quotes: "The password is \"correct horse battery staple is what we chose for the shared lab machines in 2026\"." => ["correct horse battery staple is what we chose for the shared lab machines in 2026"];
     docs_password_set_to_a_quoted_value: "Then set the password to \"open sesame\" and restart." => ["open sesame"];
 }
 
@@ -743,6 +744,7 @@ left_alone_tests! {
 // A literal given to a secret's wrapper is a secret, whatever it looks like.
 leak_tests! {
     code_secret_wrapper_pydantic: "client = Client(token=SecretStr('tulip42'))" => ["tulip42"];
+    code_secret_wrapper_of_a_long_key: "api_key=SecretStr(\"Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9Hs4Jd0Gf8Ka2Mb6Nc1Pd5Qe9Rf3Sg7Th1Uj5Vk9Wl3Xm7Yn1Zo5Ap9Bq3Cr7Ds1\")" => ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yq9Hs4Jd0Gf8Ka2Mb6Nc1Pd5Qe9Rf3Sg7Th1Uj5Vk9Wl3Xm7Yn1Zo5Ap9Bq3Cr7Ds1"];
     code_secret_wrapper_rust: "let db = Config { password: SecretString::new(\"h4rbour\".into()) };" => ["h4rbour"];
 }
 

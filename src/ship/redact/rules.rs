@@ -4092,8 +4092,8 @@ const PROSE_NOT_PASSWORDS: &[&str] = &[
 
 /// A password given in quotes in prose (rule `password-is-quoted`), or a literal given to a
 /// secret's wrapper (`SecretStr("…")`, rule `secret-wrapper`; the quote `q` before `at`):
-/// the quoted text (3 to 64 characters on its line), unless a stand-in or one of
-/// [`PROSE_NOT_PASSWORDS`].
+/// the quoted text (3 characters or more, to its closing quote on its line), unless a stand-in
+/// or one of [`PROSE_NOT_PASSWORDS`].
 fn quoted_prose(text: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
     let b = text.as_bytes();
     let end = closing_quote(b, at, q);
@@ -4101,7 +4101,7 @@ fn quoted_prose(text: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
         return;
     }
     let v = &text[at..end];
-    if (3..=64).contains(&v.chars().count())
+    if v.chars().count() >= 3
         && !is_stand_in(v)
         && !PROSE_NOT_PASSWORDS
             .iter()
