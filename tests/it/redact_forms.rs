@@ -875,3 +875,49 @@ leak_tests! {
     capability_url_under_a_secret_name_still_goes: "ALERT_WEBHOOK_SECRET = \"https://hooks.example.com/T0/Xk9vQ2mLp7RzAb12Cd34\"\nAPI_TOKEN: https://api.example.com/v1/keys/Q2mLp7RzAb12Cd34Xk9v" => ["Xk9vQ2mLp7RzAb12Cd34", "Q2mLp7RzAb12Cd34Xk9v"];
     code_lookalikes_still_go: "token = Xk9vQ2mLp7Rz or fallback\nf(a, token: Xk9vQ2mLp7Rq)\nproxy = https://admin:Xk9vQ2mLp7Rw@proxy.example.com/\nsecret_key = my_secret_value_2" => ["Xk9vQ2mLp7Rz", "Xk9vQ2mLp7Rq", "Xk9vQ2mLp7Rw", "my_secret_value_2"];
 }
+
+// A secret's name in PHP's, Ruby's and Perl's `=>` pairs, a subscript or a C array given a
+// literal, and a literal compared with a secret's name from the left: each shipped its value.
+leak_tests! {
+    code_arrow_php_array: "return [\n    'username' => 'forge',\n    'password' => 'Hunt3rPw9!',\n    'api_token' => \"Xk9vQ2mLp7RzAb12\",\n];" => ["Hunt3rPw9!", "Xk9vQ2mLp7RzAb12"];
+    code_arrow_ruby_symbol: "client = Api.new(:username => 'ops', :password => \"Hunt3rPw9\", :secret_key => 'Xk9vQ2mLp7RzAb12')" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
+    code_arrow_perl_bareword: "my %db = (user => 'ops', password => 'Hunt3rPw9');" => ["Hunt3rPw9"];
+    code_subscript_php_config: "$config['db_password'] = 'Hunt3rPw9';\n$_ENV[\"STRIPE_SECRET\"] = \"Xk9vQ2mLp7RzAb12\";" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
+    code_subscript_python_environ: "os.environ[\"OPENAI_API_KEY\"] = \"Xk9vQ2mLp7RzAb12\"\nENV['SECRET_KEY_BASE'] = 'Q2mLp7RzAb12Xk9v'" => ["Xk9vQ2mLp7RzAb12", "Q2mLp7RzAb12Xk9v"];
+    code_subscript_ruby_symbol: "config[:api_secret] = \"Xk9vQ2mLp7RzAb12\"" => ["Xk9vQ2mLp7RzAb12"];
+    code_c_array_password: "static char password[] = \"Hunt3rPw9\";\nchar secret[32] = \"Xk9vQ2mLp7RzAb12\";" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
+    code_objc_string_literal: "NSString *password = @\"Hunt3rPw9\";\nstring apiKey = @\"Xk9vQ2mLp7RzAb12\";" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
+    code_comparison_literal_first: "if (\"Hunt3rPw9\" == password) {\nif ('Xk9vQ2mLp7RzAb12' !== api_key) return;" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
+    code_comparison_literal_holding_braces: "if (api_key == \"m{{h}o)p${e]nob(ody[finds>-_$#thisone}}\") {\nif (\"q{{w}e)r${t]yui(op[asdf>-_$#ghjkl}}\" != secret) {" => ["m{{h}o)p${e]nob(ody[finds>-_$#thisone}}", "q{{w}e)r${t]yui(op[asdf>-_$#ghjkl}}"];
+}
+
+left_alone_tests! {
+    code_arrow_laravel_validation_and_calls: "'password' => 'required|string|min:8|confirmed',\n'password' => Hash::make($data['password']),\n'password' => env('DB_PASSWORD', ''),\n:password => params[:password]";
+    code_arrow_javascript_functions: "tokens.map(token => token.trim())\nheaders.map(token => \"Bearer \" + token)\nforeach ($tokens as $key => $token) {";
+    code_subscript_given_variables: "data[\"token\"] = token\nssl[\"password\"] = ssl_key_password\nos.environ[\"API_KEY\"] = os.getenv(\"OTHER\")";
+}
+
+// A secret found once is the same secret wherever else the line holds it, where nothing
+// around the copy says so: trufflehog's samples repeat a token after a `|`, a command sets a
+// key and the next echoes it, a tool's output repeats the password it was given.
+leak_tests! {
+    copies_of_a_secret_after_a_bar: "token = 'Xk9vQ2mLp7RzAb12' | 'Xk9vQ2mLp7RzAb12'" => ["Xk9vQ2mLp7RzAb12"];
+    copies_of_a_secret_in_a_later_command: "export API_TOKEN=Xk9vQ2mLp7RzAb12 && echo \"using Xk9vQ2mLp7RzAb12\"" => ["Xk9vQ2mLp7RzAb12"];
+    copies_of_a_password_in_its_output: "mysql -u root -pHunt3rPw9x -e 'select 1'\nERROR 1045: Access denied (using password: Hunt3rPw9x)" => ["Hunt3rPw9x"];
+}
+
+/// A copy of a secret shorter than eight characters is left to the rules: `pw12` may be
+/// anything elsewhere.
+#[test]
+fn copies_of_a_short_secret_are_left_to_their_rules() {
+    assert_eq!(
+        global().redact_text("password=pw12\nrow pw12 of the table"),
+        "password=[REDACTED]\nrow pw12 of the table"
+    );
+}
+
+// A vendor's key whose letters between digits run four or more (`…LNknss4m6TPmaCHfr`): those
+// runs are not words.
+leak_tests! {
+    vendor_key_with_long_runs_of_letters: "paymongo_key = 5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr" => ["5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr"];
+}

@@ -305,7 +305,8 @@ impl Redactor {
         encoded: usize,
     ) -> Cow<'a, str> {
         let hits = self.scan(text);
-        let hidden = decode::hides_ascii(text.as_bytes()) || decode::has_invisible(text);
+        let hides_ascii = decode::hides_ascii(text.as_bytes());
+        let hidden = hides_ascii || decode::has_invisible(text);
         let mut spans = if encoded < ENCODED_DEPTH {
             self.run_spans(text, encoded)
         } else {
@@ -327,6 +328,7 @@ impl Redactor {
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
+        every_copy(text, &mut spans, hides_ascii);
         apply(text, spans)
     }
 
@@ -1348,6 +1350,117 @@ fn split_at_markers(text: &str, spans: &mut Vec<Range<usize>>) {
 }
 
 /// `text` with every span replaced by the marker (overlapping and touching spans merged).
+/// The shortest secret whose every copy in the text goes with it.
+const COPY_MIN: usize = 8;
+/// The most distinct secrets of one text whose copies are looked for (each is one search of
+/// the text), so a text of thousands of secrets costs no more than a few hundred searches.
+const COPY_SECRETS: usize = 128;
+
+/// Adds every other copy of each secret in `spans` to them: a secret once found is the same
+/// secret wherever else the text holds it, where nothing around it may say so (`token = 'X'
+/// | 'X'`, a key set in one command and echoed by the next, a password in a command and in
+/// its output). Secrets of fewer than [`COPY_MIN`] characters, or holding the marker, are
+/// left to their rules. `hides_ascii`: the text escapes printable ASCII
+/// ([`decode::hides_ascii`]), so a copy may be written with other escapes than the secret
+/// found (`\u0058k9…` for `Xk9…`).
+fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
+    if spans.is_empty() {
+        return;
+    }
+    let b = text.as_bytes();
+    let valid = |r: &Range<usize>| r.start < r.end && r.end <= b.len();
+    // Each distinct secret once, with where it was found.
+    let mut secrets: Vec<&[u8]> = Vec::new();
+    for r in spans.iter().filter(|r| valid(r)) {
+        let v = &b[r.clone()];
+        if unescaped_len(v) < COPY_MIN
+            || secrets.contains(&v)
+            || memchr::memchr_iter(b'[', v).any(|at| v[at..].starts_with(REDACTED.as_bytes()))
+        {
+            continue;
+        }
+        if secrets.len() == COPY_SECRETS {
+            break;
+        }
+        secrets.push(v);
+    }
+    if secrets.is_empty() {
+        return;
+    }
+    // Where escapes may differ between copies (the text hides ASCII behind escapes, or a
+    // secret holds an escape, as a quote is written `\"` in one string and `\\\"` in the
+    // JSON inside another), copies are looked for in the text with its escapes read, and
+    // mapped back; elsewhere every copy is the same bytes. (A copy where a secret was found
+    // is added again: spans merge.)
+    let escaped = hides_ascii || secrets.iter().any(|v| memchr::memchr(b'\\', v).is_some());
+    let decoded = escaped
+        .then(|| decode::decode(text))
+        .filter(|d| !d.is_identity());
+    // Only the copies no span covers yet are added (in a text dense with secrets most are
+    // the secrets found), so the spans are sorted once more only when one is.
+    spans.sort_unstable_by_key(|s| (s.start, s.end));
+    let mut extra = Vec::new();
+    let mut add = |c: Range<usize>| {
+        let before = spans.partition_point(|s| s.start <= c.start);
+        if before == 0 || spans[before - 1].end < c.end {
+            extra.push(c);
+        }
+    };
+    match &decoded {
+        None => copies_of(b, &secrets, &mut add),
+        Some(d) => {
+            let values: Vec<decode::Decoded<'_>> = secrets
+                .iter()
+                // Each is a slice of the text, cut at a character's boundary.
+                .map(|v| decode::decode(std::str::from_utf8(v).unwrap_or_default()))
+                .collect();
+            let values: Vec<&[u8]> = values.iter().map(|v| v.text.as_bytes()).collect();
+            copies_of(d.text.as_bytes(), &values, |at| add(d.to_raw(at)));
+        }
+    }
+    spans.append(&mut extra);
+}
+
+/// Calls `found` with every occurrence in `hay` of any of `needles`: one vectorised search
+/// for them all (Teddy) where the processor has it, else one search for each.
+fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>)) {
+    let packed = aho_corasick::packed::Config::new()
+        .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
+        .builder()
+        .extend(needles)
+        .build();
+    match packed {
+        Some(searcher) => {
+            for m in searcher.find_iter(hay) {
+                found(m.start()..m.end());
+            }
+        }
+        None => {
+            for v in needles {
+                for at in memchr::memmem::find_iter(hay, v) {
+                    found(at..at + v.len());
+                }
+            }
+        }
+    }
+}
+
+/// How many characters `raw` holds once its JSON escapes are read (`\u0074` and `\n` one
+/// each): a short secret written with escapes is still short.
+fn unescaped_len(raw: &[u8]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < raw.len() {
+        i += match (raw[i], raw.get(i + 1)) {
+            (b'\\', Some(b'u')) => 6,
+            (b'\\', Some(_)) => 2,
+            (c, _) if c < 0x80 => 1,
+            (c, _) => usize::from(c.leading_ones() as u8).max(1),
+        };
+        n += 1;
+    }
+    n
+}
+
 fn apply(text: &str, mut spans: Vec<Range<usize>>) -> Cow<'_, str> {
     spans.retain(|s| s.start < s.end && s.end <= text.len());
     if spans.is_empty() {

@@ -94,6 +94,13 @@ pub(crate) enum Refine {
     /// A secret's name compared with a literal (`password == "…"`): the literal from group
     /// `s`, opened by the quote of group `q`.
     Comparison,
+    /// `'password' => 'x'` (PHP, Ruby, Perl): the value of group `s`, read as an assignment's;
+    /// after a bare name (group `o` empty) only a whole quoted literal, as JavaScript's
+    /// `token => …` is a function.
+    Arrow,
+    /// `$config['password'] = 'x'`, `char password[] = "x"`: the value of group `s` under the
+    /// name `n` (a subscript's key) or `c` (an array's), read as an assignment's.
+    Subscript,
     /// A credential given to a call by its place (`NetworkCredential("u", "p")`,
     /// `getConnection(url, "u", "p")`): the match ends at the call's `(`.
     CallArgument,
@@ -232,6 +239,23 @@ fn bare_colon_at(b: &[u8], at: usize) -> bool {
 /// leaves as it is.
 fn has_equals(text: &str) -> bool {
     memchr::memchr(b'=', text.as_bytes()).is_some()
+}
+
+/// `arrow-pair`: a `=>`.
+fn has_arrow(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b'>', b).any(|i| i > 0 && b[i - 1] == b'=')
+}
+
+/// `subscript-assignment`: a `]` then blanks and `=`.
+fn has_subscript_assignment(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b']', b).any(|i| {
+        b[i + 1..]
+            .iter()
+            .find(|&&c| c != b' ' && c != b'\t')
+            .is_some_and(|&c| c == b'=')
+    })
 }
 
 /// `secret-comparison`: an `==` or `!=`.
@@ -831,7 +855,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "sharedaccesssignature",
                 "sharedsecret",
             ],
-            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\s"=][^;\r\n"]*[^;\s"]|[^;\s"=])"#,
+            r#"(?i)(?:^|[;\s"'{(])(?P<n>password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sharedsecret)[ \t]*=[ \t]*(?P<s>[^;\s"=>][^;\r\n"]*[^;\s"]|[^;\s"=>])"#,
             Refine::Label,
             &[
                 "Server=db;User Id=app;Password=my secret pass;Database=x",
@@ -908,6 +932,82 @@ pub(crate) static RULES: &[Rule] = &[
                 "if password == confirm {",
                 "if token == \"return\" {",
                 "if (token.value === '}') {",
+            ],
+        ),
+    ),
+    when(
+        has_comparison,
+        rule(
+            "secret-comparison-reversed",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<q>["'`])(?P<s>[^"'`\n]{1,256})["'`][ \t]*(?:===?|!==?)[ \t]*(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)"#
+            ),
+            Refine::Comparison,
+            &[
+                "if (\"Hunt3rPw9\" == password) {",
+                "if ('K3yCompared9' !== my_private_key) return;",
+            ],
+            &[
+                "if (\"\" == password) {",
+                "if (\"}\" == token) {",
+                "if ('<password>' === password) {",
+            ],
+        ),
+    ),
+    when(
+        has_arrow,
+        rule(
+            "arrow-pair",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<o>["':]?)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*=>[ \t]*(?P<s>[^\s=>])"#
+            ),
+            Refine::Arrow,
+            &[
+                "'password' => 'Hunt3rPw9',",
+                ":secret_key => \"Xk9vQ2mLp7RzAb\",",
+                "my %db = (password => 'Hunt3rPw9');",
+            ],
+            &[
+                "'password' => env('DB_PASSWORD'),",
+                "'password' => 'required|string|min:8|confirmed',",
+                "tokens.map(token => token.trim())",
+                "headers.map(token => \"Bearer \" + token)",
+                ":password => params[:password]",
+            ],
+        ),
+    ),
+    when(
+        has_subscript_assignment,
+        rule(
+            "subscript-assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?:\[["':](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["']?\]|\b(?P<c>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)\[[0-9]*\])[ \t]*=[ \t]*(?P<s>[^\s=])"#
+            ),
+            Refine::Subscript,
+            &[
+                "$config['password'] = 'Hunt3rPw9';",
+                "os.environ[\"OPENAI_API_KEY\"] = \"Xk9vQ2mLp7RzAb12\"",
+                "char password[] = \"Hunt3rPw9\";",
+            ],
+            &[
+                "data[\"token\"] = token",
+                "ssl[\"password\"] = ssl_key_password",
+                "os.environ[\"API_KEY\"] = os.getenv(\"OTHER\")",
+                "if row['password'] == hashed:",
             ],
         ),
     ),
@@ -2589,6 +2689,9 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
+    if is_validation_rules(value) {
+        return true;
+    }
     if is_scheme_and_slot(value) {
         return true;
     }
@@ -2862,6 +2965,50 @@ fn name_pair(text: &str, from: usize, sep: u8) -> Option<Range<usize>> {
         }
     }
     None
+}
+
+/// Whether a quoted literal opens at `at` and is the whole value: its closing quote is
+/// followed by a `,` or `)` or ends the line (Perl's `password => 'x',`).
+fn arrow_literal(b: &[u8], at: usize) -> bool {
+    let Some(&q) = b.get(at).filter(|&&q| matches!(q, b'"' | b'\'')) else {
+        return false;
+    };
+    let end = closing_quote(b, at + 1, q);
+    if b.get(end) != Some(&q) {
+        return false;
+    }
+    let rest = &b[end + 1..];
+    let next = rest.iter().find(|&&c| c != b' ' && c != b'\t');
+    matches!(next, None | Some(b',' | b')' | b';' | b'\n' | b'\r'))
+}
+
+/// `password = ssl_key_password`, `ssl["password"] = ssl_key_password`: an unquoted value
+/// that is a variable of lowercase words whose last word is the name's.
+fn named_after(name: &str, value: &str) -> bool {
+    let last = name.rsplit(['.', '-', ':', '_']).next().unwrap_or(name);
+    let (l, v) = (last.as_bytes(), value.as_bytes());
+    !l.is_empty()
+        && v.len() > l.len() + 1
+        && v[v.len() - l.len()..].eq_ignore_ascii_case(l)
+        && v[v.len() - l.len() - 1] == b'_'
+        && v.iter().all(|c| c.is_ascii_lowercase() || *c == b'_')
+}
+
+/// A validator's rules joined by `|` (Laravel's `'password' => 'required|string|min:8'`):
+/// lowercase words, each with its `:` arguments, two or more.
+fn is_validation_rules(value: &str) -> bool {
+    let mut parts = 0;
+    for part in value.split('|') {
+        let (word, args) = part.split_once(':').unwrap_or((part, ""));
+        if word.is_empty()
+            || !word.bytes().all(|c| c.is_ascii_lowercase() || c == b'_')
+            || args.bytes().any(|c| c.is_ascii_whitespace())
+        {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 2
 }
 
 /// Where the run of name characters (`[A-Za-z0-9_.-]` and, as `(?i)` widens it, the Kelvin
@@ -3450,6 +3597,18 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 assign(text, n.range(), v.start(), out);
             }
         }
+        Refine::Arrow => {
+            if let (Some(o), Some(n), Some(v)) = (caps.name("o"), caps.name("n"), caps.name("s"))
+                && (!o.is_empty() || arrow_literal(text.as_bytes(), v.start()))
+            {
+                assign(text, n.range(), v.start(), out);
+            }
+        }
+        Refine::Subscript => {
+            if let (Some(n), Some(v)) = (caps.name("n").or(caps.name("c")), caps.name("s")) {
+                assign(text, n.range(), v.start(), out);
+            }
+        }
         Refine::Comparison => {
             if let (Some(n), Some(q), Some(v)) = (caps.name("n"), caps.name("q"), caps.name("s")) {
                 comparison(text, n.as_str(), q.as_str().as_bytes()[0], v.start(), out);
@@ -3726,12 +3885,13 @@ fn is_password_name(name: &str) -> bool {
     holds(b"pass") || holds(b"pwd") || holds(b"secret")
 }
 
-/// Whether `text[r]` is a Python string prefix (`f`, `b`, `rb`, ...) right before a quote.
+/// Whether `text[r]` is a string prefix right before a quote: Python's (`f`, `b`, `rb`, ...),
+/// Objective-C's and C#'s `@`, C++'s `L` and `u8`.
 fn string_prefix(text: &str, r: Range<usize>) -> bool {
     r.len() <= 2
         && matches!(
             text[r.clone()].to_ascii_lowercase().as_str(),
-            "f" | "b" | "r" | "u" | "rb" | "br" | "fr" | "rf"
+            "f" | "b" | "r" | "u" | "rb" | "br" | "fr" | "rf" | "@" | "l" | "u8"
         )
         && matches!(text.as_bytes().get(r.end), Some(b'"' | b'\''))
 }
@@ -3878,7 +4038,10 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         }
         return;
     }
-    if value.chars().count() < min || value_exempt(name, value, &text[start..]) {
+    if value.chars().count() < min
+        || value_exempt(name, value, &text[start..])
+        || (range.start == start && named_after(name, value))
+    {
         return;
     }
     // A quoted value: also exempt when the quotes hold code.
@@ -4134,8 +4297,12 @@ fn comparison(text: &str, name: &str, q: u8, at: usize, out: &mut Vec<Range<usiz
     let shaped = if is_password_name(last) {
         literal.chars().count() >= 3
     } else {
+        // A key's shape: letters with digits or with symbols no name or path holds
+        // (`m{{h}o)p$…`), no blank.
         literal.len() >= 8
-            && literal.bytes().any(|c| c.is_ascii_digit())
+            && literal.bytes().any(|c| {
+                c.is_ascii_digit() || (c.is_ascii_punctuation() && !b"-_./:@".contains(&c))
+            })
             && literal.bytes().any(|c| c.is_ascii_alphabetic())
             && !literal.bytes().any(|c| c.is_ascii_whitespace())
     };
@@ -4245,12 +4412,43 @@ fn argument_starts(text: &str, from: usize) -> Option<Vec<usize>> {
 fn is_stand_in(v: &str) -> bool {
     is_placeholder(v)
         || is_shell_reference(v)
-        || v.contains("{{")
-        || v.contains("${")
+        || holds_reference(v)
         || v == MARKER
         || ["password", "passwd", "pass", "pwd", "secret"]
             .iter()
             .any(|w| v.eq_ignore_ascii_case(w))
+}
+
+/// Whether `v` holds a template's reference: `{{ … }}` or `${ … }` closed, with no brace inside
+/// and its brackets balanced (`${DB_PASSWORD}`, `{{ .Values.pw }}`, `${cfg.get("pw")}`). A
+/// secret holding those characters (`m{{h}o)p${e]nob(…}}`) is not one.
+fn holds_reference(v: &str) -> bool {
+    let b = v.as_bytes();
+    let well_formed = |inner: &[u8]| {
+        let mut depth = 0i32;
+        for &c in inner {
+            match c {
+                b'{' | b'}' => return false,
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        depth == 0 && !inner.iter().all(u8::is_ascii_whitespace)
+    };
+    (0..b.len().saturating_sub(1)).any(|i| match (b[i], b[i + 1]) {
+        (b'{', b'{') => memchr::memmem::find(&b[i + 2..], b"}}")
+            .is_some_and(|end| well_formed(&b[i + 2..i + 2 + end])),
+        (b'$', b'{') => {
+            memchr::memchr(b'}', &b[i + 2..]).is_some_and(|end| well_formed(&b[i + 2..i + 2 + end]))
+        }
+        _ => false,
+    })
 }
 
 /// The content of the quoted literal at `at` (its opening quote), when it has a key's shape:

@@ -276,23 +276,21 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
         return false;
     }
     // Identifiers: words (four letters or more, split at digits, separators and case
-    // changes: `mailjet_send_v3`, `SomeLongIdentifierName2024`) cover most of it.
+    // changes: `mailjet_send_v3`, `SomeLongIdentifierName2024`) cover most of it. A run of
+    // letters is a word when it is all capitals (`SECRET`) or its lowercase tail is three
+    // letters or more holding a vowel (`Name`, `HTTPServer`, `send`): the letters between a
+    // random key's digits (`HWao`, `LNknss`, `CHfr` of `5HWaoDB9…LNknss4m6TPmaCHfr`) seldom are.
     let mut wordy = 0;
-    let mut seg = 0;
-    for (k, &c) in v.iter().enumerate() {
+    let mut from = 0;
+    for k in 0..=v.len() {
+        let c = v.get(k).copied().unwrap_or(b'0');
         let starts_word = c.is_ascii_uppercase() && k > 0 && v[k - 1].is_ascii_lowercase();
         if !c.is_ascii_alphabetic() || starts_word {
-            if seg >= 4 {
-                wordy += seg;
+            if k - from >= 4 && is_word(&v[from..k]) {
+                wordy += k - from;
             }
-            seg = 0;
+            from = if c.is_ascii_alphabetic() { k } else { k + 1 };
         }
-        if c.is_ascii_alphabetic() {
-            seg += 1;
-        }
-    }
-    if seg >= 4 {
-        wordy += seg;
     }
     if wordy * 10 > v.len() * 6 {
         return false;
@@ -305,6 +303,21 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
     let hex = v.iter().all(u8::is_ascii_hexdigit);
     // The provider rules' entropy: the same sum, each count's term computed once.
     super::providers::entropy(v) >= if hex { 3.0 } else { 3.3 }
+}
+
+/// A run of letters split as [`looks_random`] splits them (capitals, then lowercase) that reads
+/// as a word: all capitals, or a lowercase tail of three letters or more holding a vowel.
+fn is_word(seg: &[u8]) -> bool {
+    let lower = seg
+        .iter()
+        .position(u8::is_ascii_lowercase)
+        .unwrap_or(seg.len());
+    let tail = &seg[lower..];
+    tail.is_empty()
+        || (tail.len() >= 3
+            && tail
+                .iter()
+                .any(|c| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y')))
 }
 
 /// The words before a value, nearest first, lowercase in `buf`: split at anything but letters
@@ -502,6 +515,9 @@ mod tests {
         assert!(looks_random(b"8f3a9c2e71b04d5f9a6e3c1b7d2f4a80"));
         assert!(!looks_random(b"aaaaaaaaaaaaaaaaaaaaaaaa1"));
         assert!(!looks_random(b"SomeLongIdentifierName2024"));
+        assert!(!looks_random(b"mailjet_send_v3_HTTPServer"));
+        // Letters between a key's digits are not words because there are four of them.
+        assert!(looks_random(b"5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr"));
         assert!(!looks_random(b"00000000000000000000000000000000"));
     }
 }
