@@ -921,3 +921,13 @@ fn copies_of_a_short_secret_are_left_to_their_rules() {
 leak_tests! {
     vendor_key_with_long_runs_of_letters: "paymongo_key = 5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr" => ["5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr"];
 }
+
+// A random run labelled by a secret's word right before it, whatever its vendor (`Using
+// Key=…`, `<service> token - '…'`), lowercase random runs included.
+leak_tests! {
+    vendor_secret_word_right_before_a_random_run: "[DEBUG] Using Key=wdvnousa87acfxp9ioasrea4tbeasrfa\nsheety token - 'qtb537zc8slokboyekq08tsut9atqa4hnewgjsi2olklupy2z4'" => ["wdvnousa87acfxp9ioasrea4tbeasrfa", "qtb537zc8slokboyekq08tsut9atqa4hnewgjsi2olklupy2z4"];
+}
+
+left_alone_tests! {
+    vendor_secret_word_of_a_key_that_is_no_secret: "PUBLIC_KEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\ncacheKey: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\nkey id Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4";
+}

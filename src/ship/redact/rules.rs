@@ -4142,7 +4142,7 @@ fn key_literal_argument(text: &str, start: usize) -> Option<Range<usize>> {
 
 /// The words before `key` that name a key which is not a secret: a public one, a database's
 /// or a store's key (a name, a path or an id), a cache's or a request's.
-const NOT_SECRET_KEYS: &[&str] = &[
+pub(crate) const NOT_SECRET_KEYS: &[&str] = &[
     "public",
     "pub",
     "publishable",

@@ -213,10 +213,73 @@ pub(crate) fn spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usiz
         if !looks_random(value) {
             continue;
         }
-        if vendor_before(&b[body.start.saturating_sub(CONTEXT)..body.start]) {
+        if vendor_before(&b[body.start.saturating_sub(CONTEXT)..body.start])
+            || secret_word_right_before(b, body.start)
+        {
             out.push(body);
         }
     }
+}
+
+/// Whether a secret's word (`key`, `token`, `secret`, …) comes right before `at`, across at
+/// most four blanks, quotes, `=`, `:` or `-` (`Using Key=…`, `zendesk token - '…'`): a random
+/// run so labelled is a credential whatever its vendor.
+fn secret_word_right_before(b: &[u8], at: usize) -> bool {
+    let mut end = at;
+    while end > 0
+        && at - end < 4
+        && matches!(b[end - 1], b' ' | b'\t' | b'=' | b':' | b'-' | b'\'' | b'"')
+    {
+        end -= 1;
+    }
+    if end == at {
+        return false;
+    }
+    let mut start = end;
+    while start > 0 && b[start - 1].is_ascii_alphabetic() && end - start < 12 {
+        start -= 1;
+    }
+    // After a backslash, the first letter is an escape's (`\ntoken`).
+    if start > 0 && start < end && b[start - 1] == b'\\' {
+        start += 1;
+    }
+    // A word's end (`api_key`, `webex_bot_token`) is the word; a camel-case one's too
+    // (`apiKey`).
+    if let Some(camel) = (start + 1..end)
+        .rev()
+        .find(|&i| b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase())
+    {
+        start = camel;
+    }
+    let mut word = [0u8; 12];
+    let w = &mut word[..end - start];
+    w.copy_from_slice(&b[start..end]);
+    w.make_ascii_lowercase();
+    if w.is_empty() || kind(word_hash(w)) & SECRET == 0 {
+        return false;
+    }
+    // A key that is no secret (`public_key`, `object_key`, `cacheKey`): the word before.
+    let before = &b[..start];
+    let before = before
+        .strip_suffix(b"_")
+        .or_else(|| before.strip_suffix(b"-"))
+        .or_else(|| before.strip_suffix(b"."))
+        .unwrap_or(before);
+    let from = before.len()
+        - before
+            .iter()
+            .rev()
+            .take(16)
+            .take_while(|c| c.is_ascii_alphabetic())
+            .count();
+    let word = &before[from..];
+    let word = (1..word.len())
+        .rev()
+        .find(|&i| word[i].is_ascii_uppercase() && word[i - 1].is_ascii_lowercase())
+        .map_or(word, |i| &word[i..]);
+    !super::rules::NOT_SECRET_KEYS
+        .iter()
+        .any(|k| word.eq_ignore_ascii_case(k.as_bytes()))
 }
 
 /// Whether the word right before `at` (skipping blanks and punctuation on the same line)
@@ -313,12 +376,28 @@ fn is_word(seg: &[u8]) -> bool {
         .position(u8::is_ascii_lowercase)
         .unwrap_or(seg.len());
     let tail = &seg[lower..];
-    tail.is_empty()
-        || (tail.len() >= 3
-            && tail
-                .iter()
-                .any(|c| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y')))
+    let vowel = |c: &u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y');
+    if tail.is_empty() {
+        return true;
+    }
+    if tail.len() < 3 || !tail.iter().any(vowel) {
+        return false;
+    }
+    // Four consonants in a row are a word's only as one of its clusters (`substring`,
+    // `strength`, `instruction`): `wdvn`, `kjhv` of a random run are not.
+    tail.split(vowel).all(|run| {
+        run.len() < 4
+            || run
+                .windows(2)
+                .any(|pair| CLUSTERS.iter().any(|c| pair == &c[..]))
+    })
 }
+
+/// Pairs of consonants that hold words' runs of four (`nstr`, `ngth`, `bstr`).
+const CLUSTERS: &[&[u8; 2]] = &[
+    b"st", b"ng", b"ch", b"th", b"sh", b"sc", b"ct", b"nd", b"nt", b"rt", b"rd", b"ld", b"ns",
+    b"ts", b"ph", b"tr", b"pr", b"gh",
+];
 
 /// The words before a value, nearest first, lowercase in `buf`: split at anything but letters
 /// and digits, at case changes (`mailjetApiKey`), with escapes (`\n`, `\u0022`) as
@@ -518,6 +597,38 @@ mod tests {
         assert!(!looks_random(b"mailjet_send_v3_HTTPServer"));
         // Letters between a key's digits are not words because there are four of them.
         assert!(looks_random(b"5HWaoDB9jbokXJ9LNknss4m6TPmaCHfr"));
+        // Nor are lowercase letters with four consonants in a row outside a word's clusters.
+        assert!(looks_random(b"wdvnousa87acfxp9ioasrea4tbeasrfa"));
+        assert!(!looks_random(b"substring_strength_instruction_v2"));
         assert!(!looks_random(b"00000000000000000000000000000000"));
+    }
+
+    #[test]
+    fn a_secret_word_right_before_a_random_run() {
+        assert_eq!(
+            found("[DEBUG] Using Key=wdvnousa87acfxp9ioasrea4tbeasrfa"),
+            ["wdvnousa87acfxp9ioasrea4tbeasrfa"]
+        );
+        assert_eq!(
+            found("zendesk token - 'Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4'"),
+            ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4"]
+        );
+        for kept in [
+            "PUBLIC_KEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "cacheKey: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "object-key = Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "monkey: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "key id Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+        ] {
+            assert!(found(kept).is_empty(), "{kept}");
+        }
+        // Nothing before the run, or only separators: no word, no panic.
+        for text in [
+            "==Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "\\ Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "é: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+        ] {
+            assert!(found(text).is_empty(), "{text}");
+        }
     }
 }
