@@ -272,6 +272,8 @@ fn secret_word_right_before(b: &[u8], at: usize) -> bool {
             .take(16)
             .take_while(|c| c.is_ascii_alphabetic())
             .count();
+    // After a backslash, the first letter is an escape's (`\ncacheKey`).
+    let from = from + usize::from(from > 0 && from < before.len() && before[from - 1] == b'\\');
     let word = &before[from..];
     let word = (1..word.len())
         .rev()
