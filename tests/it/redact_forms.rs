@@ -931,3 +931,16 @@ leak_tests! {
 left_alone_tests! {
     vendor_secret_word_of_a_key_that_is_no_secret: "PUBLIC_KEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\ncacheKey: Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\nkey id Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4";
 }
+
+// A credential header or setting given by a call, its name then its literal (Go's
+// `req.Header.Set`, Java's `setRequestProperty`, .NET's `DefaultRequestHeaders.Add`,
+// reqwest's `.header`, a default given to `environ.get`), and a camel-case `…Key` name.
+leak_tests! {
+    code_header_set_by_a_call: "req.Header.Set(\"X-Api-Key\", \"Xk9vQ2mLp7RzAb12Cd34\")\nconn.setRequestProperty(\"X-Auth-Token\", \"Q2mLp7RzAb12Cd34Xk9v\");\nclient.DefaultRequestHeaders.Add(\"X-API-KEY\", \"Hunt3rPw9Secret\");" => ["Xk9vQ2mLp7RzAb12Cd34", "Q2mLp7RzAb12Cd34Xk9v", "Hunt3rPw9Secret"];
+    code_setting_default_given_by_a_call: "SECRET_KEY = os.environ.get(\"SECRET_KEY\", \"django-insecure-8f3k2l9x\")\nprops.setProperty(\"db.password\", \"Hunt3rPw9\");" => ["django-insecure-8f3k2l9x", "Hunt3rPw9"];
+    vendor_key_in_camel_case: "apiMaticKey := \"rc6iLoUEFGGAWNLsuBJnmsh4tZB-oCxcDUmc45HIPcuiQvfUEu\"\nconst stripeSecretKey = 'Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4';" => ["rc6iLoUEFGGAWNLsuBJnmsh4tZB-oCxcDUmc45HIPcuiQvfUEu", "Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4"];
+}
+
+left_alone_tests! {
+    code_names_given_to_calls: "list_display = (\"token\", \"user\", \"application\")\nsensitive_post_parameters(\"password\", \"client_secret\")\ntoken = request.headers.get(\"X-Api-Key\", \"\")\nparser.add_argument(\"--token\", \"-t\")\nconst cacheKey = \"Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\";";
+}

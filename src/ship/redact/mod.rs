@@ -1415,7 +1415,16 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
                 .map(|v| decode::decode(std::str::from_utf8(v).unwrap_or_default()))
                 .collect();
             let values: Vec<&[u8]> = values.iter().map(|v| v.text.as_bytes()).collect();
-            copies_of(d.text.as_bytes(), &values, |at| add(d.to_raw(at)));
+            // A copy read across a string's own quote (`…rs"` of `"…rs"` for a secret
+            // `rs\"`) is none: redacting it would break the JSON.
+            copies_of(d.text.as_bytes(), &values, |at| {
+                let raw = d.to_raw(at);
+                let bare_quote =
+                    (raw.start..raw.end).any(|i| b[i] == b'"' && (i == 0 || b[i - 1] != b'\\'));
+                if !bare_quote {
+                    add(raw);
+                }
+            });
         }
     }
     spans.append(&mut extra);

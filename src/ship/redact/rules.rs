@@ -98,6 +98,10 @@ pub(crate) enum Refine {
     /// after a bare name (group `o` empty) only a whole quoted literal, as JavaScript's
     /// `token => …` is a function.
     Arrow,
+    /// `Header.Set("X-Api-Key", "x")`, `("api_key", "x")`, `getenv("SECRET_KEY", "x")`: the
+    /// literal after a quoted secret's name and a comma (group `q` its quote), read as the
+    /// name's value.
+    NamedLiteral,
     /// `$config['password'] = 'x'`, `char password[] = "x"`: the value of group `s` under the
     /// name `n` (a subscript's key) or `c` (an array's), read as an assignment's.
     Subscript,
@@ -867,13 +871,16 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "key-named-value",
         "generic-api-key",
-        &["_key", "-key"],
-        r#"(?i)\b(?P<n>[a-z0-9]+(?:[_.-][a-z0-9]+)*[_-]key)\b["']?[ \t]*(?:=|:)[ \t]*(?P<q>["']?)(?P<s>[A-Za-z0-9+/_=.-]{20,512})"#,
+        &[
+            "_key", "-key", "key=", "key =", "key:", "key :", "key\":", "key':",
+        ],
+        r#"(?i)\b(?P<n>[a-z0-9]+(?:[_.-][a-z0-9]+)*[_-]key|(?-i:[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)*Key))\b["']?[ \t]*(?:=|:=?)[ \t]*(?P<q>["']?)(?P<s>[A-Za-z0-9+/_=.-]{20,512})"#,
         Refine::KeyNamed,
         &[
             "paymongo_key = sk9Xq2Lm7Vb4Rt8Wz3Nc6Yp1Hd5Jf0Ga",
             "VOODOO_KEY=qPUKVel1ka4YalLPP0E533QvWeXSE3m0zd7UExTlRM8L9Z",
             "\"newscatcher-key\": \"0TmwjGlDiFJcHN_wODUUrEGBjC4Zh9xSnTQ2jiN83oU\"",
+            "apiMaticKey := \"rc6iLoUEFGGAWNLsuBJnmsh4tZB-oCxcDUmc45HIPcuiQvfUEu\"",
         ],
         &[
             "cache_key = \"user_profile_settings_cache\"",
@@ -881,6 +888,8 @@ pub(crate) static RULES: &[Rule] = &[
             "partition_key = tenant_id_and_created_at_day",
             "SORT_KEY=lastModifiedAtDescending",
             "object_key = uploads/2026/12/report-final.pdf",
+            "const cacheKey = \"Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\";",
+            "MONKEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
         ],
     ),
     when(
@@ -1680,6 +1689,34 @@ pub(crate) static RULES: &[Rule] = &[
         Refine::Sqlplus,
         &["sqlplus scott/Tiger123@orcl"],
         &["sqlplus / as sysdba"],
+    ),
+    when(
+        has_comma_and_quote,
+        rule(
+            "name-literal-pair",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)\b(?:set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?P<q>["'])"#
+            ),
+            Refine::NamedLiteral,
+            &[
+                "req.Header.Set(\"X-Api-Key\", \"Xk9vQ2mLp7RzAb12Cd34\")",
+                ".header(\"x-auth-token\", \"Xk9vQ2mLp7RzAb12Cd34\")",
+                "SECRET_KEY = os.environ.get(\"SECRET_KEY\", \"django-insecure-8f3k2l9x\")",
+                "props.setProperty(\"db.password\", \"Hunt3rPw9\");",
+            ],
+            &[
+                "token = request.headers.get(\"X-Api-Key\", \"\")",
+                "parser.add_argument(\"--token\", \"-t\")",
+                "t(\"password\", \"Password\")",
+                "getattr(settings, \"SECRET_KEY\", None)",
+                "list_display = (\"token\", \"user\", \"application\")",
+                "if hint not in [\"access_token\", \"refresh_token\"]:",
+            ],
+        ),
     ),
     when(
         has_comma_and_quote,
@@ -3602,6 +3639,24 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 && (!o.is_empty() || arrow_literal(text.as_bytes(), v.start()))
             {
                 assign(text, n.range(), v.start(), out);
+            }
+        }
+        Refine::NamedLiteral => {
+            // Two arguments: the literal closes the call (`set("token", "x")`), so a list of
+            // names given to a call (`add("token", "user", "application")`) stays.
+            let closes = |q: regex::Match<'_>| {
+                let b = text.as_bytes();
+                let end = closing_quote(b, q.end(), b[q.start()]);
+                b.get(end + 1..).is_some_and(|rest| {
+                    rest.iter().find(|c| !matches!(c, b' ' | b'\t')) == Some(&b')')
+                })
+            };
+            if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
+                && !n.as_str().starts_with('-')
+                && name_is_secret(n.as_str())
+                && closes(q)
+            {
+                push_value(n.as_str(), text, q.start(), 1, out);
             }
         }
         Refine::Subscript => {
