@@ -1419,8 +1419,10 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
             // `rs\"`) is none: redacting it would break the JSON.
             copies_of(d.text.as_bytes(), &values, |at| {
                 let raw = d.to_raw(at);
-                let bare_quote =
-                    (raw.start..raw.end).any(|i| b[i] == b'"' && (i == 0 || b[i - 1] != b'\\'));
+                // A quote is escaped when an odd number of backslashes comes before it.
+                let escaped =
+                    |i: usize| b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1;
+                let bare_quote = (raw.start..raw.end).any(|i| b[i] == b'"' && !escaped(i));
                 if !bare_quote {
                     add(raw);
                 }
