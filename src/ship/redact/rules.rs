@@ -335,6 +335,18 @@ fn has_comma_and_quote(text: &str) -> bool {
     memchr::memchr(b',', text.as_bytes()).is_some() && has_quote(text)
 }
 
+/// `name-literal-pair`: a `(` with a quote right after it (blanks between), then a `,`.
+fn has_call_given_a_string(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b'(', b).any(|at| {
+        b[at + 1..]
+            .iter()
+            .find(|&&c| c != b' ' && c != b'\t')
+            .is_some_and(|&c| c == b'"' || c == b'\'')
+            && memchr::memchr(b',', &b[at..]).is_some()
+    })
+}
+
 /// `table-row-pair`: the two `|` around its name.
 fn has_two_bars(text: &str) -> bool {
     memchr::memchr_iter(b'|', text.as_bytes()).nth(1).is_some()
@@ -1691,7 +1703,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["sqlplus / as sysdba"],
     ),
     when(
-        has_comma_and_quote,
+        has_call_given_a_string,
         rule(
             "name-literal-pair",
             "generic-assignment",
