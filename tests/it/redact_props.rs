@@ -587,7 +587,16 @@ fn strings_under_secret_keys(value: &Value, under: bool, out: &mut Vec<String>) 
                 strings_under_secret_keys(v, under, out);
             }
         }
-        Value::String(s) if under && s.chars().count() >= 8 => out.push(s.clone()),
+        // What the oracle keeps under a secret's key (code, a template, a count) is no secret.
+        Value::String(s)
+            if under
+                && s.chars().count() >= 8
+                && !starts_as_code_path(s)
+                && !is_template_reference(s)
+                && !s.bytes().all(|c| c.is_ascii_digit()) =>
+        {
+            out.push(s.clone())
+        }
         _ => {}
     }
 }
