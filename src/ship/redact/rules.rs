@@ -335,6 +335,17 @@ fn has_comma_and_quote(text: &str) -> bool {
     memchr::memchr(b',', text.as_bytes()).is_some() && has_quote(text)
 }
 
+/// `constructor-literal`: a `(` or `{` with a quote right after it (blanks between).
+fn has_bracket_then_quote(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr2_iter(b'(', b'{', b).any(|at| {
+        b[at + 1..]
+            .iter()
+            .find(|&&c| c != b' ' && c != b'\t')
+            .is_some_and(|&c| c == b'"' || c == b'\'')
+    })
+}
+
 /// `name-literal-pair`: a `(` with a quote right after it (blanks between), then a `,`.
 fn has_call_given_a_string(text: &str) -> bool {
     let b = text.as_bytes();
@@ -1701,6 +1712,25 @@ pub(crate) static RULES: &[Rule] = &[
         Refine::Sqlplus,
         &["sqlplus scott/Tiger123@orcl"],
         &["sqlplus / as sysdba"],
+    ),
+    when(
+        has_bracket_then_quote,
+        rule(
+            "constructor-literal",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)\b(?:std::)?(?:w?string|qstring)[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)[ \t]*[({][ \t]*(?P<s>["'])"#
+            ),
+            Refine::Subscript,
+            &[
+                "std::string password(\"Hunt3rPw9\");",
+                "const std::string api_key{\"Xk9vQ2mLp7RzAb12\"};",
+            ],
+            &["std::string password(\"\");", "std::string token(argv[1]);"],
+        ),
     ),
     when(
         has_call_given_a_string,
