@@ -953,3 +953,7 @@ leak_tests! {
     prefix_password_hash_cisco: "username admin privilege 15 secret 9 $9$nhEmQVczB7dqsO$X.HsgL6x1il0RxkOSSvyQYwucySCt7qFm4v7pqCxkKM" => ["X.HsgL6x1il0RxkOSSvyQYwucySCt7qFm4v7pqCxkKM"];
     code_cpp_constructor_given_a_literal: "std::string password(\"Hunt3rPw9\");\nconst std::string api_key{\"Xk9vQ2mLp7RzAb12\"};" => ["Hunt3rPw9", "Xk9vQ2mLp7RzAb12"];
 }
+
+left_alone_tests! {
+    code_arrow_given_code_and_a_scheme_alone: ":mock_auth => {:default => AuthHash.new('provider' => 'default')},\n$modify['set_headers']['Authorization'] = 'Basic '\n    . base64_encode(\"$user:$pass\");";
+}

@@ -1830,6 +1830,11 @@ fn is_shell_reference(value: &str) -> bool {
 /// attribute path's segments may be of any case (the spec's revision 4 widened revision 3's
 /// lowercase rule: credential-handling code must ship readable).
 fn is_code(rest: &str) -> bool {
+    // PHP's call of a global function (`\base64_encode(…)`).
+    let rest = rest
+        .strip_prefix('\\')
+        .filter(|r| r.starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(rest);
     is_call_or_path(rest) || is_go_conversion(rest) || super::code::is_code_expression(rest)
 }
 
@@ -2768,7 +2773,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
-    if is_validation_rules(value) {
+    if is_validation_rules(value) || is_scheme_alone(value) {
         return true;
     }
     if is_scheme_and_slot(value) {
@@ -3071,6 +3076,16 @@ fn named_after(name: &str, value: &str) -> bool {
         && v[v.len() - l.len()..].eq_ignore_ascii_case(l)
         && v[v.len() - l.len() - 1] == b'_'
         && v.iter().all(|c| c.is_ascii_lowercase() || *c == b'_')
+}
+
+/// An authorization scheme alone (`'Basic '`, `"Bearer "`): the credential is joined to it
+/// after (`'Basic ' . base64_encode(…)`), and goes by its own rules.
+fn is_scheme_alone(value: &str) -> bool {
+    let v = value.trim();
+    v.len() < value.len()
+        && ["basic", "bearer", "token", "digest", "negotiate"]
+            .iter()
+            .any(|s| v.eq_ignore_ascii_case(s))
 }
 
 /// A validator's rules joined by `|` (Laravel's `'password' => 'required|string|min:8'`):
@@ -3677,7 +3692,10 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Arrow => {
+            // Only a quoted literal: an unquoted value of a `=>` pair is code (a constant, a
+            // call, `$var`, `:symbol`, a hash `{:default => …}`).
             if let (Some(o), Some(n), Some(v)) = (caps.name("o"), caps.name("n"), caps.name("s"))
+                && matches!(v.as_str(), "\"" | "'")
                 && (!o.is_empty() || arrow_literal(text.as_bytes(), v.start()))
             {
                 assign(text, n.range(), v.start(), out);
