@@ -957,3 +957,9 @@ leak_tests! {
 left_alone_tests! {
     code_arrow_given_code_and_a_scheme_alone: ":mock_auth => {:default => AuthHash.new('provider' => 'default')},\n$modify['set_headers']['Authorization'] = 'Basic '\n    . base64_encode(\"$user:$pass\");";
 }
+
+// An authorization header set by a call: a bearer token goes and its scheme stays; a basic
+// credential goes whole, as nothing else takes it there.
+leak_tests! {
+    code_authorization_header_set_by_a_call: "SetHeader(\"Authorization\", \"Bearer Xk9vQ2mLp7RzAb12Cd34\").\nreq.Header.Set(\"Authorization\", \"Basic YWRtaW46SHVudDNyUHc5\")" => ["Xk9vQ2mLp7RzAb12Cd34", "YWRtaW46SHVudDNyUHc5"];
+}

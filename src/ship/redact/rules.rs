@@ -3711,10 +3711,16 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                     rest.iter().find(|c| !matches!(c, b' ' | b'\t')) == Some(&b')')
                 })
             };
+            // `"Bearer …"`: rule `bearer` takes the token and leaves the scheme.
+            let schemed = |q: regex::Match<'_>| {
+                let v = &text.as_bytes()[q.end()..];
+                v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")
+            };
             if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
                 && !n.as_str().starts_with('-')
                 && name_is_secret(n.as_str())
                 && closes(q)
+                && !schemed(q)
             {
                 push_value(n.as_str(), text, q.start(), 1, out);
             }
