@@ -2773,7 +2773,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
     }
-    if is_validation_rules(value) || is_scheme_alone(value) {
+    if is_validation_rules(value) || (code && is_scheme_alone(value)) {
         return true;
     }
     if is_scheme_and_slot(value) {
