@@ -235,6 +235,10 @@ fn secret_word_right_before(b: &[u8], at: usize) -> bool {
     if end == at {
         return false;
     }
+    // `Your API key is …`: the word before `is`.
+    if end >= 4 && b[end - 3..end].eq_ignore_ascii_case(b" is") && b[end - 4] != b' ' {
+        end -= 3;
+    }
     let mut start = end;
     while start > 0 && b[start - 1].is_ascii_alphabetic() && end - start < 12 {
         start -= 1;
@@ -264,6 +268,7 @@ fn secret_word_right_before(b: &[u8], at: usize) -> bool {
         .strip_suffix(b"_")
         .or_else(|| before.strip_suffix(b"-"))
         .or_else(|| before.strip_suffix(b"."))
+        .or_else(|| before.strip_suffix(b" "))
         .unwrap_or(before);
     let from = before.len()
         - before
@@ -611,6 +616,11 @@ mod tests {
             found("[DEBUG] Using Key=wdvnousa87acfxp9ioasrea4tbeasrfa"),
             ["wdvnousa87acfxp9ioasrea4tbeasrfa"]
         );
+        assert_eq!(
+            found("Your API2CART key is 2afddb813193eb9d3b5bd99bf5d834cd, which"),
+            ["2afddb813193eb9d3b5bd99bf5d834cd"]
+        );
+        assert!(found("the cache key is Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4").is_empty());
         assert_eq!(
             found("zendesk token - 'Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4'"),
             ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4"]
