@@ -963,3 +963,8 @@ left_alone_tests! {
 leak_tests! {
     code_authorization_header_set_by_a_call: "SetHeader(\"Authorization\", \"Bearer Xk9vQ2mLp7RzAb12Cd34\").\nreq.Header.Set(\"Authorization\", \"Basic YWRtaW46SHVudDNyUHc5\")" => ["Xk9vQ2mLp7RzAb12Cd34", "YWRtaW46SHVudDNyUHc5"];
 }
+
+// A Discord bot token: a user id in base64, a timestamp, an HMAC, named or not.
+leak_tests! {
+    prefix_discord_bot_token: "client.run('MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs')\nNzk5MjgxNDk0NDc2NDU1OTg3.YABS5g.2lmzECVlZv3vv6miVnUaKPQi2wI" => ["ZnCjm1XVW7vRze4b7Cq4se7kKWs", "2lmzECVlZv3vv6miVnUaKPQi2wI"];
+}

@@ -356,6 +356,7 @@ impl Redactor {
         }
         // A long random run with a vendor's name shortly before it (T2.6).
         vendors::spans(text, &found, &mut out);
+        vendors::discord_spans(text, &found, &mut out);
         out
     }
 

@@ -221,6 +221,42 @@ pub(crate) fn spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usiz
     }
 }
 
+/// Pushes every Discord bot token among `found`'s runs: a user's numeric id in base64 (the run,
+/// 23 to 28 characters, whose first 24 or so decode to ASCII digits), `.`, six characters of a
+/// timestamp, `.`, and an HMAC of 25 to 40. The id's base64 starts with `M`, `N` or `O`; the
+/// decoding to digits is what tells it from any dotted run.
+pub(crate) fn discord_spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usize>>) {
+    use base64::Engine as _;
+    let b = text.as_bytes();
+    let token = |from: usize| {
+        b.get(from..).map_or(0, |r| {
+            r.iter().take_while(|&&c| super::runs::is_token(c)).count()
+        })
+    };
+    for run in found {
+        let (start, end) = (run.start, run.end);
+        if !(23..=28).contains(&(end - start))
+            || !matches!(b[start], b'M' | b'N' | b'O')
+            || b.get(end) != Some(&b'.')
+            || token(end + 1) != 6
+            || b.get(end + 7) != Some(&b'.')
+        {
+            continue;
+        }
+        let mac = token(end + 8);
+        if !(25..=40).contains(&mac) {
+            continue;
+        }
+        let id = &b[start..start + (end - start) / 4 * 4];
+        let digits = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(id)
+            .is_ok_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
+        if digits {
+            out.push(start..end + 8 + mac);
+        }
+    }
+}
+
 /// Whether a secret's word (`key`, `token`, `secret`, …) comes right before `at`, across at
 /// most four blanks, quotes, `=`, `:` or `-` (`Using Key=…`, `zendesk token - '…'`): a random
 /// run so labelled is a credential whatever its vendor.
@@ -608,6 +644,25 @@ mod tests {
         assert!(looks_random(b"wdvnousa87acfxp9ioasrea4tbeasrfa"));
         assert!(!looks_random(b"substring_strength_instruction_v2"));
         assert!(!looks_random(b"00000000000000000000000000000000"));
+    }
+
+    #[test]
+    fn discord_bot_tokens_by_their_id() {
+        let spans = |text: &str| {
+            let mut out = Vec::new();
+            let runs = crate::ship::redact::runs::long_runs(text.as_bytes(), MIN_LEN);
+            discord_spans(text, &runs, &mut out);
+            out.into_iter()
+                .map(|r| text[r].to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            spans("bot.run('MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs')"),
+            ["MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs"]
+        );
+        // A dotted run whose first part is no id in base64.
+        assert!(spans("MZ1yGvKTjE0rY0cV8i47CjAa.uRHQPq.Xb1Mk2nEhe-4iUcrGOuegj57zMC").is_empty());
+        assert!(spans("MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FM.ZnCjm1XVW7vRze4b7Cq4se7kKWs").is_empty());
     }
 
     #[test]
