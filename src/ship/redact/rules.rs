@@ -245,6 +245,14 @@ fn has_equals(text: &str) -> bool {
     memchr::memchr(b'=', text.as_bytes()).is_some()
 }
 
+/// The first byte at or after `from` that is not a blank or a tab.
+fn next_non_blank(b: &[u8], from: usize) -> Option<u8> {
+    b.get(from..)?
+        .iter()
+        .copied()
+        .find(|&c| c != b' ' && c != b'\t')
+}
+
 /// `arrow-pair`: a `=>`.
 fn has_arrow(text: &str) -> bool {
     let b = text.as_bytes();
@@ -254,12 +262,7 @@ fn has_arrow(text: &str) -> bool {
 /// `subscript-assignment`: a `]` then blanks and `=`.
 fn has_subscript_assignment(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memchr_iter(b']', b).any(|i| {
-        b[i + 1..]
-            .iter()
-            .find(|&&c| c != b' ' && c != b'\t')
-            .is_some_and(|&c| c == b'=')
-    })
+    memchr::memchr_iter(b']', b).any(|i| next_non_blank(b, i + 1) == Some(b'='))
 }
 
 /// `secret-comparison`: an `==` or `!=`.
@@ -338,22 +341,15 @@ fn has_comma_and_quote(text: &str) -> bool {
 /// `constructor-literal`: a `(` or `{` with a quote right after it (blanks between).
 fn has_bracket_then_quote(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memchr2_iter(b'(', b'{', b).any(|at| {
-        b[at + 1..]
-            .iter()
-            .find(|&&c| c != b' ' && c != b'\t')
-            .is_some_and(|&c| c == b'"' || c == b'\'')
-    })
+    memchr::memchr2_iter(b'(', b'{', b)
+        .any(|at| matches!(next_non_blank(b, at + 1), Some(b'"' | b'\'')))
 }
 
 /// `name-literal-pair`: a `(` with a quote right after it (blanks between), then a `,`.
 fn has_call_given_a_string(text: &str) -> bool {
     let b = text.as_bytes();
     memchr::memchr_iter(b'(', b).any(|at| {
-        b[at + 1..]
-            .iter()
-            .find(|&&c| c != b' ' && c != b'\t')
-            .is_some_and(|&c| c == b'"' || c == b'\'')
+        matches!(next_non_blank(b, at + 1), Some(b'"' | b'\''))
             && memchr::memchr(b',', &b[at..]).is_some()
     })
 }
