@@ -968,3 +968,18 @@ leak_tests! {
 leak_tests! {
     prefix_discord_bot_token: "client.run('MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs')\nNzk5MjgxNDk0NDc2NDU1OTg3.YABS5g.2lmzECVlZv3vv6miVnUaKPQi2wI" => ["ZnCjm1XVW7vRze4b7Cq4se7kKWs", "2lmzECVlZv3vv6miVnUaKPQi2wI"];
 }
+
+/// The copies of every secret of a line holding more than one search's worth of them (64)
+/// go: the 100th secret's echo as the first's.
+#[test]
+fn copies_of_the_hundredth_secret_of_a_line() {
+    let secret = |i: usize| format!("Zq8Wm{i:03}Np7Lk2Vb6Xc1R");
+    let mut text: String = (0..100)
+        .map(|i| format!("export API_TOKEN_{i}={}\n", secret(i)))
+        .collect();
+    text.push_str(&format!("echo {} {}", secret(0), secret(99)));
+    let shipped = global().redact_text(&text);
+    for i in 0..100 {
+        assert!(!shipped.contains(&secret(i)), "{} shipped", secret(i));
+    }
+}

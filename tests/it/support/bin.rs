@@ -15,11 +15,17 @@ pub fn kcap_watch(config_dir: &Path) -> Command {
 
 /// Runs to completion, with a deadline (a hang fails the test instead of the suite).
 pub fn run(mut cmd: Command, timeout: Duration) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kcap-watch");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Wine now and then fails a process's creation itself under load ("Internal error", 1359)
+    // before the program runs a line: the spawn is tried again, a few times, never the run.
+    let mut tries = 0;
+    let child = loop {
+        match cmd.spawn() {
+            Ok(child) => break child,
+            Err(e) if tries < 3 && e.raw_os_error() == Some(1359) => tries += 1,
+            Err(e) => panic!("spawn kcap-watch: {e:?}"),
+        }
+    };
     wait_output(child, timeout)
 }
 
