@@ -1372,13 +1372,15 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
     }
     let b = text.as_bytes();
     let valid = |r: &Range<usize>| r.start < r.end && r.end <= b.len();
-    // Each distinct secret once, with where it was found.
+    // Each distinct secret once (a text may hold a hundred thousand spans: a set, not a scan
+    // of the list for each).
     let mut secrets: Vec<&[u8]> = Vec::new();
+    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     for r in spans.iter().filter(|r| valid(r)) {
         let v = &b[r.clone()];
         if unescaped_len(v) < COPY_MIN
-            || secrets.contains(&v)
             || memchr::memchr_iter(b'[', v).any(|at| v[at..].starts_with(REDACTED.as_bytes()))
+            || !seen.insert(v)
         {
             continue;
         }
@@ -1417,7 +1419,11 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
                 // Each is a slice of the text, cut at a character's boundary.
                 .map(|v| decode::decode(std::str::from_utf8(v).unwrap_or_default()))
                 .collect();
-            let values: Vec<&[u8]> = values.iter().map(|v| v.text.as_bytes()).collect();
+            let values: Vec<&[u8]> = values
+                .iter()
+                .map(|v| v.text.as_bytes())
+                .filter(|v| !v.is_empty())
+                .collect();
             // A copy read across a string's own quote (`…rs"` of `"…rs"` for a secret
             // `rs\"`) is none: redacting it would break the JSON.
             copies_of(d.text.as_bytes(), &values, |at| {
