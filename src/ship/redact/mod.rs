@@ -1453,8 +1453,12 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
             .build();
         match packed {
             Some(searcher) => {
-                for m in searcher.find_iter(hay) {
+                // Each start once, not each match's end: a match the caller refuses (read
+                // across a quote) must not hide another secret's copy inside it.
+                let mut at = 0;
+                while let Some(m) = searcher.find_in(hay, aho_corasick::Span::from(at..hay.len())) {
                     found(m.start()..m.end());
+                    at = m.start() + 1;
                 }
             }
             None => {
