@@ -328,7 +328,11 @@ impl Redactor {
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false);
         }
-        every_copy(text, &mut spans, hides_ascii);
+        // A decoded run's redaction (`encoded` > 0) only says whether it held a secret, which
+        // copies cannot change: they are looked for in the shipped text alone.
+        if encoded == 0 {
+            every_copy(text, &mut spans, hides_ascii);
+        }
         apply(text, spans)
     }
 

@@ -102,9 +102,10 @@ pub(crate) enum Refine {
     /// literal after a quoted secret's name and a comma (group `q` its quote), read as the
     /// name's value.
     NamedLiteral,
-    /// `$config['password'] = 'x'`, `char password[] = "x"`: the value of group `s` under the
-    /// name `n` (a subscript's key) or `c` (an array's), read as an assignment's.
-    Subscript,
+    /// A name then its value at group `s`, read as an assignment's: the name `n` (a subscript's
+    /// key, `$config['password'] = 'x'`; a C++ string constructed with a literal,
+    /// `std::string password("x")`) or `c` (a C array's, `char password[] = "x"`).
+    NameThenValue,
     /// A credential given to a call by its place (`NetworkCredential("u", "p")`,
     /// `getConnection(url, "u", "p")`): the match ends at the call's `(`.
     CallArgument,
@@ -1025,7 +1026,7 @@ pub(crate) static RULES: &[Rule] = &[
                 name_words!(),
                 r#")[A-Za-z0-9_]*)\[[0-9]*\])[ \t]*=[ \t]*(?P<s>[^\s=])"#
             ),
-            Refine::Subscript,
+            Refine::NameThenValue,
             &[
                 "$config['password'] = 'Hunt3rPw9';",
                 "os.environ[\"OPENAI_API_KEY\"] = \"Xk9vQ2mLp7RzAb12\"",
@@ -1720,7 +1721,7 @@ pub(crate) static RULES: &[Rule] = &[
                 name_words!(),
                 r#")[A-Za-z0-9_]*)[ \t]*[({][ \t]*(?P<s>["'])"#
             ),
-            Refine::Subscript,
+            Refine::NameThenValue,
             &[
                 "std::string password(\"Hunt3rPw9\");",
                 "const std::string api_key{\"Xk9vQ2mLp7RzAb12\"};",
@@ -3721,7 +3722,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 push_value(n.as_str(), text, q.start(), 1, out);
             }
         }
-        Refine::Subscript => {
+        Refine::NameThenValue => {
             if let (Some(n), Some(v)) = (caps.name("n").or(caps.name("c")), caps.name("s")) {
                 assign(text, n.range(), v.start(), out);
             }
