@@ -528,6 +528,12 @@ impl Redactor {
         // The line around the latest occurrence: occurrences come in order, so each line is
         // found once (finding it again for each occurrence was quadratic on a long line).
         let mut line = 0..0;
+        // The bytes the line holds that rules' checks need ([`rules::Pre`]), read once a line.
+        let mut held: Option<u32> = None;
+        // The keywords whose rules this line has had, each with whether it was inside a word:
+        // another occurrence on the line opens the same windows (`input_tokens +
+        // output_tokens`), so its rules are not gone through again.
+        let mut seen_on_line: Vec<u32> = Vec::new();
         let bytes = text.as_bytes();
         for &h in hits {
             let (at, keyword) = (h.at(), h.keyword());
@@ -539,19 +545,36 @@ impl Redactor {
                 let start = memrchr(b'\n', &bytes[..at]).map_or(0, |o| o + 1);
                 let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
                 line = start..end;
+                held = None;
+                seen_on_line.clear();
             }
             if is_plain_word(bytes, at) {
                 continue;
             }
+            let seen = keyword << 1 | u32::from(in_word);
+            if seen_on_line.contains(&seen) {
+                continue;
+            }
+            seen_on_line.push(seen);
             for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
                     continue;
                 }
-                let (multi, reach, bare) = match self.rule(r) {
-                    RuleRef::Core(rule) => (rule.multiline, rule.reach, rule.bare),
-                    RuleRef::Provider(_) => (false, 0, true),
+                let (multi, reach, bare, pre) = match self.rule(r) {
+                    RuleRef::Core(rule) => (rule.multiline, rule.reach, rule.bare, rule.pre),
+                    RuleRef::Provider(_) => (false, 0, true, None),
                 };
                 if keys_only && !bare {
+                    continue;
+                }
+                // A rule on the line alone whose check needs bytes the line does not hold.
+                if let Some(pre) = pre
+                    && !multi
+                    && reach == 0
+                    && !pre
+                        .needs
+                        .met(*held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()])))
+                {
                     continue;
                 }
                 let (start, end) = if multi {
@@ -632,9 +655,13 @@ impl Redactor {
 
     fn run_rule(&self, r: u16, text: &str, window: Range<usize>, out: &mut Vec<Range<usize>>) {
         let slice = &text[window.clone()];
+        // The window of a rule on its keyword's line alone is that line, whose bytes
+        // [`Redactor::text_spans`] found to meet the check's needs: a check that is those
+        // needs alone need not look again ([`rules::Pre`]).
         if let RuleRef::Core(rule) = self.rule(r)
             && let Some(pre) = rule.pre
-            && !pre(slice)
+            && !(pre.exact && rule.reach == 0 && !rule.multiline)
+            && !(pre.check)(slice)
         {
             return;
         }

@@ -35,7 +35,7 @@ pub(crate) struct Rule {
     pub refine: Refine,
     /// A cheap test the text must pass before the pattern runs (a rule on the whole text whose
     /// keywords are common words).
-    pub pre: Option<fn(&str) -> bool>,
+    pub pre: Option<Pre>,
     pub positive: &'static [&'static str],
     pub negative: &'static [&'static str],
 }
@@ -210,7 +210,136 @@ const fn bare(r: Rule) -> Rule {
     Rule { bare: true, ..r }
 }
 
-const fn when(pre: fn(&str) -> bool, r: Rule) -> Rule {
+/// A rule's cheap check ([`Rule::pre`]) with the bytes it cannot pass without.
+///
+/// Most windows a keyword opens are one line, and every rule of the keyword checks the same
+/// line: a `memchr` each, ten and more for a line naming a token. The bytes a line holds are
+/// read once into a set of bits instead ([`bytes_held`]), and a rule whose `needs` the line
+/// does not meet is not run at all; where the check is those bytes alone (`exact`), it is not
+/// called either. Test `checks_need_the_bytes_they_say`.
+#[derive(Clone, Copy)]
+pub(crate) struct Pre {
+    pub check: fn(&str) -> bool,
+    pub needs: Needs,
+    /// The check passes exactly when `needs` are met.
+    pub exact: bool,
+}
+
+/// Bytes a check needs: every one of `all` and, unless `any` is empty, one of `any`; as bits
+/// of [`bytes_held`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Needs {
+    all: u32,
+    any: u32,
+}
+
+impl Needs {
+    const fn of(all: &[u8], any: &[u8]) -> Needs {
+        Needs {
+            all: bits(all),
+            any: bits(any),
+        }
+    }
+
+    /// Whether text holding the bytes `held` ([`bytes_held`]) meets these needs.
+    #[inline]
+    pub(crate) fn met(self, held: u32) -> bool {
+        held & self.all == self.all && (self.any == 0 || held & self.any != 0)
+    }
+}
+
+/// The bytes some check needs, each with its bit in [`bytes_held`].
+const NEEDED: &[u8] = b":=|-@\"'({]>?&\\,p \t";
+
+/// Each byte's bit in [`bytes_held`] (0 for a byte no check needs).
+const BIT: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < NEEDED.len() {
+        t[NEEDED[i] as usize] = 1 << i;
+        i += 1;
+    }
+    t
+};
+
+const fn bits(bytes: &[u8]) -> u32 {
+    let mut m = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        m |= BIT[bytes[i] as usize];
+        i += 1;
+    }
+    m
+}
+
+/// Which of the bytes checks need ([`NEEDED`]) `b` holds, one bit each.
+pub(crate) fn bytes_held(b: &[u8]) -> u32 {
+    b.iter().fold(0, |m, &c| m | BIT[c as usize])
+}
+
+const fn pre(check: fn(&str) -> bool, all: &[u8], any: &[u8], exact: bool) -> Pre {
+    Pre {
+        check,
+        needs: Needs::of(all, any),
+        exact,
+    }
+}
+
+const QUOTES: &[u8] = b"\"'";
+const BLANKS: &[u8] = b" \t";
+const HAS_ANNOTATION: Pre = pre(has_annotation, b":=", BLANKS, false);
+const HAS_ARROW: Pre = pre(has_arrow, b"=>", b"", false);
+const HAS_AT: Pre = pre(has_at, b"@", b"", true);
+const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
+const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
+const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
+const HAS_COLON: Pre = pre(has_colon, b":", b"", true);
+const HAS_COMMA_AND_QUOTE: Pre = pre(has_comma_and_quote, b",", QUOTES, true);
+const HAS_COMPARISON: Pre = pre(has_comparison, b"=", b"", false);
+const HAS_DASH: Pre = pre(has_dash, b"-", b"", true);
+const HAS_DASHES: Pre = pre(has_dashes, b"-", b"", false);
+const HAS_EQUALS: Pre = pre(has_equals, b"=", b"", true);
+const HAS_IS_OR_WAS: Pre = pre(has_is_or_was, b"", BLANKS, false);
+const HAS_LABEL_AND_VALUE: Pre = pre(has_label_and_value, b"", BLANKS, false);
+const HAS_NETRC_PASSWORD: Pre = pre(has_netrc_password, b"p", BLANKS, false);
+const HAS_OPEN_PAREN: Pre = pre(has_open_paren, b"(", b"", true);
+const HAS_PAREN_AND_QUOTE: Pre = pre(has_paren_and_quote, b"(", QUOTES, true);
+const HAS_QUERY: Pre = pre(has_query, b"=", b"?&\\", true);
+const HAS_QUOTE: Pre = pre(has_quote, b"", QUOTES, true);
+const HAS_SUBSCRIPT_ASSIGNMENT: Pre = pre(has_subscript_assignment, b"]=", b"", false);
+const HAS_TOKEN_USER: Pre = pre(has_token_user, b":@", b"", false);
+const HAS_TWO_BARS: Pre = pre(has_two_bars, b"|", b"", false);
+const HAS_YAML_PAIR: Pre = pre(has_yaml_pair, b":", b"", false);
+
+/// Every check, for the test that holds each to its needs.
+#[cfg(test)]
+const PRES: &[(&str, Pre)] = &[
+    ("annotation", HAS_ANNOTATION),
+    ("arrow", HAS_ARROW),
+    ("at", HAS_AT),
+    ("bare_colon", HAS_BARE_COLON),
+    ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
+    ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
+    ("colon", HAS_COLON),
+    ("comma_and_quote", HAS_COMMA_AND_QUOTE),
+    ("comparison", HAS_COMPARISON),
+    ("dash", HAS_DASH),
+    ("dashes", HAS_DASHES),
+    ("equals", HAS_EQUALS),
+    ("is_or_was", HAS_IS_OR_WAS),
+    ("label_and_value", HAS_LABEL_AND_VALUE),
+    ("netrc_password", HAS_NETRC_PASSWORD),
+    ("open_paren", HAS_OPEN_PAREN),
+    ("paren_and_quote", HAS_PAREN_AND_QUOTE),
+    ("query", HAS_QUERY),
+    ("quote", HAS_QUOTE),
+    ("subscript_assignment", HAS_SUBSCRIPT_ASSIGNMENT),
+    ("token_user", HAS_TOKEN_USER),
+    ("two_bars", HAS_TWO_BARS),
+    ("yaml_pair", HAS_YAML_PAIR),
+];
+
+const fn when(pre: Pre, r: Rule) -> Rule {
     Rule {
         pre: Some(pre),
         ..r
@@ -466,7 +595,7 @@ pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
     when(
-        has_two_bars,
+        HAS_TWO_BARS,
         rule(
             "table-row-pair",
             "cli-table",
@@ -487,7 +616,7 @@ pub(crate) static RULES: &[Rule] = &[
     // ...and a column named for one, under a header and its separator line (`az ... -o
     // table`, Markdown, psql).
     when(
-        has_dashes,
+        HAS_DASHES,
         multiline(rule(
             "table-column",
             "cli-table",
@@ -518,7 +647,7 @@ pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
     // scalar (`password: |`).
     when(
-        has_bare_colon,
+        HAS_BARE_COLON,
         multiline(rule(
             "yaml-next-line",
             "assignment",
@@ -542,7 +671,7 @@ pub(crate) static RULES: &[Rule] = &[
     // A secret's name given as a sibling's value (docs/redaction.md, "Names beside their
     // values"): a container's `env` list in YAML, `- name: DB_PASSWORD` over `value: ...`...
     when(
-        has_yaml_pair,
+        HAS_YAML_PAIR,
         multiline(rule(
             "yaml-name-value",
             "assignment",
@@ -738,7 +867,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["https://api.telegram.org/bots/api"],
     ),
     when(
-        has_colon,
+        HAS_COLON,
         rule(
             "header",
             "http-header",
@@ -812,7 +941,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["a bearer token is sent"],
     ),
     when(
-        has_query,
+        HAS_QUERY,
         rule(
             "url-query",
             "url-query-secret",
@@ -840,7 +969,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_at,
+        HAS_AT,
         rule(
             "url-userinfo",
             "url-password",
@@ -855,7 +984,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_token_user,
+        HAS_TOKEN_USER,
         rule(
             "url-token-user",
             "git-remote-token",
@@ -867,7 +996,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_equals,
+        HAS_EQUALS,
         rule(
             "connection-string",
             "connection-string",
@@ -913,7 +1042,7 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     when(
-        has_annotation,
+        HAS_ANNOTATION,
         rule(
             "annotated-assignment",
             "generic-assignment",
@@ -938,7 +1067,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_comparison,
+        HAS_COMPARISON,
         rule(
             "secret-comparison",
             "code",
@@ -965,7 +1094,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_comparison,
+        HAS_COMPARISON,
         rule(
             "secret-comparison-reversed",
             "code",
@@ -988,7 +1117,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_arrow,
+        HAS_ARROW,
         rule(
             "arrow-pair",
             "generic-assignment",
@@ -1014,7 +1143,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_subscript_assignment,
+        HAS_SUBSCRIPT_ASSIGNMENT,
         rule(
             "subscript-assignment",
             "generic-assignment",
@@ -1041,7 +1170,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_equals,
+        HAS_EQUALS,
         rule(
             "assignment",
             "generic-assignment",
@@ -1079,7 +1208,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_colon,
+        HAS_COLON,
         rule(
             "colon-pair",
             "generic-assignment",
@@ -1106,7 +1235,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_label_and_value,
+        HAS_LABEL_AND_VALUE,
         rule(
             "labelled",
             "generic-label",
@@ -1143,7 +1272,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["The API key is read from the environment"],
     ),
     when(
-        has_is_or_was,
+        HAS_IS_OR_WAS,
         rule(
             "password-is",
             "generic-label",
@@ -1155,7 +1284,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_quote,
+        HAS_QUOTE,
         rule(
             "password-is-quoted",
             "generic-label",
@@ -1176,7 +1305,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_netrc_password,
+        HAS_NETRC_PASSWORD,
         rule(
             "netrc",
             "netrc",
@@ -1251,7 +1380,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["redis-cli -h cache ping"],
     ),
     when(
-        has_dash,
+        HAS_DASH,
         rule(
             "password-flag",
             "command-line",
@@ -1402,7 +1531,7 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     when(
-        has_quote,
+        HAS_QUOTE,
         rule(
             "sql-password",
             "sql",
@@ -1420,7 +1549,7 @@ pub(crate) static RULES: &[Rule] = &[
     // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
     // `withSecret("…")`. A variable or a call is code and stays.
     when(
-        has_paren_and_quote,
+        HAS_PAREN_AND_QUOTE,
         rule(
             "setter-literal",
             "code",
@@ -1516,7 +1645,7 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     when(
-        has_open_paren,
+        HAS_OPEN_PAREN,
         reaching(
             1024,
             rule(
@@ -1711,7 +1840,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["sqlplus / as sysdba"],
     ),
     when(
-        has_bracket_then_quote,
+        HAS_BRACKET_THEN_QUOTE,
         rule(
             "constructor-literal",
             "generic-assignment",
@@ -1730,7 +1859,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_call_given_a_string,
+        HAS_CALL_GIVEN_A_STRING,
         rule(
             "name-literal-pair",
             "generic-assignment",
@@ -1758,7 +1887,7 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     when(
-        has_comma_and_quote,
+        HAS_COMMA_AND_QUOTE,
         rule(
             "python-auth-tuple",
             "command-line",
@@ -5528,7 +5657,7 @@ mod tests {
             });
             for (rule, re) in CHECKED.iter() {
                 let pre = rule.pre.expect("a check before the pattern");
-                proptest::prop_assert!(!re.is_match(&t) || pre(&t), "{}: {:?}", rule.id, t);
+                proptest::prop_assert!(!re.is_match(&t) || (pre.check)(&t), "{}: {:?}", rule.id, t);
             }
         }
     }
@@ -5578,6 +5707,50 @@ mod tests {
                 has_label_and_value_by_endings(&t),
                 "{:?}", t
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// Each rule's cheap check passes only on text holding the bytes it says it needs (a
+        /// line failing them is skipped without the check), and where it says it is those
+        /// bytes alone, it passes on every such text. Text made of every byte a check looks
+        /// at, the words some look for and characters above ASCII; a need left out of a
+        /// check's list, or one too many, fails it.
+        #[test]
+        fn checks_need_the_bytes_they_say(
+            t in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    ":", "=", "|", "-", "@", "\"", "'", "(", "{", "[", "]", ">", "?", "&", "\\",
+                    ",", "p", " ", "\t", "\n", "==", "!=", "=>", "---", "://", "password",
+                    "value:", "name:", "key:", " is ", " was ", "token", "secret", "x", "é",
+                    "0123456789abcdefXYZ7", "Xk9vQ2mLp7Rz",
+                ]),
+                0..16,
+            ).prop_map(|p| p.concat())
+        ) {
+            let held = bytes_held(t.as_bytes());
+            for (name, pre) in PRES {
+                let passes = (pre.check)(&t);
+                proptest::prop_assert!(!passes || pre.needs.met(held), "{}: {:?}", name, t);
+                if pre.exact {
+                    proptest::prop_assert_eq!(passes, pre.needs.met(held), "{}: {:?}", name, t);
+                }
+            }
+        }
+    }
+
+    /// Every check the rules use is in the list the property above reads.
+    #[test]
+    fn every_check_is_held_to_its_needs() {
+        for rule in RULES {
+            if let Some(pre) = rule.pre {
+                assert!(
+                    PRES.iter()
+                        .any(|(_, p)| std::ptr::fn_addr_eq(p.check, pre.check)),
+                    "{}'s check is not in PRES",
+                    rule.id
+                );
+            }
         }
     }
 
@@ -5700,7 +5873,7 @@ mod tests {
             let Some(pre) = rule.pre else { continue };
             let re = Regex::new(rule.pattern).expect("pattern compiles");
             for t in &corpus {
-                assert!(!re.is_match(t) || pre(t), "{}: {t:?}", rule.id);
+                assert!(!re.is_match(t) || (pre.check)(t), "{}: {t:?}", rule.id);
             }
         }
     }

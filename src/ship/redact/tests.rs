@@ -574,3 +574,40 @@ fn every_keyword_fits_a_hit() {
         }
     }
 }
+
+/// A line's keywords open their rules once however often they occur on it, but an occurrence
+/// inside a word skips the token rules, so it must not stand for one that starts a token.
+#[test]
+fn a_token_after_its_prefix_inside_a_word_on_the_same_line_is_found() {
+    for token in [
+        "shltm_Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OQ2mLp7RzAb12",
+        "NF-Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0OQ",
+        "apify_api_dXB1vLsglgTexUYm3JTAx2BHTjVuDBbvPl8R",
+    ] {
+        let prefix = &token[..token.find(['_', '-']).map_or(0, |i| i + 1)];
+        for text in [
+            format!("see x{prefix}notes.md then {token}"),
+            format!("{{\"output\":\"m{prefix} and {token}\"}}"),
+        ] {
+            let redacted = redact(&text);
+            assert!(!redacted.contains(token), "{text} -> {redacted}");
+        }
+    }
+}
+
+/// A rule whose check needs a byte the keyword's line lacks is skipped on that line only: a
+/// later line of the same text holding it is still read.
+#[test]
+fn a_rule_skipped_on_one_line_still_reads_the_next() {
+    for text in [
+        "token rotated\nAPI_TOKEN=Xk9vQ2mLp7RzT4wN6bQ1",
+        "password changed today\npassword: Xk9vQ2mLp7RzT4wN\n",
+        "the secret\n  if (\"Xk9vQ2mLp7RzT4wN6\" == secret) {",
+    ] {
+        let redacted = redact(text);
+        assert!(
+            !redacted.contains("Xk9vQ2mLp7Rz"),
+            "{text:?} -> {redacted:?}"
+        );
+    }
+}
