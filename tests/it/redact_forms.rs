@@ -994,3 +994,25 @@ fn copies_in_a_text_of_many_secrets() {
     let shipped = global().redact_text(&text);
     assert!(!shipped.contains("Zq8Wm"), "a copy shipped");
 }
+
+// A vendor's key of letters alone (a long base64 run with no digit by chance) or of capitals
+// and digits (`I5SYNPRF…`): the letters between its digits read as no word.
+leak_tests! {
+    vendor_key_of_letters_alone: "codemagic_key: \"PSIYbVgfkbEPQoqJfzHpACTtihONkQ_cKmOpNDPNiCU\"\n[DEBUG] Using Key=QkRmVpLxTzWnYbHsJdFgCaEqUo" => ["PSIYbVgfkbEPQoqJfzHpACTtihONkQ_cKmOpNDPNiCU", "QkRmVpLxTzWnYbHsJdFgCaEqUo"];
+    vendor_key_of_capitals_and_digits: "news = top_news(scraping_bee = 'I5SYNPRFZI41WHVQWWUT0GNXFMO104343E7CXFIISR01E2V8ETSMXMJFK1XNKM7FDEEPUPRM0FYAHFF5')" => ["I5SYNPRFZI41WHVQWWUT0GNXFMO104343E7CXFIISR01E2V8ETSMXMJFK1XNKM7FDEEPUPRM0FYAHFF5"];
+    vendor_names_added: "metabase 'Y49ftoUer6aYZOzdkRzlENnW8PHnD9zf9dP9'\nluno '1XyDP7rTIaP622RZTmvzM29VsNc9fubPjk3_M-xFP-F'\ninvoiceocean 'ZWd1e2141Q2R1ds23sdX'" => ["Y49ftoUer6aYZOzdkRzlENnW8PHnD9zf9dP9", "1XyDP7rTIaP622RZTmvzM29VsNc9fubPjk3_M-xFP-F", "ZWd1e2141Q2R1ds23sdX"];
+}
+
+left_alone_tests! {
+    vendor_names_and_words_of_letters_alone: "codecov: [![codecov](https://codecov.io/gh/PyMySQL/PyMySQL/branch/main/graph/badge.svg)]\napi_key = getAccessTokenFromRefreshTokenCache()\n[DEBUG] Using Key=ThisIsAVeryLongClassNameWithoutDigits\nHTTP2_PROXY_PASSWORD_FILE=/run/secrets/proxy";
+}
+
+// Windows' `net use` given a share's password, before or after `/user:`; `*` asks for it.
+leak_tests! {
+    cli_net_use_password: "net use Z: \\\\fs01\\share NetUs3Pass /user:CORP\\svc\nnet use \\\\10.0.0.5\\ipc$ /user:admin Hunt3rPw9" => ["NetUs3Pass", "Hunt3rPw9"];
+    prefix_bitbucket_app_password: "git push with ci-bot:ATBB3kRm9Qx7LpT2vW8nZ4cY6hJ1dF5sA0gE and then\nmirror ATBBq7Wm3Xk9Lp2Rz5Tn8Vb4Hc6Jd1Fg0Ys" => ["ATBB3kRm9Qx7LpT2vW8nZ4cY6hJ1dF5sA0gE", "ATBBq7Wm3Xk9Lp2Rz5Tn8Vb4Hc6Jd1Fg0Ys"];
+}
+
+left_alone_tests! {
+    cli_net_use_without_a_password: "net use Z: \\\\fs01\\share /user:CORP\\svc\nnet use \\\\fs01\\share * /user:admin\nnet use Z: \\\\fs01\\share /persistent:yes\nThe ATBBREVIATIONS table";
+}

@@ -1380,6 +1380,18 @@ pub(crate) static RULES: &[ProviderRule] = &[
         negative: &[r"BBDC-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
     },
     ProviderRule {
+        id: "bitbucket-app-password",
+        family: "bitbucket-app-password",
+        keywords: &["atbb"],
+        pattern: r"ATBB[A-Za-z0-9_=.-]{24,64}",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"BITBUCKET_APP_PASSWORD=ATBB3kRm9Qx7LpT2vW8nZ4cY6hJ1dF5sA0gE",
+            r#"auth=("deploy", "ATBBq7Wm3Xk9Lp2Rz5Tn8Vb4Hc6Jd1Fg0Ys")"#,
+        ],
+        negative: &[r"ATBBaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "ATBBREVIATIONS"],
+    },
+    ProviderRule {
         id: "segment-public-api-token",
         family: "segment-public-api-token",
         keywords: &["sgp_"],

@@ -1421,6 +1421,26 @@ pub(crate) static RULES: &[Rule] = &[
         &["openssl pkcs12 -export -passout pass:P12Secret -out a.p12"],
         &["openssl pkcs12 -passout env:P12PASS"],
     ),
+    // Windows' `net use` mapping a share (docs/behaviour.md T2.5): its password is the word
+    // after the share, before or after `/user:NAME` (`*` asks for it, and stays).
+    rule(
+        "net-use-password",
+        "command-line",
+        &["net use"],
+        r#"(?i)\bnet[ \t]+use[ \t]+(?:[a-z]:[ \t]+)?\\\\\S+[ \t]+(?:/user:\S+[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'/*])"#,
+        Refine::Flag,
+        &[
+            r"net use Z: \\fs01\share NetUs3Pass /user:CORP\svc",
+            r"net use \\fs01\ipc$ /user:admin NetUs3Pass",
+            r#"NET USE \\10.0.0.5\c$ "Net Us3 Pass" /USER:admin"#,
+        ],
+        &[
+            r"net use Z: \\fs01\share /user:CORP\svc",
+            r"net use \\fs01\share * /user:admin",
+            r"net use Z: \\fs01\share /persistent:yes",
+            "net use",
+        ],
+    ),
     // Password flags of database, directory and key tools (docs/behaviour.md T2.5): each
     // tool's own flag, spelled as it is (`sqlcmd -P` is the password, `-p` prints statistics).
     rule(

@@ -111,7 +111,8 @@ const VENDORS: &[&str] = &[
     "twilio", "sinch", "messagebird", "bandwidth", "nexmo", "sentry", "snyk", "sonarcloud",
     "sonarqube", "codecov", "travis", "jenkins", "drone", "terraform", "pulumi", "vault",
     "consul", "nomad", "artifactory", "jfrog", "nuget", "docker", "dockerhub", "quay", "okta",
-    "ping", "duo", "onelogin", "keycloak",
+    "ping", "duo", "onelogin", "keycloak", "luno", "metabase", "keenio", "invoiceocean",
+    "kanban", "dovico", "mrticktock", "redhat", "railway", "webexbot", "mite", "cloze",
 ];
 
 /// Vendor names that are also common words: they count only with a secret word nearby.
@@ -124,6 +125,7 @@ const WEAK: &[&str] = &[
     "facebook", "youtube", "spotify", "slack", "zoom", "bing", "telegram", "discord",
     "firebase", "reddit", "ebay", "mistral", "replicate", "fireworks", "openai", "anthropic",
     "jenkins", "travis", "sentry", "mux", "agora", "tatum", "sirv", "qase", "rawg", "here",
+    "kanban", "redhat", "railway", "mite", "cloze",
 ];
 
 /// Words that name a secret: with a weak vendor name, or a value shaped like a hash or a UUID.
@@ -368,9 +370,6 @@ fn trim_run(mut run: Range<usize>, b: &[u8]) -> Range<usize> {
 pub(crate) fn looks_random(v: &[u8]) -> bool {
     let digits = v.iter().filter(|c| c.is_ascii_digit()).count();
     let letters = v.iter().filter(|c| c.is_ascii_alphabetic()).count();
-    if digits == 0 || letters == 0 {
-        return false;
-    }
     let class = |c: u8| match c {
         b'0'..=b'9' => 0,
         b'a'..=b'z' => 1,
@@ -378,6 +377,15 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
         _ => 3,
     };
     let changes = v.windows(2).filter(|w| class(w[0]) != class(w[1])).count();
+    // A key of letters alone (`PSIYbVgfkbEPQoqJfzHp…`, a digit missing by chance from a
+    // long base64 run) when long, of one piece (two separators at most: a path's words are
+    // not a key) and changing case every few letters, as no identifier does; else a key
+    // holds letters and digits.
+    let letters_alone =
+        digits == 0 && v.len() >= 24 && v.len() - letters <= 2 && changes * 3 >= v.len();
+    if letters == 0 || (digits == 0 && !letters_alone) {
+        return false;
+    }
     if changes < (v.len() / 5).max(4) {
         return false;
     }
@@ -412,17 +420,24 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
 }
 
 /// A run of letters split as [`looks_random`] splits them (capitals, then lowercase) that reads
-/// as a word: all capitals, or a lowercase tail of three letters or more holding a vowel.
+/// as a word: capitals alone that are an acronym's four or fewer (`HTTP`) or read as a word
+/// (`SECRET`, `PASSWORD`), or a lowercase tail of three letters or more that reads as one. The
+/// capitals between a random key's digits (`WHVQWWUT`, `GNXFMO`) do not.
 fn is_word(seg: &[u8]) -> bool {
     let lower = seg
         .iter()
         .position(u8::is_ascii_lowercase)
         .unwrap_or(seg.len());
-    let tail = &seg[lower..];
-    let vowel = |c: &u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y');
-    if tail.is_empty() {
-        return true;
+    if lower == seg.len() {
+        return seg.len() <= 4 || reads_as_word(&seg.to_ascii_lowercase());
     }
+    reads_as_word(&seg[lower..])
+}
+
+/// Whether lowercase letters read as a word: three or more, a vowel among them, and no four
+/// consonants in a row but a word's clusters.
+fn reads_as_word(tail: &[u8]) -> bool {
+    let vowel = |c: &u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y');
     if tail.len() < 3 || !tail.iter().any(vowel) {
         return false;
     }
@@ -644,6 +659,20 @@ mod tests {
         assert!(looks_random(b"wdvnousa87acfxp9ioasrea4tbeasrfa"));
         assert!(!looks_random(b"substring_strength_instruction_v2"));
         assert!(!looks_random(b"00000000000000000000000000000000"));
+        // Capitals between digits read as words only when they do: `SECRET`, an acronym.
+        assert!(looks_random(
+            b"I5SYNPRFZI41WHVQWWUT0GNXFMO104343E7CXFIISR01E2V8ETS"
+        ));
+        assert!(!looks_random(b"HTTP2_PROXY_PASSWORD_FILE"));
+        // Letters alone: a long run changing case every few letters, never an identifier.
+        assert!(looks_random(b"PSIYbVgfkbEPQoqJfzHpACTtihONkQ_cKmOpNDPNiCU"));
+        assert!(!looks_random(b"getAccessTokenFromRefreshTokenCache"));
+        assert!(!looks_random(b"ThisIsAVeryLongClassNameWithoutDigits"));
+        assert!(!looks_random(b"XMLHttpRequestEventTargetHandlers"));
+        assert!(!looks_random(b"PSIYbVgfkbEPQoqJfzHp"));
+        assert!(!looks_random(
+            b"io/gh/PyMySQL/PyMySQL/branch/main/graph/badge"
+        ));
     }
 
     #[test]
