@@ -370,6 +370,14 @@ fn trim_run(mut run: Range<usize>, b: &[u8]) -> Range<usize> {
 pub(crate) fn looks_random(v: &[u8]) -> bool {
     let digits = v.iter().filter(|c| c.is_ascii_digit()).count();
     let letters = v.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    // A key of letters alone (`PSIYbVgfkbEPQoqJfzHp…`, a digit missing by chance from a
+    // long base64 run) when long, of one piece (two separators at most: a path's words are
+    // not a key) and changing case every few letters (below), as no identifier does; else a
+    // key holds letters and digits.
+    let letters_alone = digits == 0 && v.len() >= 24 && v.len() - letters <= 2;
+    if letters == 0 || (digits == 0 && !letters_alone) {
+        return false;
+    }
     let class = |c: u8| match c {
         b'0'..=b'9' => 0,
         b'a'..=b'z' => 1,
@@ -377,22 +385,13 @@ pub(crate) fn looks_random(v: &[u8]) -> bool {
         _ => 3,
     };
     let changes = v.windows(2).filter(|w| class(w[0]) != class(w[1])).count();
-    // A key of letters alone (`PSIYbVgfkbEPQoqJfzHp…`, a digit missing by chance from a
-    // long base64 run) when long, of one piece (two separators at most: a path's words are
-    // not a key) and changing case every few letters, as no identifier does; else a key
-    // holds letters and digits.
-    let letters_alone =
-        digits == 0 && v.len() >= 24 && v.len() - letters <= 2 && changes * 3 >= v.len();
-    if letters == 0 || (digits == 0 && !letters_alone) {
-        return false;
-    }
-    if changes < (v.len() / 5).max(4) {
+    if changes < (v.len() / 5).max(4) || (letters_alone && changes * 3 < v.len()) {
         return false;
     }
     // Identifiers: words (four letters or more, split at digits, separators and case
     // changes: `mailjet_send_v3`, `SomeLongIdentifierName2024`) cover most of it. A run of
-    // letters is a word when it is all capitals (`SECRET`) or its lowercase tail is three
-    // letters or more holding a vowel (`Name`, `HTTPServer`, `send`): the letters between a
+    // letters is a word when its capitals are an acronym or read as a word (`HTTP`, `SECRET`)
+    // or its lowercase tail reads as one (`Name`, `HTTPServer`, `send`): the letters between a
     // random key's digits (`HWao`, `LNknss`, `CHfr` of `5HWaoDB9…LNknss4m6TPmaCHfr`) seldom are.
     let mut wordy = 0;
     let mut from = 0;
@@ -429,15 +428,15 @@ fn is_word(seg: &[u8]) -> bool {
         .position(u8::is_ascii_lowercase)
         .unwrap_or(seg.len());
     if lower == seg.len() {
-        return seg.len() <= 4 || reads_as_word(&seg.to_ascii_lowercase());
+        return seg.len() <= 4 || reads_as_word(seg);
     }
     reads_as_word(&seg[lower..])
 }
 
-/// Whether lowercase letters read as a word: three or more, a vowel among them, and no four
+/// Whether letters of one case read as a word: three or more, a vowel among them, and no four
 /// consonants in a row but a word's clusters.
 fn reads_as_word(tail: &[u8]) -> bool {
-    let vowel = |c: &u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u' | b'y');
+    let vowel = |c: &u8| matches!(c | 0x20, b'a' | b'e' | b'i' | b'o' | b'u' | b'y');
     if tail.len() < 3 || !tail.iter().any(vowel) {
         return false;
     }
@@ -447,7 +446,7 @@ fn reads_as_word(tail: &[u8]) -> bool {
         run.len() < 4
             || run
                 .windows(2)
-                .any(|pair| CLUSTERS.iter().any(|c| pair == &c[..]))
+                .any(|pair| CLUSTERS.iter().any(|c| pair.eq_ignore_ascii_case(&c[..])))
     })
 }
 
