@@ -1488,19 +1488,39 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
                 // across a quote) must not hide another secret's copy inside it.
                 let mut at = 0;
                 while let Some(m) = searcher.find_in(hay, aho_corasick::Span::from(at..hay.len())) {
-                    found(m.start()..m.end());
+                    if stands_alone(hay, m.start()..m.end()) {
+                        found(m.start()..m.end());
+                    }
                     at = m.start() + 1;
                 }
             }
             None => {
                 for v in chunk {
                     for at in memchr::memmem::find_iter(hay, v) {
-                        found(at..at + v.len());
+                        if stands_alone(hay, at..at + v.len()) {
+                            found(at..at + v.len());
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// Whether `hay[r]` is a copy of a secret and not a piece of a longer word: a letter or digit
+/// at its edge does not go on from one just outside it (`postgres` in `postgresql`, when the
+/// password was `postgres`). An escape's letter or last digit (`\npostgres`, `\u0020postgres`)
+/// or a percent escape's (`token%3Dpostgres`) just before it is no word of its own.
+fn stands_alone(hay: &[u8], r: Range<usize>) -> bool {
+    let word = |c: u8| c.is_ascii_alphanumeric();
+    let glued_before = r.start > 0
+        && word(hay[r.start - 1])
+        && word(hay[r.start])
+        && !(r.start >= 2 && hay[r.start - 2] == b'\\')
+        && !(r.start >= 6 && hay[r.start - 6] == b'\\' && hay[r.start - 5] == b'u')
+        && !(r.start >= 3 && hay[r.start - 3] == b'%' && hay[r.start - 2].is_ascii_hexdigit());
+    let glued_after = r.end < hay.len() && word(hay[r.end]) && word(hay[r.end - 1]);
+    !glued_before && !glued_after
 }
 
 /// How many characters `raw` holds once its JSON escapes are read (`\u0074` and `\n` one
