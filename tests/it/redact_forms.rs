@@ -1016,3 +1016,25 @@ leak_tests! {
 left_alone_tests! {
     cli_net_use_without_a_password: "net use Z: \\\\fs01\\share /user:CORP\\svc\nnet use \\\\fs01\\share * /user:admin\nnet use Z: \\\\fs01\\share /persistent:yes\nThe ATBBREVIATIONS table";
 }
+
+// A getter named after a secret that returns a literal: the literal is its secret. One that
+// returns a member, a call, an empty string or a scheme stays.
+leak_tests! {
+    code_getter_returning_a_literal: "func getBetterStackToken() string{ return \"ntJD0ER8QpuT0O1WqsclApO2\" }\n    def get_api_key(self): return 'Xk9vQ2mLp7RzAb12'\ngetPassword() { return `Hunt3rPw9`; }" => ["ntJD0ER8QpuT0O1WqsclApO2", "Xk9vQ2mLp7RzAb12", "Hunt3rPw9"];
+}
+
+left_alone_tests! {
+    code_getter_returning_code: "func (c *Client) Token() string { return c.token }\n    def get_token(self): return self._token\ngetTokenType() { return \"Bearer\"; }\ngetPassword() { return \"\"; }\ndef secret_name(): return 'db-credentials'";
+}
+
+// Formats known by their shape: Tableau's personal access token secret, Vault's AppRole
+// `secret_id` (a UUID, in an assignment or the CLI's table), LaunchDarkly's keys.
+leak_tests! {
+    prefix_tableau_personal_access_token: "pat test-token-6 YMqNfVWiTSa0QgpoJ9GpCw==:KTamjuKrXF5gVETjIJafBBvP8Ctj5aJ3" => ["YMqNfVWiTSa0QgpoJ9GpCw==:KTamjuKrXF5gVETjIJafBBvP8Ctj5aJ3"];
+    cli_vault_approle_secret_id: "secret_id = '87654321-4321-4321-4321-CBA987654321'\nKey                   Value\nsecret_id             4b66f7c0-1c5e-7c33-8a1e-2f0d9b7a3e51\nsecret_id_accessor    9a3e51f0-1c5e-7c33-8a1e-2f0d9b7a3e52" => ["87654321-4321-4321-4321-CBA987654321", "4b66f7c0-1c5e-7c33-8a1e-2f0d9b7a3e51"];
+    prefix_launchdarkly_key: "client = ldclient.get(\"sdk-4b66f7c0-1c5e-4c33-8a1e-2f0d9b7a3e51\")" => ["sdk-4b66f7c0-1c5e-4c33-8a1e-2f0d9b7a3e51"];
+}
+
+left_alone_tests! {
+    vault_secret_id_of_other_kinds: "secret_id_accessor    9a3e51f0-1c5e-7c33-8a1e-2f0d9b7a3e52\naws secretsmanager get-secret-value --secret-id prod/db/password\npod api-7d9f8c6b5-x2x9z restarted";
+}

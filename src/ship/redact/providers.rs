@@ -1392,6 +1392,48 @@ pub(crate) static RULES: &[ProviderRule] = &[
         negative: &[r"ATBBaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "ATBBREVIATIONS"],
     },
     ProviderRule {
+        id: "tableau-personal-access-token",
+        family: "tableau-personal-access-token",
+        keywords: &["==:"],
+        pattern: r"(?P<s>\b[A-Za-z0-9+/]{22}==:[A-Za-z0-9]{32})\b",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"TABLEAU_PAT_SECRET=YMqNfVWiTSa0QgpoJ9GpCw==:KTamjuKrXF5gVETjIJafBBvP8Ctj5aJ3",
+        ],
+        negative: &[r"AAAAAAAAAAAAAAAAAAAAAA==:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
+    },
+    ProviderRule {
+        id: "vault-approle-secret-id",
+        family: "vault-approle-secret-id",
+        keywords: &["secret_id", "secret-id", "secretid"],
+        pattern: r#"(?i)secret[_-]?id["']?(?:[ \t]*[:=][ \t]*|[ \t]+)["']?(?P<s>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b"#,
+        min_entropy: Some(3.0),
+        positive: &[
+            r"secret_id = '87654321-4321-4321-4321-CBA987654321'",
+            "secret_id             4b66f7c0-1c5e-7c33-8a1e-2f0d9b7a3e51",
+            r"VAULT_SECRET_ID=4b66f7c0-1c5e-7c33-8a1e-2f0d9b7a3e51",
+        ],
+        negative: &[
+            "secret_id_accessor    9a3e51f0-1c5e-7c33-8a1e-2f0d9b7a3e52",
+            r#"aws secretsmanager get-secret-value --secret-id prod/db/password"#,
+        ],
+    },
+    ProviderRule {
+        id: "launchdarkly-key",
+        family: "launchdarkly-key",
+        keywords: &["sdk-", "api-", "mob-"],
+        pattern: r"\b(?P<s>(?:sdk|api|mob)-[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12})\b",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"LAUNCHDARKLY_SDK_KEY=sdk-4b66f7c0-1c5e-4c33-8a1e-2f0d9b7a3e51",
+            r"ld_client = ldclient.Config('api-5gykyl1b-wgrq-41lc-z6q1-h7zn5fdlcybw')",
+        ],
+        negative: &[
+            "api-00000000-0000-0000-0000-000000000000",
+            "sdk-version-1.2.3",
+        ],
+    },
+    ProviderRule {
         id: "segment-public-api-token",
         family: "segment-public-api-token",
         keywords: &["sgp_"],

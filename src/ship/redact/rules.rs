@@ -306,6 +306,7 @@ const HAS_OPEN_PAREN: Pre = pre(has_open_paren, b"(", b"", true);
 const HAS_PAREN_AND_QUOTE: Pre = pre(has_paren_and_quote, b"(", QUOTES, true);
 const HAS_QUERY: Pre = pre(has_query, b"=", b"?&\\", true);
 const HAS_QUOTE: Pre = pre(has_quote, b"", QUOTES, true);
+const HAS_RETURNED_LITERAL: Pre = pre(has_returned_literal, b"(", b"", false);
 const HAS_SUBSCRIPT_ASSIGNMENT: Pre = pre(has_subscript_assignment, b"]=", b"", false);
 const HAS_TOKEN_USER: Pre = pre(has_token_user, b":@", b"", false);
 const HAS_TWO_BARS: Pre = pre(has_two_bars, b"|", b"", false);
@@ -333,6 +334,7 @@ const PRES: &[(&str, Pre)] = &[
     ("paren_and_quote", HAS_PAREN_AND_QUOTE),
     ("query", HAS_QUERY),
     ("quote", HAS_QUOTE),
+    ("returned_literal", HAS_RETURNED_LITERAL),
     ("subscript_assignment", HAS_SUBSCRIPT_ASSIGNMENT),
     ("token_user", HAS_TOKEN_USER),
     ("two_bars", HAS_TWO_BARS),
@@ -456,6 +458,13 @@ fn has_is_or_was(text: &str) -> bool {
         };
         word.is_some_and(|w| blank(b.get(at + 1 + w)))
     })
+}
+
+/// `returned-literal`: `return`, blanks, then a quote.
+fn has_returned_literal(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memmem::find_iter(b, b"return")
+        .any(|at| matches!(next_non_blank(b, at + 6), Some(b'"' | b'\'' | b'`')))
 }
 
 /// `setter-literal`: `(` and the quote of the literal.
@@ -1564,6 +1573,39 @@ pub(crate) static RULES: &[Rule] = &[
                 "SET PASSWORD FOR 'app'@'localhost' = 'MySetPw7';",
             ],
             &["ALTER USER postgres WITH PASSWORD NULL;"],
+        ),
+    ),
+    // A getter named after a secret that returns a literal (T2.4): `func getApiToken() string
+    // { return "…" }`, `def get_password(self): return '…'`. The literal is the secret as an
+    // assignment's would be (a variable, a call or a word returned stays).
+    when(
+        HAS_RETURNED_LITERAL,
+        rule(
+            "returned-literal",
+            "code",
+            &[
+                "token",
+                "secret",
+                "passw",
+                "apikey",
+                "api_key",
+                "access_key",
+                "credential",
+            ],
+            r#"(?i)\b(?P<n>[A-Za-z_][A-Za-z0-9_]*?(?:token|secret|password|passwd|api_?key|access_?key|credentials?)s?)[ \t]*\([ \t]*(?:self|cls|this)?[ \t]*\)[^{:\n]{0,40}[{:][ \t]*return[ \t]+(?P<s>["'`])"#,
+            Refine::Assign,
+            &[
+                r#"func getBetterStackToken() string{ return "ntJD0ER8QpuT0O1WqsclApO2" }"#,
+                "def get_api_key(self): return 'Xk9vQ2mLp7RzAb12'",
+                "getPassword() { return `Hunt3rPw9`; }",
+            ],
+            &[
+                "func (c *Client) Token() string { return c.token }",
+                "def get_token(self): return self._token",
+                "getTokenType() { return \"Bearer\"; }",
+                "getPassword() { return \"\"; }",
+                "def secret_name(): return 'db-credentials'",
+            ],
         ),
     ),
     // A setter or builder given a literal (T2.4): `setPassword("…")`, `.password("…")`,
@@ -5139,6 +5181,26 @@ mod tests {
                 for value in ["v", "\"q\"", "'q'", "é1", "${X}", "=>", " ", "", "\u{a0}x"] {
                     corpus.push(format!("a {name}{sep}{value} b"));
                     corpus.push(format!("?{name}{sep}{value}&{name}{sep}{value}"));
+                }
+            }
+        }
+        // Getters named after a secret returning a literal (`returned-literal`).
+        for name in [
+            "DB_PASSWORD",
+            "getToken",
+            "get_api_key",
+            "fetchSecrets",
+            "x.getAccessKey",
+            "credentials",
+        ] {
+            for form in [
+                "func {n}() string { return ",
+                "def {n}(self): return ",
+                "{n} ( ) -> str:return\t",
+                "  {n}(){ return ",
+            ] {
+                for value in ["\"v\"", "'q'", "`t`"] {
+                    corpus.push(format!("{}{value} }}", form.replace("{n}", name)));
                 }
             }
         }
