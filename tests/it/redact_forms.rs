@@ -1038,3 +1038,9 @@ leak_tests! {
 left_alone_tests! {
     vault_secret_id_of_other_kinds: "secret_id_accessor    9a3e51f0-1c5e-7c33-8a1e-2f0d9b7a3e52\naws secretsmanager get-secret-value --secret-id prod/db/password\npod api-7d9f8c6b5-x2x9z restarted";
 }
+
+// Azure DevOps' newer personal access tokens (`JQQJ` and `AZDO` at their places, whatever
+// follows `JQQJ`) and Teams' legacy connector webhooks on `outlook.office.com`.
+leak_tests! {
+    prefix_azure_devops_pat_and_legacy_teams_webhook: "azure devops pat = Hk3vQ9mLp7RzT4wN6bQ1Xc8Vd2Fg5Jh0Ks9Lm3Np7Qr1St5Uv8WxJQQJ77BAACAAAAAAAAAAAAASAZDOBucT\ncurl -d @msg.json https://outlook.office.com/webhook/9da5da9c-4218-4c22-aed6-b5c8baebfff5@2f2b54b7-0141-4ba7-8fcd-ab7d17a60547/IncomingWebhook/1bf66ccbb8e745e791fa6e6de0cf465b/4361420b-8fde-48eb-b62a-0e34fec63f5c" => ["Hk3vQ9mLp7RzT4wN6bQ1Xc8Vd2Fg5Jh0Ks9Lm3Np7Qr1St5Uv8WxJQQJ77BAACAAAAAAAAAAAAASAZDOBucT", "1bf66ccbb8e745e791fa6e6de0cf465b"];
+}

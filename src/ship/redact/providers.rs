@@ -1246,10 +1246,11 @@ pub(crate) static RULES: &[ProviderRule] = &[
         id: "azure-devops-pat",
         family: "azure-devops-pat",
         keywords: &["azdo"],
-        pattern: r"\b[A-Za-z0-9]{52}JQQJ9[A-Za-z0-9]{19}AZDO[A-Za-z0-9]{4}\b",
+        pattern: r"\b[A-Za-z0-9]{52}JQQJ[A-Za-z0-9]{20}AZDO[A-Za-z0-9]{4}\b",
         min_entropy: Some(3.5),
         positive: &[
             r#"AZURE_DEVOPS_EXT_PAT=U1083D0KonldGj0J3tDa5B9Xnr5ydn4Uy60ctv0wEmSTnVfSU4K8JQQJ9edOLLlNTbfZMfRmUxZWAZDOcU8B"#,
+            r#"azure devops pat = Hk3vQ9mLp7RzT4wN6bQ1Xc8Vd2Fg5Jh0Ks9Lm3Np7Qr1St5Uv8WxJQQJ77BAACAAAAAAAAAAAAASAZDOBucT"#,
         ],
         negative: &[r#"AZDO"#],
     },
@@ -1495,11 +1496,16 @@ pub(crate) static RULES: &[ProviderRule] = &[
     ProviderRule {
         id: "microsoft-teams-webhook",
         family: "microsoft-teams-webhook",
-        keywords: &["webhook.office.com"],
-        pattern: "[a-z0-9-]+\\.webhook\\.office\\.com/(?P<s>webhookb2/[0-9a-f-]{36}@[0-9a-f-]{36}/IncomingWebhook/[A-Za-z0-9]{32}/[0-9a-f-]{36}(?:/[A-Za-z0-9_-]+)?)",
+        keywords: &[
+            "webhook.office.com",
+            "office.com/webhook",
+            "office365.com/webhook",
+        ],
+        pattern: "(?:[a-z0-9-]+\\.webhook\\.office\\.com/|outlook\\.office(?:365)?\\.com/)(?P<s>webhook(?:b2)?/[0-9a-f-]{36}@[0-9a-f-]{36}/IncomingWebhook/[A-Za-z0-9]{32}/[0-9a-f-]{36}(?:/[A-Za-z0-9_-]+)?)",
         min_entropy: Some(3.0),
         positive: &[
             r"TEAMS_WEBHOOK=https://contoso.webhook.office.com/webhookb2/e89e558e-8597-411c-a0ad-6925261e05b2@1d42deb5-5498-4ec5-aeea-090645e6a90d/IncomingWebhook/8WIfwNFS15v5X4SWmhDkLzKUAhiDrpZv/832c0892-4161-4679-abdc-062fa89c5e29",
+            r"curl -H 'Content-Type: application/json' -d @msg.json https://outlook.office.com/webhook/9da5da9c-4218-4c22-aed6-b5c8baebfff5@2f2b54b7-0141-4ba7-8fcd-ab7d17a60547/IncomingWebhook/1bf66ccbb8e745e791fa6e6de0cf465b/4361420b-8fde-48eb-b62a-0e34fec63f5c",
         ],
         negative: &[r"see https://outlook.webhook.office.com/ for docs"],
     },
