@@ -297,8 +297,9 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
 /// ASCII character (`\u0074oken`) or an escaped slash (`https:\/\/`).
 pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
     // Two SIMD searches, not a look at every backslash: JSON text holds a `\n` per line.
-    memchr::memmem::find(raw, b"\\/").is_some()
-        || memchr::memmem::find_iter(raw, b"\\u")
+    super::finders::ESCAPED_SLASH.find(raw).is_some()
+        || super::finders::ESCAPED_U
+            .find_iter(raw)
             .any(|at| hex4(raw, at + 2).is_some_and(|code| (0x21..0x7f).contains(&code)))
 }
 

@@ -269,7 +269,7 @@ fn decode_segments(text: &[u8], segments: &[Range<usize>]) -> Option<String> {
 /// with the text it decodes to when that is text.
 pub(crate) fn escape_runs(text: &[u8]) -> Vec<(Range<usize>, String)> {
     let mut out = Vec::new();
-    let Some(first) = memchr::memmem::find(text, b"\\x") else {
+    let Some(first) = super::finders::ESCAPED_X.find(text) else {
         return out;
     };
     let mut i = first.saturating_sub(1);
@@ -301,7 +301,7 @@ pub(crate) fn escape_runs(text: &[u8]) -> Vec<(Range<usize>, String)> {
         i = if at > start {
             at
         } else {
-            match memchr::memmem::find(&text[i + 1..], b"\\x") {
+            match super::finders::ESCAPED_X.find(&text[i + 1..]) {
                 // Back to the first backslash of the escape.
                 Some(o) => {
                     let mut k = i + 1 + o;

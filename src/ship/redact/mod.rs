@@ -21,6 +21,7 @@
 mod code;
 mod decode;
 mod encoded;
+mod finders;
 mod json;
 pub(crate) use json::{first_special, needs_escape};
 mod keywords;
@@ -306,7 +307,8 @@ impl Redactor {
     ) -> Cow<'a, str> {
         let hits = self.scan(text);
         let hides_ascii = decode::hides_ascii(text.as_bytes());
-        let hidden = hides_ascii || decode::has_invisible(text);
+        let invisible = decode::has_invisible(text);
+        let hidden = hides_ascii || invisible;
         let mut spans = if encoded < ENCODED_DEPTH {
             self.run_spans(text, encoded)
         } else {
@@ -326,7 +328,7 @@ impl Redactor {
         if let Some(toks) = toks {
             self.json_spans(text, &toks, &hits, hidden, &mut spans, 0);
         } else {
-            self.text_spans(text, &hits, &mut spans, 0, false);
+            self.text_spans(text, &hits, &mut spans, 0, false, Some(invisible));
         }
         // A decoded run's redaction (`encoded` > 0) only says whether it held a secret, which
         // copies cannot change: they are looked for in the shipped text alone.
@@ -509,7 +511,8 @@ impl Redactor {
     /// The text rules whose keywords are in `hits`, each on the lines around its keywords (or
     /// the whole text). Spans are in `text`. With `keys_only`, only the rules that recognise a
     /// credential by its shape (for object keys). Also through a view of `text` with its
-    /// escapes resolved, when it has any.
+    /// escapes resolved, when it has any. `invisible`: whether `text` holds characters that
+    /// hide a name or a value ([`decode::has_invisible`]), when the caller knows.
     fn text_spans(
         &self,
         text: &str,
@@ -517,6 +520,7 @@ impl Redactor {
         out: &mut Vec<Range<usize>>,
         depth: usize,
         keys_only: bool,
+        invisible: Option<bool>,
     ) {
         let first = out.len();
         // Each rule's open run: the next occurrence on the same line (or any, for a rule on the
@@ -612,12 +616,19 @@ impl Redactor {
         fix_markers(text, out, first);
         // Colour codes, zero-width and full-width characters between or inside a name and its
         // value: the rules see the text without them (spans map back over them).
-        if depth < MAX_DEPTH && decode::has_invisible(text) {
+        if depth < MAX_DEPTH && invisible.unwrap_or_else(|| decode::has_invisible(text)) {
             let view = decode::visible(text);
             let view_hits = self.scan(&view.text);
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
-                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, keys_only);
+                self.text_spans(
+                    &view.text,
+                    &view_hits,
+                    &mut inner,
+                    depth + 1,
+                    keys_only,
+                    None,
+                );
                 view.to_raw_all(&mut inner);
                 out.extend(inner);
             }
@@ -630,7 +641,7 @@ impl Redactor {
             let view_hits = self.scan(&view.text);
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
-                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false, None);
                 view.to_raw_all(&mut inner);
                 out.extend(inner);
             }
@@ -645,7 +656,7 @@ impl Redactor {
                 };
                 if !view_hits.is_empty() || decode::hides_ascii(view.text.as_bytes()) {
                     let mut inner = Vec::new();
-                    self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false);
+                    self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false, None);
                     view.to_raw_all(&mut inner);
                     out.extend(inner);
                 }
@@ -722,8 +733,8 @@ impl Redactor {
             Some(hits) => self.string_hits(hits, content.clone(), &decoded),
             None => self.scan(&decoded.text),
         };
-        let hidden =
-            decode::hides_ascii(decoded.text.as_bytes()) || decode::has_invisible(&decoded.text);
+        let invisible = decode::has_invisible(&decoded.text);
+        let hidden = invisible || decode::hides_ascii(decoded.text.as_bytes());
         // A run the raw text hides behind escapes of ASCII (`\u0051UJD…`); one written plain
         // (line breaks escaped or not) was found in the whole line already. With `known`,
         // `text` hides none, so neither does the content.
@@ -744,7 +755,14 @@ impl Redactor {
         if let Some(toks) = toks {
             self.json_spans(&decoded.text, &toks, &hits, hidden, &mut inner, depth + 1);
         } else {
-            self.text_spans(&decoded.text, &hits, &mut inner, depth, false);
+            self.text_spans(
+                &decoded.text,
+                &hits,
+                &mut inner,
+                depth,
+                false,
+                Some(invisible),
+            );
         }
         decoded.to_raw_all(&mut inner);
         out.extend(
@@ -1011,7 +1029,7 @@ impl Walk<'_> {
         }
         let mut spans = Vec::new();
         self.redactor
-            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false);
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false, None);
         for span in spans {
             let (a, b) = (span.start.max(start), span.end.min(end));
             if a < b && joined.is_char_boundary(a) && joined.is_char_boundary(b) {
@@ -1030,7 +1048,7 @@ impl Walk<'_> {
         };
         let mut inner = Vec::new();
         self.redactor
-            .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true);
+            .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true, None);
         decoded.to_raw_all(&mut inner);
         out.extend(
             inner
@@ -1180,7 +1198,7 @@ impl Walk<'_> {
         let hits = self.redactor.scan(&joined);
         let mut spans = Vec::new();
         self.redactor
-            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false);
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false, None);
         for span in spans {
             for (i, (r, d)) in parts.iter().enumerate() {
                 let quoted = usize::from(d.text.contains(char::is_whitespace) || d.text.is_empty());
@@ -1275,7 +1293,7 @@ fn is_marker_blank(b: u8) -> bool {
 /// marker where the value was, which a second pass leaves as it is. A private key block is the
 /// exception, split around markers before it gets here ([`split_at_markers`]).
 fn fix_markers(text: &str, spans: &mut Vec<Range<usize>>, first: usize) {
-    if spans.len() == first || memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
+    if spans.len() == first || finders::MARKER.find(text.as_bytes()).is_none() {
         return;
     }
     let markers = markers_in(text);
@@ -1350,7 +1368,8 @@ pub(crate) fn glued_to_marker(value: &str) -> bool {
 const GLUED_MIN: usize = 4;
 
 fn markers_in(text: &str) -> Vec<Range<usize>> {
-    memmem::find_iter(text.as_bytes(), REDACTED.as_bytes())
+    finders::MARKER
+        .find_iter(text.as_bytes())
         .map(|at| at..at + REDACTED.len())
         .collect()
 }
@@ -1360,7 +1379,7 @@ fn markers_in(text: &str) -> Vec<Range<usize>> {
 /// dropping it whole (as [`fix_markers`] drops judged values) shipped the key after
 /// `-----BEGIN PRIVATE KEY-----[REDACTED]`.
 fn split_at_markers(text: &str, spans: &mut Vec<Range<usize>>) {
-    if memmem::find(text.as_bytes(), REDACTED.as_bytes()).is_none() {
+    if finders::MARKER.find(text.as_bytes()).is_none() {
         return;
     }
     let markers = markers_in(text);

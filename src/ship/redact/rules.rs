@@ -463,7 +463,8 @@ fn has_is_or_was(text: &str) -> bool {
 /// `returned-literal`: `return`, blanks, then a quote.
 fn has_returned_literal(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memmem::find_iter(b, b"return")
+    super::finders::RETURN
+        .find_iter(b)
         .any(|at| matches!(next_non_blank(b, at + 6), Some(b'"' | b'\'' | b'`')))
 }
 
@@ -588,14 +589,13 @@ fn has_label_and_value(text: &str) -> bool {
 /// Whether text may hold a YAML `value:` key under a `name:` or `key:` one.
 fn has_yaml_pair(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memmem::find(b, b"value:").is_some()
-        && (memchr::memmem::find(b, b"name:").is_some()
-            || memchr::memmem::find(b, b"key:").is_some())
+    use super::finders::{KEY_KEY, NAME_KEY, VALUE_KEY};
+    VALUE_KEY.find(b).is_some() && (NAME_KEY.find(b).is_some() || KEY_KEY.find(b).is_some())
 }
 
 /// Whether text may hold a table's separator line.
 fn has_dashes(text: &str) -> bool {
-    memchr::memmem::find(text.as_bytes(), b"---").is_some()
+    super::finders::THREE_DASHES.find(text.as_bytes()).is_some()
 }
 
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
@@ -3109,7 +3109,7 @@ fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>
         }
         Refine::TableColumn => {
             let mut tried = 0;
-            for at in memchr::memmem::find_iter(b, b"---") {
+            for at in super::finders::THREE_DASHES.find_iter(b) {
                 if at < tried {
                     continue;
                 }
