@@ -1044,3 +1044,14 @@ left_alone_tests! {
 leak_tests! {
     prefix_azure_devops_pat_and_legacy_teams_webhook: "azure devops pat = Hk3vQ9mLp7RzT4wN6bQ1Xc8Vd2Fg5Jh0Ks9Lm3Np7Qr1St5Uv8WxJQQJ77BAACAAAAAAAAAAAAASAZDOBucT\ncurl -d @msg.json https://outlook.office.com/webhook/9da5da9c-4218-4c22-aed6-b5c8baebfff5@2f2b54b7-0141-4ba7-8fcd-ab7d17a60547/IncomingWebhook/1bf66ccbb8e745e791fa6e6de0cf465b/4361420b-8fde-48eb-b62a-0e34fec63f5c" => ["Hk3vQ9mLp7RzT4wN6bQ1Xc8Vd2Fg5Jh0Ks9Lm3Np7Qr1St5Uv8WxJQQJ77BAACAAAAAAAAAAAAASAZDOBucT", "1bf66ccbb8e745e791fa6e6de0cf465b"];
 }
+
+// A command that prints a secret and nothing else, its output on the next line of the same
+// text: a password store, a keychain, 1Password, Heroku, gcloud, ECR's login password. An
+// error or a message there is several words, and stays.
+leak_tests! {
+    cli_printed_secret_on_the_next_line: "$ pass show work/db\nHunt3r!Pw9x\n$ security find-generic-password -a me -s deploy -w\nK3ych@inPw77\n$ heroku auth:token\n 4f1e0c9a-7b2d-4e6f-8a0b-1c2d3e4f5a6b\n$ aws ecr get-login-password --region us-east-1\neyJwYXlsb2FkIjoiWms5dlEybUxwN1J6In0=\n" => ["Hunt3r!Pw9x", "K3ych@inPw77", "4f1e0c9a-7b2d-4e6f-8a0b-1c2d3e4f5a6b", "eyJwYXlsb2FkIjoiWms5dlEybUxwN1J6In0="];
+}
+
+left_alone_tests! {
+    cli_printed_message_on_the_next_line: "$ pass show work/db\nError: work/db is not in the password store.\n$ security find-generic-password -a me -s deploy\nkeychain: \"/Users/me/Library/Keychains/login.keychain-db\"\n$ op read --help\nRead a secret reference.\n";
+}

@@ -1766,6 +1766,40 @@ pub(crate) static RULES: &[Rule] = &[
             ),
         ),
     ),
+    // A command that prints a secret and nothing else (T2.5), its output on the next line of
+    // the same text: a shell transcript, or a tool call's output holding its command. Read up
+    // to 8 KiB past the command's line (an ECR login password is about 2 KiB).
+    reaching(
+        8192,
+        rule(
+            "printed-secret",
+            "command-line",
+            // Short keywords: each state they add is a row of the keyword automaton. (A token
+            // printed by `gh auth token` or `vault print token` has its prefix, and
+            // `kubectl create token`'s is a JWT: their own rules take them.)
+            &[
+                "ecr get",
+                "auth:token",
+                "gcloud auth",
+                "op read",
+                "pass show",
+                "security find",
+            ],
+            r#"\b(?:aws[ \t]+ecr[ \t]+get-login-password|heroku[ \t]+auth:token|gcloud[ \t]+auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|op[ \t]+read|pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password\b[^\n]*?[ \t]-w)\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#,
+            Refine::Group,
+            &[
+                "$ heroku auth:token\n 4f1e0c9a-7b2d-4e6f-8a0b-1c2d3e4f5a6b\n$ ",
+                "$ pass show work/db\nHunt3r!Pw9x\n",
+                "security find-generic-password -a me -s deploy -w\nK3ych@inPw77\n",
+                "$ op read op://Private/db/password\nOnePw0rd#2024\n",
+            ],
+            &[
+                "$ pass show work/db\nError: work/db is not in the password store.\n",
+                "$ gh auth token\nno oauth token found for github.com\n",
+                "security find-generic-password -a me -s deploy\nkeychain: \"/Users/me/Library/Keychains/login.keychain-db\"\n",
+            ],
+        ),
+    ),
     multiline(rule(
         "jenkins-initial-password",
         "command-line",
