@@ -138,8 +138,7 @@ pub struct Redactor {
     /// Every keyword of both tables, lowercase, as one DFA stepped ASCII case-insensitively
     /// over the text, copied into a table ([`keywords::Keywords`]).
     keywords: keywords::Keywords,
-    /// The keywords, lowercase, in the automaton's order.
-    #[allow(dead_code)] // read by the tests
+    /// The keywords, lowercase, in the automaton's order (an occurrence's keyword is an index).
     words: Vec<&'static str>,
     /// For each keyword, the rules (indexes into the combined table) it starts, each with
     /// whether it may be skipped for an occurrence inside a word (a token rule whose match
@@ -536,7 +535,10 @@ impl Redactor {
         let mut held: Option<u32> = None;
         // The keywords whose rules this line has had, each with whether it was inside a word:
         // another occurrence on the line opens the same windows (`input_tokens +
-        // output_tokens`), so its rules are not gone through again.
+        // output_tokens`), so its rules are not gone through again. A bit each (a list
+        // searched at every occurrence cost a 4 MiB line of hundreds of distinct keywords
+        // hundreds of compares an occurrence), and the bits set, to clear them at the next line.
+        let mut seen_bits: Vec<u64> = Vec::new();
         let mut seen_on_line: Vec<u32> = Vec::new();
         let bytes = text.as_bytes();
         for &h in hits {
@@ -550,15 +552,22 @@ impl Redactor {
                 let end = memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |o| at + o);
                 line = start..end;
                 held = None;
-                seen_on_line.clear();
+                for seen in seen_on_line.drain(..) {
+                    seen_bits[seen as usize / 64] = 0;
+                }
             }
             if is_plain_word(bytes, at) {
                 continue;
             }
             let seen = keyword << 1 | u32::from(in_word);
-            if seen_on_line.contains(&seen) {
+            if seen_bits.is_empty() {
+                seen_bits = vec![0; (2 * self.words.len()).div_ceil(64)];
+            }
+            let (word, bit) = (seen as usize / 64, 1u64 << (seen % 64));
+            if seen_bits[word] & bit != 0 {
                 continue;
             }
+            seen_bits[word] |= bit;
             seen_on_line.push(seen);
             for &(r, token) in &self.keyword_rules[keyword as usize] {
                 if in_word && token {
