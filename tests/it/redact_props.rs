@@ -616,10 +616,14 @@ impl Found<'_> {
     }
 }
 
-/// Whether `text` holds `secret` as a word of its own: a copy glued to a letter or digit
-/// (`src/main.rs` in `x=1src/main.rs`) is a piece of another word, not the secret, unless
-/// what comes before is a percent escape (`%3D`), which reads as `=`.
+/// Whether `text` holds a copy of `secret`. A secret of letters alone is a word, and a copy of
+/// it glued to a letter or digit (`postgres` in `postgresql`) is a piece of another word, not
+/// the secret, unless what comes before is a percent escape (`%3D`), which reads as `=`; any
+/// other secret is a copy wherever it occurs.
 fn holds_copy(text: &str, secret: &str) -> bool {
+    if !secret.bytes().all(|c| c.is_ascii_alphabetic()) {
+        return text.contains(secret);
+    }
     let (t, s) = (text.as_bytes(), secret.as_bytes());
     let word = |c: u8| c.is_ascii_alphanumeric();
     (0..t.len().saturating_sub(s.len()) + 1)

@@ -1516,7 +1516,8 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
                 // across a quote) must not hide another secret's copy inside it.
                 let mut at = 0;
                 while let Some(m) = searcher.find_in(hay, aho_corasick::Span::from(at..hay.len())) {
-                    if stands_alone(hay, m.start()..m.end()) {
+                    let needle = chunk[m.pattern().as_usize()];
+                    if is_copy(hay, m.start()..m.end(), needle) {
                         found(m.start()..m.end());
                     }
                     at = m.start() + 1;
@@ -1525,7 +1526,7 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
             None => {
                 for v in chunk {
                     for at in memchr::memmem::find_iter(hay, v) {
-                        if stands_alone(hay, at..at + v.len()) {
+                        if is_copy(hay, at..at + v.len(), v) {
                             found(at..at + v.len());
                         }
                     }
@@ -1535,10 +1536,19 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
     }
 }
 
-/// Whether `hay[r]` is a copy of a secret and not a piece of a longer word: a letter or digit
-/// at its edge does not go on from one just outside it (`postgres` in `postgresql`, when the
-/// password was `postgres`). An escape's letter or last digit (`\npostgres`, `\u0020postgres`)
-/// or a percent escape's (`token%3Dpostgres`) just before it is no word of its own.
+/// Whether `hay[r]`, an occurrence of the secret `needle`, is a copy of it. A secret of letters
+/// alone (`postgres`, `petclinic`) is a word, and other words hold it (`postgresql`,
+/// `org.postgresql.Driver`): its occurrence is a copy only where it stands alone. Any other
+/// secret (`Hunt3rPw9`, a key) is a copy wherever it occurs, glued or not: an echo of
+/// `$USER$PASS` shows it glued to the user name, and no word holds it by chance.
+fn is_copy(hay: &[u8], r: Range<usize>, needle: &[u8]) -> bool {
+    !needle.iter().all(u8::is_ascii_alphabetic) || stands_alone(hay, r)
+}
+
+/// Whether `hay[r]` is not a piece of a longer word: a letter or digit at its edge does not go
+/// on from one just outside it. An escape's letter or last digit (`\npostgres`,
+/// `\u0020postgres`) or a percent escape's (`token%3Dpostgres`) just before it is no word of its
+/// own.
 fn stands_alone(hay: &[u8], r: Range<usize>) -> bool {
     let word = |c: u8| c.is_ascii_alphanumeric();
     let glued_before = r.start > 0

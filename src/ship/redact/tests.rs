@@ -612,19 +612,25 @@ fn a_rule_skipped_on_one_line_still_reads_the_next() {
     }
 }
 
-/// A copy of a secret is a whole word: the password `postgres` goes wherever it stands alone
-/// (the user name equal to it too), and never out of `postgresql` or `org.postgresql.Driver`.
-/// After a JSON escape's letter or a percent escape, it still stands alone.
+/// A copy of a secret of letters alone is a whole word: the password `postgres` goes wherever
+/// it stands alone (the user name equal to it too), and never out of `postgresql` or
+/// `org.postgresql.Driver`. After a JSON escape's letter or a percent escape, it still stands
+/// alone. A secret holding a digit or a symbol is no piece of a word: its copy goes glued to
+/// another (`$USER$PASS` echoed).
 #[test]
 fn copies_of_a_secret_never_inside_a_longer_word() {
+    assert_eq!(
+        redact("DB_PASSWORD=Hunt3rPw9x\necho adminHunt3rPw9x"),
+        "DB_PASSWORD=[REDACTED]\necho admin[REDACTED]"
+    );
     assert_eq!(
         redact("url=postgresql://postgres:postgres@db:5432/app driver=org.postgresql.Driver"),
         "url=postgresql://[REDACTED]:[REDACTED]@db:5432/app driver=org.postgresql.Driver"
     );
     assert_eq!(
         redact(
-            r#"{"output":"DB_PASSWORD=Hunt3rPw9x\nHunt3rPw9x\nHunt3rPw9xyz ok?pw%3DHunt3rPw9x"}"#
+            r#"{"output":"DB_PASSWORD=postgresadmin\npostgresadmin\npostgresadminxyz ok?pw%3Dpostgresadmin"}"#
         ),
-        r#"{"output":"DB_PASSWORD=[REDACTED]\n[REDACTED]\nHunt3rPw9xyz ok?pw%3D[REDACTED]"}"#
+        r#"{"output":"DB_PASSWORD=[REDACTED]\n[REDACTED]\npostgresadminxyz ok?pw%3D[REDACTED]"}"#
     );
 }
