@@ -1768,7 +1768,9 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // A command that prints a secret and nothing else (T2.5), its output on the next line of
     // the same text: a shell transcript, or a tool call's output holding its command. Read up
-    // to 8 KiB past the command's line (an ECR login password is about 2 KiB).
+    // to 8 KiB past the command's line (an ECR login password is about 2 KiB); a value is at
+    // most 4 KiB, so it always ends inside what is read, never cut at its edge with its rest
+    // shipped (test `printed_secret_is_never_cut_at_the_end_of_what_is_read`).
     reaching(
         8192,
         rule(
@@ -1785,7 +1787,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "pass show",
                 "security find",
             ],
-            r#"\b(?:aws[ \t]+ecr[ \t]+get-login-password|heroku[ \t]+auth:token|gcloud[ \t]+auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|op[ \t]+read|pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password\b[^\n]*?[ \t]-w)\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#,
+            r#"\b(?:aws[ \t]+ecr[ \t]+get-login-password|heroku[ \t]+auth:token|gcloud[ \t]+auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|op[ \t]+read|pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password\b[^\n]*?[ \t]-w)\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,4096})[ \t]*\r?(?:\n|$)"#,
             Refine::Group,
             &[
                 "$ heroku auth:token\n 4f1e0c9a-7b2d-4e6f-8a0b-1c2d3e4f5a6b\n$ ",

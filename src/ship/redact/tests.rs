@@ -634,3 +634,19 @@ fn copies_of_a_secret_never_inside_a_longer_word() {
         r#"{"output":"DB_PASSWORD=[REDACTED]\n[REDACTED]\npostgresadminxyz ok?pw%3D[REDACTED]"}"#
     );
 }
+
+/// A rule that reads past its keyword's line sees a window of the text: a word on the next
+/// line longer than the window is never cut at the window's edge, its start redacted and the
+/// rest shipped.
+#[test]
+fn printed_secret_is_never_cut_at_the_end_of_what_is_read() {
+    for word in ["Q7".repeat(6000), "Hk3vQ9mLp7RzT4wN".repeat(600)] {
+        let shipped = redact(&format!("$ pass show huge\n{word}\n"));
+        let line = shipped.lines().nth(1).unwrap_or_default();
+        assert!(
+            line == word || line == REDACTED,
+            "the word was cut: {}",
+            &line[..line.len().min(80)]
+        );
+    }
+}
