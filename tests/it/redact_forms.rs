@@ -1055,3 +1055,40 @@ leak_tests! {
 left_alone_tests! {
     cli_printed_message_on_the_next_line: "$ pass show work/db\nError: work/db is not in the password store.\n$ security find-generic-password -a me -s deploy\nkeychain: \"/Users/me/Library/Keychains/login.keychain-db\"\n$ op read --help\nRead a secret reference.\n";
 }
+
+/// Every spelling of a secret's name the name rules know, joined by `_`, `-`, `.` or nothing
+/// (`master.key`, `signing-key`, `api_key`), finds its value when it alone names it: a name
+/// whose spelling no keyword held was read only when another name on its line opened the rule.
+#[test]
+fn every_spelling_of_a_secret_name_finds_its_value() {
+    const JOINED: &[(&str, &str)] = &[
+        ("api", "key"),
+        ("private", "key"),
+        ("access", "key"),
+        ("app", "key"),
+        ("encryption", "key"),
+        ("master", "key"),
+        ("signing", "key"),
+        ("account", "key"),
+    ];
+    let value = "Zq8Wm3Np7Lk2Vb6Xc1Rt5";
+    let mut failures = Vec::new();
+    for (head, tail) in JOINED {
+        for join in ["_", "-", ".", ""] {
+            let name = format!("{head}{join}{tail}");
+            for text in [
+                format!("{name}={value}"),
+                format!("{}={value}", name.to_uppercase()),
+                format!("{name}: {value}"),
+                format!("config.{name} = \"{value}\""),
+            ] {
+                failures.extend(leaks(&text, &[value]));
+            }
+        }
+    }
+    // Prose: `the api_key is ...` as `the API key is ...`.
+    for name in ["api_key", "api-key", "apikey", "access_key", "access-key", "accesskey"] {
+        failures.extend(leaks(&format!("the {name} is {value}"), &[value]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -133,6 +133,23 @@ impl Hit {
     }
 }
 
+/// A rule a keyword opens, with what [`Redactor::text_spans`] asks of it at each occurrence.
+#[derive(Clone, Copy)]
+struct Opens {
+    rule: u16,
+    /// A token rule, skipped for an occurrence inside a word (its match would start there,
+    /// after a letter or digit, which [`providers::ProviderRule::find`] rejects).
+    token: bool,
+    /// Checked on JSON object keys too ([`rules::Rule::bare`]).
+    bare: bool,
+    multiline: bool,
+    reach: usize,
+    /// The bytes its check needs on the keyword's line, for a rule on that line alone
+    /// ([`rules::Pre`]).
+    needs: Option<rules::Needs>,
+    site: Option<rules::Site>,
+}
+
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
 pub struct Redactor {
     /// Every keyword of both tables, lowercase, as one DFA stepped ASCII case-insensitively
@@ -144,7 +161,7 @@ pub struct Redactor {
     /// whether it may be skipped for an occurrence inside a word (a token rule whose match
     /// would start there and so follow a letter or digit, which
     /// [`providers::ProviderRule::find`] rejects).
-    keyword_rules: Vec<Vec<(u16, bool)>>,
+    keyword_rules: Vec<Vec<Opens>>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
     /// The keywords holding a byte JSON escapes (`kind: "secret"`), same ids as `keywords`:
@@ -207,12 +224,31 @@ impl Redactor {
             .map(|rules| {
                 rules
                     .iter()
-                    .map(|&r| {
-                        let token = match all[r as usize] {
-                            RuleRef::Provider(p) => p.token_at_keyword(),
-                            RuleRef::Core(_) => false,
-                        };
-                        (r, token)
+                    .map(|&r| match all[r as usize] {
+                        RuleRef::Provider(p) => Opens {
+                            rule: r,
+                            token: p.token_at_keyword(),
+                            bare: true,
+                            multiline: false,
+                            reach: 0,
+                            needs: None,
+                            site: None,
+                        },
+                        RuleRef::Core(rule) => Opens {
+                            rule: r,
+                            token: false,
+                            bare: rule.bare,
+                            multiline: rule.multiline,
+                            reach: rule.reach,
+                            needs: rule
+                                .pre
+                                .filter(|_| !rule.multiline && rule.reach == 0)
+                                .map(|pre| pre.needs),
+                            site: rules::SITES
+                                .iter()
+                                .find(|(id, _)| *id == rule.id)
+                                .map(|&(_, site)| site),
+                        },
                     })
                     .collect()
             })
@@ -259,6 +295,16 @@ impl Redactor {
             escaped_bytes,
             escaped_words,
         }
+    }
+
+    /// The same rules opened by every occurrence of their keywords, whatever surrounds it: what
+    /// the sites ([`rules::Site`]) must never change the redaction of.
+    #[cfg(test)]
+    pub(crate) fn without_sites(mut self) -> Self {
+        for opens in self.keyword_rules.iter_mut().flatten() {
+            opens.site = None;
+        }
+        self
     }
 
     /// One line's bytes (no terminator, no BOM) redacted as text or JSON, whatever its size;
@@ -388,7 +434,7 @@ impl Redactor {
             }
             let rules = &self.keyword_rules[keyword as usize];
             let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
-            !(in_word && !rules.is_empty() && rules.iter().all(|&(_, token)| token))
+            !(in_word && !rules.is_empty() && rules.iter().all(|opens| opens.token))
         })
     }
 
@@ -567,34 +613,35 @@ impl Redactor {
             if seen_bits[word] & bit != 0 {
                 continue;
             }
-            seen_bits[word] |= bit;
-            seen_on_line.push(seen);
-            for &(r, token) in &self.keyword_rules[keyword as usize] {
-                if in_word && token {
-                    continue;
-                }
-                let (multi, reach, bare, pre) = match self.rule(r) {
-                    RuleRef::Core(rule) => (rule.multiline, rule.reach, rule.bare, rule.pre),
-                    RuleRef::Provider(_) => (false, 0, true, None),
-                };
-                if keys_only && !bare {
+            // An occurrence a rule's site turned away leaves the keyword unseen: another on
+            // the line may be at that rule's site.
+            let mut turned_away = false;
+            let mut around = None;
+            for opens in &self.keyword_rules[keyword as usize] {
+                if (in_word && opens.token) || (keys_only && !opens.bare) {
                     continue;
                 }
                 // A rule on the line alone whose check needs bytes the line does not hold.
-                if let Some(pre) = pre
-                    && !multi
-                    && reach == 0
-                    && !pre
-                        .needs
+                if let Some(needs) = opens.needs
+                    && !needs
                         .met(*held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()])))
                 {
                     continue;
                 }
-                let (start, end) = if multi {
+                if let Some(site) = opens.site
+                    && !site(around.get_or_insert_with(|| {
+                        rules::Around::new(bytes, at, at + self.words[keyword as usize].len())
+                    }))
+                {
+                    turned_away = true;
+                    continue;
+                }
+                let r = opens.rule;
+                let (start, end) = if opens.multiline {
                     (0, text.len())
-                } else if reach > 0 {
+                } else if opens.reach > 0 {
                     // Past the line, back to a character's first byte.
-                    let mut end = (line.end + reach).min(text.len());
+                    let mut end = (line.end + opens.reach).min(text.len());
                     while !text.is_char_boundary(end) {
                         end -= 1;
                     }
@@ -615,6 +662,10 @@ impl Redactor {
                         }
                     }
                 }
+            }
+            if !turned_away {
+                seen_bits[word] |= bit;
+                seen_on_line.push(seen);
             }
         }
         for r in opened {

@@ -142,12 +142,19 @@ const NAME_KEYWORDS: &[&str] = &[
     "appkey",
     "encryption_key",
     "encryption-key",
+    "encryption.key",
     "encryptionkey",
     "master_key",
+    "master-key",
+    "master.key",
     "masterkey",
     "signing_key",
+    "signing-key",
+    "signing.key",
     "signingkey",
     "account_key",
+    "account-key",
+    "account.key",
     "accountkey",
     "auth",
 ];
@@ -346,6 +353,196 @@ const fn when(pre: Pre, r: Rule) -> Rule {
         pre: Some(pre),
         ..r
     }
+}
+
+/// Whether a keyword occurrence may be part of one of a rule's matches: what its pattern needs
+/// around the name holding the keyword (`password` then `=`), read at the occurrence instead
+/// of by searching the line.
+///
+/// A rule with a site is opened only by an occurrence that passes it, so a site must hold for
+/// every match: each match holds an occurrence of one of the rule's keywords (the keywords
+/// cover every spelling of its names) at which the site passes. Most lines a name word opens
+/// hold it as a word of code or prose (`input_tokens + output_tokens`, `the token schema`):
+/// the site says so at the word, where each rule's pattern searched the whole line for the
+/// shape it never found. Test `sites_change_no_redaction` holds every site to the patterns.
+pub(crate) type Site = fn(&Around<'_>) -> bool;
+
+/// The rules read at their keywords' sites, by id.
+pub(crate) static SITES: &[(&str, Site)] = &[
+    ("assignment", site_assignment),
+    ("colon-pair", site_colon),
+    ("yaml-next-line", site_bare_colon),
+    ("secret-comparison", site_compared),
+    ("secret-comparison-reversed", site_compared_to),
+    ("labelled", site_labelled),
+    ("labelled-is", site_labelled_is),
+];
+
+/// A keyword occurrence `b[start..end]` and the name holding it, `b[name.clone()]`: found once
+/// for all the sites of its rules.
+pub(crate) struct Around<'b> {
+    b: &'b [u8],
+    end: usize,
+    name: Range<usize>,
+}
+
+impl<'b> Around<'b> {
+    pub(crate) fn new(b: &'b [u8], start: usize, end: usize) -> Around<'b> {
+        let name_start = start
+            - b[..start]
+                .iter()
+                .rev()
+                .take_while(|&&c| NAME_BYTE[c as usize])
+                .count();
+        let name_end = end
+            + b[end..]
+                .iter()
+                .take_while(|&&c| NAME_BYTE[c as usize])
+                .count();
+        Around {
+            b,
+            end,
+            name: name_start..name_end,
+        }
+    }
+
+    fn at(&self, i: usize) -> Option<u8> {
+        self.b.get(i).copied()
+    }
+}
+
+/// The bytes of the names the name rules read (`[A-Za-z0-9_.-]`, which `(?i)` widens by two
+/// letters outside ASCII), and every byte outside ASCII: what follows a pattern's name is ASCII
+/// (a quote, a blank, `:`, `=`), so counting those bytes in never moves where a name ends.
+/// Every pattern's name is a run of these bytes followed (and preceded) by a byte that is not
+/// one, so the run around a keyword inside it is the name.
+static NAME_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') || b >= 0x80;
+        c += 1;
+    }
+    t
+};
+
+fn skip_blanks(b: &[u8], at: usize) -> usize {
+    at + b.get(at..).map_or(0, |rest| {
+        rest.iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count()
+    })
+}
+
+fn is_quote(c: Option<u8>) -> bool {
+    matches!(c, Some(b'"' | b'\''))
+}
+
+/// `assignment`: the name, a quote or none, blanks, then `=` or `:=`.
+fn site_assignment(a: &Around<'_>) -> bool {
+    let mut at = a.name.end + usize::from(is_quote(a.at(a.name.end)));
+    at = skip_blanks(a.b, at);
+    if a.at(at) == Some(b':') {
+        at += 1;
+    }
+    a.at(at) == Some(b'=')
+}
+
+/// `colon-pair`: the name, a quote or none, blanks, `:`, then blanks and more or a quote.
+fn site_colon(a: &Around<'_>) -> bool {
+    let at = a.name.end + usize::from(is_quote(a.at(a.name.end)));
+    let colon = skip_blanks(a.b, at);
+    if a.at(colon) != Some(b':') {
+        return false;
+    }
+    let value = skip_blanks(a.b, colon + 1);
+    (value > colon + 1 && a.at(value).is_some_and(|c| !c.is_ascii_whitespace()))
+        || is_quote(a.at(colon + 1))
+}
+
+/// `yaml-next-line`: the name, blanks, then a colon with nothing after it on its line.
+fn site_bare_colon(a: &Around<'_>) -> bool {
+    let at = skip_blanks(a.b, a.name.end);
+    a.at(at) == Some(b':') && bare_colon_at(a.b, at)
+}
+
+/// `secret-comparison`: the name, closing quotes or brackets, blanks, then `==` or `!=`.
+fn site_compared(a: &Around<'_>) -> bool {
+    let mut at = a.name.end;
+    while matches!(a.at(at), Some(b'"' | b'\'' | b']')) {
+        at += 1;
+    }
+    at = skip_blanks(a.b, at);
+    matches!(a.b.get(at..at + 2), Some(b"==" | b"!="))
+}
+
+/// `secret-comparison-reversed`: `==` or `!=`, blanks, then the name.
+fn site_compared_to(a: &Around<'_>) -> bool {
+    let mut at = a.name.start;
+    while at > 0 && matches!(a.b[at - 1], b' ' | b'\t') {
+        at -= 1;
+    }
+    at >= 2 && a.b[at - 1] == b'=' && matches!(a.b[at - 2], b'=' | b'!')
+}
+
+/// Whether `b[at..]` holds a quote or none, then at least `min` bytes of `class`.
+fn value_after(b: &[u8], at: usize, min: usize, class: fn(u8) -> bool) -> bool {
+    let at = at + usize::from(is_quote(b.get(at).copied()));
+    b.get(at..)
+        .is_some_and(|rest| rest.iter().take(min).take_while(|&&c| class(c)).count() == min)
+}
+
+/// `labelled`: the name, blanks, then 16 bytes that are neither blank nor `"`.
+fn site_labelled(a: &Around<'_>) -> bool {
+    matches!(a.at(a.name.end), Some(b' ' | b'\t'))
+        && value_after(a.b, skip_blanks(a.b, a.name.end), 16, |c| {
+            !c.is_ascii_whitespace() && c != b'"'
+        })
+}
+
+/// `labelled-is`: the name (the keyword, or `secret` then `key`), then `:` or `=`, or blanks
+/// and `is` or `was`, or blanks alone, then a quote or none and 16 bytes of a token.
+fn site_labelled_is(a: &Around<'_>) -> bool {
+    /// The value's bytes, and any outside ASCII (`(?i)` reads `ſ` and the Kelvin sign as
+    /// letters).
+    fn token(c: u8) -> bool {
+        c.is_ascii_alphanumeric()
+            || matches!(c, b'_' | b'-' | b'.' | b'/' | b'+' | b'=' | b'~')
+            || c >= 0x80
+    }
+    let b = a.b;
+    let after = |at: usize| -> bool {
+        let blanks = skip_blanks(b, at);
+        if matches!(b.get(blanks), Some(b':' | b'=')) {
+            return value_after(b, skip_blanks(b, blanks + 1), 16, token);
+        }
+        if blanks == at {
+            return false;
+        }
+        if value_after(b, blanks, 16, token) {
+            return true;
+        }
+        // `is` or `was` (or a word `(?i)` reads as one: `ſ` is an `s`), then blanks.
+        let word = b[blanks..]
+            .iter()
+            .take(5)
+            .take_while(|&&c| c.is_ascii_alphabetic() || c >= 0x80)
+            .count();
+        (2..=4).contains(&word)
+            && matches!(b.get(blanks + word), Some(b' ' | b'\t'))
+            && value_after(b, skip_blanks(b, blanks + word), 16, token)
+    };
+    // `secret key`, `secret_key`, `secretkey`: the name runs on past the keyword.
+    let key_at = |at: usize| {
+        b.get(at..at + 3)
+            .is_some_and(|k| k.eq_ignore_ascii_case(b"key"))
+            .then_some(at + 3)
+    };
+    let end = a.end;
+    after(end)
+        || key_at(end).is_some_and(after)
+        || (matches!(b.get(end), Some(b' ' | b'_' | b'-')) && key_at(end + 1).is_some_and(after))
 }
 
 /// Whether YAML text may hold a key with nothing after its colon: a `:` followed by blanks
@@ -1274,7 +1471,19 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "labelled-is",
         "generic-label",
-        &["token", "api key", "access key", "secret", "bearer"],
+        &[
+            "token",
+            "api key",
+            "api_key",
+            "api-key",
+            "apikey",
+            "access key",
+            "access_key",
+            "access-key",
+            "accesskey",
+            "secret",
+            "bearer",
+        ],
         r#"(?i)(?:bearer|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key|client[ _-]?secret)(?:[ \t]*[:=][ \t]*|[ \t]+(?:(?:is|was)[ \t]+)?)["']?(?P<s>[A-Za-z0-9_\-./+=~]{16,})"#,
         Refine::Label,
         &["the API key is abcdefghijklmnop1234"],

@@ -650,3 +650,163 @@ fn printed_secret_is_never_cut_at_the_end_of_what_is_read() {
         );
     }
 }
+
+/// Text of the shapes the name rules read, around every spelling of the names they know: a
+/// name word with a prefix and a suffix, then anything that may follow a name in code, prose,
+/// YAML or a table, then a value.
+fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    use proptest::sample::select;
+    const WORDS: &[&str] = &[
+        "secret",
+        "secrets",
+        "Secret",
+        "token",
+        "tokens",
+        "TOKEN",
+        "password",
+        "Password",
+        "passwords",
+        "passwd",
+        "pwd",
+        "pass",
+        "passphrase",
+        "api_key",
+        "api-key",
+        "api.key",
+        "apikey",
+        "api key",
+        "API Key",
+        "api_keys",
+        "private_key",
+        "private-key",
+        "private.key",
+        "privatekey",
+        "private keys",
+        "credential",
+        "credentials",
+        "access key",
+        "access_key",
+        "access-key",
+        "accesskey",
+        "app_key",
+        "encryption.key",
+        "master-key",
+        "master.key",
+        "signing-key",
+        "signing.key",
+        "account-key",
+        "account.key",
+        "client secret",
+        "client_secret",
+        "secret key",
+        "secret_key",
+        "secret-key",
+        "secretkey",
+        "auth",
+        "auth_token",
+        "auth-tokens",
+        "bearer",
+        "Bearer",
+    ];
+    const PREFIXES: &[&str] = &[
+        "", "", "", "db_", "my", "x.", "API_", "client-", "input_", "usage.", "$", "\"", "'", "- ",
+        "  ", "[\"", "self.", "\u{17f}", "é",
+    ];
+    const SUFFIXES: &[&str] = &[
+        "", "", "", "s", "_id", "Name", ".rs", "_FILE", "2", "\"", "'", "\"]", "']", "é",
+    ];
+    const BETWEEN: &[&str] = &[
+        "=",
+        " = ",
+        ":=",
+        " := ",
+        ": ",
+        ":",
+        ":  ",
+        " : ",
+        " is ",
+        " was ",
+        " is the ",
+        " ",
+        "\t",
+        "  ",
+        " == ",
+        "!=",
+        " === ",
+        " !== ",
+        "==",
+        ":\n",
+        ":\n  ",
+        ": |\n  ",
+        ":  # c\n",
+        " +",
+        "(",
+        ")",
+        ", ",
+        ";",
+        " -> ",
+        "\n",
+        "=>",
+        " =\"",
+        ":\"",
+        "\" : \"",
+        "\u{a0}",
+        " is\t",
+        " \u{17f} ",
+        " waſ ",
+        " != ",
+        " !== ",
+        "\"] != ",
+    ];
+    const VALUES: &[&str] = &[
+        "hunter2",
+        "schema",
+        "Xk9vQ2mLp7RzAbCdEf12",
+        "abcdefghijklmnop1234",
+        "\"Xk9vQ2mLp7Rz\"",
+        "'p@ss w0rd'",
+        "\"\"",
+        "42",
+        "${VAR}",
+        "os.getenv(\"X\")",
+        "auth.Token(ctx)",
+        "Zq8Wm3Np7Lk2Vb6Xc1Rt5Yy",
+        "-",
+        "|",
+        "---------",
+        "x",
+        "\"a\" == token",
+        // Either side of the 16 characters the labels ask for.
+        "Xk9vQ2mLp7RzAbC",
+        "Xk9vQ2mLp7RzAbCd",
+        "\"Xk9vQ2mLp7RzAbCd\"",
+        "Xk9v/Q2m+Lp7=RzAb",
+    ];
+    let piece = prop_oneof![
+        4 => (select(PREFIXES), select(WORDS), select(SUFFIXES))
+            .prop_map(|(p, w, s)| format!("{p}{w}{s}")),
+        4 => select(BETWEEN).prop_map(str::to_owned),
+        3 => select(VALUES).prop_map(str::to_owned),
+        2 => "[A-Za-z0-9_./+=~@!-]{1,24}",
+    ];
+    proptest::collection::vec(piece, 1..10).prop_map(|pieces| pieces.concat())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+        std::env::var("KCAP_REDACT_PROPS_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(8192)
+    ))]
+
+    /// A rule is opened only by a keyword at its site: what it redacts is what it redacted
+    /// when every occurrence opened it, in text and in a JSON string.
+    #[test]
+    fn sites_change_no_redaction(text in name_rule_text()) {
+        static WITHOUT: std::sync::LazyLock<Redactor> =
+            std::sync::LazyLock::new(|| Redactor::new().without_sites());
+        let with = global();
+        proptest::prop_assert_eq!(with.redact_text(&text), WITHOUT.redact_text(&text), "{:?}", text);
+        let line = serde_json::json!({"type": "response_item", "payload": {"output": text}}).to_string();
+        proptest::prop_assert_eq!(with.redact_line(line.as_bytes()), WITHOUT.redact_line(line.as_bytes()));
+    }
+}
