@@ -1087,7 +1087,14 @@ fn every_spelling_of_a_secret_name_finds_its_value() {
         }
     }
     // Prose: `the api_key is ...` as `the API key is ...`.
-    for name in ["api_key", "api-key", "apikey", "access_key", "access-key", "accesskey"] {
+    for name in [
+        "api_key",
+        "api-key",
+        "apikey",
+        "access_key",
+        "access-key",
+        "accesskey",
+    ] {
         failures.extend(leaks(&format!("the {name} is {value}"), &[value]));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -34,7 +34,19 @@ const PROBE: usize = 48;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Run {
     pub span: Range<usize>,
-    pub segments: Vec<Range<usize>>,
+    /// The segments, or none for a run that cannot wrap: one segment, `span` (most runs of a
+    /// line are identifiers, and a list each was an allocation each).
+    segments: Vec<Range<usize>>,
+}
+
+impl Run {
+    pub(crate) fn segments(&self) -> &[Range<usize>] {
+        if self.segments.is_empty() {
+            std::slice::from_ref(&self.span)
+        } else {
+            &self.segments
+        }
+    }
 }
 
 /// Every run of base64-alphabet characters long enough to hold 16 bytes, with its `=` padding,
@@ -47,8 +59,20 @@ pub(crate) fn runs(text: &[u8], found: &[Range<usize>]) -> Vec<Run> {
     let mut out: Vec<Run> = Vec::new();
     let mut k = 0;
     while k < found.len() {
-        let mut segments = vec![padded(text, found[k].clone())];
+        let first = padded(text, found[k].clone());
         k += 1;
+        // Too narrow to wrap, padded, or with no line break after it: one segment.
+        if first.len() < 40
+            || text[first.clone()].last() == Some(&b'=')
+            || line_break_len(&text[first.end..]) == 0
+        {
+            out.push(Run {
+                span: first,
+                segments: Vec::new(),
+            });
+            continue;
+        }
+        let mut segments = vec![first];
         // A wrapped run: full-width segments, each after a line break, then a last one no
         // wider (which may be short of `MIN_RUN`, so looked for here).
         while let (Some(first), Some(last)) = (segments.first(), segments.last()) {
@@ -242,11 +266,12 @@ fn hex_digit(b: u8) -> u8 {
 /// alphabet) or as base64, if it is text. A wrapped run's last segment may be the next line's
 /// first word (`kind` after a YAML value): without it, when the whole is not text.
 pub(crate) fn decoded_text(text: &[u8], run: &Run) -> Option<(Range<usize>, String)> {
-    let whole = decode_segments(text, &run.segments).map(|t| (run.span.clone(), t));
-    if whole.is_some() || run.segments.len() < 2 {
+    let segments = run.segments();
+    let whole = decode_segments(text, segments).map(|t| (run.span.clone(), t));
+    if whole.is_some() || segments.len() < 2 {
         return whole;
     }
-    let fewer = &run.segments[..run.segments.len() - 1];
+    let fewer = &segments[..segments.len() - 1];
     let end = fewer.last()?.end;
     decode_segments(text, fewer).map(|t| (run.span.start..end, t))
 }

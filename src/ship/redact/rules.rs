@@ -175,6 +175,12 @@ const HEADER_KEYWORDS: &[&str] = &[
     "-secret",
     "-password",
     "subscription-key",
+    // The ends of `x-…` names (`x-mytoken`, `x-foo-auth-key`), so that every header name
+    // holds a keyword: the rules are opened only at a header name's site.
+    "token",
+    "secret",
+    "passw",
+    "auth-key",
 ];
 
 const fn rule(
@@ -376,6 +382,9 @@ pub(crate) static SITES: &[(&str, Site)] = &[
     ("secret-comparison-reversed", site_compared_to),
     ("labelled", site_labelled),
     ("labelled-is", site_labelled_is),
+    ("header", site_header),
+    ("header-pair-text", site_quoted),
+    ("header-pair-text-reversed", site_quoted),
 ];
 
 /// A keyword occurrence `b[start..end]` and the name holding it, `b[name.clone()]`: found once
@@ -486,6 +495,20 @@ fn site_compared_to(a: &Around<'_>) -> bool {
     at >= 2 && a.b[at - 1] == b'=' && matches!(a.b[at - 2], b'=' | b'!')
 }
 
+/// `header`: the name, a quote or none, blanks, `:`, blanks, then the value.
+fn site_header(a: &Around<'_>) -> bool {
+    let at = a.name.end + usize::from(is_quote(a.at(a.name.end)));
+    let colon = skip_blanks(a.b, at);
+    a.at(colon) == Some(b':')
+        && a.at(skip_blanks(a.b, colon + 1))
+            .is_some_and(|c| !c.is_ascii_whitespace())
+}
+
+/// `header-pair-text`: the name alone in its quotes (`"name": "Cookie"`).
+fn site_quoted(a: &Around<'_>) -> bool {
+    a.name.start > 0 && a.b[a.name.start - 1] == b'"' && a.at(a.name.end) == Some(b'"')
+}
+
 /// Whether `b[at..]` holds a quote or none, then at least `min` bytes of `class`.
 fn value_after(b: &[u8], at: usize, min: usize, class: fn(u8) -> bool) -> bool {
     let at = at + usize::from(is_quote(b.get(at).copied()));
@@ -493,12 +516,16 @@ fn value_after(b: &[u8], at: usize, min: usize, class: fn(u8) -> bool) -> bool {
         .is_some_and(|rest| rest.iter().take(min).take_while(|&&c| class(c)).count() == min)
 }
 
-/// `labelled`: the name, blanks, then 16 bytes that are neither blank nor `"`.
+/// `labelled`: the name, blanks, then 16 bytes that are neither blank nor `"` (a `'` is one).
 fn site_labelled(a: &Around<'_>) -> bool {
-    matches!(a.at(a.name.end), Some(b' ' | b'\t'))
-        && value_after(a.b, skip_blanks(a.b, a.name.end), 16, |c| {
-            !c.is_ascii_whitespace() && c != b'"'
-        })
+    let value = skip_blanks(a.b, a.name.end);
+    value > a.name.end
+        && a.b[value..]
+            .iter()
+            .take(16)
+            .take_while(|&&c| !c.is_ascii_whitespace() && c != b'"')
+            .count()
+            == 16
 }
 
 /// `labelled-is`: the name (the keyword, or `secret` then `key`), then `:` or `=`, or blanks

@@ -708,6 +708,21 @@ fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
         "auth-tokens",
         "bearer",
         "Bearer",
+        "authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "cookies",
+        "set-cookie",
+        "x-api-key",
+        "X-Auth-Token",
+        "x-mytoken",
+        "x-foo-auth-key",
+        "x-apisecret",
+        "private-token",
+        "x-hub-signature-256",
+        "Ocp-Apim-Subscription-Key",
+        "x-amz-security-token",
+        "dd-api-key",
     ];
     const PREFIXES: &[&str] = &[
         "", "", "", "db_", "my", "x.", "API_", "client-", "input_", "usage.", "$", "\"", "'", "- ",
@@ -758,6 +773,12 @@ fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
         " != ",
         " !== ",
         "\"] != ",
+        "{\"name\": \"",
+        "\", \"value\": \"",
+        "\"value\": \"",
+        "\", \"name\": \"",
+        "\"}",
+        "\"",
     ];
     const VALUES: &[&str] = &[
         "hunter2",
@@ -790,7 +811,21 @@ fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
         3 => select(VALUES).prop_map(str::to_owned),
         2 => "[A-Za-z0-9_./+=~@!-]{1,24}",
     ];
-    proptest::collection::vec(piece, 1..10).prop_map(|pieces| pieces.concat())
+    let name = (select(PREFIXES), select(WORDS), select(SUFFIXES))
+        .prop_map(|(p, w, s)| format!("{p}{w}{s}"));
+    let pieces = proptest::collection::vec(piece, 1..10).prop_map(|pieces| pieces.concat());
+    // A header as a name and value pair (`"name": "Cookie", "value": "…"`) in text that is not
+    // JSON, either way round.
+    let pair = (pieces.clone(), name, select(VALUES), any::<bool>()).prop_map(
+        |(before, name, value, reversed)| {
+            if reversed {
+                format!("{before} {{\"value\": \"{value}\", \"name\": \"{name}\"}}")
+            } else {
+                format!("{before} [{{\"name\": \"{name}\", \"value\": \"{value}\"}}")
+            }
+        },
+    );
+    prop_oneof![4 => pieces, 1 => pair]
 }
 
 proptest::proptest! {

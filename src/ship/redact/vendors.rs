@@ -209,10 +209,15 @@ pub(crate) fn spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usiz
     for run in found {
         let body = trim_run(run.clone(), b);
         let value = &b[body.clone()];
-        if value.len() < MIN_LEN || value.len() > MAX_LEN || nearest_is_other(b, body.start) {
-            continue;
-        }
-        if !looks_random(value) {
+        // The letters and digits first: most runs are identifiers, which they turn away in
+        // one pass, before the word before the run is looked up and the rest of the shape
+        // read.
+        if value.len() < MIN_LEN
+            || value.len() > MAX_LEN
+            || letters_and_digits(value).is_none()
+            || nearest_is_other(b, body.start)
+            || !looks_random(value)
+        {
             continue;
         }
         if vendor_before(&b[body.start.saturating_sub(CONTEXT)..body.start])
@@ -365,19 +370,27 @@ fn trim_run(mut run: Range<usize>, b: &[u8]) -> Range<usize> {
     run
 }
 
+/// Whether `v` holds letters and digits both (`Some(false)`), or letters alone as a long key
+/// does (`Some(true)`); `None` for neither. A key of letters alone (`PSIYbVgfkbEPQoqJfzHp…`, a
+/// digit missing by chance from a long base64 run) is long, of one piece (two separators at
+/// most: a path's words are not a key) and changes case every few letters ([`looks_random`]),
+/// as no identifier does.
+fn letters_and_digits(v: &[u8]) -> Option<bool> {
+    let (mut digits, mut letters) = (0, 0);
+    for c in v {
+        digits += usize::from(c.is_ascii_digit());
+        letters += usize::from(c.is_ascii_alphabetic());
+    }
+    let letters_alone = digits == 0 && v.len() >= 24 && v.len() - letters <= 2;
+    (letters > 0 && (digits > 0 || letters_alone)).then_some(letters_alone)
+}
+
 /// A key's shape: letters and digits both, classes (digit, lower, upper) changing often, no
 /// long run of one letter, and the Shannon entropy of random text.
 pub(crate) fn looks_random(v: &[u8]) -> bool {
-    let digits = v.iter().filter(|c| c.is_ascii_digit()).count();
-    let letters = v.iter().filter(|c| c.is_ascii_alphabetic()).count();
-    // A key of letters alone (`PSIYbVgfkbEPQoqJfzHp…`, a digit missing by chance from a
-    // long base64 run) when long, of one piece (two separators at most: a path's words are
-    // not a key) and changing case every few letters (below), as no identifier does; else a
-    // key holds letters and digits.
-    let letters_alone = digits == 0 && v.len() >= 24 && v.len() - letters <= 2;
-    if letters == 0 || (digits == 0 && !letters_alone) {
+    let Some(letters_alone) = letters_and_digits(v) else {
         return false;
-    }
+    };
     let class = |c: u8| match c {
         b'0'..=b'9' => 0,
         b'a'..=b'z' => 1,
