@@ -133,6 +133,39 @@ impl Hit {
     }
 }
 
+/// What [`Redactor::text_spans`] keeps while it reads a text, kept for the next text of the
+/// thread: a slot per rule and a bit per keyword, given back with only the few set cleared.
+/// Made anew for every text, they were an allocation of a slot for each of several hundred
+/// rules, each written, for every string holding a keyword.
+#[derive(Default)]
+struct Scratch {
+    /// Each rule's open run ([`Redactor::text_spans`]).
+    open: Vec<Option<(usize, usize)>>,
+    /// The rules with a run in `open`.
+    opened: Vec<u16>,
+    /// The keywords (with whether inside a word) whose rules the current line has had.
+    seen_bits: Vec<u64>,
+    /// The bits set in `seen_bits`.
+    seen_on_line: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Option<Box<Scratch>>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// The thread's scratch, or a new one where it is in use (a text read inside another).
+    fn take() -> Box<Scratch> {
+        SCRATCH.with(std::cell::Cell::take).unwrap_or_default()
+    }
+
+    /// Back for the next text, cleared by its user: no run open, no bit set.
+    fn give_back(scratch: Box<Scratch>) {
+        debug_assert!(scratch.opened.is_empty() && scratch.seen_on_line.is_empty());
+        SCRATCH.with(|cell| cell.set(Some(scratch)));
+    }
+}
+
 /// A rule a keyword opens, with what [`Redactor::text_spans`] asks of it at each occurrence.
 #[derive(Clone, Copy)]
 struct Opens {
@@ -572,8 +605,13 @@ impl Redactor {
         // whole text) widens it; one elsewhere runs it and opens the next. Runs are never all
         // held: a 4 MiB text of code holds a keyword every few bytes, and a run for each, kept
         // until the end, was many times the text's size.
-        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
-        let mut opened: Vec<u16> = Vec::new();
+        let mut scratch = Scratch::take();
+        let Scratch {
+            open,
+            opened,
+            seen_bits,
+            seen_on_line,
+        } = &mut *scratch;
         // The line around the latest occurrence: occurrences come in order, so each line is
         // found once (finding it again for each occurrence was quadratic on a long line).
         let mut line = 0..0;
@@ -584,8 +622,6 @@ impl Redactor {
         // output_tokens`), so its rules are not gone through again. A bit each (a list
         // searched at every occurrence cost a 4 MiB line of hundreds of distinct keywords
         // hundreds of compares an occurrence), and the bits set, to clear them at the next line.
-        let mut seen_bits: Vec<u64> = Vec::new();
-        let mut seen_on_line: Vec<u32> = Vec::new();
         let bytes = text.as_bytes();
         for &h in hits {
             let (at, keyword) = (h.at(), h.keyword());
@@ -606,8 +642,9 @@ impl Redactor {
                 continue;
             }
             let seen = keyword << 1 | u32::from(in_word);
-            if seen_bits.is_empty() {
-                seen_bits = vec![0; (2 * self.words.len()).div_ceil(64)];
+            let words = (2 * self.words.len()).div_ceil(64);
+            if seen_bits.len() < words {
+                seen_bits.resize(words, 0);
             }
             let (word, bit) = (seen as usize / 64, 1u64 << (seen % 64));
             if seen_bits[word] & bit != 0 {
@@ -649,8 +686,8 @@ impl Redactor {
                 } else {
                     (line.start, line.end)
                 };
-                if open.is_empty() {
-                    open = vec![None; self.compiled.len()];
+                if open.len() < self.compiled.len() {
+                    open.resize(self.compiled.len(), None);
                 }
                 match &mut open[r as usize] {
                     Some(run) if start <= run.1 => run.1 = run.1.max(end),
@@ -668,11 +705,15 @@ impl Redactor {
                 seen_on_line.push(seen);
             }
         }
-        for r in opened {
-            if let Some((s, e)) = open[r as usize] {
+        for r in opened.drain(..) {
+            if let Some((s, e)) = open[r as usize].take() {
                 self.run_rule(r, text, s..e, out);
             }
         }
+        for seen in seen_on_line.drain(..) {
+            seen_bits[seen as usize / 64] = 0;
+        }
+        Scratch::give_back(scratch);
         fix_markers(text, out, first);
         // Colour codes, zero-width and full-width characters between or inside a name and its
         // value: the rules see the text without them (spans map back over them).
