@@ -504,9 +504,27 @@ fn site_header(a: &Around<'_>) -> bool {
             .is_some_and(|c| !c.is_ascii_whitespace())
 }
 
-/// `header-pair-text`: the name alone in its quotes (`"name": "Cookie"`).
+/// `header-pair-text`: the name alone in its quotes, the value of a `"name"` key
+/// (`"name": "Cookie"`).
 fn site_quoted(a: &Around<'_>) -> bool {
-    a.name.start > 0 && a.b[a.name.start - 1] == b'"' && a.at(a.name.end) == Some(b'"')
+    if !(a.name.start > 0 && a.b[a.name.start - 1] == b'"' && a.at(a.name.end) == Some(b'"')) {
+        return false;
+    }
+    // Back over `\s*:\s*` to `"name"`, in any case (a byte outside ASCII may be part of a
+    // space `\s` reads).
+    let space = |c: u8| c.is_ascii_whitespace() || c == 0x0b || c >= 0x80;
+    let mut at = a.name.start - 1;
+    while at > 0 && space(a.b[at - 1]) {
+        at -= 1;
+    }
+    if at == 0 || a.b[at - 1] != b':' {
+        return false;
+    }
+    at -= 1;
+    while at > 0 && space(a.b[at - 1]) {
+        at -= 1;
+    }
+    at >= 6 && a.b[at - 6..at].eq_ignore_ascii_case(b"\"name\"")
 }
 
 /// Whether `b[at..]` holds a quote or none, then at least `min` bytes of `class`.

@@ -818,10 +818,16 @@ fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
     // JSON, either way round.
     let pair = (pieces.clone(), name, select(VALUES), any::<bool>()).prop_map(
         |(before, name, value, reversed)| {
-            if reversed {
-                format!("{before} {{\"value\": \"{value}\", \"name\": \"{name}\"}}")
+            // Any space the pattern's `\s` reads, ASCII or not.
+            let (sp, nb) = if value.len() % 2 == 0 {
+                (" ", " ")
             } else {
-                format!("{before} [{{\"name\": \"{name}\", \"value\": \"{value}\"}}")
+                ("\u{a0}", "\n")
+            };
+            if reversed {
+                format!("{before} {{\"value\":{sp}\"{value}\",{nb}\"NAME\"{nb}:{sp}\"{name}\"}}")
+            } else {
+                format!("{before} [{{\"name\"{sp}:{nb}\"{name}\", \"value\": \"{value}\"}}")
             }
         },
     );
