@@ -203,7 +203,10 @@ impl Keywords {
             // region: the lists hold one region's hits, and `hits` grows by what the text so
             // far says the rest holds, not by doubling (a text dense with keywords holds a hit
             // for every two of its bytes, and doubling could leave twice that reserved).
-            let mut lists: [Vec<Hit>; STREAMS] = Default::default();
+            // The thread's lists from the last text, empty (four lists grown from nothing
+            // were four allocations or more for every text scanned in parts).
+            let mut lists: Box<[Vec<Hit>; STREAMS]> =
+                LISTS.with(std::cell::Cell::take).unwrap_or_default();
             let mut lo = 0;
             while lo < text.len() {
                 let hi = if text.len() - lo < 2 * region {
@@ -211,7 +214,7 @@ impl Keywords {
                 } else {
                     lo + region
                 };
-                self.region(text, lo..hi, &mut lists, &next);
+                self.region(text, lo..hi, &mut *lists, &next);
                 let more: usize = lists.iter().map(Vec::len).sum();
                 if hits.capacity() - hits.len() < more {
                     // What the rest of the text holds at the density seen so far, and at least
@@ -222,12 +225,20 @@ impl Keywords {
                     let room = expected.saturating_sub(found).max(found / 8);
                     hits.reserve_exact(more + room);
                 }
-                for list in &mut lists {
+                for list in lists.iter_mut() {
                     hits.extend_from_slice(list);
                     list.clear();
                 }
                 lo = hi;
             }
+            // A text dense with keywords grows them to a region's hits: not kept for an idle
+            // thread.
+            for list in lists.iter_mut() {
+                if list.capacity() > KEPT_HITS {
+                    *list = Vec::new();
+                }
+            }
+            LISTS.with(|cell| cell.set(Some(lists)));
         }
         // Hits come in the order of their ends. A long keyword ends after a short one that
         // starts after it (`private key` and `key`): ordered by start, the stable sort keeps
@@ -329,6 +340,15 @@ impl Keywords {
             hits.push(Hit::new(i + 1 - len as usize, keyword));
         }
     }
+}
+
+/// The most hits a thread's list keeps room for between texts (32 KiB for the four).
+const KEPT_HITS: usize = 1024;
+
+thread_local! {
+    /// Each thread's lists of [`Keywords::region`], kept empty between texts.
+    static LISTS: std::cell::Cell<Option<Box<[Vec<Hit>; STREAMS]>>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// How many parts of a long text the scan steps side by side ([`Keywords::each_with`]).
