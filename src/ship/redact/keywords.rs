@@ -214,7 +214,7 @@ impl Keywords {
                 } else {
                     lo + region
                 };
-                self.region(text, lo..hi, &mut *lists, &next);
+                self.region(text, lo..hi, &mut lists, &next);
                 let more: usize = lists.iter().map(Vec::len).sum();
                 if hits.capacity() - hits.len() < more {
                     // What the rest of the text holds at the density seen so far, and at least
