@@ -831,7 +831,16 @@ fn name_rule_text() -> impl proptest::strategy::Strategy<Value = String> {
             }
         },
     );
-    prop_oneof![4 => pieces, 1 => pair]
+    // A name, what follows it and a value: the shapes the sites read, without the chance of
+    // the pieces lining up.
+    let shaped = (
+        pieces.clone(),
+        select(WORDS),
+        select(BETWEEN),
+        select(VALUES),
+    )
+        .prop_map(|(before, name, between, value)| format!("{before} {name}{between}{value}"));
+    prop_oneof![4 => pieces, 2 => shaped, 1 => pair]
 }
 
 proptest::proptest! {
