@@ -309,15 +309,15 @@ pub(crate) fn hides_ascii(raw: &[u8]) -> bool {
 /// of ASCII.
 pub(crate) fn has_invisible(text: &str) -> bool {
     let b = text.as_bytes();
-    memchr::memchr(0x1B, b).is_some()
-        // Only the characters starting with these bytes: U+2000..U+2FFF (zero-width) and
-        // U+F000..U+FFFF (full-width forms, U+FEFF).
-        || memchr::memchr2_iter(0xE2, 0xEF, b).any(|at| {
-            text.get(at..)
+    // One pass for the escape and the lead bytes of the characters that can hide: U+2000 to
+    // U+2FFF (zero-width) and U+F000 to U+FFFF (full-width forms, U+FEFF).
+    memchr::memchr3_iter(0x1B, 0xE2, 0xEF, b).any(|at| {
+        b[at] == 0x1B
+            || text
+                .get(at..)
                 .and_then(|rest| rest.chars().next())
                 .is_some_and(|c| invisible_len(c).is_some() || fullwidth(c).is_some())
-        })
-        || memchr::memchr_iter(b'%', b).any(|at| percent_ascii(&b[at..]).is_some())
+    }) || memchr::memchr_iter(b'%', b).any(|at| percent_ascii(&b[at..]).is_some())
 }
 
 /// The ASCII character a percent escape at the start of `b` stands for (`%3D` is `=`).

@@ -366,7 +366,8 @@ pub(crate) fn children(toks: &[Tok], open: usize) -> Vec<(Option<usize>, usize)>
     let Tok::Open { close, .. } = toks[open] else {
         return Vec::new();
     };
-    let mut kids = Vec::new();
+    // Room for a rollout line's objects (a handful of members) without growing twice.
+    let mut kids = Vec::with_capacity(8);
     let mut i = open + 1;
     let mut key = None;
     while i < close.min(toks.len()) {
