@@ -1099,3 +1099,44 @@ fn every_spelling_of_a_secret_name_finds_its_value() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A private key's BEGIN line followed by a copy of another secret: the first pass redacts
+/// the copy and leaves the line (no key follows it), and a second pass leaves both, where it
+/// took the BEGIN line, the marker and every byte after them. The rest of a key after a
+/// marker (text that already held one) still goes.
+#[test]
+fn a_private_key_marker_before_a_redacted_copy_stays_on_a_second_pass() {
+    let mut failures = Vec::new();
+    for text in [
+        "token =?sig=abc&x=1 -----BEGIN PRIVATE KEY-----?sig=abc&x=1 ",
+        "token =?sig=abc&x=1\n-----BEGIN PRIVATE KEY-----\n?sig=abc&x=1 more words here\nand more",
+        "DB_PASSWORD=Hunt3r!Pw9x -----BEGIN RSA PRIVATE KEY-----\t?Hunt3r!Pw9x\nthe end",
+    ] {
+        for (placement, line) in crate::support::secrets::placements(text) {
+            let once = global().redact_line(line.as_bytes());
+            let twice = global().redact_line(once.as_bytes());
+            if once != twice {
+                failures.push(format!(
+                    "{placement}: not idempotent:\n  {once}\n  => {twice}"
+                ));
+            }
+            match shipped_text(&line, &once) {
+                Err(e) => failures.push(format!("{placement}: {e}")),
+                Ok(seen) => {
+                    let kept = seen.contains("PRIVATE KEY-----")
+                        && (seen.contains("more words here") || !text.contains("more words"))
+                        && (seen.contains("the end") || !text.contains("the end"));
+                    if !kept || seen.contains("Hunt3r") || seen.contains("sig=abc") {
+                        failures.push(format!("{placement}: {line}\n  => {once}"));
+                    }
+                }
+            }
+        }
+    }
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+    failures.extend(leaks(
+        &format!("-----BEGIN PRIVATE KEY-----\n[REDACTED]\n{body}\n-----END PRIVATE KEY-----"),
+        &[body],
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

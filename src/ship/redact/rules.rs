@@ -983,12 +983,15 @@ pub(crate) static RULES: &[Rule] = &[
         "pem-private-key",
         "private-key",
         &["private key"],
-        // The marker, its headers (`Proc-Type:`, `DEK-Info:`, `Version:`), then base64 (or a
-        // marker, this rule's own or another's, so that a second pass reads what the first
-        // left as it was read): code that names the marker (`"-----BEGIN PRIVATE
-        // KEY-----", "-----END…"` in a parser, `"-----BEGIN PRIVATE KEY-----..."` in a
-        // comment) holds no key, and a marker without one would take the rest of the text.
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t\r\n]*(?:[A-Za-z-]+:[^\n]*\n[ \t\r\n]*)*[A-Za-z0-9+/\[-](?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+        // The marker, its headers (`Proc-Type:`, `DEK-Info:`, `Version:`), then base64, or
+        // `[REDACTED]` before more of it (text that already held the marker before the rest
+        // of a key): code that names the marker (`"-----BEGIN PRIVATE KEY-----",
+        // "-----END…"` in a parser, `"-----BEGIN PRIVATE KEY-----..."` in a comment) holds no
+        // key, and a marker without one would take the rest of the text. A `[REDACTED]`
+        // alone after it is no key either: a first pass leaves one there when a copy of
+        // another secret follows the marker, and a second pass took the marker and all the
+        // text after it (test `a_private_key_marker_before_a_redacted_copy_stays_on_a_second_pass`).
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t\r\n]*(?:[A-Za-z-]+:[^\n]*\n[ \t\r\n]*)*(?:[A-Za-z0-9+/-]|(?:\[REDACTED\][ \t\r\n]*)+[A-Za-z0-9+/=]{16})(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
         Refine::Group,
         &[
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3\n-----END RSA PRIVATE KEY-----",
