@@ -617,6 +617,8 @@ impl Redactor {
         let mut line = 0..0;
         // The bytes the line holds that rules' checks need ([`rules::Pre`]), read once a line.
         let mut held: Option<u32> = None;
+        // The last name read around an occurrence ([`rules::Around::within`]).
+        let mut name_run = 0..0;
         // The keywords whose rules this line has had, each with whether it was inside a word:
         // another occurrence on the line opens the same windows (`input_tokens +
         // output_tokens`), so its rules are not gone through again. A bit each (a list
@@ -667,7 +669,8 @@ impl Redactor {
                 }
                 if let Some(site) = opens.site
                     && !site(around.get_or_insert_with(|| {
-                        rules::Around::new(bytes, at, at + self.words[keyword as usize].len())
+                        let end = at + self.words[keyword as usize].len();
+                        rules::Around::within(bytes, at, end, &mut name_run)
                     }))
                 {
                     turned_away = true;

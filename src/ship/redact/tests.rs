@@ -860,3 +860,45 @@ proptest::proptest! {
         proptest::prop_assert_eq!(with.redact_line(line.as_bytes()), WITHOUT.redact_line(line.as_bytes()));
     }
 }
+
+/// A name of thousands of bytes with a keyword every few of them (tool output of letters
+/// without a blank, a minified identifier) is read once, not once for each keyword in it: read
+/// at every occurrence, a 4 MiB line of them took minutes, and a watcher stopped shipping.
+#[test]
+fn a_long_name_full_of_keywords_is_read_once() {
+    let redactor = global();
+    // Every keyword the sites read a name around, repeated into one name; and tool output of
+    // letters in a fixed stride, which holds keywords by chance.
+    let stride: String = (0..6000u32)
+        .map(|i| char::from(b'a' + ((i * 7 + 3) % 26) as u8))
+        .collect();
+    let texts = redactor
+        .words
+        .iter()
+        .filter(|w| {
+            w.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c))
+        })
+        .map(|w| format!("{w}_").repeat(4096 / (w.len() + 1) + 1))
+        .chain([stride]);
+    let mut checked = 0;
+    for name in texts {
+        for text in [
+            name.clone(),
+            format!("{name} = value"),
+            serde_json::json!({"payload": {"output": name}}).to_string(),
+        ] {
+            rules::NAME_BYTES_READ.with(|n| n.set(0));
+            redactor.redact_text(&text);
+            let read = rules::NAME_BYTES_READ.with(std::cell::Cell::get);
+            assert!(
+                read <= 2 * text.len(),
+                "{read} bytes of names read for a text of {}: {:.60}…",
+                text.len(),
+                text
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "only {checked} texts");
+}
