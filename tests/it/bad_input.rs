@@ -741,3 +741,46 @@ fn absurd_kcap_values_warn_by_name_and_the_watcher_still_works() {
         p.assert_no_panic();
     }
 }
+
+/// Tool output a redactor could spend the square of its length on, 256 KiB of each: values
+/// inside values (`token=token=…`, with colour codes or zero-width spaces between name and
+/// `=`), and letters without a blank that hold keywords by chance. Each is shipped, redacted
+/// as the redactor redacts it, and the run ends: at a few dozen bytes a step, a megabyte of
+/// the first took a minute and the watcher shipped nothing meanwhile.
+#[test]
+fn lines_whose_values_hold_values_are_shipped_without_a_hang() {
+    const SIZE: usize = 256 * 1024;
+    let fill = |unit: &str| unit.repeat(SIZE / unit.len());
+    let stride: String = (0..SIZE)
+        .map(|i| char::from(b'a' + ((i * 7 + 3) % 26) as u8))
+        .collect();
+    let texts = [
+        fill("token="),
+        fill("token\u{1b}[0m="),
+        fill("token\u{200b}="),
+        fill("password: "),
+        format!(
+            "GITHUB_TOKEN=ghp_{}\n{stride}",
+            "Z9y8X7w6V5u4T3s2R1q0".repeat(2)
+        ),
+    ];
+    let lines: Vec<String> = texts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            let id = format!("c{i}");
+            [harness::call(&id, "exec_command"), harness::output(&id, t)]
+        })
+        .collect();
+    let middle: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+    let sandbox = Sandbox::new();
+    sandbox.append(&child_with(&middle));
+    let server = FakeKcap::start();
+    let mut p = once(&sandbox, &server, &[]);
+    ok(&mut p);
+    assert_delivered(&sandbox, &server, SESSION_ND, AGENT_ND);
+    let shipped: Vec<String> = server.lines(SESSION_ND, AGENT_ND).into_values().collect();
+    let shipped = shipped.join("\n");
+    assert!(!shipped.contains("ghp_Z9y8"), "the token shipped");
+    assert_eq!(stops_for_child(&server.hooks("subagent-stop")), 1);
+}

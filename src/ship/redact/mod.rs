@@ -1510,6 +1510,15 @@ const COPY_MIN: usize = 8;
 /// [`COPY_SEARCH`] at a time: a 4 MiB text of thousands of secrets costs at most 16 searches of
 /// it (a few milliseconds).
 const COPY_SECRETS: usize = 1024;
+/// The marker without its closing bracket: a value holding it (`[REDACTED` glued to what
+/// follows) is a marker a rule took with what it was glued to, not a secret whose copies go:
+/// taken as one, another `[REDACTED` became a whole marker, and a second pass read what
+/// followed it anew (`[REDACTED]Cookie: …`), so redacting twice differed from once.
+const MARKER_OPEN: &[u8] = b"[REDACTED";
+/// How many times a text's length [`copies_of`] compares of long secrets' copies.
+const COPY_VERIFY: usize = 8;
+/// The most bytes of a secret its copies are looked for by ([`every_copy`]).
+const COPY_HEAD: usize = 256;
 /// Secrets looked for in one search: Teddy's most.
 const COPY_SEARCH: usize = 64;
 
@@ -1528,20 +1537,40 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
     let valid = |r: &Range<usize>| r.start < r.end && r.end <= b.len();
     // Each distinct secret once (a text may hold a hundred thousand spans: a set, not a scan
     // of the list for each).
+    // A secret longer than [`COPY_HEAD`] bytes is looked for by its head, and where the head
+    // is found, as many bytes as it holds go: reading every byte of every long secret, at
+    // every place its head occurs, cost a line of values inside values (`token=token=…`, each
+    // a secret as long as the rest of the line) the square of its length.
     let mut secrets: Vec<&[u8]> = Vec::new();
-    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
+    let mut wholes: Vec<&[u8]> = Vec::new();
+    let mut lens: Vec<usize> = Vec::new();
+    let mut seen: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
     for r in spans.iter().filter(|r| valid(r)) {
-        let v = &b[r.clone()];
+        let whole = &b[r.clone()];
+        let mut head = whole.len().min(COPY_HEAD);
+        while head < whole.len() && !text.is_char_boundary(r.start + head) {
+            head -= 1;
+        }
+        let v = &whole[..head];
         if unescaped_len(v) < COPY_MIN
-            || memchr::memchr_iter(b'[', v).any(|at| v[at..].starts_with(REDACTED.as_bytes()))
-            || !seen.insert(v)
+            || memchr::memchr_iter(b'[', v).any(|at| v[at..].starts_with(MARKER_OPEN))
         {
+            continue;
+        }
+        if let Some(&i) = seen.get(v) {
+            if whole.len() > lens[i] {
+                lens[i] = whole.len();
+                wholes[i] = whole;
+            }
             continue;
         }
         if secrets.len() == COPY_SECRETS {
             break;
         }
+        seen.insert(v, secrets.len());
         secrets.push(v);
+        wholes.push(whole);
+        lens.push(whole.len());
     }
     if secrets.is_empty() {
         return;
@@ -1566,27 +1595,45 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
         }
     };
     match &decoded {
-        None => copies_of(b, &secrets, &mut add),
+        None => copies_of(b, &secrets, Some(&wholes), &lens, |_, whole| add(whole)),
         Some(d) => {
-            let values: Vec<decode::Decoded<'_>> = secrets
+            // Each is a slice of the text, cut at a character's boundary.
+            let decoded: Vec<(decode::Decoded<'_>, usize)> = secrets
                 .iter()
-                // Each is a slice of the text, cut at a character's boundary.
-                .map(|v| decode::decode(std::str::from_utf8(v).unwrap_or_default()))
+                .zip(&lens)
+                .map(|(v, &n)| {
+                    let d = decode::decode(std::str::from_utf8(v).unwrap_or_default());
+                    // A secret looked for whole is as long as its decoding; a long one's
+                    // head, its raw length (at least its decoding's).
+                    let n = if n == v.len() { d.text.len() } else { n };
+                    (d, n)
+                })
+                .filter(|(v, _)| !v.text.is_empty())
                 .collect();
-            let values: Vec<&[u8]> = values
-                .iter()
-                .map(|v| v.text.as_bytes())
-                .filter(|v| !v.is_empty())
-                .collect();
+            let values: Vec<&[u8]> = decoded.iter().map(|(v, _)| v.text.as_bytes()).collect();
+            let lens: Vec<usize> = decoded.iter().map(|&(_, n)| n).collect();
             // A copy read across a string's own quote (`…rs"` of `"…rs"` for a secret
-            // `rs\"`) is none: redacting it would break the JSON.
-            copies_of(d.text.as_bytes(), &values, |at| {
-                let raw = d.to_raw(at);
-                // A quote is escaped when an odd number of backslashes comes before it.
-                let escaped =
-                    |i: usize| b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1;
-                let bare_quote = (raw.start..raw.end).any(|i| b[i] == b'"' && !escaped(i));
-                if !bare_quote {
+            // `rs\"`) is none: redacting it would break the JSON. (A long secret's copy taken
+            // whole that would cross one is taken as far as its head.)
+            // The text's bare quotes (after an even run of backslashes), found once: each
+            // copy's range looked at for one, byte by byte, was the square of a long line.
+            let mut bare = Vec::new();
+            let mut backslashes = 0usize;
+            for (i, &c) in b.iter().enumerate() {
+                if c == b'"' && backslashes.is_multiple_of(2) {
+                    bare.push(i);
+                }
+                backslashes = if c == b'\\' { backslashes + 1 } else { 0 };
+            }
+            let bare_quote = |raw: &Range<usize>| {
+                let k = bare.partition_point(|&q| q < raw.start);
+                bare.get(k).is_some_and(|&q| q < raw.end)
+            };
+            copies_of(d.text.as_bytes(), &values, None, &lens, |head, whole| {
+                let raw = [d.to_raw(whole), d.to_raw(head)]
+                    .into_iter()
+                    .find(|raw| !bare_quote(raw));
+                if let Some(raw) = raw {
                     add(raw);
                 }
             });
@@ -1598,12 +1645,55 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
 /// Calls `found` with every occurrence in `hay` of any of `needles`: one vectorised search
 /// (Teddy) for each [`COPY_SEARCH`] of them where the processor has it, else one search for
 /// each.
-fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>)) {
-    for chunk in needles.chunks(COPY_SEARCH) {
+/// `lens`: how many bytes each needle's secret holds (more than the needle where it is a
+/// long secret's head), and `wholes` the secrets where the caller has them: `found` gets the
+/// needle's occurrence and the secret's (as many bytes from there, to a character's start).
+/// Where the secret is known, the bytes after its head must be its own, compared for at most
+/// [`COPY_VERIFY`] times the text's length in all (the heads of a text of values inside
+/// values, `token=token=…`, occur every few bytes, each a copy as long as the rest of the
+/// line); past that, and where it is not known, a head's copy is taken as long as its secret
+/// unread: a few bytes too many rather than a tail shipped.
+fn copies_of(
+    hay: &[u8],
+    needles: &[&[u8]],
+    wholes: Option<&[&[u8]]>,
+    lens: &[usize],
+    mut found: impl FnMut(Range<usize>, Range<usize>),
+) {
+    let mut budget = COPY_VERIFY.saturating_mul(hay.len()).max(1 << 16);
+    let mut copy = |i: usize, head: Range<usize>| {
+        if let Some(whole) = wholes.map(|w| w[i])
+            && whole.len() > head.len()
+            && budget > 0
+        {
+            let n = whole.len().min(hay.len() - head.start);
+            budget = budget.saturating_sub(n);
+            if hay[head.start..head.start + n] != *whole {
+                if is_copy(hay, head.clone(), needles[i]) {
+                    found(head.clone(), head);
+                }
+                return;
+            }
+        }
+        let mut end = (head.start + lens[i]).min(hay.len()).max(head.end);
+        while end < hay.len() && (hay[end] & 0xC0) == 0x80 {
+            end += 1;
+        }
+        if is_copy(hay, head.start..end, needles[i]) {
+            found(head.clone(), head.start..end);
+        }
+    };
+    // The longest first: a search reports one needle at each start, the first listed of
+    // those there, and a shorter secret's copy (`Xk9v/Q2m+Lp7=`) must not hide a longer
+    // one's at the same place (`Xk9v/Q2m+Lp7=RzAb`, whose tail then shipped).
+    let mut order: Vec<usize> = (0..needles.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(needles[i].len()));
+    for ids in order.chunks(COPY_SEARCH) {
+        let chunk: Vec<&[u8]> = ids.iter().map(|&i| needles[i]).collect();
         let packed = aho_corasick::packed::Config::new()
             .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
             .builder()
-            .extend(chunk)
+            .extend(&chunk)
             .build();
         match packed {
             Some(searcher) => {
@@ -1611,19 +1701,14 @@ fn copies_of(hay: &[u8], needles: &[&[u8]], mut found: impl FnMut(Range<usize>))
                 // across a quote) must not hide another secret's copy inside it.
                 let mut at = 0;
                 while let Some(m) = searcher.find_in(hay, aho_corasick::Span::from(at..hay.len())) {
-                    let needle = chunk[m.pattern().as_usize()];
-                    if is_copy(hay, m.start()..m.end(), needle) {
-                        found(m.start()..m.end());
-                    }
+                    copy(ids[m.pattern().as_usize()], m.start()..m.end());
                     at = m.start() + 1;
                 }
             }
             None => {
-                for v in chunk {
+                for (&i, v) in ids.iter().zip(&chunk) {
                     for at in memchr::memmem::find_iter(hay, v) {
-                        if is_copy(hay, at..at + v.len(), v) {
-                            found(at..at + v.len());
-                        }
+                        copy(i, at..at + v.len());
                     }
                 }
             }

@@ -3372,8 +3372,82 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         }
         return;
     }
+    let mut stops = Stops::default();
     for caps in re.captures_iter(text) {
-        refine(rule, &caps, text, out);
+        let end = caps.get(0).map_or(0, |m| m.end());
+        let (near, from) = (near_match(text, end), out.len());
+        refine(rule, &caps, near, out);
+        stops.widen(text, near.len(), &mut out[from..]);
+    }
+}
+
+/// How far past its match a rule reads to judge a value: a value is judged by its first
+/// kilobyte, and taken whole ([`Stops::widen`]). Each match read to the end of its line made a
+/// line of values inside values (`token=token=…`, a minified bundle's `a.secret=b.token=…`)
+/// cost the square of its length: a megabyte took a minute.
+const NEAR_MATCH: usize = 1024;
+
+/// `text` up to [`NEAR_MATCH`] bytes past a match ending at `end` (at a character's start).
+fn near_match(text: &str, end: usize) -> &str {
+    let mut cut = end.saturating_add(NEAR_MATCH);
+    if cut >= text.len() {
+        return text;
+    }
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
+
+/// Where values cut short by [`near_match`] end in the whole text, remembered for the next
+/// match: the values inside one long value all end where it does, and are not read to there
+/// again.
+#[derive(Default)]
+struct Stops {
+    /// For each kind of value (unquoted, or the quote that opened it): the last cut it was
+    /// read from and where that value ended.
+    seen: [Option<(usize, usize)>; 4],
+}
+
+impl Stops {
+    /// `spans`, found in `text[..cut]`: each that ends at the cut, where the text goes on,
+    /// goes on to where its value ends: an unquoted value at a blank or a quote (as
+    /// [`value_extent`] ends it), a quoted one at its quote or the line's end. A value judged
+    /// a secret by its first kilobyte is never shipped in part.
+    fn widen(&mut self, text: &str, cut: usize, spans: &mut [Range<usize>]) {
+        if cut >= text.len() {
+            return;
+        }
+        let b = text.as_bytes();
+        for span in spans.iter_mut().filter(|s| s.end == cut) {
+            let quote = span
+                .start
+                .checked_sub(1)
+                .map(|i| b[i])
+                .filter(|q| matches!(q, b'"' | b'\'' | b'`'));
+            let kind = match quote {
+                None => 0,
+                Some(b'"') => 1,
+                Some(b'\'') => 2,
+                Some(_) => 3,
+            };
+            let stop = match self.seen[kind] {
+                Some((from, stop)) if from <= cut && cut <= stop => stop,
+                _ => {
+                    let ends = |c: u8| match quote {
+                        None => c.is_ascii_whitespace() || matches!(c, b'"' | b'`'),
+                        Some(q) => c == q || c == b'\n' || c == b'\r',
+                    };
+                    let stop = b[cut..]
+                        .iter()
+                        .position(|&c| ends(c))
+                        .map_or(b.len(), |o| cut + o);
+                    self.seen[kind] = Some((cut, stop));
+                    stop
+                }
+            };
+            span.end = stop;
+        }
     }
 }
 
@@ -3491,6 +3565,7 @@ pub(crate) fn find_from(
     out: &mut Vec<Range<usize>>,
 ) {
     let mut next = Some(first);
+    let mut stops = Stops::default();
     while let Some(m) = next.take() {
         // These patterns never match empty text; were one to, the search would go on after
         // the next character, as `find_iter` does.
@@ -3499,7 +3574,9 @@ pub(crate) fn find_from(
         } else {
             m.end
         };
-        spans_of_match(rule, re, text, m, out);
+        let (near, from) = (near_match(text, m.end), out.len());
+        spans_of_match(rule, re, near, m, out);
+        stops.widen(text, near.len(), &mut out[from..]);
         if at <= text.len() {
             next = next_match(rule, re, text, at);
         }

@@ -902,3 +902,46 @@ fn a_long_name_full_of_keywords_is_read_once() {
     }
     assert!(checked > 300, "only {checked} texts");
 }
+
+/// A value that is a broken marker (`[REDACTED` glued to the quote after it) is no secret
+/// whose copies go: taken as one, the next `[REDACTED` became a whole marker, and the second
+/// pass read the header glued after it anew (found by the idempotence property).
+#[test]
+fn a_broken_marker_as_a_value_leaves_the_next_broken_marker_alone() {
+    let text = "token =[REDACTED\"gpt-tokenizer\": \"^2.1.0\" DB_PASSWORD=p@ss;w0rd|x [REDACTEDCookie: sid=ab'cd; t=1\n";
+    let once = redact(text);
+    assert_eq!(redact(&once), once);
+    assert!(once.contains("[REDACTEDCookie"), "{once}");
+    assert!(!once.contains("p@ss"), "{once}");
+    assert!(
+        REDACTED.as_bytes().starts_with(MARKER_OPEN) && MARKER_OPEN.len() + 1 == REDACTED.len()
+    );
+}
+
+/// A secret longer than the head its copies are looked for by: every copy goes whole, and a
+/// copy of its head alone with other bytes after it goes as far as the secret would.
+#[test]
+fn copies_of_a_long_secret_go_whole() {
+    let secret: String = (0..600u32)
+        .map(|i| char::from(b"aZ3kQ9xM"[(i as usize * 5 + i as usize / 7) % 8]))
+        .collect();
+    let text = format!("export API_TOKEN={secret}\necho {secret} done\n");
+    let out = redact(&text);
+    assert!(!out.contains(&secret[..20]), "{out}");
+    assert!(!out.contains(&secret[secret.len() - 20..]), "{out}");
+    assert!(out.ends_with(" done\n"), "{out}");
+    let json = serde_json::json!({"output": text}).to_string();
+    let out = global().redact_line(json.as_bytes());
+    assert!(!out.contains(&secret[secret.len() - 20..]), "{out}");
+}
+
+/// Two secrets starting alike (`Xk9v/Q2m+Lp7=` taken by one rule, `Xk9v/Q2m+Lp7=RzAb` by
+/// another): a copy of the longer goes whole, not as far as the shorter (found by the sites
+/// property: its tail shipped).
+#[test]
+fn a_copy_of_a_longer_secret_goes_whole_beside_a_shorter_one_alike() {
+    let mut spans = vec![0..13, 35..52];
+    let text = "Xk9v/Q2m+Lp7=RzAbaccess key bearer Xk9v/Q2m+Lp7=RzAb";
+    every_copy(text, &mut spans, false);
+    assert!(spans.contains(&(0..17)), "{spans:?}");
+}
