@@ -749,6 +749,8 @@ fn absurd_kcap_values_warn_by_name_and_the_watcher_still_works() {
 /// the first took a minute and the watcher shipped nothing meanwhile.
 #[test]
 fn lines_whose_values_hold_values_are_shipped_without_a_hang() {
+    // A core for seconds in a debug build: one such test at a time (see `support::serial`).
+    let _serial = support::serial();
     const SIZE: usize = 256 * 1024;
     let fill = |unit: &str| unit.repeat(SIZE / unit.len());
     let stride: String = (0..SIZE)

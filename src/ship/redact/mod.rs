@@ -1595,23 +1595,37 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
         }
     };
     match &decoded {
-        None => copies_of(b, &secrets, Some(&wholes), &lens, |_, whole| add(whole)),
+        None => {
+            let wholes: Vec<Option<&[u8]>> = wholes.iter().map(|&w| Some(w)).collect();
+            copies_of(b, &secrets, &wholes, |_, whole| add(whole));
+        }
         Some(d) => {
-            // Each is a slice of the text, cut at a character's boundary.
-            let decoded: Vec<(decode::Decoded<'_>, usize)> = secrets
+            // Each is a slice of the text, cut at a character's boundary. A long secret is
+            // decoded whole too, for as long as the decoding costs at most [`COPY_VERIFY`]
+            // times the text in all; past that its copies go as far as their heads.
+            let text_of = |v: &[u8]| {
+                let v = std::str::from_utf8(v).unwrap_or_default();
+                decode::decode(v).text.into_owned()
+            };
+            let mut budget = COPY_VERIFY.saturating_mul(b.len());
+            let decoded: Vec<(String, Option<String>)> = secrets
                 .iter()
-                .zip(&lens)
-                .map(|(v, &n)| {
-                    let d = decode::decode(std::str::from_utf8(v).unwrap_or_default());
-                    // A secret looked for whole is as long as its decoding; a long one's
-                    // head, its raw length (at least its decoding's).
-                    let n = if n == v.len() { d.text.len() } else { n };
-                    (d, n)
+                .zip(&wholes)
+                .map(|(v, w)| {
+                    let head = text_of(v);
+                    let whole = (w.len() > v.len() && w.len() <= budget).then(|| {
+                        budget -= w.len();
+                        text_of(w)
+                    });
+                    (head, whole)
                 })
-                .filter(|(v, _)| !v.text.is_empty())
+                .filter(|(v, _)| !v.is_empty())
                 .collect();
-            let values: Vec<&[u8]> = decoded.iter().map(|(v, _)| v.text.as_bytes()).collect();
-            let lens: Vec<usize> = decoded.iter().map(|&(_, n)| n).collect();
+            let values: Vec<&[u8]> = decoded.iter().map(|(v, _)| v.as_bytes()).collect();
+            let wholes: Vec<Option<&[u8]>> = decoded
+                .iter()
+                .map(|(_, w)| w.as_deref().map(str::as_bytes))
+                .collect();
             // A copy read across a string's own quote (`…rs"` of `"…rs"` for a secret
             // `rs\"`) is none: redacting it would break the JSON. (A long secret's copy taken
             // whole that would cross one is taken as far as its head.)
@@ -1629,7 +1643,7 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
                 let k = bare.partition_point(|&q| q < raw.start);
                 bare.get(k).is_some_and(|&q| q < raw.end)
             };
-            copies_of(d.text.as_bytes(), &values, None, &lens, |head, whole| {
+            copies_of(d.text.as_bytes(), &values, &wholes, |head, whole| {
                 let raw = [d.to_raw(whole), d.to_raw(head)]
                     .into_iter()
                     .find(|raw| !bare_quote(raw));
@@ -1645,43 +1659,37 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
 /// Calls `found` with every occurrence in `hay` of any of `needles`: one vectorised search
 /// (Teddy) for each [`COPY_SEARCH`] of them where the processor has it, else one search for
 /// each.
-/// `lens`: how many bytes each needle's secret holds (more than the needle where it is a
-/// long secret's head), and `wholes` the secrets where the caller has them: `found` gets the
-/// needle's occurrence and the secret's (as many bytes from there, to a character's start).
-/// Where the secret is known, the bytes after its head must be its own, compared for at most
-/// [`COPY_VERIFY`] times the text's length in all (the heads of a text of values inside
-/// values, `token=token=…`, occur every few bytes, each a copy as long as the rest of the
-/// line); past that, and where it is not known, a head's copy is taken as long as its secret
-/// unread: a few bytes too many rather than a tail shipped.
+/// `wholes`: each needle's whole secret, where it is longer than the needle (a long secret's
+/// head) and the caller has it: `found` gets the needle's occurrence and the secret's, which
+/// is as long as the secret where the bytes after the head are the secret's own, else the
+/// head alone. Those bytes are compared for at most [`COPY_VERIFY`] times the text's length
+/// in all: the heads of a text of values inside values (`token=token=…`) occur every few
+/// bytes, each a copy as long as the rest of the line. A copy is never taken past what was
+/// compared (taken unread, a shifted copy of a repeating secret ran on over the string's
+/// closing quote).
 fn copies_of(
     hay: &[u8],
     needles: &[&[u8]],
-    wholes: Option<&[&[u8]]>,
-    lens: &[usize],
+    wholes: &[Option<&[u8]>],
     mut found: impl FnMut(Range<usize>, Range<usize>),
 ) {
     let mut budget = COPY_VERIFY.saturating_mul(hay.len()).max(1 << 16);
     let mut copy = |i: usize, head: Range<usize>| {
-        if let Some(whole) = wholes.map(|w| w[i])
+        if !is_copy(hay, head.clone(), needles[i]) {
+            return;
+        }
+        let mut end = head.end;
+        if let Some(whole) = wholes[i]
             && whole.len() > head.len()
             && budget > 0
         {
             let n = whole.len().min(hay.len() - head.start);
             budget = budget.saturating_sub(n);
-            if hay[head.start..head.start + n] != *whole {
-                if is_copy(hay, head.clone(), needles[i]) {
-                    found(head.clone(), head);
-                }
-                return;
+            if n == whole.len() && hay[head.start..head.start + n] == *whole {
+                end = head.start + n;
             }
         }
-        let mut end = (head.start + lens[i]).min(hay.len()).max(head.end);
-        while end < hay.len() && (hay[end] & 0xC0) == 0x80 {
-            end += 1;
-        }
-        if is_copy(hay, head.start..end, needles[i]) {
-            found(head.clone(), head.start..end);
-        }
+        found(head.clone(), head.start..end);
     };
     // The longest first: a search reports one needle at each start, the first listed of
     // those there, and a shorter secret's copy (`Xk9v/Q2m+Lp7=`) must not hide a longer
