@@ -3511,6 +3511,7 @@ fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>
             });
         }
         Refine::TableColumn => {
+            let mut tables = Tables::default();
             let mut tried = 0;
             for at in super::finders::THREE_DASHES.find_iter(b) {
                 if at < tried {
@@ -3523,7 +3524,18 @@ fn find_by_lines(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usize>
                 if sep == 0 {
                     continue;
                 }
-                try_at(line_start(sep - 1), end, out);
+                let start = line_start(sep - 1);
+                if !re.is_match(&text[start..end]) {
+                    continue;
+                }
+                let rest = &text[start..];
+                if let Some(caps) = re.captures(rest) {
+                    let from = out.len();
+                    table_column(&caps, rest, out, &mut tables, start);
+                    for span in &mut out[from..] {
+                        *span = span.start + start..span.end + start;
+                    }
+                }
             }
         }
         _ => {
@@ -4355,7 +4367,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::YamlNextLine => yaml_next_line(caps, text, out),
-        Refine::TableColumn => table_column(caps, text, out),
+        Refine::TableColumn => table_column(caps, text, out, &mut Tables::default(), 0),
         Refine::TableRow => {
             let (Some(n), Some(v)) = (caps.name("n"), caps.name("s")) else {
                 return;
@@ -5354,7 +5366,54 @@ fn htpasswd_command(offset: usize, s: &str, text: &str, out: &mut Vec<Range<usiz
 /// `|` when the separator line has pipes, else by the separator's runs of dashes (fixed-width
 /// tables); a column is secret when its name is a secret's, or when it is `Value` beside a
 /// key's name (`KeyName`, Azure's key lists). Rows run to the first blank line.
-fn table_column(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+/// What the tables of one block of lines (no blank line between) have read, so that each row
+/// is read a bounded number of times: every separator line under a header starts a table whose
+/// rows run to the block's first blank line, and a block of a thousand tables (`| password |
+/// x |` over `|---|---|`, again and again) read its rows a thousand times, the square of
+/// its length.
+#[derive(Default)]
+pub(crate) struct Tables {
+    /// Where the block the first table with a secret column read ends (its first blank line, or
+    /// the text's end), in the whole text.
+    block_end: usize,
+    /// Each kind of table read over it: whether piped, the columns (for one aligned by
+    /// spaces), and each secret column with its name: the same kind reads the same spans.
+    kinds: Vec<TableKind>,
+}
+
+/// A kind of table ([`Tables`]): piped or not, its columns, its secret columns and their names.
+type TableKind = (bool, Vec<Range<usize>>, Vec<(usize, String)>);
+
+#[cfg(test)]
+thread_local! {
+    /// How many table rows [`table_column`] has read on this thread.
+    static TABLE_ROWS_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many kinds of table read a block of rows whole ([`Tables`]).
+const TABLE_KINDS_READ_WHOLE: usize = 8;
+
+/// Whether a table's row is a separator line (`|---|---|`, `+----+`, `---- ----`): three dashes
+/// and nothing but rule characters.
+fn is_separator_row(body: &str) -> bool {
+    body.contains("---")
+        && body
+            .bytes()
+            .all(|c| matches!(c, b'-' | b'+' | b'|' | b':' | b'=' | b' ' | b'\t'))
+}
+
+/// `table-column`'s spans: the cells under each secret column's name, from the separator to the
+/// block's first blank line. `text` starts at `base` in the whole text; `tables` is what the
+/// block's tables read before this one: a table of a kind already read over its rows reads
+/// nothing (it would find the same cells), and past [`TABLE_KINDS_READ_WHOLE`] kinds one reads
+/// only its own rows, up to the next separator line.
+fn table_column(
+    caps: &Captures<'_>,
+    text: &str,
+    out: &mut Vec<Range<usize>>,
+    tables: &mut Tables,
+    base: usize,
+) {
     let (Some(h), Some(sep)) = (caps.name("h"), caps.name("sep")) else {
         return;
     };
@@ -5428,6 +5487,27 @@ fn table_column(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     if secret.is_empty() {
         return;
     }
+    let kind = (
+        piped,
+        if piped { Vec::new() } else { columns.clone() },
+        secret
+            .iter()
+            .map(|&k| (k, names[k].clone()))
+            .collect::<Vec<_>>(),
+    );
+    let in_block = base + sep.end() < tables.block_end;
+    if in_block && tables.kinds.contains(&kind) {
+        return;
+    }
+    // A few kinds read the whole block, as if each were alone; past them, a table reads its
+    // own rows only (the nearest header governs a row), so no block is read more than a few
+    // times whatever its headers.
+    let local = in_block && tables.kinds.len() >= TABLE_KINDS_READ_WHOLE;
+    if !in_block {
+        tables.kinds.clear();
+        tables.block_end = text.len() + base;
+    }
+    tables.kinds.push(kind);
     let mut at = sep.end();
     let rows = &text[at..];
     let rows = rows.strip_prefix("\r").unwrap_or(rows);
@@ -5438,8 +5518,16 @@ fn table_column(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
         at += line.len();
         let body = line.trim_end_matches(['\n', '\r']);
         if body.trim().is_empty() {
+            if !local {
+                tables.block_end = base + start;
+            }
             return;
         }
+        if local && is_separator_row(body) {
+            return;
+        }
+        #[cfg(test)]
+        TABLE_ROWS_READ.with(|n| n.set(n.get() + 1));
         for &k in &secret {
             let Some(r) = cell(body, k) else { continue };
             let raw = &body[r.clone()];
@@ -6519,9 +6607,54 @@ mod tests {
                 }
                 let mut lines = Vec::new();
                 find(rule, &re, &text, &mut lines);
-                proptest::prop_assert_eq!(&lines, &whole, "{} on {:?}", rule.id, text);
+                // The same bytes: a table of a kind read before over the same rows is not read
+                // again, so its spans are not listed twice.
+                proptest::prop_assert_eq!(covered(&lines), covered(&whole), "{} on {:?}", rule.id, text);
             }
         }
+    }
+
+    /// The bytes `spans` cover, as sorted, merged ranges.
+    fn covered(spans: &[Range<usize>]) -> Vec<Range<usize>> {
+        let mut sorted: Vec<Range<usize>> =
+            spans.iter().filter(|s| !s.is_empty()).cloned().collect();
+        sorted.sort_by_key(|s| (s.start, s.end));
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for s in sorted {
+            match out.last_mut() {
+                Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
+                _ => out.push(s),
+            }
+        }
+        out
+    }
+
+    /// A block of rows under many headers (each separator line starts a table whose rows run
+    /// to the block's end) is read a few times, not once per header: a block of a thousand
+    /// tables took the square of its length. Tables of one kind find their cells once; of
+    /// many kinds, each reads its own rows past the first few; a table whose rows are split by
+    /// rule lines (`+---+` between every row) still has every row read under its header.
+    #[test]
+    fn a_block_of_many_tables_reads_its_rows_a_few_times() {
+        let rule = RULES.iter().find(|r| r.id == "table-column").expect("rule");
+        let re = Regex::new(rule.pattern).expect("pattern compiles");
+        let one_kind = "| password | x |\n|---|---|\n".repeat(8000);
+        let many_kinds: String = (0..8000)
+            .map(|i| format!("| password{i} | x |\n|---|---|\n"))
+            .collect();
+        for text in [one_kind, many_kinds] {
+            TABLE_ROWS_READ.with(|n| n.set(0));
+            let mut spans = Vec::new();
+            find(rule, &re, &text, &mut spans);
+            let lines = text.lines().count();
+            let read = TABLE_ROWS_READ.with(std::cell::Cell::get);
+            assert!(read <= 12 * lines, "{read} rows read for {lines} lines");
+        }
+        let ruled = "| user | password |\n|------|----------|\n| a | Hunt3rPw9a |\n|------|----------|\n| b | Hunt3rPw9b |\n|------|----------|\n| c | Hunt3rPw9c |\n";
+        let mut spans = Vec::new();
+        find(rule, &re, ruled, &mut spans);
+        let found: Vec<&str> = covered(&spans).into_iter().map(|s| &ruled[s]).collect();
+        assert_eq!(found, ["Hunt3rPw9a", "Hunt3rPw9b", "Hunt3rPw9c"]);
     }
 
     /// One long line of what the rules' byte searches look for is looked for once, not once
