@@ -1537,13 +1537,12 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
     let valid = |r: &Range<usize>| r.start < r.end && r.end <= b.len();
     // Each distinct secret once (a text may hold a hundred thousand spans: a set, not a scan
     // of the list for each).
-    // A secret longer than [`COPY_HEAD`] bytes is looked for by its head, and where the head
-    // is found, as many bytes as it holds go: reading every byte of every long secret, at
-    // every place its head occurs, cost a line of values inside values (`token=token=…`, each
-    // a secret as long as the rest of the line) the square of its length.
+    // A secret longer than [`COPY_HEAD`] bytes is looked for by its head, and the rest compared
+    // where the head is found ([`copies_of`]): searching for every byte of every long secret
+    // cost a line of values inside values (`token=token=…`, each a secret as long as the rest
+    // of the line) the square of its length. Of the secrets sharing a head, the longest.
     let mut secrets: Vec<&[u8]> = Vec::new();
     let mut wholes: Vec<&[u8]> = Vec::new();
-    let mut lens: Vec<usize> = Vec::new();
     let mut seen: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
     for r in spans.iter().filter(|r| valid(r)) {
         let whole = &b[r.clone()];
@@ -1558,8 +1557,7 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
             continue;
         }
         if let Some(&i) = seen.get(v) {
-            if whole.len() > lens[i] {
-                lens[i] = whole.len();
+            if whole.len() > wholes[i].len() {
                 wholes[i] = whole;
             }
             continue;
@@ -1570,7 +1568,6 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
         seen.insert(v, secrets.len());
         secrets.push(v);
         wholes.push(whole);
-        lens.push(whole.len());
     }
     if secrets.is_empty() {
         return;
@@ -1675,9 +1672,6 @@ fn copies_of(
 ) {
     let mut budget = COPY_VERIFY.saturating_mul(hay.len()).max(1 << 16);
     let mut copy = |i: usize, head: Range<usize>| {
-        if !is_copy(hay, head.clone(), needles[i]) {
-            return;
-        }
         let mut end = head.end;
         if let Some(whole) = wholes[i]
             && whole.len() > head.len()
@@ -1689,7 +1683,10 @@ fn copies_of(
                 end = head.start + n;
             }
         }
-        found(head.clone(), head.start..end);
+        // A secret of letters alone stands alone where its whole copy does.
+        if is_copy(hay, head.start..end, needles[i]) {
+            found(head.clone(), head.start..end);
+        }
     };
     // The longest first: a search reports one needle at each start, the first listed of
     // those there, and a shorter secret's copy (`Xk9v/Q2m+Lp7=`) must not hide a longer

@@ -3434,14 +3434,15 @@ impl Stops {
             let stop = match self.seen[kind] {
                 Some((from, stop)) if from <= cut && cut <= stop => stop,
                 _ => {
-                    let ends = |c: u8| match quote {
-                        None => c.is_ascii_whitespace() || matches!(c, b'"' | b'`'),
-                        Some(q) => c == q || c == b'\n' || c == b'\r',
+                    // A quote after a backslash is escaped (read as one even after an escaped
+                    // backslash: a few bytes too many, never too few).
+                    let ends = |i: usize| match quote {
+                        None => b[i].is_ascii_whitespace() || matches!(b[i], b'"' | b'`'),
+                        Some(q) => {
+                            (b[i] == q && b[i - 1] != b'\\') || b[i] == b'\n' || b[i] == b'\r'
+                        }
                     };
-                    let stop = b[cut..]
-                        .iter()
-                        .position(|&c| ends(c))
-                        .map_or(b.len(), |o| cut + o);
+                    let stop = (cut..b.len()).find(|&i| ends(i)).unwrap_or(b.len());
                     self.seen[kind] = Some((cut, stop));
                     stop
                 }

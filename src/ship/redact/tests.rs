@@ -933,6 +933,21 @@ fn copies_of_a_long_secret_go_whole() {
     let json = serde_json::json!({"output": text}).to_string();
     let out = global().redact_line(json.as_bytes());
     assert!(!out.contains(&secret[secret.len() - 20..]), "{out}");
+    // Letters alone: its copy stands alone as a whole (its head alone is glued to the rest).
+    let mut x = 7u32;
+    let letters: String = (0..300)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            char::from(
+                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[(x >> 16) as usize % 52],
+            )
+        })
+        .collect();
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    spans.push(0..300);
+    let text = format!("{letters} and again: {letters}.");
+    every_copy(&text, &mut spans, false);
+    assert!(spans.contains(&(312..612)), "{spans:?}");
 }
 
 /// Two secrets starting alike (`Xk9v/Q2m+Lp7=` taken by one rule, `Xk9v/Q2m+Lp7=RzAb` by
@@ -944,4 +959,31 @@ fn a_copy_of_a_longer_secret_goes_whole_beside_a_shorter_one_alike() {
     let text = "Xk9v/Q2m+Lp7=RzAbaccess key bearer Xk9v/Q2m+Lp7=RzAb";
     every_copy(text, &mut spans, false);
     assert!(spans.contains(&(0..17)), "{spans:?}");
+}
+
+/// A value longer than the kilobyte a rule judges it by goes whole, unquoted to its blank,
+/// quoted to its closing quote (past an escaped one).
+#[test]
+fn a_value_past_the_judged_kilobyte_goes_whole() {
+    let mut x = 11u32;
+    let mut random = |n: usize| -> String {
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                char::from(
+                    b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+                        [(x >> 16) as usize % 57],
+                )
+            })
+            .collect()
+    };
+    let long = random(3000);
+    assert_eq!(
+        redact(&format!("API_TOKEN={long} tail")),
+        "API_TOKEN=[REDACTED] tail"
+    );
+    let (a, b) = (random(1500), random(600));
+    let quoted = format!(r#"password="{a}\"{b}" tail"#);
+    let out = redact(&quoted);
+    assert!(!out.contains(&b[..20]) && out.ends_with("\" tail"), "{out}");
 }
