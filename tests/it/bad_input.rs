@@ -744,7 +744,8 @@ fn absurd_kcap_values_warn_by_name_and_the_watcher_still_works() {
 
 /// Tool output a redactor could spend the square of its length on, 256 KiB of each: values
 /// inside values (`token=token=…`, with colour codes or zero-width spaces between name and
-/// `=`), and letters without a blank that hold keywords by chance. Each is shipped, redacted
+/// `=`), a Secret manifest's `kind: Secret` line over and over, and letters without a blank
+/// that hold keywords by chance. Each is shipped, redacted
 /// as the redactor redacts it, and the run ends: at a few dozen bytes a step, a megabyte of
 /// the first took a minute and the watcher shipped nothing meanwhile.
 #[test]
@@ -761,6 +762,7 @@ fn lines_whose_values_hold_values_are_shipped_without_a_hang() {
         fill("token\u{1b}[0m="),
         fill("token\u{200b}="),
         fill("password: "),
+        fill("kind: Secret\n"),
         format!(
             "GITHUB_TOKEN=ghp_{}\n{stride}",
             "Z9y8X7w6V5u4T3s2R1q0".repeat(2)

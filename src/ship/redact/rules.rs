@@ -3372,10 +3372,19 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         }
         return;
     }
+    // A Secret's data is read from the whole text whatever the match: once, however many
+    // `kind: Secret` lines it holds (read for each, a text of them took the square of its
+    // length).
+    if rule.refine == Refine::KubernetesSecret {
+        if re.is_match(text) {
+            kubernetes_secret_data(text, out);
+        }
+        return;
+    }
     let mut stops = Stops::default();
     for caps in re.captures_iter(text) {
         let end = caps.get(0).map_or(0, |m| m.end());
-        let (near, from) = (near_match(text, end), out.len());
+        let (near, from) = (near_match(rule, text, end), out.len());
         refine(rule, &caps, near, out);
         stops.widen(text, near.len(), &mut out[from..]);
     }
@@ -3387,10 +3396,12 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
 /// cost the square of its length: a megabyte took a minute.
 const NEAR_MATCH: usize = 1024;
 
-/// `text` up to [`NEAR_MATCH`] bytes past a match ending at `end` (at a character's start).
-fn near_match(text: &str, end: usize) -> &str {
+/// `text` up to [`NEAR_MATCH`] bytes past a match of `rule` ending at `end` (at a character's
+/// start). A rule on the whole text (a Secret manifest's data, a private key's body) reads its
+/// text whole: what it takes is not a value after its match.
+fn near_match<'t>(rule: &Rule, text: &'t str, end: usize) -> &'t str {
     let mut cut = end.saturating_add(NEAR_MATCH);
-    if cut >= text.len() {
+    if rule.multiline || cut >= text.len() {
         return text;
     }
     while !text.is_char_boundary(cut) {
@@ -3587,7 +3598,7 @@ pub(crate) fn find_from(
         } else {
             m.end
         };
-        let (near, from) = (near_match(text, m.end), out.len());
+        let (near, from) = (near_match(rule, text, m.end), out.len());
         spans_of_match(rule, re, near, m, out);
         stops.widen(text, near.len(), &mut out[from..]);
         if at <= text.len() {

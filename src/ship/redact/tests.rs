@@ -987,3 +987,17 @@ fn a_value_past_the_judged_kilobyte_goes_whole() {
     let out = redact(&quoted);
     assert!(!out.contains(&b[..20]) && out.ends_with("\" tail"), "{out}");
 }
+
+/// A Secret manifest written kind first, its data past the kilobyte after `kind: Secret`: every
+/// data value goes (the rule reads the whole text, not a value after its match), and a second
+/// pass changes nothing.
+#[test]
+fn a_secret_manifests_data_past_a_kilobyte_goes() {
+    let cert = "TUlJQ2xqQ0NBWDRDQ1FEQU9KS1pCNmhSVkRBTkJna3Foa2lHOXcwQkFRc0ZBREFOTVFzd0NRWURWUVFHRXdKVlV6QWVGdzB5TURBeE1ERXdNREF3TURCYUZ3MHlNVEF4TURFd01EQXdNREJhTUEwPQ".repeat(20);
+    let text = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\ndata:\n  ca.crt: {cert}\n  app.env: QXBwRW52RGF0YTk5\n"
+    );
+    let once = redact(&text);
+    assert!(!once.contains("QXBwRW52RGF0YTk5"), "{once}");
+    assert_eq!(redact(&once), once);
+}
