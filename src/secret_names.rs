@@ -51,6 +51,10 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "refs",
         "kind",
         "type",
+        // An AWS resource name (`secret_arn`, `SecretArn`, `kmsKeyArn`): where a secret is
+        // kept, `arn:aws:secretsmanager:…:secret:prod/db-AbCdEf`.
+        "arn",
+        "arns",
         "policy",
         "length",
         // What handles or locates a secret, or says how long it lives (`token_loader_cls`,

@@ -154,6 +154,9 @@ macro_rules! left_alone_tests {
 
 // "Below the kcap CLI's own floor".
 leak_tests! {
+    form_value_after_a_yaml_tag: "password: !!str TagStrPw9Zq\nsecret: !!binary c2VjcmV0cGFzc3dvcmQxMjM=\nDbPassword: !Sub 'SubLiteral9Zq'\nkey_password: !QAZ2wsx # keyboard" => ["TagStrPw9Zq", "c2VjcmV0cGFzc3dvcmQxMjM", "SubLiteral9Zq", "QAZ2wsx"];
+    form_declared_field_given_a_value: "pub password: Xk9mW2xL8qP5,\nval token: Qz8vL2pR9mW4xN7t\n$password = 'PhpPw9Zq' ?? $_POST['password'];" => ["Xk9mW2xL8qP5", "Qz8vL2pR9mW4xN7t", "PhpPw9Zq"];
+    form_secret_store_and_setter_commands: "define( 'DB_PASSWORD', 'WpDbPw9Zq' );\ndefine('SECURE_AUTH_KEY',  'Xk9m!W2xL8q#P5vN3t&Y7zB1cD4fG6hJ0kL2mN5');\naz keyvault secret set --vault-name kv --name db --value KvSecret9Zq\ncmdkey /add:fs01 /user:CORP\\svc /pass:CmdKey9Zq\ndriver.find_element(By.ID, \"password\").send_keys(\"SelPw9Zq\")" => ["WpDbPw9Zq", "W2xL8q", "KvSecret9Zq", "CmdKey9Zq", "SelPw9Zq"];
     floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
     floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
     floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];
@@ -220,6 +223,12 @@ left_alone_tests! {
     precision_uuid_id_named_as_such: r#"{"token_id": "0199a2b4-c0de-7000-a000-000000000001", "secret_sha": "3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345"}"#;
     precision_prose: "The password is incorrect. Rotate the API key monthly; the token expires.";
     precision_shell_references: "export GITHUB_TOKEN=$GH_TOKEN API_KEY=${API_KEY} SECRET=\"$(cat /run/secrets/s)\"";
+    precision_count_before_closing_punctuation: "client.create(model=m, max_tokens=4096, temperature=0.2)\nsettings(num_tokens=128)\nlimits = dict(max_tokens=8192);\n  \"input_tokens\": 1843021,\n  \"output_tokens\": 21877\n}\nretry(attempts=3, timeout_secs=30)\nrequest_count=12; token_limit=4096.";
+    precision_id_before_closing_punctuation: "lookup(token_id=0199a2b4-c0de-7000-a000-000000000001, secret_sha=3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345)";
+    precision_yaml_tags_before_references: "Properties:\n  MasterUserPassword: !Ref DBPassword\n  AWS_SECRET_ACCESS_KEY: !GetAtt Keys.SecretAccessKey\n  ApiKey: !ImportValue shared-api-key\n  DbPassword: !Sub '{{resolve:secretsmanager:${DBSecret}:SecretString:password}}'\npassword: !vault |\napi_password: !secret http_password\nDB_PASSWORD: !env DB_PASSWORD";
+    precision_aws_resource_names_of_secrets: "secret_arn = \"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf\"\n{\"SecretArn\": \"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf\", \"KmsKeyArn\": \"arn:aws:kms:us-east-1:123456789012:key/1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e\"}";
+    precision_types_of_functions_objects_and_paths: "type Secret = Box<dyn Fn() -> String>;\npassword: Array<{ id: string }>;\nusing Token = std::pair<int, std::string>;\nMap<String, Object> credentials = new HashMap<>();\nprivate final Map<String, String> secrets = new ConcurrentHashMap<>();";
+    precision_declared_fields_and_setters: "pub struct Login {\n    pub password: SecretString,\n}\nval password: CharArray\nlet mut secret: Secret\n  def password=(new_password)\n$password = $_POST['password'] ?? '';\n$secret = $_ENV['APP_SECRET'];";
     precision_code_calls: "let api_key = std::env::var(name)?;\ntoken = os.getenv(\"TOKEN\")\nsecret = load_secret(path)";
 }
 

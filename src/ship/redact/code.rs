@@ -425,8 +425,13 @@ fn path(toks: &[Tok<'_>], mut i: usize) -> Option<(usize, bool)> {
                 i = group(toks, i, Group::Literal)?;
                 structured = true;
             }
-            (Some(Tok::Punct(b'<')), Some(Tok::Ident(_)), _) => {
+            (Some(Tok::Punct(b'<')), Some(Tok::Ident(_) | Tok::Punct(b'{' | b'(')), _) => {
                 i = generic(toks, i)?;
+                structured = true;
+            }
+            // Java's diamond: `new HashMap<>()`.
+            (Some(Tok::Punct(b'<')), Some(Tok::Punct(b'>')), Some(Tok::Punct(b'('))) => {
+                i += 2;
                 structured = true;
             }
             _ => return Some((i, structured)),
@@ -435,11 +440,13 @@ fn path(toks: &[Tok<'_>], mut i: usize) -> Option<(usize, bool)> {
 }
 
 /// The end of the type arguments opened at `toks[open]` (`React.Dispatch<React.SetStateAction<
-/// boolean>>`, `Map<string, SecretValue>`), closed on the line: words, and the punctuation of
-/// types.
+/// boolean>>`, `Map<string, SecretValue>`, `Box<dyn Fn() -> String + Send>`,
+/// `std::pair<int, std::string>`, `Array<{ id: string }>`), closed on the line: words, and the
+/// punctuation of types (paths, function types' arrows, object types' members and braces).
 fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
     let mut depth = 0usize;
-    for (i, t) in toks.iter().enumerate().skip(open) {
+    let mut i = open;
+    while let Some(t) = toks.get(i) {
         match t {
             Tok::Punct(b'<') => depth += 1,
             Tok::Punct(b'>') => {
@@ -448,11 +455,18 @@ fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
                     return Some(i + 1);
                 }
             }
-            Tok::Ident(w) if is_word(w) => {}
+            // A function type's arrow (`-> String`, `=> void`) closes no argument list.
+            Tok::Punct(b'-' | b'=') if toks.get(i + 1) == Some(&Tok::Punct(b'>')) => i += 1,
+            // Type parameters and short names a person wrote: `K`, `Fn`, `dyn`.
+            Tok::Ident(w) if is_word(w) || w.len() <= 3 => {}
             Tok::Space
-            | Tok::Punct(b',' | b'.' | b'[' | b']' | b'(' | b')' | b'|' | b'&' | b'?') => {}
+            | Tok::Punct(
+                b',' | b'.' | b'[' | b']' | b'(' | b')' | b'|' | b'&' | b'?' | b':' | b'{' | b'}'
+                | b';' | b'+',
+            ) => {}
             _ => return None,
         }
+        i += 1;
     }
     None
 }

@@ -1757,6 +1757,63 @@ pub(crate) static RULES: &[Rule] = &[
         ],
         &["sqlcmd -S db.internal -E -Q \"select 1\" -p"],
     ),
+    // The value a secret store's command line stores (docs/behaviour.md T2.5): Azure Key
+    // Vault's `secret set --value`, AWS Secrets Manager's `--secret-string`, a Systems Manager
+    // parameter's `put-parameter --value`.
+    rule(
+        "secret-store-value",
+        "command-line",
+        &["keyvault", "secret-string", "put-parameter"],
+        r#"(?i)(?:\bkeyvault[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t]--value|[ \t]--secret-string|\bput-parameter\b[^\n|;&]*?[ \t]--value)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "az keyvault secret set --vault-name kv --name db --value KvSecret9Zq",
+            "aws secretsmanager create-secret --name prod/db --secret-string 'SmPass9Zq!'",
+            "aws secretsmanager put-secret-value --secret-id prod/db --secret-string=SmPut9Zq",
+            "aws ssm put-parameter --name /app/db --type SecureString --value SsmPw9Zq",
+        ],
+        &[
+            "az keyvault secret show --vault-name kv --name db --query value",
+            "aws secretsmanager get-secret-value --secret-id prod/db --query SecretString",
+            "aws ssm get-parameter --name /app/db --with-decryption",
+            "aws secretsmanager create-secret --name prod/db --secret-string file://creds.json",
+            "az keyvault secret set --vault-name kv --name db --value \"$DB_PASSWORD\"",
+        ],
+    ),
+    // A browser test typing a literal into a password field (Selenium's `send_keys`,
+    // Playwright's `fill`, Cypress's `type`): the field's locator names it, the literal is the
+    // password (docs/behaviour.md T2.4, setter calls with a literal).
+    rule(
+        "password-field-typed",
+        "code",
+        &["send_keys", "sendkeys", ".fill(", ".type("],
+        r#"(?i)(?:passw[^\n]{0,60}?\)[ \t]*\.(?:send_keys|sendKeys|fill|type)\([ \t]*|\.(?:fill|type)\([ \t]*["'][^"'\n]{0,60}?passw[^"'\n]{0,60}["'][ \t]*,[ \t]*)(?P<q>["'])(?P<s>[^"'\n])"#,
+        Refine::Flag,
+        &[
+            "driver.find_element(By.ID, \"password\").send_keys(\"SelPw9Zq\")",
+            "await page.getByLabel('Password').fill('PlayPw9Zq');",
+            "await page.fill('#password', 'PlayFill9Zq');",
+            "cy.get('input[name=password]').type('CyPw9Zq{enter}')",
+        ],
+        &[
+            "await page.fill('#password', process.env.TEST_PASSWORD);",
+            "driver.find_element(By.ID, \"password\").send_keys(Keys.RETURN)",
+            "await page.fill('#email', 'someone@example.com');",
+        ],
+    ),
+    // Windows' `cmdkey /pass:` storing a credential.
+    rule(
+        "cmdkey-pass",
+        "command-line",
+        &["cmdkey"],
+        r#"(?i)\bcmdkey\b[^\n|;&]*?[ \t]/pass:(?P<q>["']?)(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &[
+            "cmdkey /add:fs01 /user:CORP\\svc /pass:CmdKey9Zq",
+            "cmdkey /generic:TERMSRV/host /user:admin /pass:\"Cmd Key 9\"",
+        ],
+        &["cmdkey /add:fs01 /user:CORP\\svc /pass", "cmdkey /list"],
+    ),
     rule(
         "ldap-w",
         "command-line",
@@ -2256,7 +2313,7 @@ pub(crate) static RULES: &[Rule] = &[
             "generic-assignment",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)\b(?:set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)\b(?:set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
                 r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?P<q>["'])"#
             ),
@@ -2266,12 +2323,21 @@ pub(crate) static RULES: &[Rule] = &[
                 ".header(\"x-auth-token\", \"Xk9vQ2mLp7RzAb12Cd34\")",
                 "SECRET_KEY = os.environ.get(\"SECRET_KEY\", \"django-insecure-8f3k2l9x\")",
                 "props.setProperty(\"db.password\", \"Hunt3rPw9\");",
+                "define( 'DB_PASSWORD', 'WpDbPw9Zq' );",
+                "define('AUTH_KEY', 'Xk9m!W2xL8q#P5vN3t&Y7zB1cD4fG6hJ0kL2mN5');",
+                "os.Setenv(\"API_TOKEN\", \"GoEnvTok9Zq\")",
+                "std::env::set_var(\"API_KEY\", \"RsEnvKey9Zq\");",
+                "Environment.SetEnvironmentVariable(\"DB_PASSWORD\", \"CsEnvPw9Zq\");",
             ],
             &[
                 "token = request.headers.get(\"X-Api-Key\", \"\")",
                 "parser.add_argument(\"--token\", \"-t\")",
                 "t(\"password\", \"Password\")",
                 "getattr(settings, \"SECRET_KEY\", None)",
+                "define('DB_PASSWORD', getenv('DB_PASSWORD'));",
+                "define('CACHE_KEY', 'user_profile_cache');",
+                "define('WP_CACHE_KEY_SALT', 'example.com');",
+                "os.Setenv(\"API_TOKEN\", token)",
                 "list_display = (\"token\", \"user\", \"application\")",
                 "if hint not in [\"access_token\", \"refresh_token\"]:",
             ],
@@ -2352,6 +2418,20 @@ fn is_code(rest: &str) -> bool {
         .strip_prefix('\\')
         .filter(|r| r.starts_with(|c: char| c.is_ascii_alphabetic()))
         .unwrap_or(rest);
+    // PHP's request and environment arrays: `$_POST['password']`, `$_ENV['APP_SECRET']`.
+    const SUPERGLOBALS: &[&str] = &[
+        "$_GET[",
+        "$_POST[",
+        "$_REQUEST[",
+        "$_SERVER[",
+        "$_ENV[",
+        "$_COOKIE[",
+        "$_SESSION[",
+        "$_FILES[",
+    ];
+    if SUPERGLOBALS.iter().any(|g| rest.starts_with(g)) {
+        return true;
+    }
     is_call_or_path(rest) || is_go_conversion(rest) || super::code::is_code_expression(rest)
 }
 
@@ -3182,6 +3262,14 @@ fn is_type_or_literal(value: &str) -> bool {
 /// S1.5: token counts, UUID or git-hash ids named as such, package versions.
 fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
     let ends = |suffix: &str| ends_with_ignore_case(name, suffix);
+    // In code, what closes the list, the call or the sentence the value stands in is not part
+    // of it: `f(max_tokens=4096, temperature=0.2)`, `"input_tokens": 1843021,` in printed
+    // JSON. A JSON string under a secret's key is the whole value: `"42}"` is no count.
+    let value = if code {
+        value.trim_end_matches([',', ';', ')', ']', '}', '.'])
+    } else {
+        value
+    };
     // `4096` or `1,843,021`.
     let mut groups = value.split(',');
     let digits = groups
@@ -4341,6 +4429,15 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 && !schemed(q)
             {
                 push_value(n.as_str(), text, q.start(), 1, out);
+            } else if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
+                && ends_in_key(n.as_str())
+                && closes(q)
+            {
+                // A vendor's key named after it (`define('AUTH_KEY', '…')`, WordPress's
+                // salts): the literal, if it has a key's shape.
+                let b = text.as_bytes();
+                let end = closing_quote(b, q.end(), b[q.start()]);
+                key_named(text, n.as_str(), q.end()..end, true, out);
             }
         }
         Refine::NameThenValue => {
@@ -4415,9 +4512,12 @@ fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
             (end > s).then_some(s..end)
         }
     };
+    // The AWS CLI reads a value given as `file://path` (`fileb://` for bytes) from that file.
     if let Some(r) = range
         && !is_shell_reference(&text[r.clone()])
         && &text[r.clone()] != MARKER
+        && !text[r.clone()].starts_with("file://")
+        && !text[r.clone()].starts_with("fileb://")
     {
         out.push(r);
     }
@@ -4494,11 +4594,37 @@ fn annotates(text: &str, name_at: usize, value_at: usize, colon: bool) -> bool {
             ":type" | ":param" | ":ivar" | ":vartype" | "@type" | "@param" | "@property"
         ) || matches!(
             word_before,
-            "const" | "let" | "var" | "readonly" | "public" | "private" | "protected"
+            "const"
+                | "let"
+                | "var"
+                | "readonly"
+                | "public"
+                | "private"
+                | "protected"
+                // Rust's and Kotlin's fields and bindings: `pub password: SecretString,`,
+                // `pub(crate) token: Token`, `let mut secret: Secret`, `val password: CharArray`.
+                | "pub"
+                | "crate)"
+                | "super)"
+                | "mut"
+                | "val"
+                | "static"
+                | "internal"
+                | "lateinit"
+                | "override"
         )
     } else {
         word_before == "type"
     };
+    // Ruby's setter method: `def password=(new_password)` defines, it assigns nothing.
+    if !colon
+        && word_before == "def"
+        && text.as_bytes().get(value_at) == Some(&b'(')
+        && value_at > 0
+        && text.as_bytes()[value_at - 1] == b'='
+    {
+        return true;
+    }
     // `api_key: str = …`, `token: Optional[SecretStr] = None`: a type annotation, whose value
     // after the `=` is read by rule `annotated-assignment`.
     if colon && annotation_then_value(&text[value_at..]) {
@@ -4697,6 +4823,61 @@ fn closes_string(text: &str, at: usize) -> bool {
     (end == text.len() || bytes[end] == b'\n') && rest.as_bytes().get(close) != Some(&q)
 }
 
+/// The CloudFormation functions whose argument names something in the template (a parameter,
+/// a resource, an export, a condition) or is an expression over such names: `!Ref DBPassword`
+/// is no password. `!Sub` and `!Base64` are not here: their argument may be a literal.
+const CLOUDFORMATION_REFERENCES: &[&str] = &[
+    "Ref",
+    "GetAtt",
+    "ImportValue",
+    "FindInMap",
+    "Join",
+    "Select",
+    "Split",
+    "If",
+    "GetAZs",
+    "Cidr",
+    "Condition",
+    "Equals",
+    "Not",
+    "And",
+    "Or",
+    "Transform",
+];
+
+/// The name of `value` when it is a YAML tag that real files put before a value: YAML's own
+/// types (`!!str`, `!!binary`), CloudFormation's functions (`!Ref`, `!Sub`), Ansible's
+/// `!vault`, Home Assistant's `!secret`, `!env`, `!include`, GitLab's `!reference`. Only
+/// these: a password may well start with `!` (`!QAZ2wsx`), and a word after it is no
+/// reason to let it through.
+fn yaml_tag(value: &str) -> Option<&str> {
+    const TAGS: &[&str] = &[
+        "!!str",
+        "!!binary",
+        "!!int",
+        "!!float",
+        "!!bool",
+        "!!null",
+        "!!map",
+        "!!seq",
+        "!!set",
+        "!!timestamp",
+        "!Sub",
+        "!Base64",
+        "!vault",
+        "!secret",
+        "!env",
+        "!ENV",
+        "!include",
+        "!reference",
+    ];
+    if TAGS.contains(&value) {
+        return Some(value.trim_start_matches('!'));
+    }
+    let name = value.strip_prefix('!')?;
+    CLOUDFORMATION_REFERENCES.contains(&name).then_some(name)
+}
+
 /// The value of an assignment or pair from `start`, if it is a secret.
 fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Range<usize>>) {
     if closes_string(text, start) {
@@ -4724,6 +4905,18 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         && blank > 0
     {
         push_value(name, text, range.end + blank, min, out);
+        return;
+    }
+    // A YAML tag (`!Ref DBPassword`, `!!binary c2Vj…`, `!vault |`): the tag is no value. The
+    // reference of a CloudFormation function is a name in the template, code; any other tag's
+    // value is the word after it, judged as the value.
+    if let Some(tag) = yaml_tag(&text[range.clone()])
+        && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
+        && blank > 0
+    {
+        if !CLOUDFORMATION_REFERENCES.contains(&tag) {
+            push_value(name, text, range.end + blank, min, out);
+        }
         return;
     }
     // A call given a literal (`SecretStr("…")`, `[]byte("…")`): the call is code, its literal
@@ -4933,6 +5126,15 @@ pub(crate) const NOT_SECRET_KEYS: &[&str] = &[
 /// a vendor's key named after its vendor: `paymongo_key`, `VOODOO_KEY`): the value, when it
 /// looks random (letters and digits both, a key's entropy) and the word before `key` is not
 /// one of [`NOT_SECRET_KEYS`]; a call is left.
+/// Whether `name` ends in the word `key` after a separator (`AUTH_KEY`, `acme-key`,
+/// `stripe.key`), as rule `key-named`'s names do.
+fn ends_in_key(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() > 4
+        && b[b.len() - 3..].eq_ignore_ascii_case(b"key")
+        && matches!(b[b.len() - 4], b'_' | b'-' | b'.')
+}
+
 fn key_named(text: &str, name: &str, v: Range<usize>, quoted: bool, out: &mut Vec<Range<usize>>) {
     let word = name[..name.len() - 3]
         .trim_end_matches(['_', '-', '.'])
