@@ -193,6 +193,7 @@ leak_tests! {
     form_node_raw_headers: r#"{"rawHeaders": ["Host", "x.io", "Authorization", "Bearer RawHdr9Zq", "Cookie", "sid=RawCookie9Z"]}"# => ["RawHdr9Zq", "RawCookie9Z"];
     form_python_auth_tuple: "requests.get(url, auth=('alice', 'PyAuthPw9Z'))" => ["PyAuthPw9Z"];
     form_curl_u_text: "curl -u admin:CurlPw9Z https://api.example.com" => ["CurlPw9Z"];
+    form_htpasswd_by_its_path_after_another: "-passout pass:Pw6 =:htpasswd -b f u HtOne9Z \\/htpasswd -b f u HtTwo9Z\n/usr/bin/htpasswd -b .htpasswd admin HtThree9Z" => ["HtOne9Z", "HtTwo9Z", "HtThree9Z"];
     form_htpasswd_twice_on_one_line: "token REDACTED]htpasswd -b f u HtOne9Z htpasswd -b f u HtTwo9Z" => ["HtOne9Z", "HtTwo9Z"];
     form_curl_u_argv: r#"["curl", "-u", "admin:CurlArgvPw9Z", "https://api.example.com"]"# => ["CurlArgvPw9Z"];
     form_ssh_keygen_n: "ssh-keygen -t ed25519 -N KeygenPw9Z -f id" => ["KeygenPw9Z"];
@@ -229,6 +230,7 @@ left_alone_tests! {
     precision_aws_resource_names_of_secrets: "secret_arn = \"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf\"\n{\"SecretArn\": \"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf\", \"KmsKeyArn\": \"arn:aws:kms:us-east-1:123456789012:key/1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e\"}";
     precision_types_of_functions_objects_and_paths: "type Secret = Box<dyn Fn() -> String>;\npassword: Array<{ id: string }>;\nusing Token = std::pair<int, std::string>;\nMap<String, Object> credentials = new HashMap<>();\nprivate final Map<String, String> secrets = new ConcurrentHashMap<>();";
     precision_declared_fields_and_setters: "pub struct Login {\n    pub password: SecretString,\n}\nval password: CharArray\nlet mut secret: Secret\n  def password=(new_password)\n$password = $_POST['password'] ?? '';\n$secret = $_ENV['APP_SECRET'];";
+    precision_parameter_type_before_a_return_type: "  login(email: string, password: string): Observable<AuthResponse> {\n  verify(token: String): Boolean";
     precision_code_calls: "let api_key = std::env::var(name)?;\ntoken = os.getenv(\"TOKEN\")\nsecret = load_secret(path)";
 }
 

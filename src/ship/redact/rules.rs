@@ -3190,7 +3190,8 @@ fn is_word_list(value: &str) -> bool {
 
 /// Type annotations and literals that are never secrets (`setFirstTokenReceived: boolean`).
 fn is_type_or_literal(value: &str) -> bool {
-    let v = value.trim_end_matches([';', ',', '?', ')']);
+    // What ends a parameter's or a field's type: `password: string):` (a return type follows).
+    let v = value.trim_end_matches([';', ',', '?', ')', ':']);
     let v = v.strip_suffix("[]").unwrap_or(v);
     const WORDS: &[&str] = &[
         "boolean",
@@ -5515,12 +5516,15 @@ fn htpasswd(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let mut starts: Vec<usize> = memchr::memmem::find_iter(b, b"htpasswd")
         .filter(|&i| {
             let end = i + "htpasswd".len();
-            // After a blank, a quote or a shell operator (`\"htpasswd`, `;htpasswd`), not
-            // inside a word (of any script) or a path.
+            // After a blank, a quote, a shell operator (`\"htpasswd`, `;htpasswd`) or a
+            // directory (`/usr/bin/htpasswd`, as the match itself may start), not inside a
+            // word (of any script) or a file's name. Read as the match's own start reads it:
+            // the second of two commands was a path until the first was redacted, and a
+            // second pass redacted its password.
             (i == 0
                 || !(b[i - 1].is_ascii_alphanumeric()
                     || b[i - 1] >= 0x80
-                    || matches!(b[i - 1], b'.' | b'/' | b'_' | b'-')))
+                    || matches!(b[i - 1], b'.' | b'_' | b'-')))
                 && (end == b.len() || b[end].is_ascii_whitespace())
         })
         .collect();
