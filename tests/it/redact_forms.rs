@@ -1122,6 +1122,9 @@ fn a_private_key_marker_before_a_redacted_copy_stays_on_a_second_pass() {
         "token =?sig=abc&x=1 -----BEGIN PRIVATE KEY-----?sig=abc&x=1 ",
         "token =?sig=abc&x=1\n-----BEGIN PRIVATE KEY-----\n?sig=abc&x=1 more words here\nand more",
         "DB_PASSWORD=Hunt3r!Pw9x -----BEGIN RSA PRIVATE KEY-----\t?Hunt3r!Pw9x\nthe end",
+        // A key redacted right after another marker leaves two markers and then code, whose
+        // first sixteen letters a second pass took for the key's base64.
+        "-----BEGIN PRIVATE KEY-----[REDACTED]-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\nsetFirstTokenReceived: boolean; ",
     ] {
         for (placement, line) in crate::support::secrets::placements(text) {
             let once = global().redact_line(line.as_bytes());

@@ -411,6 +411,21 @@ pub(crate) static RULES: &[ProviderRule] = &[
         positive: &[r"aws_access_key_id = AKIAFAKLQYPUNVBQQYNR"],
         negative: &[r"AKIAXXXXXXXXXXXXXXXX"],
     },
+    // An STS session token on its own (`aws sts get-session-token`, `assume-role` output
+    // pasted without its name): its base64 starts by encoding the token's `origin` field
+    // (`IQoJb3JpZ2lu…`) or, in the older format, `aws` (`FwoGZXIvYXdz…`).
+    ProviderRule {
+        id: "aws-session-token",
+        family: "(beyond gitleaks)",
+        keywords: &["iqojb3jpz2lu", "fwogzxivyxdz"],
+        pattern: r"(?:IQoJb3JpZ2lu|FwoGZXIvYXdz)[A-Za-z0-9/+=]{100,}",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"session IQoJb3JpZ2luX2VjEHkaCXVzLWVhc3QtMSJHMEUCIQDXk9mW2xL8qP5vN3tY7zB1cD4fG6hJ0kL2mN5pQ8rS1tU4vW7xY0zA3bC6dE9fG2hJ5kL8mN1pQ4r",
+            r"FwoGZXIvYXdzEJr//////////wEaDHk9mW2xL8qP5vN3tY7zB1cD4fG6hJ0kL2mN5pQ8rS1tU4vW7xY0zA3bC6dE9fG2hJ5kL8mN1pQ4rS7tU0vW3",
+        ],
+        negative: &[r"IQoJb3JpZ2luX2Vj is how a session token starts"],
+    },
     ProviderRule {
         id: "aws-bedrock-long-lived",
         family: "aws-amazon-bedrock-api-key-long-lived",

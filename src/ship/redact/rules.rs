@@ -1027,7 +1027,10 @@ pub(crate) static RULES: &[Rule] = &[
         // alone after it is no key either: a first pass leaves one there when a copy of
         // another secret follows the marker, and a second pass took the marker and all the
         // text after it (test `a_private_key_marker_before_a_redacted_copy_stays_on_a_second_pass`).
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t\r\n]*(?:[A-Za-z-]+:[^\n]*\n[ \t\r\n]*)*(?:[A-Za-z0-9+/-]|(?:\[REDACTED\][ \t\r\n]*)+[A-Za-z0-9+/=]{16})(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+        // What follows the markers must be a line of base64 (to its end, a marker or the END
+        // line): `setFirstTokenRec…: boolean` after a key redacted beside another marker is
+        // code, whose first sixteen letters a second pass took for the key.
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t\r\n]*(?:[A-Za-z-]+:[^\n]*\n[ \t\r\n]*)*(?:[A-Za-z0-9+/-]|(?:\[REDACTED\][ \t\r\n]*)+[A-Za-z0-9+/=]{16,}[ \t]*(?:\r?\n|\z|\[REDACTED\]|-----END))(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
         Refine::Group,
         &[
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3\n-----END RSA PRIVATE KEY-----",
