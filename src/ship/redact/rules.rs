@@ -378,6 +378,7 @@ pub(crate) static SITES: &[(&str, Site)] = &[
     ("assignment", site_assignment),
     ("colon-pair", site_colon),
     ("yaml-next-line", site_bare_colon),
+    ("label-next-line", site_label_colon),
     ("secret-comparison", site_compared),
     ("secret-comparison-reversed", site_compared_to),
     ("labelled", site_labelled),
@@ -509,6 +510,28 @@ fn site_colon(a: &Around<'_>) -> bool {
 /// `yaml-next-line`: the name, blanks, then a colon with nothing after it on its line.
 fn site_bare_colon(a: &Around<'_>) -> bool {
     let at = skip_blanks(a.b, a.name.end);
+    a.at(at) == Some(b':') && bare_colon_at(a.b, at)
+}
+
+/// `label-next-line`: the name, blanks, `is` or `was`, a parenthesis (`(shown once)`), then
+/// a colon with nothing after it on its line.
+fn site_label_colon(a: &Around<'_>) -> bool {
+    let mut at = skip_blanks(a.b, a.name.end);
+    for word in [&b"is"[..], b"was"] {
+        if a.b
+            .get(at..at + word.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(word))
+        {
+            at = skip_blanks(a.b, at + word.len());
+            break;
+        }
+    }
+    if a.at(at) == Some(b'(') {
+        match a.b[at..].iter().position(|&c| c == b')' || c == b'\n') {
+            Some(o) if a.b[at + o] == b')' => at = skip_blanks(a.b, at + o + 1),
+            _ => return false,
+        }
+    }
     a.at(at) == Some(b':') && bare_colon_at(a.b, at)
 }
 
@@ -930,6 +953,43 @@ pub(crate) static RULES: &[Rule] = &[
                 "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
             ],
         )),
+    ),
+    // A tool's label naming a secret, then the secret alone on the next line: `Generated
+    // password:`, `Your new password is:`, `Your API token (shown once):`. Only a value of
+    // two digits and four letters or more (as `url-token-user` reads one): code after a
+    // colon (`if token:` then `pass`) is a word or holds a blank.
+    when(
+        HAS_BARE_COLON,
+        reaching(
+            256,
+            rule(
+                "label-next-line",
+                "assignment",
+                &[
+                    "passw",
+                    "passphrase",
+                    "token",
+                    "secret",
+                    "api key",
+                    "api_key",
+                    "access key",
+                    "access_key",
+                ],
+                r"(?i)(?:passw(?:or)?d|passphrase|token|secret|api[ _]key|access[ _]key)(?:[ \t]+(?:is|was))?(?:[ \t]+\([^)\n]{0,40}\))?[ \t]*:[ \t]*\r?\n(?:[ \t]*\r?\n)?[ \t]*(?P<s>[A-Za-z0-9+/=_.~!@#$%^&*-]{8,})[ \t]*(?:\r?\n|\z)",
+                Refine::UrlToken,
+                &[
+                    "Generated password:\n  Gen3rated9Pw",
+                    "Your new password is:\n  N3wPassw0rd9",
+                    "Your API token (shown once):\nXk9mW2xL8qP5vN3tY7zB1cD4",
+                ],
+                &[
+                    "if token:\n    print(token)",
+                    "Your password is:\n  ********",
+                    "def get_token(self):\n    return self._token",
+                    "token:\n  [REDACTED]",
+                ],
+            ),
+        ),
     ),
     // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
     // scalar (`password: |`).
@@ -4885,6 +4945,25 @@ fn yaml_tag(value: &str) -> Option<&str> {
 /// The value of an assignment or pair from `start`, if it is a secret.
 fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Range<usize>>) {
     if closes_string(text, start) {
+        return;
+    }
+    // Python's and TOML's triple-quoted strings on one line (`PASSWORD = """Xk9…"""`): a
+    // value of one word inside is the value; words with blanks between them are a
+    // docstring's prose. (A string whose value starts on the next line is beyond the
+    // assignment's window, its line: not found.)
+    if let Some(quote) = ["\"\"\"", "'''"]
+        .iter()
+        .find(|q| text[start..].starts_with(**q))
+    {
+        let from = start + 3;
+        let close = text[from..].find(quote).map_or(text.len(), |o| from + o);
+        let inner = &text[from..close];
+        let word = inner.trim_matches(|c: char| c.is_ascii_whitespace());
+        if !word.is_empty() && !word.contains(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+        {
+            let at = from + (inner.len() - inner.trim_start().len());
+            push_value(name, text, at, min, out);
+        }
         return;
     }
     let Some(range) = value_extent(text, start) else {
