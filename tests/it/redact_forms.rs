@@ -158,6 +158,7 @@ leak_tests! {
     form_declared_field_given_a_value: "pub password: Xk9mW2xL8qP5,\nval token: Qz8vL2pR9mW4xN7t\n$password = 'PhpPw9Zq' ?? $_POST['password'];" => ["Xk9mW2xL8qP5", "Qz8vL2pR9mW4xN7t", "PhpPw9Zq"];
     form_secret_store_and_setter_commands: "define( 'DB_PASSWORD', 'WpDbPw9Zq' );\ndefine('SECURE_AUTH_KEY',  'Xk9m!W2xL8q#P5vN3t&Y7zB1cD4fG6hJ0kL2mN5');\naz keyvault secret set --vault-name kv --name db --value KvSecret9Zq\ncmdkey /add:fs01 /user:CORP\\svc /pass:CmdKey9Zq\ndriver.find_element(By.ID, \"password\").send_keys(\"SelPw9Zq\")" => ["WpDbPw9Zq", "W2xL8q", "KvSecret9Zq", "CmdKey9Zq", "SelPw9Zq"];
     form_value_in_triple_quotes_or_after_a_label_line: "PASSWORD = \"\"\"TripleQ9Zq\"\"\"\napi_key = '''TripleS9Zq'''\n---\nGenerated password:\n  Gen3rated9Pw\nYour API token (shown once):\nXk9mW2xL8qP5vN3tY7zB1cD4" => ["TripleQ9Zq", "TripleS9Zq", "Gen3rated9Pw", "Xk9mW2xL8qP5vN3tY7zB1cD4"];
+    form_value_after_a_secret_flag_in_an_argument_list: r#"{"mcpServers": {"x": {"command": "npx", "args": ["-y", "@x/mcp", "--token-limit", "4096", "--api-key", "FlagArgKey9Zq", "--secret", "FlagArgSecret9Zq"]}}}"# => ["FlagArgKey9Zq", "FlagArgSecret9Zq"];
     floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
     floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
     floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];
@@ -233,6 +234,7 @@ left_alone_tests! {
     precision_declared_fields_and_setters: "pub struct Login {\n    pub password: SecretString,\n}\nval password: CharArray\nlet mut secret: Secret\n  def password=(new_password)\n$password = $_POST['password'] ?? '';\n$secret = $_ENV['APP_SECRET'];";
     precision_parameter_type_before_a_return_type: "  login(email: string, password: string): Observable<AuthResponse> {\n  verify(token: String): Boolean";
     precision_docstrings_and_code_after_a_label: "def token(self):\n    \"\"\"Return the token used for the request.\"\"\"\nSECRET_HELP = '''Set the secret in your environment.'''\nif token:\n    print(token)";
+    precision_argument_lists_with_secret_flags: r#"{"args": ["--api-key", "${API_KEY}", "--password-file", "/run/secrets/pw", "--token-limit", "4096", "--password", "--verbose"]}"#;
     precision_code_calls: "let api_key = std::env::var(name)?;\ntoken = os.getenv(\"TOKEN\")\nsecret = load_secret(path)";
 }
 

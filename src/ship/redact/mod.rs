@@ -1028,6 +1028,9 @@ impl Walk<'_> {
         // The member whose secret's name is a sibling's value (`{"name": "DB_PASSWORD",
         // "value": "..."}`), with that name.
         let mut paired: Option<(usize, Cow<'_, str>)> = None;
+        // An argument list's flag naming a secret, its value the next string (an MCP server's
+        // `"args": ["--api-key", "…"]`): that flag's name is the value's.
+        let mut flagged: Vec<(usize, String)> = Vec::new();
         if obj {
             self.header_pair(&kids, &mut forced);
             self.kubernetes_secret(&kids, &mut forced);
@@ -1045,9 +1048,11 @@ impl Walk<'_> {
                 }
             }
             self.argv(&kids, out);
+            flagged = self.secret_flag_values(&kids);
         }
         self.pem_split(&kids, &mut forced);
 
+        let mut next_flag = 0;
         for (i, &(key, value)) in kids.iter().enumerate() {
             let mut name: Option<Cow<'_, str>> = secret.map(Cow::Borrowed);
             if let Some((at, pair_name)) = &paired
@@ -1055,6 +1060,16 @@ impl Walk<'_> {
                 && name.is_none()
             {
                 name = Some(Cow::Borrowed(pair_name.as_ref()));
+            }
+            // In order of their elements: each found by the one cursor.
+            while flagged.get(next_flag).is_some_and(|(at, _)| *at < i) {
+                next_flag += 1;
+            }
+            if let Some((at, flag)) = flagged.get(next_flag)
+                && *at == i
+                && name.is_none()
+            {
+                name = Some(Cow::Borrowed(flag.as_str()));
             }
             if let Some(k) = key
                 && let Tok::Key(kr) = &self.toks[k]
@@ -1261,6 +1276,37 @@ impl Walk<'_> {
 
     /// An argv array (`["curl", "-u", "u:PW", url]`): the strings joined by blanks go through
     /// the command rules, and each span comes back to the string it lies in.
+    /// The elements of an array that follow a flag naming a secret (`"--api-key"`,
+    /// `"--password"`, not `"--password-file"`), in order, each with the flag's name: the
+    /// element is given to it.
+    fn secret_flag_values(&self, kids: &[(Option<usize>, usize)]) -> Vec<(usize, String)> {
+        kids.windows(2)
+            .enumerate()
+            .filter_map(|(i, pair)| {
+                let (Tok::Str(flag), Tok::Str(value)) =
+                    (&self.toks[pair[0].1], &self.toks[pair[1].1])
+                else {
+                    return None;
+                };
+                // A value starting with `-` is the next flag (`"--password", "--verbose"`).
+                if flag.len() > 64
+                    || !self.may_hold(flag)
+                    || self.text[value.clone()].starts_with('-')
+                {
+                    return None;
+                }
+                let flag = self.decoded(flag);
+                let name = flag.strip_prefix("--").or_else(|| flag.strip_prefix('-'))?;
+                let plain = name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+                // As a variable's name (`--token-limit` is `token_limit`, a count's).
+                (plain && !name.is_empty() && names::name_is_secret(name))
+                    .then(|| (i + 1, name.replace('-', "_")))
+            })
+            .collect()
+    }
+
     fn argv(&self, kids: &[(Option<usize>, usize)], out: &mut Vec<Range<usize>>) {
         if kids.len() < 2 || kids.len() > 256 {
             return;
