@@ -159,6 +159,7 @@ leak_tests! {
     form_secret_store_and_setter_commands: "define( 'DB_PASSWORD', 'WpDbPw9Zq' );\ndefine('SECURE_AUTH_KEY',  'Xk9m!W2xL8q#P5vN3t&Y7zB1cD4fG6hJ0kL2mN5');\naz keyvault secret set --vault-name kv --name db --value KvSecret9Zq\ncmdkey /add:fs01 /user:CORP\\svc /pass:CmdKey9Zq\ndriver.find_element(By.ID, \"password\").send_keys(\"SelPw9Zq\")" => ["WpDbPw9Zq", "W2xL8q", "KvSecret9Zq", "CmdKey9Zq", "SelPw9Zq"];
     form_value_in_triple_quotes_or_after_a_label_line: "PASSWORD = \"\"\"TripleQ9Zq\"\"\"\napi_key = '''TripleS9Zq'''\n---\nGenerated password:\n  Gen3rated9Pw\nYour API token (shown once):\nXk9mW2xL8qP5vN3tY7zB1cD4" => ["TripleQ9Zq", "TripleS9Zq", "Gen3rated9Pw", "Xk9mW2xL8qP5vN3tY7zB1cD4"];
     form_value_after_a_secret_flag_in_an_argument_list: r#"{"mcpServers": {"x": {"command": "npx", "args": ["-y", "@x/mcp", "--token-limit", "4096", "--api-key", "FlagArgKey9Zq", "--secret", "FlagArgSecret9Zq"]}}}"# => ["FlagArgKey9Zq", "FlagArgSecret9Zq"];
+    form_prose_setting_a_password_and_environment_setters: "I set the password to SetTo9ZqPw for the staging database.\n[System.Environment]::SetEnvironmentVariable('API_TOKEN', 'PsEnvTok9Zq', 'User')\nsetenv(\"API_KEY\", \"CEnvKey9Zq\", 1);" => ["SetTo9ZqPw", "PsEnvTok9Zq", "CEnvKey9Zq"];
     floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
     floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
     floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];

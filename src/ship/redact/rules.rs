@@ -313,6 +313,7 @@ const HAS_DASH: Pre = pre(has_dash, b"-", b"", true);
 const HAS_DASHES: Pre = pre(has_dashes, b"-", b"", false);
 const HAS_EQUALS: Pre = pre(has_equals, b"=", b"", true);
 const HAS_IS_OR_WAS: Pre = pre(has_is_or_was, b"", BLANKS, false);
+const HAS_BLANK_TO: Pre = pre(has_blank_to, b"", BLANKS, false);
 const HAS_LABEL_AND_VALUE: Pre = pre(has_label_and_value, b"", BLANKS, false);
 const HAS_NETRC_PASSWORD: Pre = pre(has_netrc_password, b"p", BLANKS, false);
 const HAS_OPEN_PAREN: Pre = pre(has_open_paren, b"(", b"", true);
@@ -332,6 +333,7 @@ const PRES: &[(&str, Pre)] = &[
     ("arrow", HAS_ARROW),
     ("at", HAS_AT),
     ("bare_colon", HAS_BARE_COLON),
+    ("blank_to", HAS_BLANK_TO),
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
     ("colon", HAS_COLON),
@@ -736,6 +738,15 @@ fn has_quote(text: &str) -> bool {
 /// `url-query`: a `=` and what opens a parameter (`?`, `&`, or the `\` of `\u0026`).
 fn has_query(text: &str) -> bool {
     has_equals(text) && memchr::memchr3(b'?', b'&', b'\\', text.as_bytes()).is_some()
+}
+
+/// `password-set-to`: `to` between blanks, in any case.
+fn has_blank_to(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr2_iter(b' ', b'\t', b).any(|at| {
+        b.get(at + 1..at + 4)
+            .is_some_and(|w| w[..2].eq_ignore_ascii_case(b"to") && matches!(w[2], b' ' | b'\t'))
+    })
 }
 
 /// `password-is`: `is` or `was` between blanks, in any case (`(?i)` also reads the long s as
@@ -1648,6 +1659,23 @@ pub(crate) static RULES: &[Rule] = &[
             &["the password is incorrect."],
         ),
     ),
+    // Prose telling a password it set: "I set the password to X", "changed the passphrase to
+    // X" (a word of the docs stays: "reset the password to access it").
+    when(
+        HAS_BLANK_TO,
+        rule(
+            "password-set-to",
+            "generic-label",
+            &["passw", "passphrase"],
+            r#"(?i)\b(?:set|changed?|reset|updated?)\b[^\n.]{0,30}?\b(?:password|passwd|passphrase)\b[ \t]+to[ \t]+(?P<s>[^\s"',;]{6,})"#,
+            Refine::Prose,
+            &[
+                "I set the password to Xk9mW2xL8qP5 for the staging database.",
+                "Changed the admin passphrase to Ph4sePass9 and restarted.",
+            ],
+            &["Reset the password to access the console."],
+        ),
+    ),
     when(
         HAS_QUOTE,
         rule(
@@ -2376,7 +2404,7 @@ pub(crate) static RULES: &[Rule] = &[
             "generic-assignment",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)\b(?:set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
                 r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?P<q>["'])"#
             ),
@@ -2391,6 +2419,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "os.Setenv(\"API_TOKEN\", \"GoEnvTok9Zq\")",
                 "std::env::set_var(\"API_KEY\", \"RsEnvKey9Zq\");",
                 "Environment.SetEnvironmentVariable(\"DB_PASSWORD\", \"CsEnvPw9Zq\");",
+                "[System.Environment]::SetEnvironmentVariable('API_TOKEN', 'PsEnvTok9Zq', 'User')",
+                "setenv(\"API_KEY\", \"CEnvKey9Zq\", 1);",
             ],
             &[
                 "token = request.headers.get(\"X-Api-Key\", \"\")",
@@ -4486,10 +4516,16 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 let v = &text.as_bytes()[q.end()..];
                 v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")
             };
+            // An environment's setter takes more after the value (C's `setenv(name, value,
+            // overwrite)`, PowerShell's `SetEnvironmentVariable(name, value, 'User')`).
+            let setter = caps.name("f").is_some_and(|f| {
+                f.as_str().eq_ignore_ascii_case("setenv")
+                    || f.as_str().eq_ignore_ascii_case("setenvironmentvariable")
+            });
             if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
                 && !n.as_str().starts_with('-')
                 && name_is_secret(n.as_str())
-                && closes(q)
+                && (setter || closes(q))
                 && !schemed(q)
             {
                 push_value(n.as_str(), text, q.start(), 1, out);
@@ -6598,7 +6634,7 @@ mod tests {
                 proptest::sample::select(vec![
                     ":", "=", "|", "-", "@", "\"", "'", "(", "{", "[", "]", ">", "?", "&", "\\",
                     ",", "p", " ", "\t", "\n", "==", "!=", "=>", "---", "://", "password",
-                    "value:", "name:", "key:", " is ", " was ", "token", "secret", "x", "é",
+                    "value:", "name:", "key:", " is ", " was ", " to ", "token", "secret", "x", "é",
                     "0123456789abcdefXYZ7", "Xk9vQ2mLp7Rz",
                 ]),
                 0..16,
