@@ -160,6 +160,7 @@ leak_tests! {
     form_value_in_triple_quotes_or_after_a_label_line: "PASSWORD = \"\"\"TripleQ9Zq\"\"\"\napi_key = '''TripleS9Zq'''\n---\nGenerated password:\n  Gen3rated9Pw\nYour API token (shown once):\nXk9mW2xL8qP5vN3tY7zB1cD4" => ["TripleQ9Zq", "TripleS9Zq", "Gen3rated9Pw", "Xk9mW2xL8qP5vN3tY7zB1cD4"];
     form_value_after_a_secret_flag_in_an_argument_list: r#"{"mcpServers": {"x": {"command": "npx", "args": ["-y", "@x/mcp", "--token-limit", "4096", "--api-key", "FlagArgKey9Zq", "--secret", "FlagArgSecret9Zq"]}}}"# => ["FlagArgKey9Zq", "FlagArgSecret9Zq"];
     form_prose_setting_a_password_and_environment_setters: "I set the password to SetTo9ZqPw for the staging database.\n[System.Environment]::SetEnvironmentVariable('API_TOKEN', 'PsEnvTok9Zq', 'User')\nsetenv(\"API_KEY\", \"CEnvKey9Zq\", 1);" => ["SetTo9ZqPw", "PsEnvTok9Zq", "CEnvKey9Zq"];
+    form_hashicorp_secret_ids_and_logins: "Secret ID   = 1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e\nVAULT_SECRET_ID=2c3d4e5f-6a7b-8c9d-0e1f-2a3b4c5d6e7f\nvault login s.VaultLogin9ZqXk9mW2xL8\nhttp --auth admin:HttpiePw9Zq GET https://api.example.com" => ["1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e", "2c3d4e5f-6a7b-8c9d-0e1f-2a3b4c5d6e7f", "VaultLogin9ZqXk9mW2xL8", "HttpiePw9Zq"];
     floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
     floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
     floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];

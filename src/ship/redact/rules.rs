@@ -1892,6 +1892,41 @@ pub(crate) static RULES: &[Rule] = &[
             "await page.fill('#email', 'someone@example.com');",
         ],
     ),
+    // A token given to `vault login` as its argument (`vault login s.Xk9…`; `hvs.` tokens
+    // are a provider rule's), and HTTPie's `--auth user:password`.
+    rule(
+        "vault-login-token",
+        "command-line",
+        &["vault"],
+        r#"\bvault[ \t]+login[ \t]+(?:-\S+[ \t]+)*(?P<s>[A-Za-z0-9][A-Za-z0-9._-]{15,})(?:[ \t]|$)"#,
+        Refine::Group,
+        &[
+            "vault login s.Xk9mW2xL8qP5vN3tY7zB1cD4",
+            "vault login -no-print s.Xk9mW2xL8qP5vN3tY7zB1cD4",
+        ],
+        &[
+            "vault login -method=github",
+            "vault login -method=userpass username=admin",
+        ],
+    ),
+    rule(
+        "secret-id-uuid",
+        "command-line",
+        &["secret id"],
+        r#"(?i)\bsecret id[ \t]*[:=][ \t]*["']?(?P<s>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"#,
+        Refine::Group,
+        &["Secret ID          = 1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e"],
+        &["Accessor ID        = 1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e"],
+    ),
+    rule(
+        "httpie-auth",
+        "command-line",
+        &["--auth"],
+        r#"(?i)\bhttps?(?:[ \t][^\n|;&]*?)?[ \t]--auth(?:[ \t]+|=)(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["http --auth admin:HttpiePw9Zq GET https://api.example.com"],
+        &["http --auth-type=bearer GET https://api.example.com"],
+    ),
     // Windows' `cmdkey /pass:` storing a credential.
     rule(
         "cmdkey-pass",
@@ -3392,9 +3427,19 @@ fn is_count_id_or_version(name: &str, value: &str, code: bool) -> bool {
             return true;
         }
     }
-    let named_id = ["id", "ids", "uuid", "hash", "sha", "commit"]
-        .iter()
-        .any(|w| ends(w));
+    // Not a secret's id: Vault's AppRole `secret_id`, Consul's `SecretID` and Nomad's
+    // `Secret ID` are the credentials themselves, UUIDs as they are.
+    let secret_id = name
+        .bytes()
+        .rev()
+        .filter(u8::is_ascii_alphanumeric)
+        .map(|b| b.to_ascii_lowercase())
+        .take(8)
+        .eq(b"secretid".iter().rev().copied());
+    let named_id = !secret_id
+        && ["id", "ids", "uuid", "hash", "sha", "commit"]
+            .iter()
+            .any(|w| ends(w));
     if named_id && (is_uuid(value) || is_hex(value, 7, 64)) {
         return true;
     }
