@@ -1274,8 +1274,6 @@ impl Walk<'_> {
         }
     }
 
-    /// An argv array (`["curl", "-u", "u:PW", url]`): the strings joined by blanks go through
-    /// the command rules, and each span comes back to the string it lies in.
     /// The elements of an array that follow a flag naming a secret (`"--api-key"`,
     /// `"--password"`, not `"--password-file"`), in order, each with the flag's name: the
     /// element is given to it.
@@ -1307,6 +1305,8 @@ impl Walk<'_> {
             .collect()
     }
 
+    /// An argv array (`["curl", "-u", "u:PW", url]`): the strings joined by blanks go through
+    /// the command rules, and each span comes back to the string it lies in.
     fn argv(&self, kids: &[(Option<usize>, usize)], out: &mut Vec<Range<usize>>) {
         if kids.len() < 2 || kids.len() > 256 {
             return;

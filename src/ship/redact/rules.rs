@@ -5074,14 +5074,19 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     // A YAML tag (`!Ref DBPassword`, `!!binary c2Vj…`, `!vault |`): the tag is no value. The
     // reference of a CloudFormation function is a name in the template, code; any other tag's
     // value is the word after it, judged as the value.
-    if let Some(tag) = yaml_tag(&text[range.clone()])
-        && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
+    // Tags after tags are skipped in a loop, not a call each: a line of them is not a stack.
+    let mut tagged = range.clone();
+    while let Some(tag) = yaml_tag(&text[tagged.clone()])
+        && let Some(blank) = text[tagged.end..].find(|c: char| c != ' ' && c != '\t')
         && blank > 0
     {
-        if !CLOUDFORMATION_REFERENCES.contains(&tag) {
-            push_value(name, text, range.end + blank, min, out);
+        if CLOUDFORMATION_REFERENCES.contains(&tag) {
+            return;
         }
-        return;
+        match value_extent(text, tagged.end + blank) {
+            Some(next) if yaml_tag(&text[next.clone()]).is_some() => tagged = next,
+            _ => return push_value(name, text, tagged.end + blank, min, out),
+        }
     }
     // A call given a literal (`SecretStr("…")`, `[]byte("…")`): the call is code, its literal
     // the secret when it has a key's shape. The unquoted value holds the call's `(`.
