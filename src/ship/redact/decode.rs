@@ -43,9 +43,23 @@ pub(crate) struct Decoded<'a> {
     /// The changed pieces, in order; empty when nothing changed: the text is the raw text.
     units: Vec<Unit>,
     raw_len: usize,
+    /// Whether decoding may have made a character [`has_invisible`] or [`hides_ascii`] looks
+    /// for that the raw text's literal bytes do not hold ([`Decoded::may_hide`]).
+    may_hide: bool,
 }
 
 impl<'a> Decoded<'a> {
+    /// Whether the decoded text may hide more than the raw text's literal bytes do. When not,
+    /// [`hides_ascii`] of the decoded text is false, and [`has_invisible`] of it is that of
+    /// the raw text: the only escapes were the one-letter ones, which give a quote, a
+    /// backslash, a slash or a control character (none of them invisible, a percent sign or
+    /// a hex digit), and no backslash they gave is followed by `/` or `u`. JSON inside JSON
+    /// escapes a backslash for every escape of the inner string, so the two searches of the
+    /// decoded text were repeated at each level for nothing (docs/redaction.md, "Speed").
+    pub fn may_hide(&self) -> bool {
+        self.may_hide
+    }
+
     /// Whether decoding changed anything.
     pub fn is_identity(&self) -> bool {
         self.units.is_empty()
@@ -212,6 +226,7 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
             text: Cow::Borrowed(raw),
             units: Vec::new(),
             raw_len: raw.len(),
+            may_hide: false,
         };
     };
     let mut out = String::with_capacity(raw.len());
@@ -220,11 +235,21 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
     let mut units = Vec::with_capacity(raw.len() / 48 + 4);
     let mut i = 0;
     let mut next = Some(first);
+    let mut may_hide = false;
     while let Some(at) = next {
         out.push_str(&raw[i..at]);
         let (ch, len) = escape_at(bytes, at);
         match ch {
             Some(ch) => {
+                // A `\u` escape gives any character; a backslash given by `\\` forms `\/` or
+                // `\u` with what follows it (`\\/`, `\\\/`, `\\u0074`).
+                may_hide |= bytes.get(at + 1) == Some(&b'u')
+                    || (ch == '\\'
+                        && match bytes.get(at + len) {
+                            Some(b'/' | b'u') => true,
+                            Some(b'\\') => bytes.get(at + len + 1) == Some(&b'/'),
+                            _ => false,
+                        });
                 units.push(Unit {
                     dec: out.len() as u32,
                     raw: at as u32,
@@ -237,6 +262,7 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
             None => {
                 // Not an escape: the backslash is text (lenient view only), and so is what
                 // follows it, searched again from the next byte.
+                may_hide = true;
                 out.push('\\');
                 i = at + 1;
             }
@@ -248,6 +274,7 @@ fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>
         text: Cow::Owned(out),
         units,
         raw_len: raw.len(),
+        may_hide,
     }
 }
 
@@ -376,6 +403,7 @@ pub(crate) fn visible(text: &str) -> Decoded<'_> {
         text: Cow::Owned(out),
         units,
         raw_len: text.len(),
+        may_hide: true,
     }
 }
 
@@ -435,6 +463,7 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
         text: Cow::Owned(out),
         units,
         raw_len: text.len(),
+        may_hide: true,
     })
 }
 
@@ -612,6 +641,45 @@ mod tests {
             for r in 0..raw.len() {
                 if let Some(at) = d.decoded_at(r) {
                     proptest::prop_assert_eq!(d.text.as_bytes()[at], raw.as_bytes()[r]);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// What a decoded string may hide that its raw text does not: when
+        /// [`Decoded::may_hide`] is false, the decoded text hides no ASCII and holds an
+        /// invisible character exactly when the raw text does, both for a checked string's
+        /// content (`decode_checked`) and for any text (`decode`). The pieces are escapes of
+        /// each kind next to the bytes that make them hide (`\\` before `/` and `u`, a `%`
+        /// before hex digits, `\u` escapes of invisible and full-width characters).
+        #[test]
+        fn a_decoding_that_may_not_hide_hides_what_its_raw_text_does(
+            mut pieces in proptest::collection::vec(proptest::sample::select(&[
+                "a", "/", "u", "0074", "3D", "%", "%3D", r"\\", r"\/", r"\n", r#"\""#, r"\t",
+                "\u{1b}", "\u{200b}", "\u{ff41}", "é", "\\",
+            ][..]), 0..24),
+            // At most one of the pieces that may hide, so that most texts hold none.
+            rare in proptest::option::weighted(0.3, proptest::sample::select(&[
+                r"\u0074", r"\u001b", r"\u200b", r"\uff41", r"\u0025", r"\u005c", r"\q",
+            ][..])),
+            at in 0usize..24,
+        ) {
+            if let Some(rare) = rare {
+                pieces.insert(at.min(pieces.len()), rare);
+            }
+            let raw = pieces.concat();
+            let checked = super::super::json::is_json(&format!("\"{raw}\""));
+            let mut decodings = vec![decode(&raw)];
+            if checked {
+                decodings.push(decode_checked(&raw));
+            }
+            for d in decodings {
+                if !d.may_hide() {
+                    proptest::prop_assert!(!hides_ascii(d.text.as_bytes()), "{:?}", raw);
+                    proptest::prop_assert_eq!(
+                        has_invisible(&d.text), has_invisible(&raw), "{:?}", raw
+                    );
                 }
             }
         }
