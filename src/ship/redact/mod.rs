@@ -527,14 +527,16 @@ impl Redactor {
         let end = hits.partition_point(|h| h.at() < content.end).max(first);
         let mut cursor = 0;
         let mut out: Vec<Hit> = Vec::with_capacity(end - first);
-        out.extend(hits[first..end].iter().filter_map(|h| {
-            let at = decoded.decoded_at_in_order(h.at() - content.start, &mut cursor)?;
-            let escaped = self
-                .escaped
-                .as_ref()
-                .is_some_and(|(_, ids)| ids.contains(&h.keyword()));
-            (!escaped).then_some(Hit::new(at, h.keyword()))
-        }));
+        let escaped_ids = self.escaped.as_ref().map_or(&[][..], |(_, ids)| &ids[..]);
+        // A plain loop: as an iterator's closure it was a call for each hit, and a tenth of
+        // the instructions of a string of tool output inside JSON inside JSON.
+        for h in &hits[first..end] {
+            if let Some(at) = decoded.decoded_at_in_order(h.at() - content.start, &mut cursor)
+                && !escaped_ids.contains(&h.keyword())
+            {
+                out.push(Hit::new(at, h.keyword()));
+            }
+        }
         if self.escaped.is_some() && !decoded.is_identity() {
             // Every such keyword found in the decoded content holds a byte that only an escape
             // can give a checked JSON string (a quote, a backslash, a control character): it
