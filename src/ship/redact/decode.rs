@@ -49,6 +49,21 @@ pub(crate) struct Decoded<'a> {
 }
 
 impl<'a> Decoded<'a> {
+    /// The place of every byte of the decoded text that JSON escapes (a quote, a backslash, a
+    /// control character), in order, for a string [`decode_checked`] decoded: its literal
+    /// bytes are never such a byte, so each is the first byte an escape gave.
+    pub fn specials(&self) -> Vec<u32> {
+        let text = self.text.as_bytes();
+        self.units
+            .iter()
+            .filter(|u| {
+                text.get(u.dec as usize)
+                    .is_some_and(|&b| super::json::needs_escape(b))
+            })
+            .map(|u| u.dec)
+            .collect()
+    }
+
     /// Whether the decoded text may hide more than the raw text's literal bytes do. When not,
     /// [`hides_ascii`] of the decoded text is false, and [`has_invisible`] of it is that of
     /// the raw text: the only escapes were the one-letter ones, which give a quote, a
@@ -207,11 +222,38 @@ pub(crate) fn decode_checked(raw: &str) -> Decoded<'_> {
     })
 }
 
+/// [`decode_checked`] of the content `raw` of a string in a text whose special bytes are
+/// known ([`super::json::parse_known`]): `specials` holds the place in that text of every byte
+/// of it that JSON escapes, in order, and `raw` starts at `offset` in it. A checked string's
+/// content holds no such byte but the backslashes of its escapes, so decoding steps from one to
+/// the next without searching the text between them.
+pub(crate) fn decode_checked_known<'r>(
+    raw: &'r str,
+    specials: &[u32],
+    offset: usize,
+) -> Decoded<'r> {
+    let mut k = specials.partition_point(|&p| (p as usize) < offset);
+    decode_with(raw, move |bytes, from| {
+        // Asked in order, as the cursor of [`super::json::parse_known`] is.
+        while specials
+            .get(k)
+            .is_some_and(|&p| (p as usize) < offset + from)
+        {
+            k += 1;
+        }
+        let at = (*specials.get(k)? as usize).checked_sub(offset)?;
+        (at < bytes.len()).then_some(at)
+    })
+}
+
 /// [`decode`] with `next(bytes, from)`: the first backslash at or after `from` (any other byte
 /// it stops at is taken as literal text).
-fn decode_with(raw: &str, next_backslash: impl Fn(&[u8], usize) -> Option<usize>) -> Decoded<'_> {
+fn decode_with(
+    raw: &str,
+    mut next_backslash: impl FnMut(&[u8], usize) -> Option<usize>,
+) -> Decoded<'_> {
     let bytes = raw.as_bytes();
-    let next_backslash = |from: usize| {
+    let mut next_backslash = |from: usize| {
         let mut from = from;
         loop {
             let at = next_backslash(bytes, from)?;

@@ -39,6 +39,37 @@ pub(crate) fn is_json(text: &str) -> bool {
 
 /// The tokens of `text` if it is one JSON value (as [`is_json`] decides), else `None`.
 pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
+    parse_with(text, special)
+}
+
+/// [`parse`] of a text whose bytes that [`needs_escape`] are known: `specials` holds the
+/// place of every one of them, in order (and nothing else). A string decoded from JSON holds
+/// such a byte only where an escape gave it ([`super::decode::Decoded::specials`]), so the
+/// tokenizer steps from one to the next instead of searching the text between them: JSON
+/// inside JSON is tokenized as a line and again as a string, and the second search repeated
+/// the first.
+pub(crate) fn parse_known(text: &str, specials: &[u32]) -> Option<Vec<Tok>> {
+    parse_with(text, known_specials(specials))
+}
+
+/// The scan of [`parse_known`]: the first of `specials` at or after a place, asked in order
+/// (a place before one asked earlier is answered as if asked again from there: never, as
+/// the tokenizer only moves forward).
+pub(crate) fn known_specials(specials: &[u32]) -> impl FnMut(&[u8], usize) -> usize + '_ {
+    let mut k = 0;
+    move |b: &[u8], i: usize| {
+        while specials.get(k).is_some_and(|&p| (p as usize) < i) {
+            k += 1;
+        }
+        specials
+            .get(k)
+            .map_or(b.len(), |&p| (p as usize).min(b.len()))
+    }
+}
+
+/// [`parse`] with `next(b, i)`: the first byte at or after `i` that [`needs_escape`] (or the
+/// length when none does).
+fn parse_with(text: &str, mut next: impl FnMut(&[u8], usize) -> usize) -> Option<Vec<Tok>> {
     let b = text.as_bytes();
     // Room for a rollout line's tokens from the start (about one per 16 bytes of a line, 30
     // to 60 for most), so they are not copied through four or five growths; a long text
@@ -65,13 +96,13 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
                 } else {
                     open.push((toks.len() - 1, obj));
                     if obj {
-                        i = key(b, i, &mut toks)?;
+                        i = key(b, i, &mut toks, &mut next)?;
                     }
                     continue;
                 }
             }
             b'"' => {
-                let end = string(b, i + 1)?;
+                let end = string(b, i + 1, &mut next)?;
                 toks.push(Tok::Str(i + 1..end));
                 i = end + 1;
             }
@@ -93,7 +124,7 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
                 b',' => {
                     i = blanks(b, i + 1);
                     if obj {
-                        i = key(b, i, &mut toks)?;
+                        i = key(b, i, &mut toks, &mut next)?;
                     }
                     break;
                 }
@@ -120,11 +151,16 @@ fn blanks(b: &[u8], mut i: usize) -> usize {
 
 /// An object key at `i` (a string, then `:`): pushes its token and returns where its value
 /// starts.
-fn key(b: &[u8], i: usize, toks: &mut Vec<Tok>) -> Option<usize> {
+fn key(
+    b: &[u8],
+    i: usize,
+    toks: &mut Vec<Tok>,
+    next: &mut impl FnMut(&[u8], usize) -> usize,
+) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let end = string(b, i + 1)?;
+    let end = string(b, i + 1, next)?;
     toks.push(Tok::Key(i + 1..end));
     let colon = blanks(b, end + 1);
     (b.get(colon) == Some(&b':')).then(|| blanks(b, colon + 1))
@@ -172,9 +208,9 @@ fn number(b: &[u8], mut i: usize) -> Option<usize> {
 /// The index of the quote closing the string whose content starts at `i`, if the content is
 /// valid: no control character, every backslash one of JSON's escapes (`\u` with four hex
 /// digits, whatever code they name).
-fn string(b: &[u8], mut i: usize) -> Option<usize> {
+fn string(b: &[u8], mut i: usize, next: &mut impl FnMut(&[u8], usize) -> usize) -> Option<usize> {
     loop {
-        i = special(b, i);
+        i = next(b, i);
         match *b.get(i)? {
             b'"' => return Some(i),
             b'\\' => match *b.get(i + 1)? {

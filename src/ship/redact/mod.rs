@@ -404,7 +404,14 @@ impl Redactor {
             None => json::parse(text),
         };
         if let Some(toks) = toks {
-            self.json_spans(text, &toks, &hits, hidden, &mut spans, 0);
+            let walked = Walked {
+                text,
+                toks: &toks,
+                hits: &hits,
+                hidden,
+                specials: None,
+            };
+            self.json_spans(walked, &mut spans, 0);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false, Some(invisible));
         }
@@ -825,7 +832,10 @@ impl Redactor {
     /// A string's raw content at `content` in `text`: decoded, walked again if it is JSON,
     /// else given the text rules. Spans are in `text`.
     /// `known`: the hits of `text` when `text` hides no ASCII behind an escape. The content
-    /// is a string the walk's tokenizer checked ([`json::parse`]).
+    /// is a string the walk's tokenizer checked ([`json::parse`]). `specials`: the place of
+    /// every byte of `text` that JSON escapes, when `text` was decoded from a string
+    /// ([`decode::Decoded::specials`]).
+    #[allow(clippy::too_many_arguments)]
     fn string_spans(
         &self,
         text: &str,
@@ -833,8 +843,13 @@ impl Redactor {
         out: &mut Vec<Range<usize>>,
         depth: usize,
         known: Option<&[Hit]>,
+        specials: Option<&[u32]>,
     ) {
-        let decoded = decode::decode_checked(&text[content.clone()]);
+        let raw = &text[content.clone()];
+        let decoded = match specials {
+            Some(specials) => decode::decode_checked_known(raw, specials, content.start),
+            None => decode::decode_checked(raw),
+        };
         let hits = match known {
             Some(hits) => self.string_hits(hits, content.clone(), &decoded),
             None => self.scan(&decoded.text),
@@ -858,11 +873,22 @@ impl Redactor {
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
         }
-        let toks = (depth < MAX_DEPTH && json::looks_like_container(&decoded.text))
-            .then(|| json::parse(&decoded.text))
+        // JSON inside the string: its special bytes are the ones escapes gave.
+        let parsed = (depth < MAX_DEPTH && json::looks_like_container(&decoded.text))
+            .then(|| {
+                let specials = decoded.specials();
+                json::parse_known(&decoded.text, &specials).map(|toks| (toks, specials))
+            })
             .flatten();
-        if let Some(toks) = toks {
-            self.json_spans(&decoded.text, &toks, &hits, hidden, &mut inner, depth + 1);
+        if let Some((toks, specials)) = parsed {
+            let walked = Walked {
+                text: &decoded.text,
+                toks: &toks,
+                hits: &hits,
+                hidden,
+                specials: Some(&specials),
+            };
+            self.json_spans(walked, &mut inner, depth + 1);
         } else {
             self.text_spans(
                 &decoded.text,
@@ -881,18 +907,16 @@ impl Redactor {
         );
     }
 
-    /// Valid JSON `text`, whose tokens are `toks` (from [`json::parse`]): the
+    /// Valid JSON `walked.text`, whose tokens are `walked.toks` (from [`json::parse`]): the
     /// structure and every string that may hold a secret.
-    #[allow(clippy::too_many_arguments)]
-    fn json_spans(
-        &self,
-        text: &str,
-        toks: &[Tok],
-        hits: &[Hit],
-        hidden: bool,
-        out: &mut Vec<Range<usize>>,
-        depth: usize,
-    ) {
+    fn json_spans(&self, walked: Walked<'_>, out: &mut Vec<Range<usize>>, depth: usize) {
+        let Walked {
+            text,
+            toks,
+            hits,
+            hidden,
+            specials,
+        } = walked;
         let walk = Walk {
             redactor: self,
             text,
@@ -900,12 +924,13 @@ impl Redactor {
             hits,
             hidden,
             depth,
+            specials,
         };
         match toks.first() {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
             Some(Tok::Str(r)) if walk.may_hold(r) => {
                 let known = (!hidden).then_some(hits);
-                self.string_spans(text, r.clone(), out, depth, known);
+                self.string_spans(text, r.clone(), out, depth, known, specials);
             }
             _ => {}
         }
@@ -962,6 +987,18 @@ fn all_rules() -> impl Iterator<Item = RuleRef<'static>> {
         .chain(providers::RULES.iter().map(RuleRef::Provider))
 }
 
+/// A JSON text to walk ([`Redactor::json_spans`]) and what is known of it.
+struct Walked<'a> {
+    text: &'a str,
+    toks: &'a [Tok],
+    /// Its keyword occurrences.
+    hits: &'a [Hit],
+    /// Decoding may reveal keywords the text hides.
+    hidden: bool,
+    /// Its bytes that JSON escapes, when known ([`decode::Decoded::specials`]).
+    specials: Option<&'a [u32]>,
+}
+
 /// One JSON text being walked.
 struct Walk<'a> {
     redactor: &'a Redactor,
@@ -971,6 +1008,9 @@ struct Walk<'a> {
     /// Decoding may reveal keywords the raw text hides: look at every escaped string.
     hidden: bool,
     depth: usize,
+    /// The place of every byte of `text` that JSON escapes, when `text` was decoded from a
+    /// string: its strings are decoded without searching them ([`decode::decode_checked_known`]).
+    specials: Option<&'a [u32]>,
 }
 
 impl Walk<'_> {
@@ -1108,6 +1148,7 @@ impl Walk<'_> {
                             out,
                             self.depth,
                             (!self.hidden).then_some(self.hits),
+                            self.specials,
                         );
                     }
                     if name.is_none()

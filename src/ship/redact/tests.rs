@@ -1014,3 +1014,59 @@ fn a_chain_of_yaml_tags_is_read_to_its_value() {
     let short = r.redact_text("password: !!str !!str !!str Xk9mW2xL8qP5");
     assert!(!short.contains("Xk9mW2xL8qP5"), "{short}");
 }
+
+proptest::proptest! {
+    /// JSON inside a JSON string, walked with the special bytes its decoding gave
+    /// (`Decoded::specials`): tokenized as the search tokenizes it (the same tokens, or not
+    /// JSON for both), and each of its strings decoded as the search decodes it (the same text,
+    /// and the same map back to the raw content, decoded byte by byte).
+    #[test]
+    fn json_in_a_string_walked_by_its_escapes_reads_as_searched(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "{", "}", "[", "]", ",", ":", " ", "\n", "\t", "\"", "\"k\":", "\"v\"", "1", "true",
+            "\"a\\\"b\"", "\"\\\\\"", "\"\\n\"", "\"\\u0041\\u00e9\"", "\"\\ud83d\\ude00\"", "é",
+            "\"x\\/y\"", "\"\\u001b\"", "\\", "\"tab\\tend\"", "\"long run of text\"",
+        ]), 0..30),
+        wrap in proptest::bool::ANY,
+    ) {
+        // JSON holding the pieces as its strings (escaped as JSON escapes them), or the pieces
+        // alone (JSON or not).
+        let text = pieces.concat();
+        let inner = if wrap {
+            let mut object = serde_json::Map::new();
+            object.insert("output".into(), text.clone().into());
+            object.insert(text.clone(), serde_json::json!([text, 1, {"n": text}]));
+            serde_json::to_string_pretty(&object).unwrap()
+        } else {
+            text
+        };
+        let raw = serde_json::to_string(&inner).unwrap();
+        let content = &raw[1..raw.len() - 1];
+        let decoded = decode::decode_checked(content);
+        proptest::prop_assert_eq!(&decoded.text, &inner);
+        let specials = decoded.specials();
+        let want: Vec<usize> = inner
+            .bytes()
+            .enumerate()
+            .filter(|&(_, b)| json::needs_escape(b))
+            .map(|(i, _)| i)
+            .collect();
+        let got: Vec<usize> = specials.iter().map(|&p| p as usize).collect();
+        proptest::prop_assert_eq!(got, want);
+        let searched = json::parse(&inner);
+        let known = json::parse_known(&inner, &specials);
+        proptest::prop_assert_eq!(format!("{searched:?}"), format!("{known:?}"), "{:?}", inner);
+        for tok in searched.unwrap_or_default() {
+            let (json::Tok::Str(r) | json::Tok::Key(r)) = tok else {
+                continue;
+            };
+            let a = decode::decode_checked(&inner[r.clone()]);
+            let b = decode::decode_checked_known(&inner[r.clone()], &specials, r.start);
+            proptest::prop_assert_eq!(&a.text, &b.text);
+            proptest::prop_assert_eq!(a.may_hide(), b.may_hide());
+            for at in 0..a.text.len() {
+                proptest::prop_assert_eq!(a.to_raw(at..at + 1), b.to_raw(at..at + 1));
+            }
+        }
+    }
+}
