@@ -322,6 +322,7 @@ fn decode_with(
 
 /// The character an escape at `at` (a backslash) stands for and the escape's length, or
 /// `None` if it is not a JSON escape. A lone surrogate stands for U+FFFD.
+#[inline(always)]
 fn escape_at(bytes: &[u8], at: usize) -> (Option<char>, usize) {
     let ch = match bytes.get(at + 1) {
         Some(b'"') => '"',

@@ -36,9 +36,26 @@ pub(crate) fn long_runs(b: &[u8], min: usize) -> Vec<Range<usize>> {
     // The length every caller but the tests asks for, with its bit steps unrolled.
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     if min == super::encoded::MIN_RUN {
-        by_blocks(b, min, |m| holds_run(m, super::encoded::MIN_RUN), &mut out);
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU running this has AVX2, just checked.
+            unsafe { min_runs_avx2(b, &mut out) };
+        } else {
+            by_blocks(
+                b,
+                min,
+                token_mask,
+                |m| holds_run(m, super::encoded::MIN_RUN),
+                &mut out,
+            );
+        }
     } else {
-        by_blocks(b, min.max(1), |m| holds_run(m, min.max(1)), &mut out);
+        by_blocks(
+            b,
+            min.max(1),
+            token_mask,
+            |m| holds_run(m, min.max(1)),
+            &mut out,
+        );
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     backwards_from(b, 0, min.max(1), &mut out);
@@ -87,12 +104,18 @@ fn push_run(b: &[u8], run: Range<usize>, min: usize, out: &mut Vec<Range<usize>>
 /// `holds`: [`holds_run`] for `min`.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-fn by_blocks(b: &[u8], min: usize, holds: impl Fn(u64) -> bool, out: &mut Vec<Range<usize>>) {
+fn by_blocks(
+    b: &[u8],
+    min: usize,
+    mask: impl Fn(&[u8; 64]) -> u64,
+    holds: impl Fn(u64) -> bool,
+    out: &mut Vec<Range<usize>>,
+) {
     // The start of the run that reaches the end of the blocks read so far.
     let mut open: Option<usize> = None;
     let mut base = 0;
     while let Some(block) = b.get(base..).and_then(|rest| rest.first_chunk::<64>()) {
-        let m = token_mask(block);
+        let m = mask(block);
         if m == u64::MAX {
             open.get_or_insert(base);
             base += 64;
@@ -161,6 +184,57 @@ fn holds_run(mut mask: u64, min: usize) -> bool {
         mask &= mask >> (min - k);
     }
     mask != 0
+}
+
+/// [`long_runs`] of [`super::encoded::MIN_RUN`] with the masks of 32 bytes an instruction
+/// (AVX2): half the work a block of the SSE2 masks, which were a twentieth of the redaction of
+/// tool output inside JSON (docs/redaction.md, "Speed").
+///
+/// # Safety
+///
+/// The CPU running it must have AVX2.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "avx2")]
+unsafe fn min_runs_avx2(b: &[u8], out: &mut Vec<Range<usize>>) {
+    let mask = |block: &[u8; 64]| {
+        let (lanes, _) = block.as_chunks::<32>();
+        // A closure inside takes the function's AVX2 on with it.
+        let (lo, hi) = (token_mask_avx2(&lanes[0]), token_mask_avx2(&lanes[1]));
+        u64::from(lo) | (u64::from(hi) << 32)
+    };
+    let min = super::encoded::MIN_RUN;
+    by_blocks(b, min, mask, |m| holds_run(m, min), out);
+}
+
+/// One bit per byte of `lane` that is a letter, a digit or one of `+/_-`: [`token_mask_sse2`]
+/// over 32 bytes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline]
+#[target_feature(enable = "avx2")]
+fn token_mask_avx2(lane: &[u8; 32]) -> u32 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi8, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_loadu_si256,
+        _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+    };
+    // As in the SSE2 lane: a byte is in `lo..=hi` when adding `0x80 - lo` moves it to the
+    // lowest `hi - lo + 1` values of a signed byte (AVX2 compares "greater", so the limit
+    // is compared with the byte).
+    let in_range = |v: __m256i, lo: u8, hi: u8| {
+        let shifted = _mm256_add_epi8(v, _mm256_set1_epi8(0x80u8.wrapping_sub(lo) as i8));
+        _mm256_cmpgt_epi8(_mm256_set1_epi8((0x80 + (hi - lo) + 1) as i8), shifted)
+    };
+    // SAFETY: `lane` is 32 readable bytes, and `loadu` allows any alignment.
+    let v = unsafe { _mm256_loadu_si256(lane.as_ptr().cast::<__m256i>()) };
+    let letter = in_range(_mm256_or_si256(v, _mm256_set1_epi8(0x20)), b'a', b'z');
+    let digit_or_slash = in_range(v, b'/', b'9');
+    let plus = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'+' as i8));
+    let minus = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'-' as i8));
+    let underscore = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'_' as i8));
+    let token = _mm256_or_si256(
+        _mm256_or_si256(letter, digit_or_slash),
+        _mm256_or_si256(_mm256_or_si256(plus, minus), underscore),
+    );
+    _mm256_movemask_epi8(token) as u32
 }
 
 /// One bit per byte of `block` that is a token character ([`is_token`]).
@@ -371,7 +445,38 @@ mod tests {
         assert_eq!(long_runs(&all, 20), vec![0..256]);
     }
 
+    /// The AVX2 masks say what the SSE2 masks say, for every byte value at every place of a
+    /// block (where the CPU has AVX2; the SSE2 masks are the ones checked against a byte by
+    /// byte scan below).
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[test]
+    fn avx2_masks_agree_with_sse2_masks() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for b in 0..=255u8 {
+            for at in 0..32 {
+                let mut lane = [b'.'; 32];
+                lane[at] = b;
+                let mut block = [0u8; 64];
+                block[..32].copy_from_slice(&lane);
+                block[32..].copy_from_slice(&lane);
+                // SAFETY: the CPU has AVX2, checked above.
+                let avx2 = unsafe { token_mask_avx2(&lane) };
+                let sse2 = token_mask(&block);
+                assert_eq!(u64::from(avx2), sse2 & 0xFFFF_FFFF, "byte {b:#x} at {at}");
+            }
+        }
+    }
+
     proptest::proptest! {
+        /// The length every caller asks for, through the AVX2 path where the CPU has it.
+        #[test]
+        fn runs_of_the_callers_length_agree_with_every_byte(t in runs_strategy()) {
+            let min = super::super::encoded::MIN_RUN;
+            proptest::prop_assert_eq!(long_runs(&t, min), every_byte(&t, min));
+        }
+
         #[test]
         fn blocks_agree_with_windows_and_every_byte(t in runs_strategy(), min in 1usize..70) {
             let found = long_runs(&t, min);
