@@ -274,13 +274,7 @@ impl Keywords {
             sid[2] = next(sid[2] + u32::from(classes[b2 as usize]));
             sid[3] = next(sid[3] + u32::from(classes[b3 as usize]));
             if (sid[0] | sid[1] | sid[2] | sid[3]) & REPORTS != 0 {
-                for (k, list) in lists.iter_mut().enumerate() {
-                    let at = begin[k] + i;
-                    let own = lo + k * part..lo + (k + 1) * part;
-                    if sid[k] & REPORTS != 0 && own.contains(&at) {
-                        self.report(sid[k] & !REPORTS, at, list);
-                    }
-                }
+                self.report_parts(sid, i, &begin, lo..lo + part, lists);
             }
         }
         let end = lo + STREAMS * part;
@@ -328,6 +322,31 @@ impl Keywords {
             sid = next(sid + u32::from(classes[b as usize]));
             if sid & REPORTS != 0 {
                 self.report(sid & !REPORTS, at + k, hits);
+            }
+        }
+    }
+
+    /// The keywords [`Keywords::region`]'s parts report at their byte `i`: each part's states
+    /// `sid`, the part `k` started at `begin[k]` and owning the `k`-th stretch as long as
+    /// `first` from `first.start`. Apart from the loop (and never inlined into it), so that
+    /// the loop's registers hold its four parts and states: with this inside, the parts'
+    /// places were reloaded from the stack at every byte.
+    #[cold]
+    #[inline(never)]
+    fn report_parts(
+        &self,
+        sid: [u32; STREAMS],
+        i: usize,
+        begin: &[usize; STREAMS],
+        first: std::ops::Range<usize>,
+        lists: &mut [Vec<Hit>; STREAMS],
+    ) {
+        let part = first.len();
+        for (k, list) in lists.iter_mut().enumerate() {
+            let at = begin[k] + i;
+            let own = first.start + k * part..first.start + (k + 1) * part;
+            if sid[k] & REPORTS != 0 && own.contains(&at) {
+                self.report(sid[k] & !REPORTS, at, list);
             }
         }
     }
