@@ -102,6 +102,11 @@ pub(crate) enum Refine {
     /// literal after a quoted secret's name and a comma (group `q` its quote), read as the
     /// name's value.
     NamedLiteral,
+    /// The fallback of a secret-named environment variable, read as the name's value: a
+    /// literal after the lookup (group `q` its quote: `process.env.API_KEY || '…'`,
+    /// `os.getenv("DB_PASSWORD") or "…"`, `env::var("API_KEY").unwrap_or("…")`) or a shell
+    /// default (group `s`: `${DB_PASSWORD:-…}`); group `n` the variable's name.
+    Fallback,
     /// A name then its value at group `s`, read as an assignment's: the name `n` (a subscript's
     /// key, `$config['password'] = 'x'`; a C++ string constructed with a literal,
     /// `std::string password("x")`) or `c` (a C array's, `char password[] = "x"`).
@@ -306,6 +311,7 @@ const HAS_AT: Pre = pre(has_at, b"@", b"", true);
 const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
 const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
 const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
+const HAS_SHELL_DEFAULT: Pre = pre(has_shell_default, b"{", b"", false);
 const HAS_COLON: Pre = pre(has_colon, b":", b"", true);
 const HAS_COMMA_AND_QUOTE: Pre = pre(has_comma_and_quote, b",", QUOTES, true);
 const HAS_COMPARISON: Pre = pre(has_comparison, b"=", b"", false);
@@ -336,6 +342,7 @@ const PRES: &[(&str, Pre)] = &[
     ("blank_to", HAS_BLANK_TO),
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
+    ("shell_default", HAS_SHELL_DEFAULT),
     ("colon", HAS_COLON),
     ("comma_and_quote", HAS_COMMA_AND_QUOTE),
     ("comparison", HAS_COMPARISON),
@@ -715,6 +722,11 @@ fn has_annotation(text: &str) -> bool {
 }
 
 /// `credential-call`: a call's `(`.
+/// `shell-default-value`: a parameter expansion's opening, `${`.
+fn has_shell_default(text: &str) -> bool {
+    memchr::memmem::find(text.as_bytes(), b"${").is_some()
+}
+
 fn has_open_paren(text: &str) -> bool {
     memchr::memchr(b'(', text.as_bytes()).is_some()
 }
@@ -1653,10 +1665,16 @@ pub(crate) static RULES: &[Rule] = &[
             "password-is",
             "generic-label",
             &["passw", "passphrase", "secret"],
-            r#"(?i)(?:password|passwd|passphrase|secret)[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
+            r#"(?i)(?:password|passwd|passphrase|secret)(?:[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3})?[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
             Refine::Prose,
-            &["the secret is hunter2x"],
-            &["the password is incorrect."],
+            &[
+                "the secret is hunter2x",
+                "The password for the admin account is ForAcct9ZqPw.",
+            ],
+            &[
+                "the password is incorrect.",
+                "The password for this account is stored in Vault.",
+            ],
         ),
     ),
     // Prose telling a password it set: "I set the password to X", "changed the passphrase to
@@ -1921,11 +1939,17 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "httpie-auth",
         "command-line",
-        &["--auth"],
-        r#"(?i)\bhttps?(?:[ \t][^\n|;&]*?)?[ \t]--auth(?:[ \t]+|=)(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
+        &["--auth", " -a "],
+        r#"(?i)\bhttps?(?:[ \t][^\n|;&]*?)?[ \t](?:--auth|-a)(?:[ \t]+|=)(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
         Refine::Flag,
-        &["http --auth admin:HttpiePw9Zq GET https://api.example.com"],
-        &["http --auth-type=bearer GET https://api.example.com"],
+        &[
+            "http --auth admin:HttpiePw9Zq GET https://api.example.com",
+            "http -a admin:HttpieShort9Zq https://api.example.com",
+        ],
+        &[
+            "http --auth-type=bearer GET https://api.example.com",
+            "ls -a ~/.config && http GET https://api.example.com",
+        ],
     ),
     // Windows' `cmdkey /pass:` storing a credential.
     rule(
@@ -2439,7 +2463,7 @@ pub(crate) static RULES: &[Rule] = &[
             "generic-assignment",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable|fetch|getordefault)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
                 r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?P<q>["'])"#
             ),
@@ -2456,6 +2480,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "Environment.SetEnvironmentVariable(\"DB_PASSWORD\", \"CsEnvPw9Zq\");",
                 "[System.Environment]::SetEnvironmentVariable('API_TOKEN', 'PsEnvTok9Zq', 'User')",
                 "setenv(\"API_KEY\", \"CEnvKey9Zq\", 1);",
+                "token = ENV.fetch(\"API_TOKEN\", \"RbFetchTok9Zq\")",
+                "String pw = System.getenv().getOrDefault(\"DB_PASSWORD\", \"JavaDefPw9Zq\");",
             ],
             &[
                 "token = request.headers.get(\"X-Api-Key\", \"\")",
@@ -2468,6 +2494,63 @@ pub(crate) static RULES: &[Rule] = &[
                 "os.Setenv(\"API_TOKEN\", token)",
                 "list_display = (\"token\", \"user\", \"application\")",
                 "if hint not in [\"access_token\", \"refresh_token\"]:",
+            ],
+        ),
+    ),
+    // The literal a secret-named environment variable falls back to when unset: the secret
+    // itself, written into the code (`process.env.API_KEY || '…'`). Only after a lookup of
+    // the environment (`env`, `getenv`, `environ`, PHP's `$_ENV` and `$_SERVER`, .NET's
+    // `GetEnvironmentVariable`), and only for a name of a secret: `process.env.HOST ||
+    // "localhost"` stays.
+    when(
+        HAS_QUOTE,
+        rule(
+            "env-fallback-literal",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?:\benv\b|getenv|environ|\$_env|\$_server|getenvironmentvariable)[^\n;=]{0,24}?\b(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)\b["'\]\)]{0,3}[ \t]*(?:\|\||\?\?|\?:|\bor\b|\.unwrap_or(?:_else)?\([ \t]*(?:\|[^|\n]{0,8}\|[ \t]*)?)[ \t]*(?P<q>["'])"#
+            ),
+            Refine::Fallback,
+            &[
+                "password = os.getenv(\"DB_PASSWORD\") or \"OrFallbk9Zq\"",
+                "const apiKey = process.env.API_KEY || 'OrOrFb9ZqKey';",
+                "$apiKey = $_ENV['API_KEY'] ?? 'PhpEnvFb9Zq';",
+                "let key = std::env::var(\"API_KEY\").unwrap_or(\"RsUnwrapFb9Zq\".to_string());",
+                "var s = Environment.GetEnvironmentVariable(\"CLIENT_SECRET\") ?? \"CsEnvFb9Zq\";",
+            ],
+            &[
+                "host = process.env.HOST || \"localhost\"",
+                "const key = process.env.API_KEY || '';",
+                "secret = os.environ.get(\"SECRET\") or default_secret()",
+                "token = process.env.TOKEN || '<your token>'",
+            ],
+        ),
+    ),
+    // A shell's default for a secret-named variable (`${DB_PASSWORD:-…}`, `-`, `:=`, `=`),
+    // as compose files and scripts write it.
+    when(
+        HAS_SHELL_DEFAULT,
+        rule(
+            "shell-default-value",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)\$\{(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*):?[-=](?P<s>[^}\s"'$]+)\}"#
+            ),
+            Refine::Fallback,
+            &[
+                "password: ${DB_PASSWORD:-ShDefault9Zq}",
+                "POSTGRES_PASSWORD: ${POSTGRES_PASSWORD-ShDash9ZqPw}",
+            ],
+            &[
+                "password: ${DB_PASSWORD:-}",
+                "token: ${API_TOKEN:-$DEFAULT_TOKEN}",
+                "echo ${TOKEN_FILE:-/run/secrets/token}",
             ],
         ),
     ),
@@ -4583,6 +4666,19 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 let b = text.as_bytes();
                 let end = closing_quote(b, q.end(), b[q.start()]);
                 key_named(text, n.as_str(), q.end()..end, true, out);
+            }
+        }
+        Refine::Fallback => {
+            if let Some(n) = caps.name("n")
+                && name_is_secret(n.as_str())
+            {
+                if let Some(q) = caps.name("q") {
+                    push_value(n.as_str(), text, q.start(), 1, out);
+                } else if let Some(v) = caps.name("s")
+                    && !value_exempt(n.as_str(), v.as_str(), v.as_str())
+                {
+                    out.push(v.range());
+                }
             }
         }
         Refine::NameThenValue => {
