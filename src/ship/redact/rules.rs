@@ -1976,6 +1976,40 @@ pub(crate) static RULES: &[Rule] = &[
         ],
         &["ldapsearch -x -D cn=admin,dc=example,dc=org -W -b dc=example,dc=org"],
     ),
+    // Archivers and GnuPG given their password on the command line: 7-Zip's and RAR's `-p`
+    // glued to it, zip's `-P` and `--password`, gpg's `--passphrase` (not `--passphrase-file`
+    // or `--passphrase-fd`). Only these tools, and zip's flag in its case (`unzip -p` writes
+    // to a pipe).
+    rule(
+        "archive-password-glued",
+        "command-line",
+        &["7z ", "7za ", "7zr ", "rar "],
+        r#"(?i:\b(?:7z[ar]?|rar|unrar)\b)[^\n|;&]*?[ \t]-p(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "7z a -pSevenZipPw9Zq archive.7z dir",
+            "rar a -p'Rar Pw 9' backup.rar docs",
+        ],
+        &["7z x -p archive.7z", "7z a -mx=9 archive.7z dir"],
+    ),
+    rule(
+        "archive-password-flag",
+        "command-line",
+        &["zip ", "gpg ", "gpg2 "],
+        r#"(?i:\b(?:(?:un)?zip|gpg2?)\b)[^\n|;&]*?[ \t](?:-P|--password|--passphrase)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "zip -P ZipPw9Zq archive.zip file",
+            "unzip -P 'Unzip Pw 9' archive.zip",
+            "gpg --batch --passphrase GpgPass9Zq -d file.gpg",
+            "gpg --pinentry-mode loopback --passphrase=GpgEq9Zq -c notes.txt",
+        ],
+        &[
+            "unzip -p archive.zip notes.txt | less",
+            "gpg --batch --passphrase-file pw.txt -d file.gpg",
+            "gpg --passphrase-fd 0 -d file.gpg",
+        ],
+    ),
     rule(
         "keytool-pass",
         "command-line",
