@@ -2497,9 +2497,9 @@ pub(crate) static RULES: &[Rule] = &[
             "generic-assignment",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable|fetch|getordefault)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable|fetch|getordefault|env|config)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
-                r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?P<q>["'])"#
+                r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?:default[ \t]*=[ \t]*)?(?P<q>["'])"#
             ),
             Refine::NamedLiteral,
             &[
@@ -2516,6 +2516,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "setenv(\"API_KEY\", \"CEnvKey9Zq\", 1);",
                 "token = ENV.fetch(\"API_TOKEN\", \"RbFetchTok9Zq\")",
                 "String pw = System.getenv().getOrDefault(\"DB_PASSWORD\", \"JavaDefPw9Zq\");",
+                "SECRET_KEY = config('SECRET_KEY', default='django-insecure-9Zq$k2m@q7v!p4l8')",
+                "secret_key = env(\"SECRET_KEY\", default=\"EnvDefault9ZqXk9mW2\")",
             ],
             &[
                 "token = request.headers.get(\"X-Api-Key\", \"\")",
@@ -2528,6 +2530,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "os.Setenv(\"API_TOKEN\", token)",
                 "list_display = (\"token\", \"user\", \"application\")",
                 "if hint not in [\"access_token\", \"refresh_token\"]:",
+                "DEBUG = config('DEBUG', default=False, cast=bool)",
+                "API_TOKEN = env('API_TOKEN', default='')",
             ],
         ),
     ),
