@@ -281,10 +281,18 @@ fn decode_segments(text: &[u8], segments: &[Range<usize>]) -> Option<String> {
     if !starts_as_text(first) {
         return None;
     }
-    let mut body: Vec<u8> = Vec::new();
-    for s in segments {
-        body.extend_from_slice(&text[s.clone()]);
-    }
+    // One segment (most runs: a word joined by `_` or `-`, an identifier) is read in place,
+    // not copied: an allocation for each long run of every line was most of what the runs of
+    // ordinary tool output cost here.
+    let body: std::borrow::Cow<'_, [u8]> = match segments {
+        [one] => std::borrow::Cow::Borrowed(&text[one.clone()]),
+        _ => std::borrow::Cow::Owned(
+            segments
+                .iter()
+                .flat_map(|s| text[s.clone()].iter().copied())
+                .collect(),
+        ),
+    };
     let unpadded = body.len() - body.iter().rev().take_while(|&&b| b == b'=').count();
     let body = &body[..unpadded];
     hex_text(body).or_else(|| base64_text(body))
