@@ -165,6 +165,7 @@ leak_tests! {
     form_shell_default_of_a_secret_variable: "password: ${DB_PASSWORD:-ShDefault9Zq}\nPOSTGRES_PASSWORD: ${POSTGRES_PASSWORD-ShDash9ZqPw}\ntoken=\"${GITHUB_TOKEN:=ShAssign9Zq}\"" => ["ShDefault9Zq", "ShDash9ZqPw", "ShAssign9Zq"];
     form_prose_password_for_an_account_and_httpie_short_auth: "The password for the admin account is ForAcct9ZqPw.\nthe password of user deploy was OfUser9ZqPw\nhttp -a admin:HttpieShort9Zq https://api.example.com" => ["ForAcct9ZqPw", "OfUser9ZqPw", "HttpieShort9Zq"];
     form_archive_and_gpg_passwords_on_the_command_line: "7z a -pSevenZip9Zq archive.7z dir\nzip -r -P ZipFlag9Zq out.zip src\ngpg --batch --yes --passphrase GpgPhrase9Zq -o out -d in.gpg" => ["SevenZip9Zq", "ZipFlag9Zq", "GpgPhrase9Zq"];
+    form_secret_printed_alone_by_a_secret_store_cli: "$ op item get \"DB\" --fields password\nOpItemGet9ZqXk\n$ vault kv get -field=password secret/db\nVaultKvField9Zq\n$ gcloud secrets versions access latest --secret=db-password\nGcloudAccess9Zq\n$ az keyvault secret show --vault-name kv --name db --query value -o tsv\nAzKvValue9ZqXk\n$ aws secretsmanager get-secret-value --secret-id prod/db --query SecretString --output text\nSmString9ZqXk\n" => ["OpItemGet9ZqXk", "VaultKvField9Zq", "GcloudAccess9Zq", "AzKvValue9ZqXk", "SmString9ZqXk"];
     floor_value_with_semicolon_and_pipe: "DB_PASSWORD=p@ss;w0rd|x ./run" => ["p@ss", ";w0rd", "w0rd|x"];
     floor_value_with_parentheses: "APP_SECRET=x(S9q) done" => ["x(S9q)", "S9q"];
     floor_mixed_case_call_is_a_secret: "API_KEY=Xk9v(Q2mLp7)" => ["Xk9v", "Q2mLp7"];
