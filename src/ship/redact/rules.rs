@@ -312,6 +312,7 @@ const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
 const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
 const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
 const HAS_SHELL_DEFAULT: Pre = pre(has_shell_default, b"{", b"", false);
+const HAS_LABEL_SEPARATOR: Pre = pre(has_label_separator, b"", b":|", true);
 const HAS_COLON: Pre = pre(has_colon, b":", b"", true);
 const HAS_COMMA_AND_QUOTE: Pre = pre(has_comma_and_quote, b",", QUOTES, true);
 const HAS_COMPARISON: Pre = pre(has_comparison, b"=", b"", false);
@@ -343,6 +344,7 @@ const PRES: &[(&str, Pre)] = &[
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
     ("shell_default", HAS_SHELL_DEFAULT),
+    ("label_separator", HAS_LABEL_SEPARATOR),
     ("colon", HAS_COLON),
     ("comma_and_quote", HAS_COMMA_AND_QUOTE),
     ("comparison", HAS_COMPARISON),
@@ -722,6 +724,11 @@ fn has_annotation(text: &str) -> bool {
 }
 
 /// `credential-call`: a call's `(`.
+/// `label-phrase-value`: the `:` or `|` between a label and its value.
+fn has_label_separator(text: &str) -> bool {
+    memchr::memchr2(b':', b'|', text.as_bytes()).is_some()
+}
+
 /// `shell-default-value`: a parameter expansion's opening, `${`.
 fn has_shell_default(text: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), b"${").is_some()
@@ -1012,6 +1019,49 @@ pub(crate) static RULES: &[Rule] = &[
                     "token:\n  [REDACTED]",
                 ],
             ),
+        ),
+    ),
+    // A tool's label phrase naming a secret, then `:` or a table's `|`, then the secret on the
+    // same line: words, a quoted name, a parenthesis or dot leaders between the secret's word
+    // and the separator (`Created token 'ci-deploy': …`, `New personal access token (copy it
+    // now): …`, `The generated password is: …`, `Password . . . . : …`, `| password | … |`).
+    // Only a value of two digits and four letters or more, as `label-next-line` reads one:
+    // a count, a date, a word or a call stays.
+    when(
+        HAS_LABEL_SEPARATOR,
+        rule(
+            "label-phrase-value",
+            "assignment",
+            &[
+                "passw",
+                "passphrase",
+                "token",
+                "secret",
+                "api key",
+                "api_key",
+                "access key",
+                "access_key",
+            ],
+            r#"(?i)\b(?:passw(?:or)?d|passphrase|token|secret|api[ _]key|access[ _]key)\b[^\n:=|"'`(){}\[\]]{0,40}(?:(?:'[^'\n]{1,40}'|"[^"\n]{1,40}"|\([^)\n]{0,40}\))[^\n:=|]{0,20})?[:|][ \t]+["']?(?P<s>[A-Za-z0-9+/=_.~!@#$%^&*-]{8,})"#,
+            Refine::UrlToken,
+            &[
+                "Created token 'ci-deploy': Rt5vX9mK2pQ7wL3zN8bH6cF1dS5",
+                "New personal access token (copy it now): Pat9ZqXk9mW2xL8qP5vN3tY7",
+                "The generated password is: Gen9ZqXk9mW2xL8",
+                "Your new API key is ready: NewKey9ZqXk9mW2xL8qP5",
+                "Secret access key | Hb8mQ2vX7tL9kR4wZ6nB3cF1dS5gA0eYuIoPqRsT",
+                "| password | Tbl9ZqPw4Xk |",
+                "  Password . . . . . . : DotLeader9Zq4",
+            ],
+            &[
+                "Token limit exceeded: 4096",
+                "Secret scanning: enabled",
+                "Token refreshed at: 2024-05-01T12:00:00Z",
+                "password_field: models.CharField(max_length=128)",
+                "| token | description |",
+                "Password requirements: at least twelve characters",
+                "token: ${{ secrets.GITHUB_TOKEN }}",
+            ],
         ),
     ),
     // docs/behaviour.md T2.4: a YAML value on the line after its secret name, or a block
