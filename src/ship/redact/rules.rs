@@ -120,6 +120,19 @@ pub(crate) enum Refine {
     Pair,
 }
 
+/// Keywords of the rules reading a tool's label naming a secret (`label-next-line`,
+/// `label-phrase-value`): its words as a label writes them.
+const LABEL_KEYWORDS: &[&str] = &[
+    "passw",
+    "passphrase",
+    "token",
+    "secret",
+    "api key",
+    "api_key",
+    "access key",
+    "access_key",
+];
+
 /// Keywords shared by the rules keyed on a secret's name.
 const NAME_KEYWORDS: &[&str] = &[
     "secret",
@@ -995,16 +1008,7 @@ pub(crate) static RULES: &[Rule] = &[
             rule(
                 "label-next-line",
                 "assignment",
-                &[
-                    "passw",
-                    "passphrase",
-                    "token",
-                    "secret",
-                    "api key",
-                    "api_key",
-                    "access key",
-                    "access_key",
-                ],
+                LABEL_KEYWORDS,
                 r"(?i)(?:passw(?:or)?d|passphrase|token|secret|api[ _]key|access[ _]key)(?:[ \t]+(?:is|was))?(?:[ \t]+\([^)\n]{0,40}\))?[ \t]*:[ \t]*\r?\n(?:[ \t]*\r?\n)?[ \t]*(?P<s>[A-Za-z0-9+/=_.~!@#$%^&*-]{8,})[ \t]*(?:\r?\n|\z)",
                 Refine::UrlToken,
                 &[
@@ -1032,16 +1036,7 @@ pub(crate) static RULES: &[Rule] = &[
         rule(
             "label-phrase-value",
             "assignment",
-            &[
-                "passw",
-                "passphrase",
-                "token",
-                "secret",
-                "api key",
-                "api_key",
-                "access key",
-                "access_key",
-            ],
+            LABEL_KEYWORDS,
             r#"(?i)\b(?:passw(?:or)?d|passphrase|token|secret|api[ _]key|access[ _]key)\b[^\n:=|"'`(){}\[\]]{0,40}(?:(?:'[^'\n]{1,40}'|"[^"\n]{1,40}"|\([^)\n]{0,40}\))[^\n:=|]{0,20})?[:|][ \t]+["']?(?P<s>[A-Za-z0-9+/=_.~!@#$%^&*-]{8,})"#,
             Refine::UrlToken,
             &[
