@@ -67,6 +67,10 @@ pub(crate) enum Refine {
     Sqlplus,
     /// A token used as a URL's user name: group `s` if it looks like one.
     UrlToken,
+    /// A value after a label phrase (`label-phrase-value`): group `s` if it looks like a token
+    /// and changes between digits, lower and upper case four times or more, as a generated
+    /// secret does and a setting's word with a number in it (`bcrypt12rounds`) does not.
+    LabelToken,
     /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
     /// joined by `_`, a name such as `npm_config_cache`.
     Token,
@@ -1038,7 +1042,7 @@ pub(crate) static RULES: &[Rule] = &[
             "assignment",
             LABEL_KEYWORDS,
             r#"(?i)\b(?:passw(?:or)?d|passphrase|token|secret|api[ _]key|access[ _]key)\b[^\n:=|"'`(){}\[\]]{0,40}(?:(?:'[^'\n]{1,40}'|"[^"\n]{1,40}"|\([^)\n]{0,40}\))[^\n:=|]{0,20})?[:|][ \t]+["']?(?P<s>[A-Za-z0-9+/=_.~!@#$%^&*-]{8,})"#,
-            Refine::UrlToken,
+            Refine::LabelToken,
             &[
                 "Created token 'ci-deploy': Rt5vX9mK2pQ7wL3zN8bH6cF1dS5",
                 "New personal access token (copy it now): Pat9ZqXk9mW2xL8qP5vN3tY7",
@@ -1055,6 +1059,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "password_field: models.CharField(max_length=128)",
                 "| token | description |",
                 "Password requirements: at least twelve characters",
+                "Password hashing: bcrypt12rounds",
                 "token: ${{ secrets.GITHUB_TOKEN }}",
             ],
         ),
@@ -4843,6 +4848,25 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         Refine::UrlToken => {
             if let Some(s) = caps.name("s") {
                 url_token(text, s.range(), out);
+            }
+        }
+        Refine::LabelToken => {
+            if let Some(s) = caps.name("s") {
+                let class = |c: &u8| match c {
+                    b'0'..=b'9' => 0,
+                    b'a'..=b'z' => 1,
+                    b'A'..=b'Z' => 2,
+                    _ => 3,
+                };
+                let changes = s
+                    .as_str()
+                    .as_bytes()
+                    .windows(2)
+                    .filter(|w| class(&w[0]) != class(&w[1]))
+                    .count();
+                if changes >= 4 {
+                    url_token(text, s.range(), out);
+                }
             }
         }
     }
