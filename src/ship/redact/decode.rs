@@ -232,16 +232,9 @@ pub(crate) fn decode_checked_known<'r>(
     specials: &[u32],
     offset: usize,
 ) -> Decoded<'r> {
-    let mut k = specials.partition_point(|&p| (p as usize) < offset);
+    let mut cursor = super::json::Specials::from(specials, offset);
     decode_with(raw, move |bytes, from| {
-        // Asked in order, as the cursor of [`super::json::parse_known`] is.
-        while specials
-            .get(k)
-            .is_some_and(|&p| (p as usize) < offset + from)
-        {
-            k += 1;
-        }
-        let at = (*specials.get(k)? as usize).checked_sub(offset)?;
+        let at = cursor.first_at(offset + from)?.checked_sub(offset)?;
         (at < bytes.len()).then_some(at)
     })
 }

@@ -49,21 +49,33 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
 /// inside JSON is tokenized as a line and again as a string, and the second search repeated
 /// the first.
 pub(crate) fn parse_known(text: &str, specials: &[u32]) -> Option<Vec<Tok>> {
-    parse_with(text, known_specials(specials))
+    let mut cursor = Specials::from(specials, 0);
+    parse_with(text, move |b, i| {
+        cursor.first_at(i).map_or(b.len(), |p| p.min(b.len()))
+    })
 }
 
-/// The scan of [`parse_known`]: the first of `specials` at or after a place, asked in order
-/// (a place before one asked earlier is answered as if asked again from there: never, as
-/// the tokenizer only moves forward).
-pub(crate) fn known_specials(specials: &[u32]) -> impl FnMut(&[u8], usize) -> usize + '_ {
-    let mut k = 0;
-    move |b: &[u8], i: usize| {
-        while specials.get(k).is_some_and(|&p| (p as usize) < i) {
-            k += 1;
+/// A cursor over the known places of a text's special bytes ([`parse_known`],
+/// [`super::decode::decode_checked_known`]): asked for places in increasing order, it answers
+/// each with the first known place at or after it.
+pub(crate) struct Specials<'s> {
+    list: &'s [u32],
+    k: usize,
+}
+
+impl<'s> Specials<'s> {
+    /// A cursor over `list` (in order), starting at the first place at or after `from`.
+    pub(crate) fn from(list: &'s [u32], from: usize) -> Specials<'s> {
+        let k = list.partition_point(|&p| (p as usize) < from);
+        Specials { list, k }
+    }
+
+    /// The first known place at or after `i`, `i` never below one asked before.
+    pub(crate) fn first_at(&mut self, i: usize) -> Option<usize> {
+        while self.list.get(self.k).is_some_and(|&p| (p as usize) < i) {
+            self.k += 1;
         }
-        specials
-            .get(k)
-            .map_or(b.len(), |&p| (p as usize).min(b.len()))
+        self.list.get(self.k).map(|&p| p as usize)
     }
 }
 

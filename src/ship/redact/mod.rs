@@ -404,14 +404,16 @@ impl Redactor {
             None => json::parse(text),
         };
         if let Some(toks) = toks {
-            let walked = Walked {
+            let walk = Walk {
+                redactor: self,
                 text,
                 toks: &toks,
                 hits: &hits,
                 hidden,
+                depth: 0,
                 specials: None,
             };
-            self.json_spans(walked, &mut spans, 0);
+            self.json_spans(walk, &mut spans);
         } else {
             self.text_spans(text, &hits, &mut spans, 0, false, Some(invisible));
         }
@@ -881,14 +883,16 @@ impl Redactor {
             })
             .flatten();
         if let Some((toks, specials)) = parsed {
-            let walked = Walked {
+            let walk = Walk {
+                redactor: self,
                 text: &decoded.text,
                 toks: &toks,
                 hits: &hits,
                 hidden,
+                depth: depth + 1,
                 specials: Some(&specials),
             };
-            self.json_spans(walked, &mut inner, depth + 1);
+            self.json_spans(walk, &mut inner);
         } else {
             self.text_spans(
                 &decoded.text,
@@ -907,25 +911,18 @@ impl Redactor {
         );
     }
 
-    /// Valid JSON `walked.text`, whose tokens are `walked.toks` (from [`json::parse`]): the
+    /// Valid JSON `walk.text`, whose tokens are `walk.toks` (from [`json::parse`]): the
     /// structure and every string that may hold a secret.
-    fn json_spans(&self, walked: Walked<'_>, out: &mut Vec<Range<usize>>, depth: usize) {
-        let Walked {
-            text,
-            toks,
-            hits,
-            hidden,
-            specials,
-        } = walked;
-        let walk = Walk {
-            redactor: self,
+    fn json_spans(&self, walk: Walk<'_>, out: &mut Vec<Range<usize>>) {
+        let Walk {
             text,
             toks,
             hits,
             hidden,
             depth,
             specials,
-        };
+            ..
+        } = walk;
         match toks.first() {
             Some(Tok::Open { .. }) => walk.container(0, None, out),
             Some(Tok::Str(r)) if walk.may_hold(r) => {
@@ -985,18 +982,6 @@ fn all_rules() -> impl Iterator<Item = RuleRef<'static>> {
         .iter()
         .map(RuleRef::Core)
         .chain(providers::RULES.iter().map(RuleRef::Provider))
-}
-
-/// A JSON text to walk ([`Redactor::json_spans`]) and what is known of it.
-struct Walked<'a> {
-    text: &'a str,
-    toks: &'a [Tok],
-    /// Its keyword occurrences.
-    hits: &'a [Hit],
-    /// Decoding may reveal keywords the text hides.
-    hidden: bool,
-    /// Its bytes that JSON escapes, when known ([`decode::Decoded::specials`]).
-    specials: Option<&'a [u32]>,
 }
 
 /// One JSON text being walked.

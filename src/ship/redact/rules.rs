@@ -4851,22 +4851,10 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::LabelToken => {
-            if let Some(s) = caps.name("s") {
-                let class = |c: &u8| match c {
-                    b'0'..=b'9' => 0,
-                    b'a'..=b'z' => 1,
-                    b'A'..=b'Z' => 2,
-                    _ => 3,
-                };
-                let changes = s
-                    .as_str()
-                    .as_bytes()
-                    .windows(2)
-                    .filter(|w| class(&w[0]) != class(&w[1]))
-                    .count();
-                if changes >= 4 {
-                    url_token(text, s.range(), out);
-                }
+            if let Some(s) = caps.name("s")
+                && super::vendors::class_changes(s.as_str().as_bytes()) >= 4
+            {
+                url_token(text, s.range(), out);
             }
         }
     }

@@ -393,19 +393,25 @@ fn letters_and_digits(v: &[u8]) -> Option<bool> {
     (letters > 0 && (digits > 0 || letters_alone)).then_some(letters_alone)
 }
 
-/// A key's shape: letters and digits both, classes (digit, lower, upper) changing often, no
-/// long run of one letter, and the Shannon entropy of random text.
-pub(crate) fn looks_random(v: &[u8]) -> bool {
-    let Some(letters_alone) = letters_and_digits(v) else {
-        return false;
-    };
+/// How often `v` changes between digits, lowercase, uppercase and other bytes from one byte to
+/// the next: a random key every few bytes, a word or a setting's name a few times in all.
+pub(crate) fn class_changes(v: &[u8]) -> usize {
     let class = |c: u8| match c {
         b'0'..=b'9' => 0,
         b'a'..=b'z' => 1,
         b'A'..=b'Z' => 2,
         _ => 3,
     };
-    let changes = v.windows(2).filter(|w| class(w[0]) != class(w[1])).count();
+    v.windows(2).filter(|w| class(w[0]) != class(w[1])).count()
+}
+
+/// A key's shape: letters and digits both, classes (digit, lower, upper) changing often, no
+/// long run of one letter, and the Shannon entropy of random text.
+pub(crate) fn looks_random(v: &[u8]) -> bool {
+    let Some(letters_alone) = letters_and_digits(v) else {
+        return false;
+    };
+    let changes = class_changes(v);
     if changes < (v.len() / 5).max(4) || (letters_alone && changes * 3 < v.len()) {
         return false;
     }
