@@ -531,7 +531,7 @@ fn exec_output_line(text: &str) -> String {
 
 /// Checks one shipped form; returns a failure message.
 fn check(form: &str, input: &str, secrets: &[String], must_parse: bool) -> Option<String> {
-    let shipped = global().redact_line(input.as_bytes());
+    let shipped = global().redact_line(input.as_bytes()).into_owned();
     let mut seen = shipped.clone();
     if must_parse {
         match serde_json::from_str::<Value>(&shipped) {

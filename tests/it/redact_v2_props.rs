@@ -149,8 +149,8 @@ proptest! {
 
     #[test]
     fn any_bytes_never_panic(raw in vec(any::<u8>(), 0..4096)) {
-        let out = global().redact_line(&raw);
-        let again = global().redact_line(out.as_bytes());
+        let out = global().redact_line(&raw).into_owned();
+        let again = global().redact_line(out.as_bytes()).into_owned();
         prop_assert_eq!(again, out);
     }
 }

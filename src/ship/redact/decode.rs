@@ -223,10 +223,11 @@ pub(crate) fn decode_checked(raw: &str) -> Decoded<'_> {
 }
 
 /// [`decode_checked`] of the content `raw` of a string in a text whose special bytes are
-/// known ([`super::json::parse_known`]): `specials` holds the place in that text of every byte
-/// of it that JSON escapes, in order, and `raw` starts at `offset` in it. A checked string's
-/// content holds no such byte but the backslashes of its escapes, so decoding steps from one to
-/// the next without searching the text between them.
+/// known ([`super::json::parse_known`], [`super::json::parse_escapes`]): `specials` holds, in
+/// order, the place in that text of every backslash that starts an escape in `raw` (and may
+/// hold the places of other bytes that JSON escapes, which are passed over), and `raw` starts
+/// at `offset` in it. A checked string's content holds no such byte but the backslashes of its
+/// escapes, so decoding steps from one to the next without searching the text between them.
 pub(crate) fn decode_checked_known<'r>(
     raw: &'r str,
     specials: &[u32],

@@ -42,6 +42,27 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Tok>> {
     parse_with(text, special)
 }
 
+/// [`parse`], with the place of every escape's backslash in the text's strings (keys and
+/// values), in order: the places [`super::decode::decode_checked_known`] steps between when
+/// the walk decodes those strings. A rollout line's tool output is one long string of escaped
+/// JSON; decoding it searched again every byte the tokenizer had just searched.
+pub(crate) fn parse_escapes(text: &str) -> Option<(Vec<Tok>, Option<Vec<u32>>)> {
+    // Places are `u32`s, as a decoded string's are ([`super::decode::Decoded::specials`]).
+    if u32::try_from(text.len()).is_err() {
+        return parse(text).map(|toks| (toks, None));
+    }
+    let mut escapes = Vec::new();
+    let toks = parse_with(text, |b, i| {
+        let at = special(b, i);
+        if b.get(at) == Some(&b'\\') {
+            // Below the text's length, which fits (checked above).
+            escapes.push(at as u32);
+        }
+        at
+    })?;
+    Some((toks, Some(escapes)))
+}
+
 /// [`parse`] of a text whose bytes that [`needs_escape`] are known: `specials` holds the
 /// place of every one of them, in order (and nothing else). A string decoded from JSON holds
 /// such a byte only where an escape gave it ([`super::decode::Decoded::specials`]), so the

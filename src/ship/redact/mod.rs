@@ -167,20 +167,33 @@ impl Scratch {
 }
 
 /// A rule a keyword opens, with what [`Redactor::text_spans`] asks of it at each occurrence.
+/// Read for every rule of every keyword occurrence, so its tests are one mask and one pair of
+/// bit tests ([`Opens::SKIP_IN_WORD`], [`rules::Needs`]).
 #[derive(Clone, Copy)]
 struct Opens {
     rule: u16,
-    /// A token rule, skipped for an occurrence inside a word (its match would start there,
-    /// after a letter or digit, which [`providers::ProviderRule::find`] rejects).
-    token: bool,
-    /// Checked on JSON object keys too ([`rules::Rule::bare`]).
-    bare: bool,
+    /// When the rule is skipped: [`Opens::SKIP_IN_WORD`], [`Opens::SKIP_ON_KEYS`].
+    skip: u8,
     multiline: bool,
     reach: usize,
     /// The bytes its check needs on the keyword's line, for a rule on that line alone
-    /// ([`rules::Pre`]).
-    needs: Option<rules::Needs>,
+    /// ([`rules::Pre`]); none for any other rule.
+    needs: rules::Needs,
     site: Option<rules::Site>,
+}
+
+impl Opens {
+    /// A token rule, skipped for an occurrence inside a word (its match would start there,
+    /// after a letter or digit, which [`providers::ProviderRule::find`] rejects).
+    const SKIP_IN_WORD: u8 = 1;
+    /// A rule not checked on JSON object keys ([`rules::Rule::bare`] false).
+    const SKIP_ON_KEYS: u8 = 2;
+
+    /// The mask of the rules skipped for an occurrence inside a word or not, on an object
+    /// key or not.
+    fn skipped(in_word: bool, keys_only: bool) -> u8 {
+        (u8::from(in_word) * Opens::SKIP_IN_WORD) | (u8::from(keys_only) * Opens::SKIP_ON_KEYS)
+    }
 }
 
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
@@ -195,6 +208,9 @@ pub struct Redactor {
     /// would start there and so follow a letter or digit, which
     /// [`providers::ProviderRule::find`] rejects).
     keyword_rules: Vec<Vec<Opens>>,
+    /// For each keyword, whether one of its rules needs bytes on the keyword's line
+    /// ([`Opens::needs`]).
+    keyword_needs: Vec<bool>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
     /// The keywords holding a byte JSON escapes (`kind: "secret"`), same ids as `keywords`:
@@ -254,7 +270,7 @@ impl Redactor {
         // a word ([`providers::ProviderRule::token_at_keyword`]: its match would start there,
         // after a letter or digit, which [`providers::ProviderRule::find`] rejects).
         let all: Vec<RuleRef<'static>> = all_rules().collect();
-        let keyword_rules = keyword_rules
+        let keyword_rules: Vec<Vec<Opens>> = keyword_rules
             .iter()
             .map(|rules| {
                 rules
@@ -262,23 +278,25 @@ impl Redactor {
                     .map(|&r| match all[r as usize] {
                         RuleRef::Provider(p) => Opens {
                             rule: r,
-                            token: p.token_at_keyword(),
-                            bare: true,
+                            skip: if p.token_at_keyword() {
+                                Opens::SKIP_IN_WORD
+                            } else {
+                                0
+                            },
                             multiline: false,
                             reach: 0,
-                            needs: None,
+                            needs: rules::Needs::NONE,
                             site: None,
                         },
                         RuleRef::Core(rule) => Opens {
                             rule: r,
-                            token: false,
-                            bare: rule.bare,
+                            skip: if rule.bare { 0 } else { Opens::SKIP_ON_KEYS },
                             multiline: rule.multiline,
                             reach: rule.reach,
                             needs: rule
                                 .pre
                                 .filter(|_| !rule.multiline && rule.reach == 0)
-                                .map(|pre| pre.needs),
+                                .map_or(rules::Needs::NONE, |pre| pre.needs),
                             site: rules::SITES
                                 .iter()
                                 .find(|(id, _)| *id == rule.id)
@@ -319,10 +337,15 @@ impl Redactor {
             escaped_bytes[word[*anchor] as usize] = true;
         }
         let escaped_words = escaped_lowercase;
+        let keyword_needs = keyword_rules
+            .iter()
+            .map(|rules| rules.iter().any(|opens| opens.needs != rules::Needs::NONE))
+            .collect();
         Redactor {
             keywords,
             words,
             keyword_rules,
+            keyword_needs,
             compiled,
             escaped,
             escaped_bytes,
@@ -343,17 +366,17 @@ impl Redactor {
     /// One line's bytes (no terminator, no BOM) redacted as text or JSON, whatever its size;
     /// invalid UTF-8 becomes U+FFFD. What a line ships as is [`super::capture::capture`]'s
     /// decision (size limits, malformed lines); this is the redaction it applies.
-    pub fn redact_line(&self, raw: &[u8]) -> String {
+    /// Borrowed when nothing changed: a copy of every clean line was about 3 % of the cost of
+    /// a line of ordinary tool output (the `noisy` benchmark).
+    pub fn redact_line<'a>(&self, raw: &'a [u8]) -> Cow<'a, str> {
         // Checking first is much faster than the lossy conversion, and almost always succeeds.
-        let text = match std::str::from_utf8(raw) {
-            Ok(text) => Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(raw),
-        };
-        let redacted = self.redact_text(&text);
-        if let Cow::Owned(redacted) = redacted {
-            return redacted;
+        match std::str::from_utf8(raw) {
+            Ok(text) => self.redact_text(text),
+            Err(_) => {
+                let text = String::from_utf8_lossy(raw).into_owned();
+                Cow::Owned(self.redact_text(&text).into_owned())
+            }
         }
-        text.into_owned()
     }
 
     /// The same rules for text that is not a raw line, such as the child's decoded last
@@ -367,8 +390,8 @@ impl Redactor {
     /// and redacting after tokenized every line with a secret twice, a twentieth of the
     /// instructions of shipping a generated rollout (docs/performance.md).
     pub fn redact_json<'a>(&self, text: &'a str) -> Option<Cow<'a, str>> {
-        let toks = json::parse(text)?;
-        Some(self.redact_at(text, Some(toks), 0))
+        let parsed = json::parse_escapes(text)?;
+        Some(self.redact_at(text, Some(parsed), 0))
     }
 
     fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
@@ -376,47 +399,41 @@ impl Redactor {
     }
 
     /// [`Redactor::redact`] of text decoded from an encoded run `encoded` levels deep.
-    /// `parsed`: the tokens of `text`, when the caller has checked it is JSON.
+    /// `parsed`: the tokens of `text` and the places of its escapes ([`json::parse_escapes`]),
+    /// when the caller has checked it is JSON.
     fn redact_at<'a>(
         &self,
         text: &'a str,
-        parsed: Option<Vec<Tok>>,
+        parsed: Option<(Vec<Tok>, Option<Vec<u32>>)>,
         encoded: usize,
     ) -> Cow<'a, str> {
         let hits = self.scan(text);
         let hides_ascii = decode::hides_ascii(text.as_bytes());
         let invisible = decode::has_invisible(text);
         let hidden = hides_ascii || invisible;
+        let live = hidden || self.any_live(text.as_bytes(), &hits);
+        // The rules' spans first, when a keyword may start one: a run they found already
+        // (`ghp_…` after `GITHUB_TOKEN=`) is not read again as a run ([`Redactor::run_spans`]).
+        let mut found = Vec::new();
+        let mut parsed = Some(parsed);
+        if live && let Some(parsed) = parsed.take() {
+            self.rule_spans(text, parsed, &hits, hidden, invisible, &mut found);
+        }
         let mut spans = if encoded < ENCODED_DEPTH {
-            self.run_spans(text, encoded)
+            self.run_spans(text, encoded, &found)
         } else {
             Vec::new()
         };
-        if !hidden && spans.is_empty() && !self.any_live(text.as_bytes(), &hits) {
-            return Cow::Borrowed(text);
+        if !live {
+            if spans.is_empty() {
+                return Cow::Borrowed(text);
+            }
+            // A text holding a secret as a run gets the rules' views too (joined literals).
+            if let Some(parsed) = parsed.take() {
+                self.rule_spans(text, parsed, &hits, hidden, invisible, &mut found);
+            }
         }
-        // A line that is one JSON string is JSON too: its quotes must survive.
-        let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
-        // Tokenizing checks the text too: a text not known to be JSON is tokenized once.
-        let toks = match parsed {
-            _ if !maybe_json => None,
-            Some(toks) => Some(toks),
-            None => json::parse(text),
-        };
-        if let Some(toks) = toks {
-            let walk = Walk {
-                redactor: self,
-                text,
-                toks: &toks,
-                hits: &hits,
-                hidden,
-                depth: 0,
-                specials: None,
-            };
-            self.json_spans(walk, &mut spans);
-        } else {
-            self.text_spans(text, &hits, &mut spans, 0, false, Some(invisible));
-        }
+        spans.append(&mut found);
         // A decoded run's redaction (`encoded` > 0) only says whether it held a secret, which
         // copies cannot change: they are looked for in the shipped text alone.
         if encoded == 0 {
@@ -425,17 +442,64 @@ impl Redactor {
         apply(text, spans)
     }
 
+    /// The rules' spans of `text` ([`Redactor::redact_at`]'s arguments): through its JSON
+    /// structure when it is JSON, else as text.
+    fn rule_spans(
+        &self,
+        text: &str,
+        parsed: Option<(Vec<Tok>, Option<Vec<u32>>)>,
+        hits: &[Hit],
+        hidden: bool,
+        invisible: bool,
+        out: &mut Vec<Range<usize>>,
+    ) {
+        // A line that is one JSON string is JSON too: its quotes must survive.
+        let maybe_json = json::looks_like_container(text) || text.trim_ascii().starts_with('"');
+        // Tokenizing checks the text too: a text not known to be JSON is tokenized once.
+        let parsed = match parsed {
+            _ if !maybe_json => None,
+            Some(parsed) => Some(parsed),
+            None => json::parse_escapes(text),
+        };
+        if let Some((toks, escapes)) = parsed {
+            let walk = Walk {
+                redactor: self,
+                text,
+                toks: &toks,
+                hits,
+                hidden,
+                depth: 0,
+                specials: escapes.as_deref(),
+            };
+            self.json_spans(walk, out);
+        } else {
+            self.text_spans(text, hits, out, 0, false, Some(invisible));
+        }
+    }
+
     /// The runs of `text` that are secrets as runs: every encoded run (base64, hex, `\x`
     /// escapes) that decodes to text holding a secret, whole ([`encoded`], docs/behaviour.md
     /// T2.2), and every random run a vendor's name marks ([`vendors`], T2.6).
-    fn run_spans(&self, text: &str, depth: usize) -> Vec<Range<usize>> {
+    ///
+    /// `known`: spans the rules found in `text`. A run one of them is exactly (a provider's
+    /// token after its variable's name) is not read again: its span would add nothing, to the
+    /// redaction or to the copies looked for ([`every_copy`]). One strictly inside a known
+    /// span still is: as a secret of its own its copies elsewhere go too.
+    fn run_spans(&self, text: &str, depth: usize, known: &[Range<usize>]) -> Vec<Range<usize>> {
         let bytes = text.as_bytes();
         let mut out = Vec::new();
         let secret =
             |decoded: &str| matches!(self.redact_at(decoded, None, depth + 1), Cow::Owned(_));
+        let mut known: Vec<(usize, usize)> = known.iter().map(|r| (r.start, r.end)).collect();
+        known.sort_unstable();
+        let is_known = |r: &Range<usize>| known.binary_search(&(r.start, r.end)).is_ok();
         // One search for the long runs of token characters both kinds are made of.
         let found = runs::long_runs(bytes, encoded::MIN_RUN);
         for run in encoded::runs(bytes, &found) {
+            // A run of one segment pushes its whole span or nothing.
+            if run.segments().len() == 1 && is_known(&run.span) {
+                continue;
+            }
             if let Some((span, decoded)) = encoded::decoded_text(bytes, &run)
                 && secret(&decoded)
             {
@@ -448,7 +512,7 @@ impl Redactor {
             }
         }
         // A long random run with a vendor's name shortly before it (T2.6).
-        vendors::spans(text, &found, &mut out);
+        vendors::spans(text, &found, &is_known, &mut out);
         vendors::discord_spans(text, &found, &mut out);
         out
     }
@@ -476,7 +540,11 @@ impl Redactor {
             }
             let rules = &self.keyword_rules[keyword as usize];
             let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
-            !(in_word && !rules.is_empty() && rules.iter().all(|opens| opens.token))
+            !(in_word
+                && !rules.is_empty()
+                && rules
+                    .iter()
+                    .all(|opens| opens.skip & Opens::SKIP_IN_WORD != 0))
         })
     }
 
@@ -667,15 +735,18 @@ impl Redactor {
             // the line may be at that rule's site.
             let mut turned_away = false;
             let mut around = None;
+            let skipped = Opens::skipped(in_word, keys_only);
+            // The line's bytes are read only for a keyword one of whose rules needs them (a
+            // long line of JSON is one line).
+            let held = if self.keyword_needs[keyword as usize] {
+                *held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()]))
+            } else {
+                0
+            };
             for opens in &self.keyword_rules[keyword as usize] {
-                if (in_word && opens.token) || (keys_only && !opens.bare) {
-                    continue;
-                }
-                // A rule on the line alone whose check needs bytes the line does not hold.
-                if let Some(needs) = opens.needs
-                    && !needs
-                        .met(*held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()])))
-                {
+                // A rule skipped here, or one on the line alone whose check needs bytes the
+                // line does not hold.
+                if opens.skip & skipped != 0 || !opens.needs.met(held) {
                     continue;
                 }
                 if let Some(site) = opens.site
@@ -870,7 +941,7 @@ impl Redactor {
         {
             Vec::new()
         } else {
-            self.run_spans(&decoded.text, 0)
+            self.run_spans(&decoded.text, 0, &[])
         };
         if hits.is_empty() && !hidden && inner.is_empty() {
             return;
@@ -994,7 +1065,9 @@ struct Walk<'a> {
     hidden: bool,
     depth: usize,
     /// The place of every byte of `text` that JSON escapes, when `text` was decoded from a
-    /// string: its strings are decoded without searching them ([`decode::decode_checked_known`]).
+    /// string, or of every escape's backslash in its strings, when the tokenizer listed them
+    /// ([`json::parse_escapes`]): its strings are decoded without searching them
+    /// ([`decode::decode_checked_known`]).
     specials: Option<&'a [u32]>,
 }
 

@@ -262,13 +262,16 @@ pub(crate) struct Pre {
 
 /// Bytes a check needs: every one of `all` and, unless `any` is empty, one of `any`; as bits
 /// of [`bytes_held`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Needs {
     all: u32,
     any: u32,
 }
 
 impl Needs {
+    /// No needs: met by any text.
+    pub(crate) const NONE: Needs = Needs { all: 0, any: 0 };
+
     const fn of(all: &[u8], any: &[u8]) -> Needs {
         Needs {
             all: bits(all),

@@ -31,6 +31,23 @@ fn a_decoded_message_is_redacted_then_truncated() {
     assert_eq!(truncate_utf8(&redacted, 12), "Done. I used");
 }
 
+/// A run the rules found already is not read again as a run, but only where it is exactly
+/// their span: an encoded secret inside a longer redacted value is a secret of its own, whose
+/// copy glued to other characters elsewhere goes too. In a line, and as a tool's output.
+#[test]
+fn an_encoded_secret_inside_a_redacted_value_takes_its_copies() {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD
+        .encode("export GITHUB_TOKEN=ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789");
+    let text = format!("password = \"a.{encoded}\"\nref zz{encoded} end");
+    let want = "password = \"[REDACTED]\"\nref zz[REDACTED] end";
+    assert_eq!(redact(&text), want);
+    let line = serde_json::json!({"type": "function_call_output", "output": text}).to_string();
+    let shipped = global().redact_json(&line).map(Cow::into_owned);
+    let want = serde_json::json!({"type": "function_call_output", "output": want}).to_string();
+    assert_eq!(shipped, Some(want));
+}
+
 #[test]
 fn pem_block_inside_a_json_string() {
     let line = r#"{"output":"key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7v\nq3Zx\n-----END RSA PRIVATE KEY-----\ndone"}"#;
@@ -1063,6 +1080,53 @@ proptest::proptest! {
             let a = decode::decode_checked(&inner[r.clone()]);
             let b = decode::decode_checked_known(&inner[r.clone()], &specials, r.start);
             proptest::prop_assert_eq!(&a.text, &b.text);
+            proptest::prop_assert_eq!(a.may_hide(), b.may_hide());
+            for at in 0..a.text.len() {
+                proptest::prop_assert_eq!(a.to_raw(at..at + 1), b.to_raw(at..at + 1));
+            }
+        }
+    }
+
+    /// A line's strings decoded from the escapes its tokenizer listed
+    /// (`json::parse_escapes`) decode as the search decodes them: the same tokens as the plain
+    /// tokenizer (or not JSON for both), and for each string the same text, the same map back
+    /// to the raw bytes and the same answer to whether decoding may hide something. A list
+    /// missing an escape, or one place off, leaves that escape undecoded.
+    #[test]
+    fn a_lines_strings_decoded_from_listed_escapes_read_as_searched(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "{", "}", "[", "]", ",", ":", " ", "\"", "\"k\":", "\"v\"", "1", "null",
+            "\"a\\\"b\"", "\"\\\\\"", "\"\\n\"", "\"\\u0041\\u00e9\"", "é", "\"x\\/y\"",
+            "\"\\\\u0074\"", "\"\\\\\\/\"", "\\", "\"tab\\tend\"", "\"long run of text\"",
+        ]), 0..30),
+        wrap in proptest::bool::ANY,
+    ) {
+        // A line holding the pieces as an escaped string (JSON inside JSON, as a tool's output
+        // is), or the pieces alone (JSON or not).
+        let text = pieces.concat();
+        let line = if wrap {
+            serde_json::json!({"type": "function_call_output", "output": text, text.clone(): [1]})
+                .to_string()
+        } else {
+            text
+        };
+        let searched = json::parse(&line);
+        let listed = json::parse_escapes(&line);
+        proptest::prop_assert_eq!(
+            format!("{searched:?}"),
+            format!("{:?}", listed.as_ref().map(|(toks, _)| toks)),
+            "{:?}", line
+        );
+        let Some((toks, Some(escapes))) = listed else {
+            return Ok(());
+        };
+        for tok in toks {
+            let (json::Tok::Str(r) | json::Tok::Key(r)) = tok else {
+                continue;
+            };
+            let a = decode::decode_checked(&line[r.clone()]);
+            let b = decode::decode_checked_known(&line[r.clone()], &escapes, r.start);
+            proptest::prop_assert_eq!(&a.text, &b.text, "{:?}", line);
             proptest::prop_assert_eq!(a.may_hide(), b.may_hide());
             for at in 0..a.text.len() {
                 proptest::prop_assert_eq!(a.to_raw(at..at + 1), b.to_raw(at..at + 1));

@@ -204,10 +204,19 @@ fn kind(hash: u64) -> u8 {
 
 /// Pushes every value in `text` that a vendor's name shortly before it marks as that vendor's
 /// credential. `found` are `text`'s long runs ([`super::runs::long_runs`]).
-pub(crate) fn spans(text: &str, found: &[Range<usize>], out: &mut Vec<Range<usize>>) {
+/// `known(span)`: whether the span is one found already, which is not read again.
+pub(crate) fn spans(
+    text: &str,
+    found: &[Range<usize>],
+    known: &impl Fn(&Range<usize>) -> bool,
+    out: &mut Vec<Range<usize>>,
+) {
     let b = text.as_bytes();
     for run in found {
         let body = trim_run(run.clone(), b);
+        if known(&body) {
+            continue;
+        }
         let value = &b[body.clone()];
         // The letters and digits first: most runs are identifiers, which they turn away in
         // one pass, before the word before the run is looked up and the rest of the shape
@@ -587,7 +596,7 @@ mod tests {
     fn found(text: &str) -> Vec<&str> {
         let mut out = Vec::new();
         let runs = crate::ship::redact::runs::long_runs(text.as_bytes(), MIN_LEN);
-        spans(text, &runs, &mut out);
+        spans(text, &runs, &|_: &Range<usize>| false, &mut out);
         out.into_iter().map(|r| &text[r]).collect()
     }
 
