@@ -352,13 +352,20 @@ fn corpus() -> Vec<String> {
     out
 }
 
-/// The placements each corpus input is shipped in.
+/// The placements each corpus input is shipped in: the line, a tool's output, JSON inside that
+/// output, and an object key (a tool's JSON keyed by command lines or log lines: the kcap CLI's
+/// line regexes read keys as they read values).
 fn placements(text: &str) -> Vec<String> {
     let exec = json!({"output": text, "metadata": {"exit_code": 0}}).to_string();
+    let mut keyed = serde_json::Map::new();
+    keyed.insert(text.to_owned(), json!({"count": 3}));
+    let keyed = Value::Object(keyed);
     vec![
         text.to_owned(),
         json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": text}}).to_string(),
         json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": exec}}).to_string(),
+        json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": keyed.to_string()}}).to_string(),
+        keyed.to_string(),
     ]
 }
 

@@ -167,32 +167,35 @@ impl Scratch {
 }
 
 /// A rule a keyword opens, with what [`Redactor::text_spans`] asks of it at each occurrence.
-/// Read for every rule of every keyword occurrence, so its tests are one mask and one pair of
-/// bit tests ([`Opens::SKIP_IN_WORD`], [`rules::Needs`]).
+/// Read for every rule of every keyword occurrence, so what it asks first is one gate of bits
+/// ([`rules::gate_open`]).
 #[derive(Clone, Copy)]
 struct Opens {
     rule: u16,
-    /// When the rule is skipped: [`Opens::SKIP_IN_WORD`], [`Opens::SKIP_ON_KEYS`].
-    skip: u8,
     multiline: bool,
     reach: usize,
-    /// The bytes its check needs on the keyword's line, for a rule on that line alone
-    /// ([`rules::Pre`]); none for any other rule.
-    needs: rules::Needs,
+    /// What the occurrence must have for the rule to run: for a rule on the keyword's line
+    /// alone, the bytes its check needs on that line ([`rules::Pre`]); for a token rule, no
+    /// letter or digit right before the keyword (its match would start there, after a letter
+    /// or digit, which [`providers::ProviderRule::find`] rejects).
+    gate: (u32, u32),
     site: Option<rules::Site>,
 }
 
 impl Opens {
-    /// A token rule, skipped for an occurrence inside a word (its match would start there,
-    /// after a letter or digit, which [`providers::ProviderRule::find`] rejects).
-    const SKIP_IN_WORD: u8 = 1;
-    /// A rule not checked on JSON object keys ([`rules::Rule::bare`] false).
-    const SKIP_ON_KEYS: u8 = 2;
+    /// The flags of a gate ([`rules::GATE_FLAGS`]) that hold for an occurrence inside a word
+    /// or not.
+    fn flags(in_word: bool) -> u32 {
+        if in_word {
+            rules::GATE_ALWAYS
+        } else {
+            rules::GATE_ALWAYS | rules::GATE_NOT_IN_WORD
+        }
+    }
 
-    /// The mask of the rules skipped for an occurrence inside a word or not, on an object
-    /// key or not.
-    fn skipped(in_word: bool, keys_only: bool) -> u8 {
-        (u8::from(in_word) * Opens::SKIP_IN_WORD) | (u8::from(keys_only) * Opens::SKIP_ON_KEYS)
+    /// A token rule: skipped for an occurrence inside a word.
+    fn token(&self) -> bool {
+        self.gate.0 & rules::GATE_NOT_IN_WORD != 0
     }
 }
 
@@ -278,25 +281,24 @@ impl Redactor {
                     .map(|&r| match all[r as usize] {
                         RuleRef::Provider(p) => Opens {
                             rule: r,
-                            skip: if p.token_at_keyword() {
-                                Opens::SKIP_IN_WORD
-                            } else {
-                                0
-                            },
                             multiline: false,
                             reach: 0,
-                            needs: rules::Needs::NONE,
+                            gate: rules::Needs::NONE.gate(if p.token_at_keyword() {
+                                rules::GATE_NOT_IN_WORD
+                            } else {
+                                0
+                            }),
                             site: None,
                         },
                         RuleRef::Core(rule) => Opens {
                             rule: r,
-                            skip: if rule.bare { 0 } else { Opens::SKIP_ON_KEYS },
                             multiline: rule.multiline,
                             reach: rule.reach,
-                            needs: rule
+                            gate: rule
                                 .pre
                                 .filter(|_| !rule.multiline && rule.reach == 0)
-                                .map_or(rules::Needs::NONE, |pre| pre.needs),
+                                .map_or(rules::Needs::NONE, |pre| pre.needs)
+                                .gate(0),
                             site: rules::SITES
                                 .iter()
                                 .find(|(id, _)| *id == rule.id)
@@ -339,7 +341,11 @@ impl Redactor {
         let escaped_words = escaped_lowercase;
         let keyword_needs = keyword_rules
             .iter()
-            .map(|rules| rules.iter().any(|opens| opens.needs != rules::Needs::NONE))
+            .map(|rules| {
+                rules.iter().any(|opens| {
+                    opens.gate.0 & !rules::GATE_FLAGS != 0 || opens.gate.1 != rules::GATE_ALWAYS
+                })
+            })
             .collect();
         Redactor {
             keywords,
@@ -473,7 +479,7 @@ impl Redactor {
             };
             self.json_spans(walk, out);
         } else {
-            self.text_spans(text, hits, out, 0, false, Some(invisible));
+            self.text_spans(text, hits, out, 0, Some(invisible));
         }
     }
 
@@ -540,11 +546,7 @@ impl Redactor {
             }
             let rules = &self.keyword_rules[keyword as usize];
             let in_word = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
-            !(in_word
-                && !rules.is_empty()
-                && rules
-                    .iter()
-                    .all(|opens| opens.skip & Opens::SKIP_IN_WORD != 0))
+            !(in_word && !rules.is_empty() && rules.iter().all(|opens| opens.token()))
         })
     }
 
@@ -666,8 +668,7 @@ impl Redactor {
     }
 
     /// The text rules whose keywords are in `hits`, each on the lines around its keywords (or
-    /// the whole text). Spans are in `text`. With `keys_only`, only the rules that recognise a
-    /// credential by its shape (for object keys). Also through a view of `text` with its
+    /// the whole text). Spans are in `text`. Also through a view of `text` with its
     /// escapes resolved, when it has any. `invisible`: whether `text` holds characters that
     /// hide a name or a value ([`decode::has_invisible`]), when the caller knows.
     fn text_spans(
@@ -676,7 +677,6 @@ impl Redactor {
         hits: &[Hit],
         out: &mut Vec<Range<usize>>,
         depth: usize,
-        keys_only: bool,
         invisible: Option<bool>,
     ) {
         let first = out.len();
@@ -735,18 +735,18 @@ impl Redactor {
             // the line may be at that rule's site.
             let mut turned_away = false;
             let mut around = None;
-            let skipped = Opens::skipped(in_word, keys_only);
+            let flags = Opens::flags(in_word);
             // The line's bytes are read only for a keyword one of whose rules needs them (a
             // long line of JSON is one line).
             let held = if self.keyword_needs[keyword as usize] {
-                *held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()]))
+                *held.get_or_insert_with(|| rules::bytes_held(&bytes[line.clone()])) | flags
             } else {
-                0
+                flags
             };
             for opens in &self.keyword_rules[keyword as usize] {
                 // A rule skipped here, or one on the line alone whose check needs bytes the
                 // line does not hold.
-                if opens.skip & skipped != 0 || !opens.needs.met(held) {
+                if !rules::gate_open(opens.gate, held) {
                     continue;
                 }
                 if let Some(site) = opens.site
@@ -807,32 +807,24 @@ impl Redactor {
             let view_hits = self.scan(&view.text);
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
-                self.text_spans(
-                    &view.text,
-                    &view_hits,
-                    &mut inner,
-                    depth + 1,
-                    keys_only,
-                    None,
-                );
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, None);
                 view.to_raw_all(&mut inner);
                 out.extend(inner);
             }
         }
         // String literals joined in code: `'sk_live_' + 'Xk9…'`.
         if depth < MAX_DEPTH
-            && !keys_only
             && let Some(view) = decode::joined(text)
         {
             let view_hits = self.scan(&view.text);
             if !view_hits.is_empty() {
                 let mut inner = Vec::new();
-                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false, None);
+                self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, None);
                 view.to_raw_all(&mut inner);
                 out.extend(inner);
             }
         }
-        if depth < MAX_DEPTH && !keys_only && memchr(b'\\', text.as_bytes()).is_some() {
+        if depth < MAX_DEPTH && memchr(b'\\', text.as_bytes()).is_some() {
             let view = decode::decode(text);
             if !view.is_identity() {
                 let view_hits = if decode::hides_ascii(text.as_bytes()) {
@@ -842,7 +834,7 @@ impl Redactor {
                 };
                 if !view_hits.is_empty() || decode::hides_ascii(view.text.as_bytes()) {
                     let mut inner = Vec::new();
-                    self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, false, None);
+                    self.text_spans(&view.text, &view_hits, &mut inner, depth + 1, None);
                     view.to_raw_all(&mut inner);
                     out.extend(inner);
                 }
@@ -965,14 +957,7 @@ impl Redactor {
             };
             self.json_spans(walk, &mut inner);
         } else {
-            self.text_spans(
-                &decoded.text,
-                &hits,
-                &mut inner,
-                depth,
-                false,
-                Some(invisible),
-            );
+            self.text_spans(&decoded.text, &hits, &mut inner, depth, Some(invisible));
         }
         decoded.to_raw_all(&mut inner);
         out.extend(
@@ -1182,7 +1167,9 @@ impl Walk<'_> {
                 if name.is_none() && names::name_is_secret(&decoded) {
                     name = Some(Cow::Owned(decoded.into_owned()));
                 }
-                // A key that is itself a credential (`{"ghp_...": true}`).
+                // A key's text, read by every rule as a value's is: a credential
+                // (`{"ghp_...": true}`), or a pair (`{"DB_PASSWORD=…": 1}`, a tool's JSON
+                // keyed by command lines), as the kcap CLI's line rules read it.
                 self.key_spans(kr.clone(), out);
             }
             match &self.toks[value] {
@@ -1252,7 +1239,7 @@ impl Walk<'_> {
         }
         let mut spans = Vec::new();
         self.redactor
-            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false, None);
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, None);
         for span in spans {
             let (a, b) = (span.start.max(start), span.end.min(end));
             if a < b && joined.is_char_boundary(a) && joined.is_char_boundary(b) {
@@ -1271,7 +1258,7 @@ impl Walk<'_> {
         };
         let mut inner = Vec::new();
         self.redactor
-            .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, true, None);
+            .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, None);
         decoded.to_raw_all(&mut inner);
         out.extend(
             inner
@@ -1452,7 +1439,7 @@ impl Walk<'_> {
         let hits = self.redactor.scan(&joined);
         let mut spans = Vec::new();
         self.redactor
-            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, false, None);
+            .text_spans(&joined, &hits, &mut spans, MAX_DEPTH, None);
         for span in spans {
             for (i, (r, d)) in parts.iter().enumerate() {
                 let quoted = usize::from(d.text.contains(char::is_whitespace) || d.text.is_empty());

@@ -29,8 +29,6 @@ pub(crate) struct Rule {
     /// How many bytes past the end of its keyword's line a one-line rule reads (a call's
     /// arguments on the lines after its `(`); 0 for most.
     pub reach: usize,
-    /// The match is a credential by its shape alone (also checked on JSON object keys).
-    pub bare: bool,
     /// Turns one match into the spans to redact.
     pub refine: Refine,
     /// A cheap test the text must pass before the pattern runs (a rule on the whole text whose
@@ -221,7 +219,6 @@ const fn rule(
         pattern,
         multiline: false,
         reach: 0,
-        bare: false,
         refine,
         pre: None,
         positive,
@@ -239,10 +236,6 @@ const fn multiline(r: Rule) -> Rule {
 /// A one-line rule that also reads up to `bytes` past its keyword's line.
 const fn reaching(bytes: usize, r: Rule) -> Rule {
     Rule { reach: bytes, ..r }
-}
-
-const fn bare(r: Rule) -> Rule {
-    Rule { bare: true, ..r }
 }
 
 /// A rule's cheap check ([`Rule::pre`]) with the bytes it cannot pass without.
@@ -280,10 +273,37 @@ impl Needs {
     }
 
     /// Whether text holding the bytes `held` ([`bytes_held`]) meets these needs.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn met(self, held: u32) -> bool {
         held & self.all == self.all && (self.any == 0 || held & self.any != 0)
     }
+
+    /// These needs as one gate of `(all, any)` bits ([`gate_open`]), with `also` (bits of
+    /// [`GATE_FLAGS`]) needed too.
+    pub(crate) fn gate(self, also: u32) -> (u32, u32) {
+        let any = if self.any == 0 { GATE_ALWAYS } else { self.any };
+        (self.all | also, any)
+    }
+}
+
+/// The bits of [`bytes_held`] above every needed byte's, that a gate ([`Needs::gate`]) may
+/// need besides bytes: set by the caller for what holds at a keyword's occurrence.
+pub(crate) const GATE_FLAGS: u32 = GATE_ALWAYS | GATE_NOT_IN_WORD;
+/// Always set: a gate with no byte of which one is needed needs this one.
+pub(crate) const GATE_ALWAYS: u32 = 1 << 31;
+/// The occurrence does not continue a word.
+pub(crate) const GATE_NOT_IN_WORD: u32 = 1 << 30;
+const _: () = assert!(
+    NEEDED.len() < 30,
+    "the gate's flags lie above the needed bytes' bits"
+);
+
+/// Whether the gate `(all, any)` ([`Needs::gate`]) is open for `held`: the bytes a line holds
+/// ([`bytes_held`]) with the flags of [`GATE_FLAGS`] that hold. Two tests and no branch: it
+/// is asked for every rule of every keyword occurrence.
+#[inline]
+pub(crate) fn gate_open((all, any): (u32, u32), held: u32) -> bool {
+    (held & all == all) & (held & any != 0)
 }
 
 /// The bytes some check needs, each with its bit in [`bytes_held`].
@@ -1207,7 +1227,7 @@ pub(crate) static RULES: &[Rule] = &[
         &["    client-key-data: QmFzZTY0S2V5RGF0YUhlcmU="],
         &["    client-certificate-data: QmFzZTY0Q2VydERhdGE="],
     ),
-    bare(rule(
+    rule(
         "aws-key-id",
         "aws-access-token",
         &[
@@ -1218,8 +1238,8 @@ pub(crate) static RULES: &[Rule] = &[
         Refine::Group,
         &["aws_access_key_id AKIAIOSFODNN7EXAMPLE"],
         &["AKIA is a prefix", "ASIAN markets"],
-    )),
-    bare(rule(
+    ),
+    rule(
         "kcap-vendor-token",
         "github-pat,gitlab-pat,slack,pypi,npm,docker,cloudflare,stripe,gcp-api-key",
         &[
@@ -1246,8 +1266,8 @@ pub(crate) static RULES: &[Rule] = &[
             "glpat-aBcDeFgHiJkLmNoP78",
         ],
         &["ghp_short", "npm_config_cache"],
-    )),
-    bare(rule(
+    ),
+    rule(
         "kcap-sk",
         "openai-api-key",
         &["sk-"],
@@ -1258,8 +1278,8 @@ pub(crate) static RULES: &[Rule] = &[
             "key_sk-aBcDeFgHiJkLmNoP9876",
         ],
         &["task-abcdefghijklmnop", "disk-usage-report-2026"],
-    )),
-    bare(rule(
+    ),
+    rule(
         "jwt",
         "jwt",
         &["eyj"],
@@ -1267,7 +1287,7 @@ pub(crate) static RULES: &[Rule] = &[
         Refine::Group,
         &["id eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV"],
         &["eyJhbGciOiJIUzI1NiJ9 alone"],
-    )),
+    ),
     rule(
         "slack-webhook",
         "slack-webhook-url",
