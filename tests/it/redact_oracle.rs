@@ -353,8 +353,10 @@ fn corpus() -> Vec<String> {
 }
 
 /// The placements each corpus input is shipped in: the line, a tool's output, JSON inside that
-/// output, and an object key (a tool's JSON keyed by command lines or log lines: the kcap CLI's
-/// line regexes read keys as they read values).
+/// output (two levels deep too), an object key (a tool's JSON keyed by command lines or log
+/// lines: the kcap CLI's line regexes read keys as they read values), an array's element, a
+/// shell call's argv, an assistant message's text, and a line that is not JSON (a JSON
+/// object followed by an escape's text, or indented).
 fn placements(text: &str) -> Vec<String> {
     let exec = json!({"output": text, "metadata": {"exit_code": 0}}).to_string();
     let mut keyed = serde_json::Map::new();
@@ -366,6 +368,12 @@ fn placements(text: &str) -> Vec<String> {
         json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": exec}}).to_string(),
         json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": keyed.to_string()}}).to_string(),
         keyed.to_string(),
+        json!({"a": [text, 1, null]}).to_string(),
+        json!({"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": json!({"output": exec}).to_string()}}).to_string(),
+        json!({"type": "response_item", "payload": {"type": "function_call", "name": "shell", "arguments": json!({"command": ["bash", "-lc", text]}).to_string()}}).to_string(),
+        json!({"type": "response_item", "payload": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}}).to_string(),
+        format!("{}\n", json!({"x": text})),
+        format!("  {}", json!({"x": text})),
     ]
 }
 
