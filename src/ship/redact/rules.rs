@@ -2674,12 +2674,14 @@ pub(crate) static RULES: &[Rule] = &[
             concat!(
                 r#"(?i)\$\{(?P<n>[A-Za-z0-9_]*(?:"#,
                 name_words!(),
-                r#")[A-Za-z0-9_]*):?[-=](?P<s>[^}\s"'$]+)\}"#
+                r#")[A-Za-z0-9_]*):?[-=]["']?(?P<s>[^}\s"'$]+)["']?\}"#
             ),
             Refine::Fallback,
             &[
                 "password: ${DB_PASSWORD:-ShDefault9Zq}",
                 "POSTGRES_PASSWORD: ${POSTGRES_PASSWORD-ShDash9ZqPw}",
+                r#"export API_TOKEN="${API_TOKEN:-"ShQuoted9ZqTk"}""#,
+                "pw=${DB_PASSWORD:='ShSingle9ZqPw'}",
             ],
             &[
                 "password: ${DB_PASSWORD:-}",
