@@ -69,6 +69,10 @@ pub(crate) enum Refine {
     /// and changes between digits, lower and upper case four times or more, as a generated
     /// secret does and a setting's word with a number in it (`bcrypt12rounds`) does not.
     LabelToken,
+    /// A value named in prose (`token-for-is`): as [`Refine::LabelToken`], its changes counted
+    /// between its letters and digits alone, so a dotted version (`v2.0.1-beta`) is not a
+    /// token by its punctuation.
+    ProseToken,
     /// A prefixed token: the whole match, unless its body (group `b`) is lowercase words
     /// joined by `_`, a name such as `npm_config_cache`.
     Token,
@@ -434,6 +438,7 @@ pub(crate) static SITES: &[(&str, Site)] = &[
     ("secret-comparison-reversed", site_compared_to),
     ("labelled", site_labelled),
     ("labelled-is", site_labelled_is),
+    ("token-for-is", site_for_or_of),
     ("header", site_header),
     ("header-pair-text", site_quoted),
     ("header-pair-text-reversed", site_quoted),
@@ -603,6 +608,17 @@ fn site_compared_to(a: &Around<'_>) -> bool {
         at -= 1;
     }
     at >= 2 && a.b[at - 1] == b'=' && matches!(a.b[at - 2], b'=' | b'!')
+}
+
+/// `token-for-is`: the keyword, blanks, then `for` or `of` and a blank (`token for the …`).
+fn site_for_or_of(a: &Around<'_>) -> bool {
+    let at = skip_blanks(a.b, a.end);
+    let word = |w: &[u8]| {
+        a.b.get(at..at + w.len())
+            .is_some_and(|got| got.eq_ignore_ascii_case(w))
+            && matches!(a.at(at + w.len()), Some(b' ' | b'\t'))
+    };
+    at > a.end && (word(b"for") || word(b"of"))
 }
 
 /// `header`: the name, a quote or none, blanks, `:`, blanks, then the value.
@@ -1747,6 +1763,40 @@ pub(crate) static RULES: &[Rule] = &[
             &[
                 "the password is incorrect.",
                 "The password for this account is stored in Vault.",
+            ],
+        ),
+    ),
+    // Prose naming what a token or key is for, then the value: "the token for the staging
+    // API is …", "the API key of the billing service was …" (`labelled-is` reads the word
+    // right before `is`). Only a value shaped as a generated one (two digits, four letters,
+    // four changes between digits and cases), so "the token for this session is expired" and
+    // a value's description stay; a sentence's closing period is not part of it.
+    when(
+        HAS_IS_OR_WAS,
+        rule(
+            "token-for-is",
+            "generic-label",
+            &[
+                "token",
+                "api key",
+                "api_key",
+                "api-key",
+                "apikey",
+                "access key",
+                "access_key",
+                "access-key",
+                "accesskey",
+            ],
+            r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~]{7,}[A-Za-z0-9_\-/+=~])"#,
+            Refine::ProseToken,
+            &[
+                "the token for the staging API is Tk9aB3xY7qLm2PzQ",
+                "The API key of the billing service was Bk7mQ2xLp9Wz.",
+            ],
+            &[
+                "the token for this session is expired",
+                "The API key for the staging environment is stored in Vault.",
+                "The access key for version 2 is v2.0.1-beta",
             ],
         ),
     ),
@@ -4880,6 +4930,18 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 && super::vendors::class_changes(s.as_str().as_bytes()) >= 4
             {
                 url_token(text, s.range(), out);
+            }
+        }
+        Refine::ProseToken => {
+            if let Some(s) = caps.name("s") {
+                let alnum: Vec<u8> = s
+                    .as_str()
+                    .bytes()
+                    .filter(u8::is_ascii_alphanumeric)
+                    .collect();
+                if super::vendors::class_changes(&alnum) >= 4 {
+                    url_token(text, s.range(), out);
+                }
             }
         }
     }
