@@ -2325,12 +2325,13 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "password-stdin",
         "command-line",
-        &["password-stdin"],
-        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n]*--password-stdin"#,
+        &["password-stdin", "with-token"],
+        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n]*--(?:password-stdin|with-token)"#,
         Refine::Flag,
         &[
             "echo 'St1nPiped9' | docker login -u app --password-stdin ghcr.io",
             "printf '%s' \"St1nPiped8\" | helm registry login r.io -u app --password-stdin",
+            "printf '%s' 'Gh9PipedTok' | gh auth login --with-token",
         ],
         &["echo $CR_PAT | docker login ghcr.io -u app --password-stdin"],
     ),
@@ -2739,6 +2740,68 @@ pub(crate) static RULES: &[Rule] = &[
                 "echo ${TOKEN_FILE:-/run/secrets/token}",
             ],
         ),
+    ),
+    // A command that stores a setting, a secret or a key, given a secret's name and then its
+    // value as the next argument: WP-CLI's `wp config set DB_PASSWORD …`, `netlify env:set`,
+    // `fly secrets set NAME …`, `consul kv put secret/db/password …`, `etcdctl put
+    // /app/db/password …`, csh's `setenv`. A flag, a file (`@file`) or a reference as the
+    // value stays.
+    rule(
+        "cli-set-name-value",
+        "command-line",
+        // The commands, not the names: a name keyword opens dozens of rules on every line of
+        // code, and this one on each cost ordinary tool output 3 %.
+        &[
+            "setenv",
+            "config set",
+            "config put",
+            "config:set",
+            "env set",
+            "env:set",
+            "secret set",
+            "secrets set",
+            "secret put",
+            "secrets put",
+            "variables set",
+            "vars set",
+            "var set",
+            "kv put",
+            "kv set",
+            "etcdctl put",
+            "parameter set",
+            "parameters set",
+        ],
+        concat!(
+            r#"(?i)(?:\bsetenv|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
+            name_words!(),
+            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<-][^\s"'$`]{5,})"#
+        ),
+        Refine::Fallback,
+        &[
+            "wp config set DB_PASSWORD 'WpCfgPass9x'",
+            "netlify env:set API_TOKEN NtEnvTok9x2",
+            "consul kv put secret/db/password CnKvPass9x",
+            "etcdctl put /app/db/password EtPutPass9x",
+            "setenv DB_PASSWORD CshPass9x2",
+        ],
+        &[
+            "wp config set DB_PASSWORD --prompt",
+            "consul kv put secret/db/password @password.txt",
+            "fly secrets set API_TOKEN $API_TOKEN",
+            "wp config set DB_HOST localhost",
+            "vercel env add API_SECRET production",
+        ],
+    ),
+    // macOS's keychain given the password on the command line (`security
+    // add-generic-password … -w 'PW'`; `-w` last, with no value, prompts).
+    rule(
+        "keychain-password",
+        "command-line",
+        &["generic-password", "internet-password"],
+        r#"(?i)\bsecurity[ \t]+(?:add|set)-(?:generic|internet)-password\b[^\n|;&]*?[ \t]-w[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &["security add-generic-password -a bot -s deploy -w 'KcPass9x2Wd'"],
+        &["security add-generic-password -a bot -s deploy -w"],
     ),
     when(
         HAS_COMMA_AND_QUOTE,
