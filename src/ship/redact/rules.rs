@@ -2741,6 +2741,55 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
+    // Go's variable declared with its type and given a value: `var password string = "…"`
+    // (a name then `=` is `assignment`'s; Go puts the type between). Opened by `var ` itself:
+    // a name keyword opens dozens of rules on every line of code.
+    rule(
+        "go-typed-var",
+        "generic-assignment",
+        &["var "],
+        concat!(
+            r#"(?i)\bvar[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
+            name_words!(),
+            r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>\S)"#
+        ),
+        Refine::NameThenValue,
+        &[
+            r#"var password string = "GoTyped9Pw2""#,
+            r#"var apiKey string = "GoTypedKey9x""#,
+        ],
+        &[
+            "var password string = os.Getenv(\"DB_PASSWORD\")",
+            "var token string = cfg.Token",
+        ],
+    ),
+    // Spring's and Quarkus's property placeholders: `${NAME:default}`, the default after a
+    // colon alone. Only a default starting with a letter: bash's substrings of a token
+    // (`${API_TOKEN:0:8}`, `${TOKEN: -4}`) show its first or last characters.
+    when(
+        HAS_SHELL_DEFAULT,
+        rule(
+            "property-default-value",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)\$\{(?P<n>[A-Za-z0-9_.]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.]*):(?P<s>[A-Za-z_][^}\s"'$]*)\}"#
+            ),
+            Refine::Fallback,
+            &[
+                "quarkus.datasource.password=${DB_PASS:QkDefault9Pw}",
+                "spring.datasource.password: ${spring.db.password:SpDefault9Pw}",
+            ],
+            &[
+                r#"echo "token ${API_TOKEN:0:8}…""#,
+                "echo ${GITHUB_TOKEN: -4}",
+                "password: ${DB_PASSWORD:-}",
+                "client-secret: ${CLIENT_SECRET:${OTHER_SECRET}}",
+            ],
+        ),
+    ),
     // A command that stores a setting, a secret or a key, given a secret's name and then its
     // value as the next argument: WP-CLI's `wp config set DB_PASSWORD …`, `netlify env:set`,
     // `fly secrets set NAME …`, `consul kv put secret/db/password …`, `etcdctl put
