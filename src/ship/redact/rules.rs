@@ -139,6 +139,21 @@ const LABEL_KEYWORDS: &[&str] = &[
     "access_key",
 ];
 
+/// The words of a token's or key's label (`labelled-is`, `token-for-is`).
+const TOKEN_LABEL_KEYWORDS: &[&str] = &[
+    "token",
+    "api key",
+    "api_key",
+    "api-key",
+    "apikey",
+    "access key",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "secret",
+    "bearer",
+];
+
 /// Keywords shared by the rules keyed on a secret's name.
 const NAME_KEYWORDS: &[&str] = &[
     "secret",
@@ -1730,19 +1745,7 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "labelled-is",
         "generic-label",
-        &[
-            "token",
-            "api key",
-            "api_key",
-            "api-key",
-            "apikey",
-            "access key",
-            "access_key",
-            "access-key",
-            "accesskey",
-            "secret",
-            "bearer",
-        ],
+        TOKEN_LABEL_KEYWORDS,
         r#"(?i)(?:bearer|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key|client[ _-]?secret)(?:[ \t]*[:=][ \t]*|[ \t]+(?:(?:is|was)[ \t]+)?)["']?(?P<s>[A-Za-z0-9_\-./+=~]{16,})"#,
         Refine::Label,
         &["the API key is abcdefghijklmnop1234"],
@@ -1776,17 +1779,7 @@ pub(crate) static RULES: &[Rule] = &[
         rule(
             "token-for-is",
             "generic-label",
-            &[
-                "token",
-                "api key",
-                "api_key",
-                "api-key",
-                "apikey",
-                "access key",
-                "access_key",
-                "access-key",
-                "accesskey",
-            ],
+            TOKEN_LABEL_KEYWORDS,
             r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~]{7,}[A-Za-z0-9_\-/+=~])"#,
             Refine::ProseToken,
             &[
