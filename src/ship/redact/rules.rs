@@ -2795,6 +2795,7 @@ pub(crate) static RULES: &[Rule] = &[
         // code, and this one on each cost ordinary tool output 3 %.
         &[
             "setenv",
+            "set -",
             "config set",
             "config put",
             "config:set",
@@ -2814,7 +2815,7 @@ pub(crate) static RULES: &[Rule] = &[
             "parameters set",
         ],
         concat!(
-            r#"(?i)(?:\bsetenv|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
+            r#"(?i)(?:\bsetenv|\bset(?:[ \t]+-[A-Za-z]+)+|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
             name_words!(),
             r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<-][^\s"'$`]{5,})"#
         ),
@@ -2825,6 +2826,7 @@ pub(crate) static RULES: &[Rule] = &[
             "consul kv put secret/db/password CnKvPass9x",
             "etcdctl put /app/db/password EtPutPass9x",
             "setenv DB_PASSWORD CshPass9x2",
+            "set -gx API_TOKEN FishTok9x2Q",
         ],
         &[
             "wp config set DB_PASSWORD --prompt",
@@ -2832,6 +2834,39 @@ pub(crate) static RULES: &[Rule] = &[
             "fly secrets set API_TOKEN $API_TOKEN",
             "wp config set DB_HOST localhost",
             "vercel env add API_SECRET production",
+            "set -euo pipefail",
+            "set -gx API_TOKEN (cat ~/.token)",
+        ],
+    ),
+    // A literal given to Ansible Vault to encrypt (`ansible-vault encrypt_string '…' --name
+    // 'db_password'`): the secret itself, before its encryption is printed.
+    rule(
+        "ansible-vault-string",
+        "command-line",
+        &["encrypt_string"],
+        r#"\bencrypt_string(?:[ \t]+--?[A-Za-z-]+(?:[ \t]+|=)[^\s-][^\s]*)*[ \t]+(?P<q>["']?)(?P<s>[^\s"'|<-])"#,
+        Refine::Flag,
+        &["ansible-vault encrypt_string 'AvString9Pw' --name 'db_password'"],
+        &[
+            "ansible-vault encrypt_string --stdin-name 'db_password'",
+            "ansible-vault encrypt_string --vault-id prod@prompt --stdin-name 'db_password'",
+        ],
+    ),
+    // Samba's tools given `user%password` (`smbclient -U user%…`, `rpcclient`), and lftp's
+    // `-u user,password`.
+    rule(
+        "samba-user-password",
+        "command-line",
+        &["smbclient", "rpcclient", "smbcacls", "smbget", "lftp"],
+        r#"\b(?:(?:smbclient|rpcclient|smbcacls|smbget)\b[^\n|;&]*?[ \t](?:-U[ \t]*|--user(?:=|[ \t]+))["']?[^\s%"']+%|lftp\b[^\n|;&]*?[ \t]-u[ \t]+["']?[^\s,"']+,)(?P<s>[^\s"']+)"#,
+        Refine::Group,
+        &[
+            "smbclient //srv/share -U user%SmbPass9x2",
+            "lftp -u deploy,LftpPass9x2 ftp.example.com",
+        ],
+        &[
+            "smbclient //srv/share -U user",
+            "lftp -u deploy ftp.example.com",
         ],
     ),
     // macOS's keychain given the password on the command line (`security
