@@ -2734,9 +2734,10 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
-    // Go's variable declared with its type and given a value: `var password string = "…"`
-    // (a name then `=` is `assignment`'s; Go puts the type between). Opened by `var ` itself:
-    // a name keyword opens dozens of rules on every line of code.
+    // Go's variable declared with its type and given a string literal: `var password string =
+    // "…"` (a name then `=` is `assignment`'s; Go puts the type between); an identifier given
+    // stays. Opened by `var ` itself: a name keyword opens dozens of rules on every line of
+    // code.
     rule(
         "go-typed-var",
         "generic-assignment",
@@ -2744,7 +2745,7 @@ pub(crate) static RULES: &[Rule] = &[
         concat!(
             r#"(?i)\bvar[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
             name_words!(),
-            r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>\S)"#
+            r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>["`])"#
         ),
         Refine::NameThenValue,
         &[
@@ -2754,6 +2755,7 @@ pub(crate) static RULES: &[Rule] = &[
         &[
             "var password string = os.Getenv(\"DB_PASSWORD\")",
             "var token string = cfg.Token",
+            "var password string = defaultPassword",
         ],
     ),
     // Spring's and Quarkus's property placeholders: `${NAME:default}`, the default after a
@@ -2817,7 +2819,7 @@ pub(crate) static RULES: &[Rule] = &[
         concat!(
             r#"(?i)(?:\bsetenv|\bset(?:[ \t]+-[A-Za-z]+)+|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
             name_words!(),
-            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<-][^\s"'$`]{5,})"#
+            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<(-][^\s"'$`]{5,})"#
         ),
         Refine::Fallback,
         &[
@@ -2836,6 +2838,7 @@ pub(crate) static RULES: &[Rule] = &[
             "vercel env add API_SECRET production",
             "set -euo pipefail",
             "set -gx API_TOKEN (cat ~/.token)",
+            "set -l token_count (count $argv)",
         ],
     ),
     // A literal given to Ansible Vault to encrypt (`ansible-vault encrypt_string '…' --name
