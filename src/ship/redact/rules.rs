@@ -1780,11 +1780,12 @@ pub(crate) static RULES: &[Rule] = &[
             "token-for-is",
             "generic-label",
             TOKEN_LABEL_KEYWORDS,
-            r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~]{7,}[A-Za-z0-9_\-/+=~])"#,
+            r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~!@#$%^&*]{7,}[A-Za-z0-9_\-/+=~!@#$%^&*])"#,
             Refine::ProseToken,
             &[
                 "the token for the staging API is Tk9aB3xY7qLm2PzQ",
                 "The API key of the billing service was Bk7mQ2xLp9Wz.",
+                "the token for the CI runner is Ci9!tK3@xQ7#",
             ],
             &[
                 "the token for this session is expired",
@@ -2819,7 +2820,7 @@ pub(crate) static RULES: &[Rule] = &[
         concat!(
             r#"(?i)(?:\bsetenv|\bset(?:[ \t]+-[A-Za-z]+)+|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
             name_words!(),
-            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<(-][^\s"'$`]{5,})"#
+            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<(-][^\s"'`]{5,})"#
         ),
         Refine::Fallback,
         &[
@@ -2829,6 +2830,7 @@ pub(crate) static RULES: &[Rule] = &[
             "etcdctl put /app/db/password EtPutPass9x",
             "setenv DB_PASSWORD CshPass9x2",
             "set -gx API_TOKEN FishTok9x2Q",
+            "wp config set DB_PASSWORD 'Wp$$Dollar9x'",
         ],
         &[
             "wp config set DB_PASSWORD --prompt",
