@@ -197,6 +197,12 @@ impl Opens {
     fn token(&self) -> bool {
         self.gate.0 & rules::GATE_NOT_IN_WORD != 0
     }
+
+    /// Whether its gate needs bytes of the keyword's line ([`rules::bytes_held`]), not only
+    /// the occurrence's flags.
+    fn needs_bytes(&self) -> bool {
+        self.gate.0 & !rules::GATE_FLAGS != 0 || self.gate.1 != rules::GATE_ALWAYS
+    }
 }
 
 /// Compiled redaction rules; build once ([`Redactor::new`] or [`global`]) and share.
@@ -212,7 +218,7 @@ pub struct Redactor {
     /// [`providers::ProviderRule::find`] rejects).
     keyword_rules: Vec<Vec<Opens>>,
     /// For each keyword, whether one of its rules needs bytes on the keyword's line
-    /// ([`Opens::needs`]).
+    /// ([`Opens::needs_bytes`]).
     keyword_needs: Vec<bool>,
     /// One slot per rule, filled the first time the rule runs.
     compiled: Vec<OnceLock<Regex>>,
@@ -341,11 +347,7 @@ impl Redactor {
         let escaped_words = escaped_lowercase;
         let keyword_needs = keyword_rules
             .iter()
-            .map(|rules| {
-                rules.iter().any(|opens| {
-                    opens.gate.0 & !rules::GATE_FLAGS != 0 || opens.gate.1 != rules::GATE_ALWAYS
-                })
-            })
+            .map(|rules| rules.iter().any(Opens::needs_bytes))
             .collect();
         Redactor {
             keywords,
@@ -418,28 +420,30 @@ impl Redactor {
         let invisible = decode::has_invisible(text);
         let hidden = hides_ascii || invisible;
         let live = hidden || self.any_live(text.as_bytes(), &hits);
-        // The rules' spans first, when a keyword may start one: a run they found already
-        // (`ghp_…` after `GITHUB_TOKEN=`) is not read again as a run ([`Redactor::run_spans`]).
-        let mut found = Vec::new();
-        let mut parsed = Some(parsed);
-        if live && let Some(parsed) = parsed.take() {
-            self.rule_spans(text, parsed, &hits, hidden, invisible, &mut found);
-        }
-        let mut spans = if encoded < ENCODED_DEPTH {
-            self.run_spans(text, encoded, &found)
-        } else {
-            Vec::new()
+        let runs = |known: &[Range<usize>]| {
+            if encoded < ENCODED_DEPTH {
+                self.run_spans(text, encoded, known)
+            } else {
+                Vec::new()
+            }
         };
-        if !live {
+        let mut spans = if live {
+            // The rules' spans first: a run they found already (`ghp_…` after
+            // `GITHUB_TOKEN=`) is not read again as a run ([`Redactor::run_spans`]).
+            let mut found = Vec::new();
+            self.rule_spans(text, parsed, &hits, hidden, invisible, &mut found);
+            let mut spans = runs(&found);
+            spans.append(&mut found);
+            spans
+        } else {
+            let mut spans = runs(&[]);
             if spans.is_empty() {
                 return Cow::Borrowed(text);
             }
             // A text holding a secret as a run gets the rules' views too (joined literals).
-            if let Some(parsed) = parsed.take() {
-                self.rule_spans(text, parsed, &hits, hidden, invisible, &mut found);
-            }
-        }
-        spans.append(&mut found);
+            self.rule_spans(text, parsed, &hits, hidden, invisible, &mut spans);
+            spans
+        };
         // A decoded run's redaction (`encoded` > 0) only says whether it held a secret, which
         // copies cannot change: they are looked for in the shipped text alone.
         if encoded == 0 {
