@@ -2422,10 +2422,13 @@ pub(crate) static RULES: &[Rule] = &[
     // A command that prints a secret and nothing else (T2.5), its output on the next line of
     // the same text: a shell transcript, or a tool call's output holding its command. Read up
     // to 8 KiB past the command's line (an ECR login password is about 2 KiB); a value is at
-    // most 4 KiB, so it always ends inside what is read, never cut at its edge with its rest
-    // shipped (test `printed_secret_is_never_cut_at_the_end_of_what_is_read`).
+    // most [`PRINTED_MAX`] bytes and ends inside what is read, never cut at its
+    // edge with its rest shipped (test `printed_secret_is_never_cut_at_the_end_of_what_is_read`).
+    // The bound is checked on the match, not written as `{6,4096}`: a counted repetition of a
+    // Unicode class is compiled into that many copies of it, and this one pattern was 36 ms of
+    // the 84 ms every rule takes to compile, paid by the first line that names such a command.
     reaching(
-        8192,
+        PRINTED_REACH,
         rule(
             "printed-secret",
             "command-line",
@@ -2455,7 +2458,7 @@ pub(crate) static RULES: &[Rule] = &[
                 r#"|op[ \t]+item[ \t]+get\b[^\n]*?[ \t]--fields?\b|vault[ \t]+(?:kv[ \t]+get|read)\b[^\n]*?[ \t]-field[= ]"#,
                 r#"|gcloud[ \t]+secrets[ \t]+versions[ \t]+access|az[ \t]+keyvault[ \t]+secret[ \t]+show\b[^\n]*?[ \t]--query[ \t]+["']?value\b"#,
                 r#"|aws[ \t]+(?:secretsmanager[ \t]+get-secret-value\b[^\n]*?[ \t]--query[ \t]+["']?SecretString|ssm[ \t]+get-parameters?\b[^\n]*?[ \t]--query[ \t]+["']?Parameters?(?:\[0\])?\.Value)\b"#,
-                r#")\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,4096})[ \t]*\r?(?:\n|$)"#
+                r#")\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#
             ),
             Refine::Group,
             &[
@@ -3998,6 +4001,20 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             && super::code::is_word(bare))
 }
 
+/// The compiled program's size limit for a rule's pattern. The largest pattern needs well
+/// under half of it; what the limit stops is a pattern whose compiling costs more than its
+/// use (a counted repetition of a Unicode class, `[^\s]{6,4096}`, is that many copies of the
+/// class: one such pattern took 36 ms to compile, paid by the first line holding its keyword).
+pub(crate) const SIZE_LIMIT: usize = 1 << 20;
+
+/// A rule's pattern compiled, within [`SIZE_LIMIT`].
+pub(crate) fn compile(pattern: &str) -> Result<Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(SIZE_LIMIT)
+        .build()
+}
+
+/// The spans `rule` (its compiled pattern `re`) finds in `text`, each read from its
 /// match's groups. The rules that match most where secrets are dense have groups that follow
 /// from the match alone (`assignment` and `colon-pair`: [`name_and_last`]; the labelled rules,
 /// the header, URL and prefixed-token rules: the functions named below; a pattern without
@@ -4216,6 +4233,7 @@ pub(crate) fn reads_matches(rule: &Rule, re: &Regex) -> bool {
                 | "url-token-user"
                 | "kcap-vendor-token"
                 | "curl-user"
+                | "printed-secret"
         )
         || (rule.refine == Refine::Group && re.captures_len() == 1)
 }
@@ -4248,6 +4266,11 @@ pub(crate) fn find_from(
         }
     }
 }
+
+/// The most bytes a value of `printed-secret` holds, and how far past its command's line the
+/// rule reads: twice that, so any leading blanks and the value fit.
+const PRINTED_MAX: usize = 4096;
+const PRINTED_REACH: usize = 8192;
 
 /// The first match of `rule` (its compiled pattern `re`) in `text` at or after `at`, as
 /// `re.find_at` finds it. `assignment` and `colon-pair`, which run on every line holding a
@@ -4424,6 +4447,21 @@ fn spans_of_match(
         "header" => {
             let (s, lq, cq) = header_groups(text, m);
             header_value(text, s, lq, cq, out);
+            return;
+        }
+        "printed-secret" => {
+            // At most `PRINTED_MAX` bytes, and ended before the end of what the rule reads
+            // could have cut it (less a character's bytes: the window's end is moved back to
+            // a character's start). A longer word is no printed secret, and one the window
+            // cut would be redacted in part, its rest shipped.
+            let command_end = memchr::memchr(b'\n', &text.as_bytes()[m.start..])
+                .map_or(text.len(), |i| m.start + i);
+            if let Some(s) = re.captures_at(text, m.start).and_then(|c| c.name("s"))
+                && s.len() <= PRINTED_MAX
+                && s.end() < command_end + PRINTED_REACH - 3
+            {
+                out.push(s.range());
+            }
             return;
         }
         "url-userinfo" => {
@@ -6482,6 +6520,17 @@ fn base64_private_key(b64: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every rule's pattern compiles within the size limit the redactor compiles it with, and
+    /// the limit refuses the pattern shape that made compiling one rule cost 36 ms.
+    #[test]
+    fn every_rule_compiles_within_the_size_limit() {
+        for rule in RULES {
+            let built = compile(rule.pattern);
+            assert!(built.is_ok(), "{}: {:?}", rule.id, built.err());
+        }
+        assert!(compile(r"\n[ \t]*(?P<s>[^\s]{6,4096})").is_err());
+    }
 
     /// The groups of `assignment` and `colon-pair` (every rule refined as an assignment or a
     /// colon pair) taken from their matches alone are the capture engine's, on every example of both tables and on lines built around each secret

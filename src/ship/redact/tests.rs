@@ -653,18 +653,36 @@ fn copies_of_a_secret_never_inside_a_longer_word() {
 }
 
 /// A rule that reads past its keyword's line sees a window of the text: a word on the next
-/// line longer than the window is never cut at the window's edge, its start redacted and the
-/// rest shipped.
+/// line that reaches past the window's edge (long, made of characters of several bytes, or
+/// after many blanks) is never cut there, its start redacted and the rest shipped.
 #[test]
 fn printed_secret_is_never_cut_at_the_end_of_what_is_read() {
-    for word in ["Q7".repeat(6000), "Hk3vQ9mLp7RzT4wN".repeat(600)] {
-        let shipped = redact(&format!("$ pass show huge\n{word}\n"));
+    let cases = [
+        (String::new(), "Q7".repeat(6000)),
+        (String::new(), "Hk3vQ9mLp7RzT4wN".repeat(600)),
+        // 4096 characters or fewer, but more bytes than the window holds.
+        (String::new(), "é7€".repeat(1200)),
+        (String::new(), "€".repeat(4000)),
+        // A short word after blanks that reach the window's edge.
+        (" ".repeat(7000), "Hk3vQ9mLp7RzT4wN".repeat(200)),
+        ("\t".repeat(8180), "Hk3vQ9mLp7RzT4wN".repeat(2)),
+    ];
+    for (blanks, word) in cases {
+        let shipped = redact(&format!("$ pass show huge\n{blanks}{word}\n"));
         let line = shipped.lines().nth(1).unwrap_or_default();
+        let value = line.trim_start_matches([' ', '\t']);
         assert!(
-            line == word || line == REDACTED,
+            value == word || value == REDACTED,
             "the word was cut: {}",
-            &line[..line.len().min(80)]
+            value.chars().take(40).collect::<String>()
         );
+    }
+    // A word that fits is still taken, after a few blanks or none.
+    for text in [
+        "$ pass show db\n  Hunt3r!Pw9x\n",
+        "$ pass show db\nHunt3r!Pw9x",
+    ] {
+        assert!(!redact(text).contains("Hunt3r"), "{text:?}");
     }
 }
 
