@@ -893,10 +893,14 @@ impl Redactor {
             }
             RuleRef::Provider(p) => p.find(re, slice, &mut found),
         }
+        // A value the window cut (a rule reading past its keyword's line stops at a byte
+        // count) goes on to its end in the text: never redacted in part, its rest shipped.
+        let rest = &text[window.start..];
+        rules::widen_cut(rest, slice.len(), &mut found);
         out.extend(
             found
                 .into_iter()
-                .filter(|s| !s.is_empty() && s.end <= slice.len())
+                .filter(|s| !s.is_empty() && s.end <= rest.len())
                 .map(|s| window.start + s.start..window.start + s.end),
         );
     }

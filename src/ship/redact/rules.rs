@@ -4122,6 +4122,12 @@ impl Stops {
     }
 }
 
+/// `spans` found in `text[..cut]` (a rule's window), each that ends at the cut where the text
+/// goes on, taken on to where its value ends ([`Stops::widen`]).
+pub(crate) fn widen_cut(text: &str, cut: usize, spans: &mut [Range<usize>]) {
+    Stops::default().widen(text, cut, spans);
+}
+
 /// Whether [`find`] runs `rule` only on the lines a cheap search names ([`find_by_lines`]):
 /// the two rules on a whole text whose every match is one line, or two, that a byte search
 /// finds. Searching a whole text with their patterns was a sixth of the instructions of

@@ -686,6 +686,46 @@ fn printed_secret_is_never_cut_at_the_end_of_what_is_read() {
     }
 }
 
+/// A rule that reads a set number of bytes past its keyword's line (a label, then the secret
+/// on the next line) finds a value that goes on past them: the whole value is redacted, never
+/// its start with the rest shipped.
+#[test]
+fn a_value_past_the_end_of_what_a_rule_reads_is_redacted_whole() {
+    // A token that repeats nothing (a repeated one is found again by its copies).
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut state = 0x2545_f491_u32;
+    let token: String = (0..700)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ALPHABET[(state >> 24) as usize % ALPHABET.len()] as char
+        })
+        .collect();
+    let tail = &token[token.len() - 40..];
+    for text in [
+        format!("Generated password:\n{token}\n"),
+        format!("Your API token (shown once):\n\n{token}"),
+        format!("Generated password:\n{}{}\n", " ".repeat(200), &token[..80]),
+        format!(
+            "$ pass show db\n{}{}\n$ ls",
+            " ".repeat(8150),
+            &token[..100]
+        ),
+    ] {
+        let shipped = redact(&text);
+        assert!(
+            !shipped.contains(tail) || shipped == text,
+            "part of the value shipped: {}",
+            shipped
+                .replace('\n', "\\n")
+                .chars()
+                .take(120)
+                .collect::<String>()
+        );
+    }
+    let shipped = redact(&format!("Generated password:\n{token}\n"));
+    assert!(!shipped.contains(tail), "{shipped}");
+}
+
 /// Text of the shapes the name rules read, around every spelling of the names they know: a
 /// name word with a prefix and a suffix, then anything that may follow a name in code, prose,
 /// YAML or a table, then a value.
