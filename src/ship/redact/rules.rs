@@ -2086,13 +2086,21 @@ pub(crate) static RULES: &[Rule] = &[
         "ldap-w",
         "command-line",
         &["ldap"],
-        r#"\bldap[a-z]*\b[^\n|;&]*?[ \t]-[wy][ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        // The bind password `-w` and the file holding it `-y`; `ldappasswd`'s old and new
+        // passwords too (`-a`, `-s`), which other tools' `-a` (dereferencing) and `-s` (scope)
+        // are not.
+        r#"\b(?:ldappasswd\b[^\n|;&]*?[ \t]-[wysa]|ldap[a-z]*\b[^\n|;&]*?[ \t]-[wy])[ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
         &[
             "ldapsearch -x -H ldap://dc1 -D cn=admin,dc=example,dc=org -w LdapPw1 -b dc=example,dc=org",
             "ldapmodify -D cn=admin -w 'Ldap Pw 2' -f change.ldif",
+            "ldappasswd -x -D cn=admin -w LdapBind9 -a LdapOld9 -s LdapNew9 uid=bob",
+            "ldapmodify -D cn=admin -y /etc/ldap.secret -w LdapPw3",
         ],
-        &["ldapsearch -x -D cn=admin,dc=example,dc=org -W -b dc=example,dc=org"],
+        &[
+            "ldapsearch -x -D cn=admin,dc=example,dc=org -W -b dc=example,dc=org",
+            "ldapsearch -x -W -s sub -a always -b dc=example,dc=org",
+        ],
     ),
     // Archivers and GnuPG given their password on the command line: 7-Zip's and RAR's `-p`
     // glued to it, zip's `-P` and `--password`, gpg's `--passphrase` (not `--passphrase-file`
@@ -2589,9 +2597,12 @@ pub(crate) static RULES: &[Rule] = &[
         "ssh-keygen-n",
         "command-line",
         &["ssh-keygen"],
-        r#"\bssh-keygen\b[^\n|;&]*?[ \t]-N[ \t]*(?P<q>["']?)(?P<s>[^\s"'])"#,
+        r#"\bssh-keygen\b[^\n|;&]*?[ \t]-[NP][ \t]*(?P<q>["']?)(?P<s>[^\s"'])"#,
         Refine::Flag,
-        &["ssh-keygen -t ed25519 -N 'Kg pass' -f id"],
+        &[
+            "ssh-keygen -t ed25519 -N 'Kg pass' -f id",
+            "ssh-keygen -p -f id -P OldKgPass9 -N NewKgPass9",
+        ],
         &["ssh-keygen -t ed25519 -N '' -f id"],
     ),
     rule(
@@ -4041,12 +4052,101 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         return;
     }
     let mut stops = Stops::default();
+    // What [`more_flags`] may read in all: twice the text (a text made of commands, each
+    // with its flag, is read again a bounded number of times, never once per command).
+    let mut budget = 2 * text.len() + 4 * MORE_FLAGS_BYTES;
     for caps in re.captures_iter(text) {
-        let end = caps.get(0).map_or(0, |m| m.end());
+        let (start, end) = caps.get(0).map_or((0, 0), |m| (m.start(), m.end()));
         let (near, from) = (near_match(rule, text, end), out.len());
         refine(rule, &caps, near, out);
         stops.widen(text, near.len(), &mut out[from..]);
+        if rule.refine == Refine::Flag
+            && let Some(value) = out[from..].last()
+        {
+            let after = value.end;
+            more_flags(re, text, start, after, &mut budget, out);
+        }
     }
+}
+
+/// How many more of a rule's flags [`more_flags`] reads after one command's first, and how
+/// far past each it looks.
+const MORE_FLAGS: usize = 8;
+const MORE_FLAGS_BYTES: usize = 4096;
+
+/// The rest of a command whose first flag `rule` took (its match at `start`, the value ending
+/// at `after`): a command given two of its flags (`ssh-keygen -P old -N new`, `ldappasswd -w
+/// bind -s new`) had only the first taken, as the pattern names the command once and the next
+/// search starts past it. So the rest of the line is searched again with the command's word
+/// (the first word of the match) put before it. Only for a match that starts with a command's
+/// name: a pattern that starts at a blank (a flag on any command) finds every flag by itself,
+/// and one that starts with code (`auth=(`) names no command. Reads
+/// at most `budget` bytes, less what it read.
+fn more_flags(
+    re: &Regex,
+    text: &str,
+    start: usize,
+    mut after: usize,
+    budget: &mut usize,
+    out: &mut Vec<Range<usize>>,
+) {
+    let b = text.as_bytes();
+    if !b.get(start).is_some_and(u8::is_ascii_alphanumeric) {
+        return;
+    }
+    let word_end = b[start..]
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .map_or(b.len(), |i| start + i);
+    let line_end = memchr::memchr(b'\n', &b[after.min(b.len())..]).map_or(b.len(), |i| after + i);
+    let word = &text[start..word_end];
+    // A command's name, not code that a pattern starts with (`auth=('u',`).
+    if !word
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    {
+        return;
+    }
+    let shift = word.len() + 1;
+    for _ in 0..MORE_FLAGS {
+        if after >= line_end || !text.is_char_boundary(after) {
+            return;
+        }
+        let mut end = line_end.min(after + MORE_FLAGS_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let Some(left) = budget.checked_sub(shift + end - after) else {
+            return;
+        };
+        *budget = left;
+        let hay = format!("{word} {}", &text[after..end]);
+        let Some(caps) = re.captures(&hay) else {
+            return;
+        };
+        let mut found = Vec::new();
+        refine_flag(&caps, &hay, &mut found);
+        let mut spans: Vec<Range<usize>> = found
+            .into_iter()
+            .filter(|s| s.start >= shift && !s.is_empty())
+            .map(|s| after + s.start - shift..after + s.end - shift)
+            .collect();
+        // A value the look's end cut goes on to its end.
+        Stops::default().widen(text, end, &mut spans);
+        match spans.iter().map(|s| s.end).max() {
+            Some(next) if next > after => after = next,
+            _ => return,
+        }
+        out.extend(spans);
+    }
+}
+
+/// The value a [`Refine::Flag`] rule's captures name: its group `s`, opened by the quote in
+/// group `q` if any.
+fn refine_flag(caps: &regex::Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
+    let Some(s) = caps.name("s") else { return };
+    let quote = caps.name("q").and_then(|q| q.as_str().bytes().next());
+    flag(text, s.start(), quote, out);
 }
 
 /// How far past its match a rule reads to judge a value: a value is judged by its first
@@ -4946,11 +5046,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 colon(text, n.range(), first.range(), out);
             }
         }
-        Refine::Flag => {
-            let Some(s) = caps.name("s") else { return };
-            let quote = caps.name("q").and_then(|q| q.as_str().bytes().next());
-            flag(text, s.start(), quote, out);
-        }
+        Refine::Flag => refine_flag(caps, text, out),
         Refine::Label => {
             if let (Some(m), Some(s)) = (caps.get(0), group()) {
                 label(text, m.start(), s.range(), out);
@@ -6870,8 +6966,17 @@ mod tests {
             let mut found = Vec::new();
             find(rule, re, t, &mut found);
             let mut captured = Vec::new();
+            let mut budget = usize::MAX;
             for caps in re.captures_iter(t) {
+                let from = captured.len();
                 refine(rule, &caps, t, &mut captured);
+                // A command's later flags, read again ([`more_flags`]).
+                if rule.refine == Refine::Flag
+                    && let (Some(m), Some(value)) = (caps.get(0), captured[from..].last())
+                {
+                    let after = value.end;
+                    more_flags(re, t, m.start(), after, &mut budget, &mut captured);
+                }
             }
             assert_eq!(found, captured, "{}: {t:?}", rule.id);
         }

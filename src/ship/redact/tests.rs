@@ -726,6 +726,46 @@ fn a_value_past_the_end_of_what_a_rule_reads_is_redacted_whole() {
     assert!(!shipped.contains(tail), "{shipped}");
 }
 
+/// A command given more than one of its password flags has every one redacted: a rule that
+/// names its command once took only the first (`ssh-keygen -P old -N new` shipped the new
+/// passphrase), and a flag naming a file is not one of them.
+#[test]
+fn every_password_flag_of_one_command_is_redacted() {
+    for (text, secrets) in [
+        (
+            "ssh-keygen -p -f id -P OldKgPass9 -N NewKgPass9",
+            &["OldKgPass9", "NewKgPass9"][..],
+        ),
+        (
+            "ldappasswd -x -D cn=admin -w LdapBind9 -a LdapOld9 -s LdapNew9 uid=bob",
+            &["LdapBind9", "LdapOld9", "LdapNew9"],
+        ),
+        (
+            "ldapmodify -D cn=admin -y /etc/ldap.secret -w LdapPw3 -f x.ldif",
+            &["/etc/ldap.secret", "LdapPw3"],
+        ),
+        (
+            "sqlcmd -S a -U sa -P SqlFirst9 -Q x; sqlcmd -S b -U sa -P SqlSecond9",
+            &["SqlFirst9", "SqlSecond9"],
+        ),
+        (
+            "redis-cli -a RedisOne9 -h a ping && redis-cli -h b -a RedisTwo9 ping",
+            &["RedisOne9", "RedisTwo9"],
+        ),
+    ] {
+        let shipped = redact(text);
+        for secret in secrets {
+            assert!(!shipped.contains(secret), "{secret} shipped: {shipped}");
+        }
+    }
+    // The other tools' `-a` and `-s` stay, and code that a rule's pattern starts with is no
+    // command to read again (`auth=('u',` then the rest of the line).
+    let text = "ldapsearch -x -W -s sub -a always -b dc=example,dc=org";
+    assert_eq!(redact(text), text);
+    let shipped = redact("requests.get(url, auth=('alice', 'PyAuthPw9Z'))");
+    assert_eq!(shipped, "requests.get(url, auth=('alice', '[REDACTED]'))");
+}
+
 /// Text of the shapes the name rules read, around every spelling of the names they know: a
 /// name word with a prefix and a suffix, then anything that may follow a name in code, prose,
 /// YAML or a table, then a value.
