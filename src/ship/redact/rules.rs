@@ -1971,16 +1971,19 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     // Password flags of database, directory and key tools (docs/behaviour.md T2.5): each
-    // tool's own flag, spelled as it is (`sqlcmd -P` is the password, `-p` prints statistics).
+    // tool's own flag, spelled as it is (`sqlcmd -P` is the password, `-p` prints statistics;
+    // Sybase's `isql` and Mosquitto's clients take `-P` too).
     rule(
         "sqlcmd-p",
         "command-line",
-        &["sqlcmd", "bcp", "osql"],
-        r#"(?i:\b(?:sqlcmd|bcp|osql)\b)[^\n|;&]*?[ \t]-P[ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        &["sqlcmd", "bcp", "osql", "isql", "mosquitto_"],
+        r#"(?i:\b(?:sqlcmd|bcp|osql|isql|mosquitto_(?:pub|sub|rr))\b)[^\n|;&]*?[ \t]-P[ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
         &[
             "sqlcmd -S db.internal -U sa -P 'Sq1Cmd!Pass' -Q \"select 1\"",
             "bcp dbo.t out t.dat -S db -U loader -PBcpSecret77 -c",
+            "isql -U sa -P IsqlPw9Zq -S srv",
+            "mosquitto_pub -h broker -u bob -P MqttPw9Zq -t t -m x",
         ],
         &["sqlcmd -S db.internal -E -Q \"select 1\" -p"],
     ),
@@ -2069,6 +2072,42 @@ pub(crate) static RULES: &[Rule] = &[
             "ls -a ~/.config && http GET https://api.example.com",
         ],
     ),
+    // A Wi-Fi network's passphrase given to NetworkManager (`nmcli dev wifi connect SSID
+    // password …`, `wifi-sec.psk …`) or to `wpa_passphrase SSID …`.
+    rule(
+        "wifi-passphrase",
+        "command-line",
+        &["nmcli", "wpa_passphrase"],
+        r#"(?i)\b(?:nmcli\b[^\n|;&]*?[ \t](?:password|(?:wifi-sec|802-11-wireless-security)\.psk)|wpa_passphrase[ \t]+(?:"[^"\n]*"|'[^'\n]*'|[^\s<>|]+))[ \t]+(?P<q>["']?)(?P<s>[^\s"'$<-])"#,
+        Refine::Flag,
+        &[
+            "nmcli dev wifi connect HomeNet password WifiPw9Zq",
+            "nmcli con modify office wifi-sec.psk 'Office Wifi 9'",
+            "wpa_passphrase \"Home Net\" WpaPass9Zq >> /etc/wpa_supplicant.conf",
+        ],
+        &[
+            "nmcli dev wifi connect HomeNet --ask",
+            "nmcli con modify office wifi-sec.psk \"$WIFI_PSK\"",
+            "wpa_passphrase HomeNet < psk.txt",
+        ],
+    ),
+    // A remote's secret given to `rclone config create` (or `update`) as a key and its
+    // value.
+    rule(
+        "rclone-config-secret",
+        "command-line",
+        &["rclone"],
+        r#"(?i)\brclone[ \t]+config[ \t]+(?:create|update)\b[^\n|;&]*?[ \t](?:secret_access_key|pass|password|client_secret|token|account_key|key|sas_url)[ \t]+(?P<q>["']?)(?P<s>[^\s"'$-])"#,
+        Refine::Flag,
+        &[
+            "rclone config create s3r s3 provider AWS access_key_id AKIDEXAMPLE secret_access_key Rc9SecretKey99x",
+            "rclone config create box sftp host h user bob pass RcSftpPw9 --obscure",
+        ],
+        &[
+            "rclone config create s3r s3 env_auth true",
+            "rclone config create box sftp host h user bob key_file ~/.ssh/id",
+        ],
+    ),
     // Windows' `cmdkey /pass:` storing a credential.
     rule(
         "cmdkey-pass",
@@ -2103,18 +2142,19 @@ pub(crate) static RULES: &[Rule] = &[
         ],
     ),
     // Archivers and GnuPG given their password on the command line: 7-Zip's and RAR's `-p`
-    // glued to it, zip's `-P` and `--password`, gpg's `--passphrase` (not `--passphrase-file`
+    // glued to it (RAR's `-hp` also hides the names), zip's `-P` and `--password`, gpg's `--passphrase` (not `--passphrase-file`
     // or `--passphrase-fd`). Only these tools, and zip's flag in its case (`unzip -p` writes
     // to a pipe).
     rule(
         "archive-password-glued",
         "command-line",
         &["7z ", "7za ", "7zr ", "rar "],
-        r#"(?i:\b(?:7z[ar]?|rar|unrar)\b)[^\n|;&]*?[ \t]-p(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        r#"(?i:\b(?:7z[ar]?|rar|unrar)\b)[^\n|;&]*?[ \t]-h?p(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
         &[
             "7z a -pSevenZipPw9Zq archive.7z dir",
             "rar a -p'Rar Pw 9' backup.rar docs",
+            "rar a -hpRarHeadPw9 backup.rar docs",
         ],
         &["7z x -p archive.7z", "7z a -mx=9 archive.7z dir"],
     ),
@@ -2543,13 +2583,18 @@ pub(crate) static RULES: &[Rule] = &[
         "here-string-secret",
         "command-line",
         &["<<<"],
-        r#"(?i)\b(?:env[ \t]+add|secrets?[ \t]+(?:set|add|create|put)|--with-token|--password-stdin|--token-stdin|login)\b[^\n|;&]*<<<[ \t]*(?P<q>["']?)(?P<s>[^\s"'$])"#,
+        r#"(?i)\b(?:env[ \t]+add|secrets?[ \t]+(?:set|add|create|put)|--with-token|--password-stdin|--token-stdin|login|sudo[ \t]+(?:-[a-z]+[ \t]+)*-[a-z]*(?-i:S))\b[^\n|;&]*<<<[ \t]*(?P<q>["']?)(?P<s>[^\s"'$])"#,
         Refine::Flag,
         &[
             "vercel env add API_SECRET production <<< \"V3rcelS3cret9\"",
             "docker login -u bob --password-stdin <<< 'D0ckerHere9'",
+            "sudo -S <<< 'SudoHere9Zq' apt-get update",
         ],
-        &["vercel env add API_SECRET production <<< \"$API_SECRET\""],
+        &[
+            "vercel env add API_SECRET production <<< \"$API_SECRET\"",
+            "sudo -s <<< 'ls -la /root'",
+            "sudo -S <<< \"$SUDO_PASSWORD\" true",
+        ],
     ),
     rule(
         "rabbitmqctl-password",
@@ -2621,11 +2666,27 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "sqlplus",
         "command-line",
-        &["sqlplus"],
-        r#"(?i)\bsqlplus\b[ \t]+(?:-\S+[ \t]+)*["']?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
+        // Oracle's tools that take `user/password@db` as an argument: SQL*Plus, Data Pump
+        // and the older export and import, SQL*Loader's `userid=`, RMAN's `target`,
+        // `catalog` and `auxiliary`, the Data Guard broker. (`rman ` with its blank: the
+        // word alone is inside "performance".)
+        &[
+            "sqlplus", "expdp", "impdp", "exp ", "imp ", "sqlldr", "rman ", "dgmgrl",
+        ],
+        r#"(?i)\b(?:sqlplus|expdp|impdp|exp|imp|sqlldr|dgmgrl|rman[ \t]+(?:target|catalog|auxiliary))\b[ \t]+(?:-\S+[ \t]+)*["']?(?:userid=)?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
         Refine::Sqlplus,
-        &["sqlplus scott/Tiger123@orcl"],
-        &["sqlplus / as sysdba"],
+        &[
+            "sqlplus scott/Tiger123@orcl",
+            "expdp system/ExpDpPw9@orcl directory=d dumpfile=x.dmp",
+            "exp system/ExpSysPw9@db file=x.dmp",
+            "sqlldr userid=scott/LdrPw9Zq control=x.ctl",
+            "rman target sys/RmanPw9Zq@prod",
+        ],
+        &[
+            "sqlplus / as sysdba",
+            "rman target /",
+            "expdp \"/ as sysdba\" directory=d",
+        ],
     ),
     when(
         HAS_BRACKET_THEN_QUOTE,
