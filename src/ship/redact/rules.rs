@@ -2368,15 +2368,33 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "password-stdin",
         "command-line",
-        &["password-stdin", "with-token"],
-        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n]*--(?:password-stdin|with-token)"#,
+        // A login reading its password, or a secret store reading the value it stores
+        // (`wrangler secret put NAME`, `gh secret set NAME`, `vercel env add NAME`, `docker
+        // secret create NAME -`), from what is piped to it.
+        &[
+            "password-stdin",
+            "with-token",
+            "secret put",
+            "secret set",
+            "secrets set",
+            "secret create",
+            "env add",
+        ],
+        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n;&|]*(?:--(?:password-stdin|with-token)|\b(?:secrets?[ \t]+(?:put|set|create)|env[ \t]+add)\b)"#,
         Refine::Flag,
         &[
             "echo 'St1nPiped9' | docker login -u app --password-stdin ghcr.io",
             "printf '%s' \"St1nPiped8\" | helm registry login r.io -u app --password-stdin",
             "printf '%s' 'Gh9PipedTok' | gh auth login --with-token",
+            "echo 'WrKey9Zq7' | npx wrangler secret put API_KEY",
+            "echo -n VcEnvKey9Zq | vercel env add API_KEY production",
+            "printf '%s' 'DkSecret9Zq' | docker secret create db_password -",
         ],
-        &["echo $CR_PAT | docker login ghcr.io -u app --password-stdin"],
+        &[
+            "echo $CR_PAT | docker login ghcr.io -u app --password-stdin",
+            "echo \"$API_KEY\" | npx wrangler secret put API_KEY",
+            "echo done | tee log; gh secret set X < file",
+        ],
     ),
     rule(
         "net-user-password",
@@ -2784,6 +2802,33 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
+    // A Terraform variable named for a secret, with its default written in the block
+    // (`variable "db_password" { default = "…" }`, over lines): the secret itself, as a
+    // `.tfvars` assignment would be. Read up to 512 bytes past the `variable` line.
+    reaching(
+        512,
+        rule(
+            "terraform-variable-default",
+            "generic-assignment",
+            &["variable \""],
+            concat!(
+                r#"(?i)\bvariable[ \t]+"(?P<n>[A-Za-z0-9_-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_-]*)"[ \t]*\{[^}]*?\bdefault[ \t]*=[ \t]*(?P<q>")"#
+            ),
+            Refine::Fallback,
+            &[
+                "variable \"db_password\" {\n  type    = string\n  default = \"TfDefPw9Zq\"\n}",
+                "variable \"api_token\" { default = \"TfTok9ZqXk2\" }",
+            ],
+            &[
+                "variable \"db_password\" {\n  type      = string\n  sensitive = true\n}",
+                "variable \"db_password\" {\n  default = \"\"\n}",
+                "variable \"auth_method\" {\n  default = \"oidc\"\n}",
+                "variable \"region\" {\n  default = \"us-east-1\"\n}",
+            ],
+        ),
+    ),
     // A shell's default for a secret-named variable (`${DB_PASSWORD:-…}`, `-`, `:=`, `=`),
     // as compose files and scripts write it.
     when(
@@ -2865,7 +2910,8 @@ pub(crate) static RULES: &[Rule] = &[
     // A command that stores a setting, a secret or a key, given a secret's name and then its
     // value as the next argument: WP-CLI's `wp config set DB_PASSWORD …`, `netlify env:set`,
     // `fly secrets set NAME …`, `consul kv put secret/db/password …`, `etcdctl put
-    // /app/db/password …`, csh's `setenv`. A flag, a file (`@file`) or a reference as the
+    // /app/db/password …`, csh's `setenv`, Windows' `setx`. A flag, a file (`@file`) or a
+    // reference (`$X`, `%X%`) as the
     // value stays.
     rule(
         "cli-set-name-value",
@@ -2874,6 +2920,7 @@ pub(crate) static RULES: &[Rule] = &[
         // code, and this one on each cost ordinary tool output 3 %.
         &[
             "setenv",
+            "setx ",
             "set -",
             "config set",
             "config put",
@@ -2894,9 +2941,9 @@ pub(crate) static RULES: &[Rule] = &[
             "parameters set",
         ],
         concat!(
-            r#"(?i)(?:\bsetenv|\bset(?:[ \t]+-[A-Za-z]+)+|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
+            r#"(?i)(?:\bsetenv|\bsetx|\bset(?:[ \t]+-[A-Za-z]+)+|\betcdctl[ \t]+put|\b(?:config|secrets?|env|variables|vars?|kv|parameters?)(?::|[ \t]+)(?:set|put))[ \t]+(?:[^\s/"'=]*/)*(?P<n>[A-Za-z0-9_.-]*(?:"#,
             name_words!(),
-            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<(-][^\s"'`]{5,})"#
+            r#")[A-Za-z0-9_]*)[ \t]+["']?(?P<s>[^\s"'$`@<(%-][^\s"'`]{5,})"#
         ),
         Refine::Fallback,
         &[
@@ -2907,6 +2954,7 @@ pub(crate) static RULES: &[Rule] = &[
             "setenv DB_PASSWORD CshPass9x2",
             "set -gx API_TOKEN FishTok9x2Q",
             "wp config set DB_PASSWORD 'Wp$$Dollar9x'",
+            "setx API_KEY CmdSetxKey9Zq",
         ],
         &[
             "wp config set DB_PASSWORD --prompt",
@@ -2917,6 +2965,7 @@ pub(crate) static RULES: &[Rule] = &[
             "set -euo pipefail",
             "set -gx API_TOKEN (cat ~/.token)",
             "set -l token_count (count $argv)",
+            "setx API_KEY \"%NEW_KEY%\"",
         ],
     ),
     // A literal given to Ansible Vault to encrypt (`ansible-vault encrypt_string '…' --name
