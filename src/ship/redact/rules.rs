@@ -2684,19 +2684,15 @@ pub(crate) static RULES: &[Rule] = &[
     rule(
         "sqlplus",
         "command-line",
-        // Oracle's tools that take `user/password@db` as an argument: SQL*Plus, Data Pump
-        // and the older export and import, SQL*Loader's `userid=`, RMAN's `target`,
-        // `catalog` and `auxiliary`, the Data Guard broker. (`rman ` with its blank: the
-        // word alone is inside "performance".)
-        &[
-            "sqlplus", "expdp", "impdp", "exp ", "imp ", "sqlldr", "rman ", "dgmgrl",
-        ],
-        r#"(?i)\b(?:sqlplus|expdp|impdp|exp|imp|sqlldr|dgmgrl|rman[ \t]+(?:target|catalog|auxiliary))\b[ \t]+(?:-\S+[ \t]+)*["']?(?:userid=)?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
+        // Oracle's tools that take `user/password@db` as an argument: SQL*Plus, Data Pump,
+        // SQL*Loader's `userid=`, RMAN's `target`, `catalog` and `auxiliary`, the Data Guard
+        // broker. (`rman ` with its blank: the word alone is inside "performance".)
+        &["sqlplus", "expdp", "impdp", "sqlldr", "rman ", "dgmgrl"],
+        r#"(?i)\b(?:sqlplus|expdp|impdp|sqlldr|dgmgrl|rman[ \t]+(?:target|catalog|auxiliary))\b[ \t]+(?:-\S+[ \t]+)*["']?(?:userid=)?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
         Refine::Sqlplus,
         &[
             "sqlplus scott/Tiger123@orcl",
             "expdp system/ExpDpPw9@orcl directory=d dumpfile=x.dmp",
-            "exp system/ExpSysPw9@db file=x.dmp",
             "sqlldr userid=scott/LdrPw9Zq control=x.ctl",
             "rman target sys/RmanPw9Zq@prod",
         ],
@@ -2705,6 +2701,20 @@ pub(crate) static RULES: &[Rule] = &[
             "rman target /",
             "expdp \"/ as sysdba\" directory=d",
         ],
+    ),
+    // Oracle's older export and import (`exp user/password@db`): their names are short
+    // words, so only a password followed by its database (`exp x/y` is arithmetic).
+    rule(
+        "oracle-exp-imp",
+        "command-line",
+        &["exp ", "imp "],
+        r#"(?i)\b(?:exp|imp)[ \t]+(?:-\S+[ \t]+)*(?:userid=)?[A-Za-z0-9_$#.]{2,}/(?P<s>[^\s@"'/][^\s@"'/]*@)"#,
+        Refine::Sqlplus,
+        &[
+            "exp system/ExpSysPw9@db file=x.dmp",
+            "imp userid=scott/ImpPw9Zq@orcl full=y",
+        ],
+        &["y = exp x/y", "imp a/b"],
     ),
     when(
         HAS_BRACKET_THEN_QUOTE,
