@@ -1465,12 +1465,15 @@ pub(crate) static RULES: &[ProviderRule] = &[
         family: "password-hash",
         keywords: &[
             "$1$", "$2a$", "$2b$", "$2y$", "$5$", "$6$", "$y$", "$argon2", "$krb5", "$8$", "$9$",
+            "$apr1$",
         ],
-        pattern: r"\$(?:8|9)\$[./A-Za-z0-9]{14}\$[./A-Za-z0-9]{43}|\$(?:1|5|6)\$(?:rounds=[0-9]+\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,8}\$[./A-Za-z0-9]{1,32}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=[0-9]+\$m=[0-9]+,t=[0-9]+,p=[0-9]+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,}|\$krb5(?:asrep|tgs)\$[0-9]+\$[^\s:$]{1,128}[:$][0-9a-f]{32}\$[0-9a-f]{64,}",
+        pattern: r"\$(?:8|9)\$[./A-Za-z0-9]{14}\$[./A-Za-z0-9]{43}|\$(?:1|5|6|apr1)\$(?:rounds=[0-9]+\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,8}\$[./A-Za-z0-9]{1,32}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=[0-9]+\$m=[0-9]+,t=[0-9]+,p=[0-9]+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,}|\$krb5(?:asrep|tgs)\$[0-9]+\$[^\s:$]{1,128}[:$][0-9a-f]{32}\$[0-9a-f]{64,}",
         min_entropy: Some(3.0),
         positive: &[
             r#"root:$6$WQLYfI9X$CnML89IxbByU49QbI/KsYPzbsHruqe.fYh.JsBq6Z533ivWfsMCeqifMngBsAQRgDQ4Aj4hMCuLjM2/uwM636x:19000:0:99999:7:::"#,
             r#"admin:$2b$12$368ibOr6PUpGvSy5SIZ8g8E3iPKG8o6b2un4HXSIcna4WpSWHZYDL"#,
+            // Apache's MD5 (`htpasswd -m`).
+            r#"bob:$apr1$Xq7vR2mL$k3QzT9wB4nY8pC1dF6hJ0/"#,
             r#"username admin secret 9 $9$nhEmQVczB7dqsO$X.HsgL6x1il0RxkOSSvyQYwucySCt7qFm4v7pqCxkKM"#,
             r#"hash = '$argon2id$v=19$m=65536,t=3,p=4$LLUvJf/3ruxBk+ZttgBCU6$jTwt7w5+6JgHPK+mZClRLmwly4fGUZmv9dbRcxjqkqk'"#,
         ],
