@@ -5,11 +5,16 @@
 //! runs over every byte of every line, so that interface was most of its cost. This is the same
 //! automaton copied into one flat array: a byte's class, one transition, and a single compare
 //! that says whether the state reports keywords (those states are numbered first). The copy is
-//! taken state by state from the DFA itself, so it reports exactly what the DFA reports (a
-//! property test in this module holds it to that).
+//! taken state by state from the automaton's own interface, so it reports exactly what the DFA
+//! reports (a property test in this module holds it to that).
+//!
+//! It is taken from the Aho-Corasick NFA (the trie and its failure links), not from the DFA
+//! built on it: the DFA's builder works out each state's next state for all 256 bytes, where
+//! the table needs one byte of each class (about 40), and building the redactor (again after
+//! every quiet spell, see `shared.rs`) spent most of its 42 M instructions there.
 
 use aho_corasick::automaton::{Automaton, StateID};
-use aho_corasick::dfa::DFA;
+use aho_corasick::nfa::noncontiguous::NFA;
 use aho_corasick::{Anchored, MatchKind};
 
 use super::Hit;
@@ -39,10 +44,10 @@ pub(crate) struct Keywords {
 impl Keywords {
     /// `words` (lowercase) found ASCII case-insensitively, every occurrence reported.
     pub(crate) fn new(words: &[&str]) -> Keywords {
-        Keywords::from_dfa(&dfa(words), words)
+        Keywords::from_automaton(&nfa(words), words)
     }
 
-    fn from_dfa(dfa: &DFA, words: &[&str]) -> Keywords {
+    fn from_automaton(aut: &impl Automaton, words: &[&str]) -> Keywords {
         // Classes: one per byte (case folded) that some keyword holds, 0 for the rest.
         let mut classes = [0u8; 256];
         let mut reps: Vec<u8> = vec![0];
@@ -63,14 +68,14 @@ impl Keywords {
         let stride = reps.len() as u32;
 
         // Every state reachable from the start, in the order found.
-        let start_id = match dfa.start_state(Anchored::No) {
+        let start_id = match aut.start_state(Anchored::No) {
             Ok(s) => s,
-            // An unanchored search of a DFA built without a prefilter always has a start
-            // state; without one nothing is ever found, as with the DFA.
+            // An unanchored search of an automaton built without a prefilter always has a
+            // start state; without one nothing is ever found, as with the DFA.
             Err(_) => return Keywords::empty(),
         };
         let mut found: Vec<StateID> = vec![start_id];
-        // Each DFA state's place in `found`, by its id (`NONE`: not found yet).
+        // Each state's place in `found`, by its id (`NONE`: not found yet).
         const NONE: u32 = u32::MAX;
         let mut index: Vec<u32> = Vec::new();
         let place = |index: &mut Vec<u32>, sid: StateID, found: &mut Vec<StateID>| {
@@ -92,12 +97,12 @@ impl Keywords {
         while i < found.len() {
             let sid = found[i];
             for &b in &reps {
-                let to = dfa.next_state(Anchored::No, sid, b);
+                let to = aut.next_state(Anchored::No, sid, b);
                 next.push(place(&mut index, to, &mut found) as u32);
             }
             i += 1;
         }
-        let is_match = |sid: StateID| dfa.is_special(sid) && dfa.is_match(sid);
+        let is_match = |sid: StateID| aut.is_special(sid) && aut.is_match(sid);
         // Reporting states first.
         let mut order: Vec<usize> = (0..found.len()).filter(|&s| is_match(found[s])).collect();
         let match_count = order.len();
@@ -124,9 +129,9 @@ impl Keywords {
         for &old in &order[..match_count] {
             let sid = found[old];
             let first = matches.len() as u32;
-            for k in 0..dfa.match_len(sid) {
-                let p = dfa.match_pattern(sid, k);
-                matches.push((p.as_u32(), dfa.pattern_len(p) as u32));
+            for k in 0..aut.match_len(sid) {
+                let p = aut.match_pattern(sid, k);
+                matches.push((p.as_u32(), aut.pattern_len(p) as u32));
             }
             spans.push((first, matches.len() as u32));
         }
@@ -415,10 +420,10 @@ impl Trans {
     }
 }
 
-/// The keyword DFA: `words` (lowercase) found ASCII case-insensitively, every occurrence
-/// reported.
-fn dfa(words: &[&str]) -> DFA {
-    DFA::builder()
+/// The keyword automaton: `words` (lowercase) found ASCII case-insensitively, every
+/// occurrence reported.
+fn nfa(words: &[&str]) -> NFA {
+    NFA::builder()
         .match_kind(MatchKind::Standard)
         .ascii_case_insensitive(true)
         // Stepped through the table above, one lookup per byte: a prefilter would only make
@@ -430,13 +435,24 @@ fn dfa(words: &[&str]) -> DFA {
         .expect("keyword automaton builds")
 }
 
+/// The DFA of the same words, which the tests hold the table to.
+#[cfg(test)]
+fn dfa(words: &[&str]) -> aho_corasick::dfa::DFA {
+    aho_corasick::dfa::DFA::builder()
+        .match_kind(MatchKind::Standard)
+        .ascii_case_insensitive(true)
+        .prefilter(false)
+        .build(words)
+        .expect("keyword automaton builds")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The occurrences the DFA reports stepped through its own interface, as the scan did
     /// before the table.
-    fn by_dfa(dfa: &DFA, text: &[u8]) -> Vec<(usize, u32)> {
+    fn by_dfa(dfa: &aho_corasick::dfa::DFA, text: &[u8]) -> Vec<(usize, u32)> {
         let mut hits: Vec<(usize, u32)> = Vec::new();
         let mut sid = dfa.start_state(Anchored::No).expect("start state");
         for (i, &b) in text.iter().enumerate() {
@@ -498,7 +514,7 @@ mod tests {
     fn finds_what_the_dfa_finds_in_examples() {
         let words = redactor_words();
         let d = dfa(&words);
-        let table = Keywords::from_dfa(&d, &words);
+        let table = Keywords::new(&words);
         for text in [
             &b"export GITHUB_TOKEN=ghp_x; PassWord=1 private key -----END Author: x"[..],
             b"",
@@ -513,13 +529,36 @@ mod tests {
         assert!(!by_table(&table, b"PASSWORD").is_empty());
     }
 
+    /// The table taken from the NFA is, entry for entry, the one taken from the DFA: the same
+    /// states in the same order, each with the same keywords.
+    #[test]
+    fn the_table_from_the_nfa_is_the_one_from_the_dfa() {
+        let words = redactor_words();
+        let (from_nfa, from_dfa) = (
+            Keywords::new(&words),
+            Keywords::from_automaton(&dfa(&words), &words),
+        );
+        let entries = |k: &Keywords| match &k.trans {
+            Trans::Small(t) => t.to_vec(),
+            Trans::Large(t) => t.to_vec(),
+        };
+        assert_eq!(entries(&from_nfa), entries(&from_dfa));
+        assert_eq!(from_nfa.classes, from_dfa.classes);
+        assert_eq!(
+            (from_nfa.start, from_nfa.stride, from_nfa.lead),
+            (from_dfa.start, from_dfa.stride, from_dfa.lead)
+        );
+        assert_eq!(from_nfa.spans, from_dfa.spans);
+        assert_eq!(from_nfa.matches, from_dfa.matches);
+    }
+
     /// A keyword that straddles the border of two parts, at every offset, is found once, as
     /// one scan finds it: the longest keywords need the whole lead.
     #[test]
     fn finds_keywords_across_the_borders_of_the_parts() {
         let words = redactor_words();
         let d = dfa(&words);
-        let table = Keywords::from_dfa(&d, &words);
+        let table = Keywords::new(&words);
         let mut longest = words.clone();
         longest.sort_by_key(|w| std::cmp::Reverse(w.len()));
         let len = STREAMS * (table.lead + 40) + 3;
@@ -575,7 +614,7 @@ mod tests {
         fn agrees_with_the_dfa(text in text_strategy()) {
             let words = redactor_words();
             let d = dfa(&words);
-            let table = Keywords::from_dfa(&d, &words);
+            let table = Keywords::new(&words);
             proptest::prop_assert_eq!(by_table(&table, &text), by_dfa(&d, &text));
         }
     }
