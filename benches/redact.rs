@@ -174,6 +174,16 @@ fn bench(c: &mut Criterion) {
         "keywords_one_line_4m".to_owned(),
         serde_json::json!({"type": "response_item", "payload": payload}).to_string(),
     ));
+    // Commands given their password flags, one after another on one line: each command's
+    // later flags are read again, within twice the line (docs/redaction.md, "Long values").
+    let unit = "ssh-keygen -P OldPw9Zq -N NewPw9Zq; redis-cli -a RedisPw9 ping; ";
+    let commands = unit.repeat(big / unit.len());
+    let payload = serde_json::json!({"type": "function_call_output", "call_id": "call_1",
+        "output": commands});
+    whole.push((
+        "commands_one_line_4m".to_owned(),
+        serde_json::json!({"type": "response_item", "payload": payload}).to_string(),
+    ));
     let mut group = c.benchmark_group("capture");
     for (name, line) in &whole {
         assert!(

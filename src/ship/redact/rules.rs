@@ -524,6 +524,13 @@ impl<'b> Around<'b> {
 
 #[cfg(test)]
 thread_local! {
+    /// How many bytes [`more_flags`] has read again on this thread: the tests hold it to twice
+    /// the text's length, so no line of commands has its rest read again for each command.
+    pub(crate) static MORE_FLAGS_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+thread_local! {
     /// How many bytes of names [`Around::new`] has read on this thread: the tests hold it to
     /// the text's length, so no text makes the name of each keyword be read again.
     pub(crate) static NAME_BYTES_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -4180,9 +4187,7 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         return;
     }
     let mut stops = Stops::default();
-    // What [`more_flags`] may read in all: twice the text (a text made of commands, each
-    // with its flag, is read again a bounded number of times, never once per command).
-    let mut budget = 2 * text.len() + 4 * MORE_FLAGS_BYTES;
+    let mut look = Look::new(text);
     for caps in re.captures_iter(text) {
         let (start, end) = caps.get(0).map_or((0, 0), |m| (m.start(), m.end()));
         let (near, from) = (near_match(rule, text, end), out.len());
@@ -4192,7 +4197,7 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
             && let Some(value) = out[from..].last()
         {
             let after = value.end;
-            more_flags(re, text, start, after, &mut budget, out);
+            more_flags(re, text, start, after, &mut look, out);
         }
     }
 }
@@ -4202,32 +4207,51 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
 const MORE_FLAGS: usize = 8;
 const MORE_FLAGS_BYTES: usize = 4096;
 
+/// What [`more_flags`] may still read in one text, and where the values it cut end.
+struct Look {
+    /// Bytes: twice the text (a text made of commands, each with its flag, is read again a
+    /// bounded number of times, never once per command).
+    budget: usize,
+    stops: Stops,
+}
+
+impl Look {
+    fn new(text: &str) -> Look {
+        Look {
+            budget: 2 * text.len() + 4 * MORE_FLAGS_BYTES,
+            stops: Stops::default(),
+        }
+    }
+}
+
 /// The rest of a command whose first flag `rule` took (its match at `start`, the value ending
 /// at `after`): a command given two of its flags (`ssh-keygen -P old -N new`, `ldappasswd -w
 /// bind -s new`) had only the first taken, as the pattern names the command once and the next
 /// search starts past it. So the rest of the line is searched again with the command's word
 /// (the first word of the match) put before it. Only for a match that starts with a command's
 /// name: a pattern that starts at a blank (a flag on any command) finds every flag by itself,
-/// and one that starts with code (`auth=(`) names no command. Reads
-/// at most `budget` bytes, less what it read.
+/// and one that starts with code (`auth=(`) names no command. Reads at most `look`'s budget
+/// of bytes, less what it read.
 fn more_flags(
     re: &Regex,
     text: &str,
     start: usize,
     mut after: usize,
-    budget: &mut usize,
+    look: &mut Look,
     out: &mut Vec<Range<usize>>,
 ) {
     let b = text.as_bytes();
     if !b.get(start).is_some_and(u8::is_ascii_alphanumeric) {
         return;
     }
-    let word_end = b[start..]
+    // A command's name is a short word (what is read is bounded, on a line of any length).
+    let Some(word_len) = b[start..b.len().min(start + 64)]
         .iter()
         .position(u8::is_ascii_whitespace)
-        .map_or(b.len(), |i| start + i);
-    let line_end = memchr::memchr(b'\n', &b[after.min(b.len())..]).map_or(b.len(), |i| after + i);
-    let word = &text[start..word_end];
+    else {
+        return;
+    };
+    let word = &text[start..start + word_len];
     // A command's name, not code that a pattern starts with (`auth=('u',`).
     if !word
         .bytes()
@@ -4237,17 +4261,26 @@ fn more_flags(
     }
     let shift = word.len() + 1;
     for _ in 0..MORE_FLAGS {
-        if after >= line_end || !text.is_char_boundary(after) {
+        if after >= b.len() || !text.is_char_boundary(after) {
             return;
         }
-        let mut end = line_end.min(after + MORE_FLAGS_BYTES);
+        // To the line's end, at most `MORE_FLAGS_BYTES` on: the line is never searched to
+        // its end for each command. What may be read is paid for before it is read.
+        let limit = b.len().min(after + MORE_FLAGS_BYTES);
+        let Some(left) = look.budget.checked_sub(shift + limit - after) else {
+            return;
+        };
+        look.budget = left;
+        let scan = &b[after..limit];
+        #[cfg(test)]
+        MORE_FLAGS_READ.with(|n| n.set(n.get() + scan.len()));
+        let mut end = memchr::memchr(b'\n', scan).map_or(limit, |i| after + i);
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        let Some(left) = budget.checked_sub(shift + end - after) else {
+        if end <= after {
             return;
-        };
-        *budget = left;
+        }
         let hay = format!("{word} {}", &text[after..end]);
         let Some(caps) = re.captures(&hay) else {
             return;
@@ -4259,8 +4292,8 @@ fn more_flags(
             .filter(|s| s.start >= shift && !s.is_empty())
             .map(|s| after + s.start - shift..after + s.end - shift)
             .collect();
-        // A value the look's end cut goes on to its end.
-        Stops::default().widen(text, end, &mut spans);
+        // A value the look's end cut goes on to its end (found once for each value).
+        look.stops.widen(text, end, &mut spans);
         match spans.iter().map(|s| s.end).max() {
             Some(next) if next > after => after = next,
             _ => return,
@@ -7094,7 +7127,7 @@ mod tests {
             let mut found = Vec::new();
             find(rule, re, t, &mut found);
             let mut captured = Vec::new();
-            let mut budget = usize::MAX;
+            let mut look = Look::new(t);
             for caps in re.captures_iter(t) {
                 let from = captured.len();
                 refine(rule, &caps, t, &mut captured);
@@ -7103,7 +7136,7 @@ mod tests {
                     && let (Some(m), Some(value)) = (caps.get(0), captured[from..].last())
                 {
                     let after = value.end;
-                    more_flags(re, t, m.start(), after, &mut budget, &mut captured);
+                    more_flags(re, t, m.start(), after, &mut look, &mut captured);
                 }
             }
             assert_eq!(found, captured, "{}: {t:?}", rule.id);
