@@ -454,10 +454,15 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
     let word = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'/' | b'+');
     // Every join: from a closing quote to the opening quote of the next literal.
     let mut joins: Vec<Range<usize>> = Vec::new();
+    // The quote of each kind seen last (`'`, then `"`): where a literal closed by the next one
+    // opened, if no line break lies between.
+    let mut last_quote: [Option<usize>; 2] = [None, None];
+    let kind = |c: u8| usize::from(c == b'"');
     let mut i = 0;
     while let Some(o) = memchr::memchr2(b'\'', b'"', &b[i..]) {
         let q = i + o;
         i = q + 1;
+        let opened = last_quote[kind(b[q])].replace(q);
         if q == 0 || !word(b[q - 1]) {
             continue;
         }
@@ -466,7 +471,8 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
             j += 1;
         }
         let blanks = j > q + 1;
-        if j < b.len() && matches!(b[j], b'+' | b'.') {
+        let operator = j < b.len() && matches!(b[j], b'+' | b'.');
+        if operator {
             j += 1;
             while j < b.len() && matches!(b[j], b' ' | b'\t') {
                 j += 1;
@@ -474,19 +480,61 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
         } else if !blanks {
             continue;
         }
+        // A format string beside its argument (a shell's `printf '%s\n' "…"`: two arguments)
+        // is not joined: the format would go with the password.
+        if !operator && opened.is_some_and(|o| b[o + 1] == b'%' && literal_on_one_line(b, o, q)) {
+            continue;
+        }
         if j + 1 < b.len() && matches!(b[j], b'\'' | b'"') && word(b[j + 1]) {
             joins.push(q..j + 1);
+            last_quote[kind(b[j])] = Some(j);
             i = j + 1;
         }
     }
     if joins.is_empty() {
         return None;
     }
-    let mut out = String::with_capacity(text.len());
+    // A literal joined to one quoted otherwise (`'sk_live_' + "…"`) is closed in the view by
+    // the quote that opened the first: the view's literal opened by `'` and closed by `"` was
+    // never closed, and a name's rule took the rest of the line with it. Each rewrite is of one
+    // quote for another, so nothing moves.
+    let mut swaps: Vec<(usize, u8)> = Vec::new();
+    let mut chain: Option<(usize, u8)> = None;
+    for (k, j) in joins.iter().enumerate() {
+        let (q, o) = (j.start, j.end - 1);
+        let quote = match chain {
+            Some((close, quote)) if close == q => quote,
+            _ => b[q],
+        };
+        // Looked for up to the next join's start, so each byte is looked at once.
+        let next = joins.get(k + 1).map_or(b.len(), |n| n.start + 1);
+        chain = literal_closed_after(&b[..next], o).map(|close| {
+            if b[o] != quote {
+                swaps.push((close, quote));
+            }
+            (close, quote)
+        });
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(text.len());
     let mut units = Vec::new();
     let mut from = 0;
+    // The swaps come in the order of the text, as the pieces do.
+    let mut swap = swaps.iter().peekable();
+    let mut push = |out: &mut Vec<u8>, range: Range<usize>| {
+        let start = out.len();
+        out.extend_from_slice(&b[range.clone()]);
+        while let Some(&&(at, quote)) = swap.peek() {
+            if at >= range.end {
+                break;
+            }
+            if at >= range.start {
+                out[start + at - range.start] = quote;
+            }
+            swap.next();
+        }
+    };
     for j in joins {
-        out.push_str(&text[from..j.start]);
+        push(&mut out, from..j.start);
         units.push(Unit {
             dec: out.len() as u32,
             raw: j.start as u32,
@@ -495,13 +543,48 @@ pub(crate) fn joined(text: &str) -> Option<Decoded<'_>> {
         });
         from = j.end;
     }
-    out.push_str(&text[from..]);
+    push(&mut out, from..text.len());
+    // Pieces of a `str` cut at ASCII quotes, with one ASCII quote put for another: UTF-8 still.
+    let out = String::from_utf8(out).expect("ASCII quotes swapped in UTF-8 text");
     Some(Decoded {
         text: Cow::Owned(out),
         units,
         raw_len: text.len(),
         may_hide: true,
     })
+}
+
+/// Whether the literal from the quote at `o` to the one at `q` lies on one line. (`o` is the
+/// quote of its kind seen last before `q`: looked for back from `q`, each literal of a long
+/// line of them read the line back to its start.)
+fn literal_on_one_line(b: &[u8], o: usize, q: usize) -> bool {
+    #[cfg(test)]
+    JOIN_BYTES_READ.with(|n| n.set(n.get() + (q - o)));
+    memchr::memchr(b'\n', &b[o..q]).is_none()
+}
+
+/// Where the literal opened by the quote at `o` closes: the same quote after it on its line,
+/// not after a backslash.
+fn literal_closed_after(b: &[u8], o: usize) -> Option<usize> {
+    let mut i = o + 1;
+    while i < b.len() {
+        #[cfg(test)]
+        JOIN_BYTES_READ.with(|n| n.set(n.get() + 1));
+        match b[i] {
+            b'\n' => return None,
+            b'\\' => i += 2,
+            c if c == b[o] => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many bytes [`joined`] has looked at around its joins on this thread: the tests hold
+    /// it to a few times the text, so no long line of literals is read back or on for each.
+    pub(crate) static JOIN_BYTES_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The UTF-8 length of a zero-width character.

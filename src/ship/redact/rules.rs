@@ -2387,7 +2387,7 @@ pub(crate) static RULES: &[Rule] = &[
             "secret create",
             "env add",
         ],
-        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s'[ \t]+|"%s"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n;&|]*(?:--(?:password-stdin|with-token)|\b(?:secrets?[ \t]+(?:put|set|create)|env[ \t]+add)\b)"#,
+        r#"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+|'%s[^'\n]*'[ \t]+|"%s[^"\n]*"[ \t]+)?(?P<q>["']?)(?P<s>[^\s"'|$])[^|\n]*\|[^\n;&|]*(?:--(?:password-stdin|with-token)|\b(?:secrets?[ \t]+(?:put|set|create)|env[ \t]+add)\b)"#,
         Refine::Flag,
         &[
             "echo 'St1nPiped9' | docker login -u app --password-stdin ghcr.io",
