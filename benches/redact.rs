@@ -165,24 +165,22 @@ fn bench(c: &mut Criterion) {
         ("noisy_4m".to_owned(), tool_output_line(NOISY_OUTPUT, big)),
         ("dense_4m".to_owned(), tool_output_line(DENSE_OUTPUT, big)),
     ];
-    // Minified code: a keyword every few bytes and no line break in 3 MiB.
-    let unit = "tokens: 5, secret_name; let password_field = form.get(x); ";
-    let minified = unit.repeat(big / unit.len());
-    let payload = serde_json::json!({"type": "function_call_output", "call_id": "call_1",
-        "output": minified});
+    // A tool's output of `unit` over and over, with no line break in 3 MiB.
+    let one_line = |unit: &str| {
+        let payload = serde_json::json!({"type": "function_call_output", "call_id": "call_1",
+            "output": unit.repeat(big / unit.len())});
+        serde_json::json!({"type": "response_item", "payload": payload}).to_string()
+    };
+    // Minified code: a keyword every few bytes.
     whole.push((
         "keywords_one_line_4m".to_owned(),
-        serde_json::json!({"type": "response_item", "payload": payload}).to_string(),
+        one_line("tokens: 5, secret_name; let password_field = form.get(x); "),
     ));
-    // Commands given their password flags, one after another on one line: each command's
-    // later flags are read again, within twice the line (docs/redaction.md, "Long values").
-    let unit = "ssh-keygen -P OldPw9Zq -N NewPw9Zq; redis-cli -a RedisPw9 ping; ";
-    let commands = unit.repeat(big / unit.len());
-    let payload = serde_json::json!({"type": "function_call_output", "call_id": "call_1",
-        "output": commands});
+    // Commands given their password flags, one after another: each command's later flags are
+    // read again, within twice the line (docs/redaction.md, "Long values").
     whole.push((
         "commands_one_line_4m".to_owned(),
-        serde_json::json!({"type": "response_item", "payload": payload}).to_string(),
+        one_line("ssh-keygen -P OldPw9Zq -N NewPw9Zq; redis-cli -a RedisPw9 ping; "),
     ));
     let mut group = c.benchmark_group("capture");
     for (name, line) in &whole {
