@@ -1915,6 +1915,31 @@ pub(crate) static RULES: &[Rule] = &[
         &["redis-cli -h cache -a RedisPw9 ping"],
         &["redis-cli -h cache ping"],
     ),
+    // Redis's password given to `AUTH` (at the `redis-cli` prompt, or as the command's
+    // arguments; with a user name before it or not), and set in its configuration
+    // (`requirepass`, `masterauth` at a line's start, `CONFIG SET requirepass …`; the
+    // commented default `# requirepass foobared` stays).
+    rule(
+        "redis-auth",
+        "command-line",
+        &["> auth ", "redis-cli", "requirepass", "masterauth"],
+        r#"(?im)(?:(?:>[ \t]*|\bredis-cli\b[^\n|;&]*?[ \t])auth[ \t]+(?:[A-Za-z0-9_.-]+[ \t]+)?|(?:^[ \t]*|\bconfig[ \t]+set[ \t]+)(?:requirepass|masterauth)[ \t]+)(?P<q>["']?)(?P<s>[^\s"'$-])"#,
+        Refine::Flag,
+        &[
+            "127.0.0.1:6379> AUTH R3disAuthPw9",
+            "127.0.0.1:6379> AUTH default R3disAuthPw8",
+            "redis-cli -h cache AUTH R3disAuthPw7",
+            "127.0.0.1:6379> CONFIG SET requirepass R3disReqPw9",
+            "requirepass R3disConfPw9",
+            "masterauth \"R3dis Master 9\"",
+        ],
+        &[
+            "127.0.0.1:6379> AUTH",
+            "redis-cli -h cache ping",
+            "requirepass $REDIS_PASSWORD",
+            "# requirepass foobared",
+        ],
+    ),
     when(
         HAS_DASH,
         rule(
