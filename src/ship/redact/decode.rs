@@ -564,20 +564,12 @@ fn literal_on_one_line(b: &[u8], o: usize, q: usize) -> bool {
 }
 
 /// Where the literal opened by the quote at `o` closes: the same quote after it on its line,
-/// not after a backslash.
+/// not after a backslash ([`super::rules::closing_quote`], as a call's literal is read).
 fn literal_closed_after(b: &[u8], o: usize) -> Option<usize> {
-    let mut i = o + 1;
-    while i < b.len() {
-        #[cfg(test)]
-        JOIN_BYTES_READ.with(|n| n.set(n.get() + 1));
-        match b[i] {
-            b'\n' => return None,
-            b'\\' => i += 2,
-            c if c == b[o] => return Some(i),
-            _ => i += 1,
-        }
-    }
-    None
+    let end = super::rules::closing_quote(b, o + 1, b[o]);
+    #[cfg(test)]
+    JOIN_BYTES_READ.with(|n| n.set(n.get() + (end - o)));
+    (b.get(end) == Some(&b[o])).then_some(end)
 }
 
 #[cfg(test)]

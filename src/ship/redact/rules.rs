@@ -3105,7 +3105,7 @@ fn value_extent(text: &str, start: usize) -> Option<Range<usize>> {
 }
 
 /// The closing `quote` after `from` (skipping backslash-escaped ones), or the end of the line.
-fn closing_quote(bytes: &[u8], from: usize, quote: u8) -> usize {
+pub(crate) fn closing_quote(bytes: &[u8], from: usize, quote: u8) -> usize {
     let mut i = from;
     while i < bytes.len() {
         match bytes[i] {
@@ -4215,13 +4215,13 @@ pub(crate) fn find(rule: &Rule, re: &Regex, text: &str, out: &mut Vec<Range<usiz
         }
         return;
     }
-    let mut stops = Stops::default();
+    // One memo of where cut values end, for the matches' cuts and their commands' looks.
     let mut look = Look::new(text);
     for caps in re.captures_iter(text) {
         let (start, end) = caps.get(0).map_or((0, 0), |m| (m.start(), m.end()));
         let (near, from) = (near_match(rule, text, end), out.len());
         refine(rule, &caps, near, out);
-        stops.widen(text, near.len(), &mut out[from..]);
+        look.stops.widen(text, near.len(), &mut out[from..]);
         if rule.refine == Refine::Flag
             && let Some(value) = out[from..].last()
         {
@@ -4241,6 +4241,7 @@ struct Look {
     /// Bytes: twice the text (a text made of commands, each with its flag, is read again a
     /// bounded number of times, never once per command).
     budget: usize,
+    /// Where the values cut by a look, or by [`near_match`], end.
     stops: Stops,
 }
 
