@@ -596,14 +596,12 @@ fn site_bare_colon(a: &Around<'_>) -> bool {
 /// a colon with nothing after it on its line.
 fn site_label_colon(a: &Around<'_>) -> bool {
     let mut at = skip_blanks(a.b, a.name.end);
-    for word in [&b"is"[..], b"was"] {
-        if a.b
-            .get(at..at + word.len())
-            .is_some_and(|w| w.eq_ignore_ascii_case(word))
-        {
-            at = skip_blanks(a.b, at + word.len());
-            break;
-        }
+    // `is` or `was` as `(?i)` reads them (`waſ` is a `was`).
+    if let Some(len) = ["is", "was"]
+        .into_iter()
+        .find_map(|word| folded_prefix(&a.b[at..], word))
+    {
+        at = skip_blanks(a.b, at + len);
     }
     if a.at(at) == Some(b'(') {
         match a.b[at..].iter().position(|&c| c == b')' || c == b'\n') {
@@ -728,11 +726,8 @@ fn site_labelled_is(a: &Around<'_>) -> bool {
             && value_after(b, skip_blanks(b, blanks + word), 16, token)
     };
     // `secret key`, `secret_key`, `secretkey`: the name runs on past the keyword.
-    let key_at = |at: usize| {
-        b.get(at..at + 3)
-            .is_some_and(|k| k.eq_ignore_ascii_case(b"key"))
-            .then_some(at + 3)
-    };
+    // (`Key` with the Kelvin sign is a `key` to `(?i)`.)
+    let key_at = |at: usize| Some(at + folded_prefix(b.get(at..)?, "key")?);
     let end = a.end;
     after(end)
         || key_at(end).is_some_and(after)
@@ -4969,18 +4964,16 @@ fn vendor_token_body(text: &str, m: Range<usize>) -> Option<Range<usize>> {
 /// The length of `w` (ASCII lowercase) at the start of `text` as `(?i)` matches it: ASCII
 /// letters in either case, and the two characters that fold to an ASCII letter (the Kelvin
 /// sign to `k`, the long s to `s`).
-fn folded_prefix(text: &str, w: &str) -> Option<usize> {
-    let mut chars = text.chars();
+fn folded_prefix(text: &[u8], w: &str) -> Option<usize> {
     let mut len = 0;
-    for want in w.chars() {
-        let c = chars.next()?;
-        let same = c.eq_ignore_ascii_case(&want)
-            || (want == 'k' && c == '\u{212A}')
-            || (want == 's' && c == '\u{17F}');
-        if !same {
-            return None;
-        }
-        len += c.len_utf8();
+    for want in w.bytes() {
+        let rest = text.get(len..)?;
+        len += match rest.first()? {
+            c if c.eq_ignore_ascii_case(&want) => 1,
+            0xE2 if want == b'k' && rest.starts_with("\u{212A}".as_bytes()) => 3,
+            0xC5 if want == b's' && rest.starts_with("\u{17F}".as_bytes()) => 2,
+            _ => return None,
+        };
     }
     Some(len)
 }
@@ -4992,7 +4985,7 @@ fn folded_prefix(text: &str, w: &str) -> Option<usize> {
 /// an optional quote, and the value to the end of its run. `None` if that is not the match
 /// (it always is; a unit test checks).
 fn labelled_is_value(text: &str, m: Range<usize>) -> Option<Range<usize>> {
-    let word = |at: usize, w: &str| folded_prefix(&text[at..], w);
+    let word = |at: usize, w: &str| folded_prefix(&text.as_bytes()[at..], w);
     // `stem`, an optional `[ _-]`, then `tail`.
     let joined = |at: usize, stem: &str, tail: &str| {
         let l = word(at, stem)?;

@@ -1074,6 +1074,56 @@ proptest::proptest! {
     }
 }
 
+/// `(?i)` reads the long s as an `s` and the Kelvin sign as a `k`, so a rule's pattern takes
+/// `waſ` for `was`: whatever its site reads around a keyword must read them so too, or a
+/// label such as `client secret waſ :` and its value on the next line is redacted or not
+/// depending on which keyword opened the rule. Every example of every rule, with each `s` and
+/// `k` in turn written as the character that folds to it.
+#[test]
+fn sites_read_the_letters_that_fold_to_s_and_k_as_the_patterns_do() {
+    let with = global();
+    let without = Redactor::new().without_sites();
+    let examples = super::rules::RULES
+        .iter()
+        .flat_map(|r| r.positive.iter().chain(r.negative))
+        .chain(
+            super::providers::RULES
+                .iter()
+                .flat_map(|p| p.positive.iter().chain(p.negative)),
+        );
+    let mut variants = 0;
+    for example in examples {
+        for (at, c) in example.char_indices() {
+            let folded = match c {
+                's' | 'S' => '\u{17F}',
+                'k' | 'K' => '\u{212A}',
+                _ => continue,
+            };
+            let text = format!("{}{folded}{}", &example[..at], &example[at + 1..]);
+            variants += 1;
+            assert_eq!(
+                with.redact_text(&text),
+                without.redact_text(&text),
+                "{text:?}"
+            );
+        }
+    }
+    assert!(variants > 1000, "only {variants} variants were read");
+    // Labels the examples do not hold, with the folding letter where a site reads a word.
+    for text in [
+        "client secret waſ :\nXk9vQ2mLp7RzAbC",
+        "client secret \u{212A}ey: Xk9vQ2mLp7RzAbCdEf12",
+        "secret_\u{212A}ey iſ Xk9vQ2mLp7RzAbCdEf12",
+        "the token waſ Xk9vQ2mLp7RzAbCdEf12",
+    ] {
+        assert_eq!(
+            with.redact_text(text),
+            without.redact_text(text),
+            "{text:?}"
+        );
+    }
+}
+
 /// A name of thousands of bytes with a keyword every few of them (tool output of letters
 /// without a blank, a minified identifier) is read once, not once for each keyword in it: read
 /// at every occurrence, a 4 MiB line of them took minutes, and a watcher stopped shipping.
