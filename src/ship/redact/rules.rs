@@ -2487,8 +2487,12 @@ pub(crate) static RULES: &[Rule] = &[
                     "jwt.encode",
                     "jwt.verify",
                     "jwt.decode",
+                    "hmac.new",
+                    "createhmac",
+                    "openssl::hmac",
+                    ".auth(",
                 ],
-                r"(?i)\b(?:jwt\.(?:sign|encode|verify|decode)|NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|DirectoryEntry|login)[ \t]*\(",
+                r"(?i)(?:\bhmac\.new|\bcreateHmac|\bOpenSSL::HMAC\.(?:hex|base64)?digest|\.auth)[ \t]*\(|\b(?:jwt\.(?:sign|encode|verify|decode)|NetworkCredential|HTTP(?:Basic|Digest|Proxy)Auth|(?:set|with)?_?basic_?auth|UsernamePasswordCredentials?|PasswordAuthentication|PasswordCredential|BasicAWSCredentials|AwsBasicCredentials\.create|ClientSecretCredential|getConnection|mysqli_connect|mysqli|PDO|mysql_connect|ldap_bind|ftp_login|PlainAuth|DirectoryEntry|login)[ \t]*\(",
                 Refine::CallArgument,
                 &[
                     "var cred = new NetworkCredential(\"svc_backup\", \"N3tCr3dPw!\", \"CORP\");",
@@ -2505,6 +2509,12 @@ pub(crate) static RULES: &[Rule] = &[
                     "ClientSecretCredential(tenant, client_id, \"Az8Q~abcdefghijklmnop\")",
                     "Connection c = dataSource.getConnection(\"scott\", \"T1gerPw\");",
                     "New-Object DirectoryServices.DirectoryEntry(\"LDAP://dc1\", \"corp\\\\svc\", \"Dir3ntryPw\")",
+                    "sig = hmac.new(b'HmacKey9Zq', msg, hashlib.sha256).hexdigest()",
+                    "crypto.createHmac('sha256', 'NodeHmac9Zq').update(body)",
+                    "OpenSSL::HMAC.hexdigest('SHA256', 'RbHmac9Zq', data)",
+                    "mac := hmac.New(sha256.New, []byte(\"GoHmac9Zq\"))",
+                    "await redis.auth('RedisAuth9Zq');",
+                    "request.get(url).auth('me', 'SuperAgent9Zq')",
                 ],
                 &[
                     "cred = new NetworkCredential(user, password);",
@@ -2516,6 +2526,11 @@ pub(crate) static RULES: &[Rule] = &[
                     "jwt.sign(payload, process.env.JWT_SECRET)",
                     "jwt.decode(token, options={\"verify_signature\": False})",
                     "server.login(\"me@example.com\", \"password\")",
+                    "hmac.new(key, msg, 'sha256')",
+                    "crypto.createHmac('sha256', secret).update(body)",
+                    "mac := hmac.New(sha256.New, key)",
+                    "firebase.auth().signInWithEmailAndPassword(email, password)",
+                    "request.get(url).auth(user, pass)",
                 ],
             ),
         ),
@@ -2723,10 +2738,11 @@ pub(crate) static RULES: &[Rule] = &[
         // SQL*Loader's `userid=`, RMAN's `target`, `catalog` and `auxiliary`, the Data Guard
         // broker. (`rman ` with its blank: the word alone is inside "performance".)
         &["sqlplus", "expdp", "impdp", "sqlldr", "rman ", "dgmgrl"],
-        r#"(?i)\b(?:sqlplus|expdp|impdp|sqlldr|dgmgrl|rman[ \t]+(?:target|catalog|auxiliary))\b[ \t]+(?:-\S+[ \t]+)*["']?(?:userid=)?[A-Za-z0-9_$#.]+/(?P<s>[^\s@"'/])"#,
+        r#"(?i)\b(?:sqlplus|expdp|impdp|sqlldr|dgmgrl|rman[ \t]+(?:target|catalog|auxiliary))\b[ \t]+(?:-\S+[ \t]+)*["']?(?:userid=)?[A-Za-z0-9_$#.]+/(?P<s>"[^"\n]|[^\s@"'/])"#,
         Refine::Sqlplus,
         &[
             "sqlplus scott/Tiger123@orcl",
+            "sqlplus scott/\"p@ss w0rd9\"@orcl",
             "expdp system/ExpDpPw9@orcl directory=d dumpfile=x.dmp",
             "sqlldr userid=scott/LdrPw9Zq control=x.ctl",
             "rman target sys/RmanPw9Zq@prod",
@@ -2826,14 +2842,16 @@ pub(crate) static RULES: &[Rule] = &[
             "env-fallback-literal",
             "generic-assignment",
             NAME_KEYWORDS,
-            concat!(
-                r#"(?i)(?:\benv\b|getenv|environ|\$_env|\$_server|getenvironmentvariable)[^\n;=]{0,24}?\b(?P<n>[A-Za-z0-9_]*(?:"#,
-                name_words!(),
-                r#")[A-Za-z0-9_]*)\b["'\]\)]{0,3}[ \t]*(?:\|\||\?\?|\?:|\bor\b|\.unwrap_or(?:_else)?\([ \t]*(?:\|[^|\n]{0,8}\|[ \t]*)?)[ \t]*(?P<q>["'])"#
-            ),
+            // Any variable's name: the name of a secret may be the one assigned instead
+            // (`const password = process.env.PW || '…'`), which the refinement reads.
+            r#"(?i)(?:\benv\b|getenv|environ|\$_env|\$_server|getenvironmentvariable)[^\n;=]{0,24}?\b(?P<n>[A-Za-z0-9_]+)\b["'\]\)]{0,3}[ \t]*(?:\|\||\?\?|\?:|\bor\b|\.unwrap_or(?:_else)?\([ \t]*(?:\|[^|\n]{0,8}\|[ \t]*)?)[ \t]*(?P<q>["'])"#,
             Refine::Fallback,
             &[
                 "password = os.getenv(\"DB_PASSWORD\") or \"OrFallbk9Zq\"",
+                "const password = process.env.PW || 'EnvAsgn9Zq';",
+                "db_password = os.getenv(\"PGPASS\") or \"PyAsgnFb9Zq\"",
+                "apiKey: process.env.KEY ?? \"ObjAsgn9ZqK\",",
+                "$secret = $_ENV['APP_S'] ?? 'PhpAsgn9Zq';",
                 "const apiKey = process.env.API_KEY || 'OrOrFb9ZqKey';",
                 "$apiKey = $_ENV['API_KEY'] ?? 'PhpEnvFb9Zq';",
                 "let key = std::env::var(\"API_KEY\").unwrap_or(\"RsUnwrapFb9Zq\".to_string());",
@@ -2844,6 +2862,11 @@ pub(crate) static RULES: &[Rule] = &[
                 "const key = process.env.API_KEY || '';",
                 "secret = os.environ.get(\"SECRET\") or default_secret()",
                 "token = process.env.TOKEN || '<your token>'",
+                "const password = process.env.PW || '';",
+                "const tokenUrl = process.env.TOKEN_URL || 'https://auth.example.com/token';",
+                "password = os.getenv(\"PW\") or default_password()",
+                "if (password == process.env.PW || 'x') {}",
+                "const host = process.env.PW || 'localhost';",
             ],
         ),
     ),
@@ -5325,13 +5348,22 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::Fallback => {
-            if let Some(n) = caps.name("n")
-                && name_is_secret(n.as_str())
-            {
+            // The variable looked up, else (a literal's fallback) the name it is assigned to.
+            let assigned = || {
+                caps.name("q")?;
+                let m = caps.get(0)?;
+                assigned_before(text, m.start()).map(|n| &text[n])
+            };
+            let name = caps
+                .name("n")
+                .map(|n| n.as_str())
+                .filter(|n| name_is_secret(n))
+                .or_else(|| assigned().filter(|n| name_is_secret(n)));
+            if let Some(n) = name {
                 if let Some(q) = caps.name("q") {
-                    push_value(n.as_str(), text, q.start(), 1, out);
+                    push_value(n, text, q.start(), 1, out);
                 } else if let Some(v) = caps.name("s")
-                    && !value_exempt(n.as_str(), v.as_str(), v.as_str())
+                    && !value_exempt(n, v.as_str(), v.as_str())
                 {
                     out.push(v.range());
                 }
@@ -5354,6 +5386,17 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         }
         Refine::Sqlplus => {
             let Some(s) = caps.name("s") else { return };
+            // A quoted password (`scott/"p@ss"@db`) is the quotes' content, whatever it holds.
+            if s.as_str().starts_with('"') {
+                let from = s.start() + 1;
+                if let Some(o) = text[from..].find(['"', '\n'])
+                    && text[from + o..].starts_with('"')
+                    && o > 0
+                {
+                    out.push(from..from + o);
+                }
+                return;
+            }
             let end = text[s.start()..]
                 .find(|c: char| c.is_whitespace() || matches!(c, '@' | '"' | '\''))
                 .map_or(text.len(), |o| s.start() + o);
@@ -6216,24 +6259,107 @@ fn call_argument(text: &str, m: Range<usize>, out: &mut Vec<Range<usize>>) {
     let Some(args) = argument_starts(text, m.end) else {
         return;
     };
-    let third = PASSWORD_THIRD.iter().any(|c| callee.contains(c));
-    let want = if third && !(callee.contains("getconnection") && args.len() == 2) {
-        2
-    } else {
-        1
+    // A literal argument's content, seen through a wrapper (`Some("…")`, Go's `[]byte("…")`,
+    // Python's bytes `b'…'`).
+    let literal = |i: usize| {
+        let rest = &text[i..];
+        let at = ["Some(", "[]byte(", "b", "B"]
+            .iter()
+            .find(|w| {
+                rest.starts_with(*w)
+                    && matches!(rest.as_bytes().get(w.len()), Some(b'"' | b'\'' | b'`'))
+            })
+            .map_or(i, |w| i + w.len());
+        quoted_at(text, at).filter(|r| !r.is_empty() && !is_stand_in(&text[r.clone()]))
     };
-    let Some(&i) = args.get(want) else { return };
-    let at = if text[i..].starts_with("Some(") {
-        i + 5
+    let chosen = if callee.contains("hmac") {
+        // An HMAC's key: the first literal that is not the name of the hash (`hmac.new(b'…',
+        // msg, sha256)`, `createHmac('sha256', '…')`, `OpenSSL::HMAC.hexdigest('SHA256', '…',
+        // data)`, Go's `hmac.New(sha256.New, []byte("…"))`).
+        args.iter()
+            .take(3)
+            .find_map(|&i| literal(i).filter(|r| !is_hash_name(&text[r.clone()])))
+    } else if callee.starts_with(".auth") {
+        // A client's `auth`: the password alone, or a user and the password (`.auth('user',
+        // '…')`), or a token and its options (`.auth('…', { type: 'bearer' })`).
+        match args.get(1) {
+            None => args.first().and_then(|&i| literal(i)),
+            Some(&i) if text[i..].starts_with('{') => literal(args[0]),
+            Some(&i) => literal(i),
+        }
     } else {
-        i
+        let third = PASSWORD_THIRD.iter().any(|c| callee.contains(c));
+        let want = if third && !(callee.contains("getconnection") && args.len() == 2) {
+            2
+        } else {
+            1
+        };
+        args.get(want).and_then(|&i| literal(i))
     };
-    if let Some(r) = quoted_at(text, at)
-        && !r.is_empty()
-        && !is_stand_in(&text[r.clone()])
+    out.extend(chosen);
+}
+
+/// The name an expression starting at `at` is assigned to on its line (`NAME = ` or `NAME: `
+/// before it, with the expression's receiver: `process.` of `process.env`, `os.`), not a
+/// comparison's (`==`, `!=`, `<=`); a name's closing quote or bracket may come before the
+/// sign (`$cfg['password'] = `, `"password": `).
+fn assigned_before(text: &str, at: usize) -> Option<Range<usize>> {
+    let b = text.as_bytes();
+    let mut i = at;
+    // The receiver: `process.`, `os.`, `std::`, `System.`, at most 24 bytes.
+    while i > 0
+        && at - i < 24
+        && (b[i - 1].is_ascii_alphanumeric() || matches!(b[i - 1], b'.' | b':' | b'_'))
     {
-        out.push(r);
+        i -= 1;
     }
+    while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
+        i -= 1;
+    }
+    match b.get(i.checked_sub(1)?)? {
+        b'=' => {
+            i -= 1;
+            if i > 0 && matches!(b[i - 1], b'=' | b'!' | b'<' | b'>') {
+                return None;
+            }
+            if i > 0 && b[i - 1] == b':' {
+                i -= 1;
+            }
+        }
+        b':' => i -= 1,
+        _ => return None,
+    }
+    while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
+        i -= 1;
+    }
+    while i > 0 && matches!(b[i - 1], b'"' | b'\'' | b']') {
+        i -= 1;
+    }
+    let end = i;
+    while i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+        i -= 1;
+    }
+    (i < end).then_some(i..end)
+}
+
+/// Whether `v` names a hash function (`sha256`, `SHA-512`, `md5`), as an HMAC's first
+/// arguments do.
+fn is_hash_name(v: &str) -> bool {
+    let v = v.to_ascii_lowercase().replace(['-', '_'], "");
+    [
+        "sha1",
+        "sha224",
+        "sha256",
+        "sha384",
+        "sha512",
+        "sha3256",
+        "sha3512",
+        "md5",
+        "sm3",
+        "blake2b512",
+        "blake2s256",
+    ]
+    .contains(&v.as_str())
 }
 
 /// The content of the string literal whose opening quote is at `at`, when it closes on its
