@@ -1028,9 +1028,12 @@ pub(crate) static RULES: &[ProviderRule] = &[
         id: "huggingface-access-token",
         family: "huggingface-access-token",
         keywords: &["hf_"],
-        pattern: r"hf_[A-Za-z]{34}",
+        pattern: r"hf_[A-Za-z0-9]{34}",
         min_entropy: Some(2.5),
-        positive: &[r"HF_TOKEN=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"],
+        positive: &[
+            r"HF_TOKEN=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",
+            r"HUGGING_FACE_HUB_TOKEN=hf_nsGpWLuqIA1id6Vw5DQL05HA064GiIjHGb",
+        ],
         negative: &[r"hf_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", r"hf_hub_download"],
     },
     ProviderRule {
@@ -1994,6 +1997,76 @@ pub(crate) static RULES: &[ProviderRule] = &[
         min_entropy: Some(3.0),
         positive: &[r"NETLIFY_AUTH_TOKEN=nfp_lVNIpJ6aYdqzSWkEQFPd5WjsTgBqn91M2jWA"],
         negative: &[r"nfp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
+    },
+    ProviderRule {
+        id: "tencent-secret-id",
+        family: "(beyond gitleaks)",
+        keywords: &["akid"],
+        pattern: r"\bAKID[A-Za-z0-9]{32}\b",
+        min_entropy: Some(3.5),
+        positive: &[r"TENCENTCLOUD_SECRET_ID=AKIDu8jzPde0IgxLd6GncfBAepfJBd0Kh8oO"],
+        negative: &[
+            r"AKIDaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            r"AKIDu8jzPde0IgxLd6GncfBAepfJBd0Kh8oOx",
+        ],
+    },
+    ProviderRule {
+        id: "circleci-token",
+        family: "(beyond gitleaks)",
+        keywords: &["ccipat_", "cciprj_"],
+        pattern: r"\bCCIP(?:AT|RJ)_[A-Za-z0-9]{22}_[a-f0-9]{40}\b",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"CIRCLE_TOKEN=CCIPAT_OL8dKLzdocJ2isAjIhKtJ0_536b3216fdaeeb975729fae923d5a4fd12aabfe2",
+            r"CCIPRJ_1f8rESQedUStPKR0CsTy4Q_b0eb53f16947ccf25ec84d8dbc74254770f58904",
+        ],
+        negative: &[r"CCIPAT_aaaaaaaaaaaaaaaaaaaaaa_0000000000000000000000000000000000000000"],
+    },
+    ProviderRule {
+        // Yandex's OAuth tokens (`y0_…`, `y1_…`); its `t1.` IAM tokens have a rule of their own.
+        id: "yandex-oauth-token",
+        family: "(beyond gitleaks)",
+        keywords: &["y0_", "y1_", "y2_", "y3_"],
+        pattern: r"\by[0-3]_[A-Za-z0-9_-]{55,200}",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"YANDEX_OAUTH_TOKEN=y0_Ag1VOqg6YYZYn9ZhyiA4uoRgnatmUdjAWtGSU8po_799NksnRH9ucAU",
+        ],
+        negative: &[
+            r"y0_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            r"y0_hat = model(x0_hat)",
+        ],
+    },
+    ProviderRule {
+        // A personal access token in a variable named for one (`AZURE_DEVOPS_PAT`, `GH_PAT`,
+        // `GITLAB_PAT`): Azure DevOps' are 52 characters of base32 (84 since 2024), shapes no
+        // prefix marks.
+        id: "pat-variable",
+        family: "(beyond gitleaks)",
+        keywords: &["_pat"],
+        pattern: r#"(?i)[A-Za-z0-9]_PAT\b["']?[ \t]*(?:=|:)[ \t]*["']?(?P<s>[A-Za-z0-9_-]{20,128})\b"#,
+        min_entropy: Some(3.0),
+        positive: &[
+            r"AZURE_DEVOPS_PAT=jbtfqxkwovompzom7wbbr6qmw4wxfogo6mvn6a6wfhym6l3vfz5z",
+            r#"export GH_PAT="V8fUkkibjL5DZPjN0MEQ7wjJJibaZUPgHV7iB3m0""#,
+        ],
+        negative: &[
+            r"FILE_PATH=/home/user/projects/kcap-watch/src",
+            r"ADO_PAT=${{ secrets.ADO_PAT }}",
+            r"URL_PATTERN: abcdefghijklmnopqrstuvwxyz",
+        ],
+    },
+    ProviderRule {
+        // An Azure Functions key given in the function's URL (`?code=…`).
+        id: "azure-function-key-url",
+        family: "(beyond gitleaks)",
+        keywords: &["azurewebsites.net"],
+        pattern: r#"(?i)\.azurewebsites\.net/api/[^\s?#"'<>]*\?(?:[^\s#"'<>]*&)?code=(?P<s>[A-Za-z0-9_%=-]{20,})"#,
+        min_entropy: Some(3.0),
+        positive: &[
+            r"curl https://myfunc.azurewebsites.net/api/HttpTrigger?code=V8fUkkibjL5DZPjN0MEQ7wjJJibaZUPgHV7iB3m03nbq==",
+        ],
+        negative: &[r"https://myfunc.azurewebsites.net/api/HttpTrigger?name=abc"],
     },
     ProviderRule {
         id: "near-adafruit",
