@@ -2014,6 +2014,53 @@ pub(crate) static RULES: &[Rule] = &[
         ],
         &["sqlcmd -S db.internal -E -Q \"select 1\" -p"],
     ),
+    // Cassandra's `cqlsh` and Hive's `beeline` take the password as `-p` (beeline's `-p` comes
+    // with `-n` or a JDBC URL; cqlsh's with `-u`).
+    rule(
+        "cqlsh-beeline-p",
+        "command-line",
+        &["cqlsh", "beeline"],
+        r#"(?i:\b(?:cqlsh|beeline)\b)[^\n|;&]*?[ \t]-p[ \t]*(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "cqlsh -u cassandra -p CqlPw9Zq7 cass.internal",
+            "beeline -u jdbc:hive2://h:10000 -n bob -p 'HivePw9Zq'",
+        ],
+        &[
+            "cqlsh -u cassandra cass.internal 9042",
+            "beeline -u jdbc:hive2://h:10000 -n bob -p",
+        ],
+    ),
+    // FreeRDP's `/p:` and rdesktop's `-p` (not `-p -`, which reads it from standard input).
+    rule(
+        "rdp-password",
+        "command-line",
+        &["freerdp", "rdesktop"],
+        r#"(?i:\b(?:[a-z0-9]*freerdp[0-9]*(?:\.exe)?[ \t][^\n|;&]*?[ \t]/p:|rdesktop\b[^\n|;&]*?[ \t]-p[ \t]*))(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "xfreerdp /u:bob /p:RdpPw9Zq7 /v:host",
+            "wlfreerdp /v:host /u:CORP\\bob /p:'Rdp Pw9Zq'",
+            "rdesktop -u bob -p RdesktopPw9 host",
+        ],
+        &["xfreerdp /u:bob /v:host", "rdesktop -u bob -p - host"],
+    ),
+    // Windows' scheduled tasks: the run-as user's password `/rp` and the remote system's `/p`.
+    rule(
+        "schtasks-password",
+        "command-line",
+        &["schtasks"],
+        r#"(?i:\bschtasks(?:\.exe)?[ \t][^\n|;&]*?[ \t]/r?p[ \t]+)(?P<q>["']?)(?P<s>[^\s"'/*])"#,
+        Refine::Flag,
+        &[
+            "schtasks /create /tn t /tr x.exe /ru bob /rp SchTaskPw9",
+            "schtasks /query /s srv /u CORP\\bob /p \"Sch Pw9Zq\"",
+        ],
+        &[
+            "schtasks /create /tn t /tr x.exe /ru SYSTEM /sc daily",
+            "schtasks /create /tn t /tr x.exe /ru bob /rp *",
+        ],
+    ),
     // The value a secret store's command line stores (docs/behaviour.md T2.5): Azure Key
     // Vault's `secret set --value`, AWS Secrets Manager's `--secret-string`, a Systems Manager
     // parameter's `put-parameter --value`.
@@ -4309,6 +4356,11 @@ fn more_flags(
     }
     let shift = word.len() + 1;
     for _ in 0..MORE_FLAGS {
+        // A quoted value's closing quote is not read again as another value's opening one
+        // (`ConvertTo-SecureString 'X' -AsPlainText` read on from the quote took the flags).
+        if b.get(after).is_some_and(|&c| is_quote(Some(c))) {
+            after += 1;
+        }
         if after >= b.len() || !text.is_char_boundary(after) {
             return;
         }

@@ -766,6 +766,33 @@ fn every_password_flag_of_one_command_is_redacted() {
     assert_eq!(shipped, "requests.get(url, auth=('alice', '[REDACTED]'))");
 }
 
+/// A command's quoted value ends at its closing quote: reading the rest of the line for more
+/// flags starts after it, never taking it for the opening quote of another value (which took
+/// `-AsPlainText -Force` and the rest of the line with it).
+#[test]
+fn flags_after_a_quoted_value_are_left_as_written() {
+    for (text, want) in [
+        (
+            "$pw = ConvertTo-SecureString 'Ps9xQz7Lm2' -AsPlainText -Force",
+            "$pw = ConvertTo-SecureString '[REDACTED]' -AsPlainText -Force",
+        ),
+        (
+            "New-Object PSCredential('bob', (ConvertTo-SecureString \"Ps9xQz7Lm2\" -AsPlainText -Force))",
+            "New-Object PSCredential('bob', (ConvertTo-SecureString \"[REDACTED]\" -AsPlainText -Force))",
+        ),
+        (
+            "ssh-keygen -p -f id -P 'OldKgPass9' -N \"NewKgPass9\" -q",
+            "ssh-keygen -p -f id -P '[REDACTED]' -N \"[REDACTED]\" -q",
+        ),
+        (
+            "redis-cli -a 'RedisOne9' -h a ping",
+            "redis-cli -a '[REDACTED]' -h a ping",
+        ),
+    ] {
+        assert_eq!(redact(text), want);
+    }
+}
+
 /// The bytes `counter` (a test-only count kept by the redactor) grows by while `text` is
 /// redacted, and what is shipped.
 fn counted(
