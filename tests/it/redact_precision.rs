@@ -142,6 +142,10 @@ const EXPECTED: &[(&str, usize, usize)] = &[
         0,
     ),
     ("ripgrep/Cargo.lock", 0, 0),
+    ("rustls/src/crypto/hpke.rs", 0, 0),
+    ("rustls/src/server/tls12.rs", 0, 0),
+    ("rustls/src/tls12/mod.rs", 0, 0),
+    ("rustls/src/tls13/key_schedule.rs", 0, 0),
     ("terraform-aws-rds/main.tf", 0, 0),
     ("terraform-aws-rds/variables.tf", 0, 0),
 ];

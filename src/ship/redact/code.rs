@@ -93,6 +93,7 @@ fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
     let v = v.strip_suffix(['_', '-']).unwrap_or(v);
     let b = v.as_bytes();
     let (mut count, mut long, mut start) = (0, true, 0);
+    let mut last = "";
     loop {
         // Letters, then digits, then a separator or the end.
         let letters = b[start..]
@@ -100,7 +101,12 @@ fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
             .take_while(|c| c.is_ascii_alphabetic())
             .count();
         if letters == 0 {
-            return None;
+            // A number ending a constant's name (`CLIENT_TRAFFIC_SECRET_0`) belongs to its
+            // last word; in lowercase (`my_secret_value_2`) it is as likely a value's.
+            let digits = b[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let constant = !b.iter().any(u8::is_ascii_lowercase);
+            return (constant && count >= 2 && digits > 0 && start + digits == b.len())
+                .then_some((count, long, last));
         }
         let digits = b[start + letters..]
             .iter()
@@ -109,6 +115,7 @@ fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
         let end = start + letters + digits;
         count += 1;
         long &= end - start >= 2;
+        last = &v[start..end];
         match b.get(end) {
             None => return (count >= 2).then_some((count, long, &v[start..end])),
             Some(b'_' | b'-' | b'.') => start = end + 1,

@@ -3306,8 +3306,49 @@ fn is_code_variable(name: &str, value: &str) -> bool {
         "private",
         "public",
     ];
-    super::code::words(bare).count() >= 3
-        && super::code::words(bare).any(|w| CREDENTIAL.iter().any(|c| w.eq_ignore_ascii_case(c)))
+    let credential =
+        super::code::words(bare).any(|w| CREDENTIAL.iter().any(|c| w.eq_ignore_ascii_case(c)));
+    // snake_case of two words, one a credential's (`client_secret,` given to a field): a
+    // password of words is written without the `_` code puts between them.
+    (super::code::words(bare).count() >= 3 || (is_snake_identifier(bare) && bare.contains('_')))
+        && credential
+}
+
+/// A parameter's or a field's type named after what it holds (`secrets: ConnectionSecrets,`,
+/// `token: AccessToken)`, `private_key: PrivateKeyDer<'static>`): capitalised words, two or
+/// more, one of them the name's last word (a plural's `s` aside), ended as a type is ended.
+fn names_its_type(name: &str, rest: &str) -> bool {
+    let len = rest.bytes().take_while(u8::is_ascii_alphanumeric).count();
+    let ty = &rest[..len];
+    // Capitalised words are letters: a run with digits (most keys) is read no further.
+    if !ty.starts_with(|c: char| c.is_ascii_uppercase())
+        || !ty.bytes().all(|c| c.is_ascii_alphabetic())
+        || !matches!(
+            rest.as_bytes().get(len),
+            None | Some(b',' | b')' | b'>' | b'<' | b';' | b'{' | b' ' | b'\n' | b'\r')
+        )
+    {
+        return false;
+    }
+    let words: Vec<&str> = super::code::words(ty).collect();
+    let last = super::code::words(name).last().unwrap_or(name);
+    let stem = last
+        .strip_suffix(['s', 'S'])
+        .filter(|s| s.len() >= 3)
+        .unwrap_or(last);
+    // Each word a capital and lowercase letters (`PasswdVal9Z`'s `Val9` and `Z` are none).
+    let capitalised = |w: &&str| {
+        let b = w.as_bytes();
+        b.len() >= 2 && b[0].is_ascii_uppercase() && b[1..].iter().all(u8::is_ascii_lowercase)
+    };
+    words.len() >= 2
+        && words.iter().all(capitalised)
+        && words.iter().any(|w| {
+            w.eq_ignore_ascii_case(last)
+                || w.eq_ignore_ascii_case(stem)
+                || w.strip_suffix('s')
+                    .is_some_and(|w| w.eq_ignore_ascii_case(stem))
+        })
 }
 
 /// Types a parameter holding a secret is given, as their names start (`String`, `Uint8Array`,
@@ -4171,6 +4212,21 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     };
     if is_shell_reference(value) || code_value || is_type_or_literal(value) {
         return true;
+    }
+    // In code, ended as an argument, a field or a statement is: a reference (`$name,`, a
+    // macro's variable), a small number written in hex (`NoAuth = 0x00,`), an expression of
+    // Rust's (`Some(quic::Secrets::new(`, `Box::new(…)`).
+    if code {
+        let bare = value.trim_end_matches([',', ';', ')']);
+        let small_hex = bare.strip_prefix("0x").is_some_and(|h| {
+            (1..=8).contains(&h.len()) && h.bytes().all(|c| c.is_ascii_hexdigit())
+        });
+        if (bare.len() < value.len() && is_shell_reference(bare))
+            || small_hex
+            || is_rust_expression(rest)
+        {
+            return true;
+        }
     }
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
         return true;
@@ -5157,13 +5213,23 @@ fn label_value(rule: &Rule) -> Option<ValueOf> {
 fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize>>) {
     let value = &text[s.clone()];
     let unquoted = value.trim_matches(['"', '\'']);
-    // The label may end a longer name (`accessToken`): the name starts before it.
+    // The label may end a longer name (`accessToken`): the name starts before it. A match
+    // may start at the character before its label (`connection-string`'s `[;\s"'{(]`).
+    let match_at = match text.as_bytes().get(match_at) {
+        Some(c)
+            if c.is_ascii() && !(c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')) =>
+        {
+            match_at + 1
+        }
+        _ => match_at,
+    };
     let name_at = text[..match_at]
         .char_indices()
         .rev()
         .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
         .map_or(0, |(i, c)| i + c.len_utf8());
-    let annotated = annotates(text, name_at, s.start, true);
+    let annotated =
+        annotates(text, name_at, s.start, true) || declares_code(text, name_at, s.start);
     // A Markdown link (`([1b3c5ff…](https://…/commit/…))` after "secret" in a changelog), or
     // the text beside a string literal the label sits in (`'Async/Sync token equality')`).
     let beside = beside_a_literal(unquoted);
@@ -5178,6 +5244,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !is_word_list(value)
         && !super::code::is_name_of_thing(unquoted)
         && !annotated
+        && !is_rust_type_or_array(&text[s.start..])
         && !string_prefix(text, s.clone())
     {
         out.push(s);
@@ -5193,12 +5260,25 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if !name_is_secret(name) {
         return;
     }
-    if annotates(text, n.start, first.start, true) || names_a_variable(text, n, first.start) {
+    if annotates(text, n.start, first.start, true) || names_a_variable(text, n.clone(), first.start)
+    {
         return;
     }
     let first_char = &text[first.clone()];
     let quoted = matches!(first_char, "\"" | "'" | "`");
     if !quoted && matches!(first_char, ":" | "=") {
+        return;
+    }
+    // A type named after the field is code's only where a field or a parameter is: on an
+    // indented line or in a parameter list (`secret: SuperSecret,` starting a line may be a
+    // password of words).
+    let before = line_before(text, n.start);
+    let indented = !before.is_empty() && before.bytes().all(|c| c == b' ' || c == b'\t');
+    let field = indented || before.trim_end().ends_with(['(', ',']);
+    if !quoted
+        && (is_rust_type_or_array(&text[first.start..])
+            || (field && names_its_type(name, &text[first.start..])))
+    {
         return;
     }
     let strong = is_password_name(name);
@@ -5235,8 +5315,9 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
             && line_before(text, n.start).trim().is_empty()
     };
-    if separator.ends_with(":=")
-        && !make()
+    // A declaration (`let`, `let mut`, `const`, `var`, `val`, `auto`) binds an expression in
+    // the same way: `let shared_secret = our_key_share`, `let secret = self.derive(…)`.
+    if (separator.ends_with(":=") && !make() || declares_code(text, n.start, value_at))
         && !matches!(text.as_bytes().get(value_at), Some(b'"' | b'\'' | b'`'))
     {
         if let Some(literal) = key_literal_argument(text, value_at) {
@@ -5244,10 +5325,165 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         }
         return;
     }
-    if is_argument_variable(text, n.start, value_at) {
+    if is_argument_variable(text, n.start, value_at) || is_rust_type_or_array(&text[value_at..]) {
         return;
     }
     push_value(name, text, value_at, 1, out);
+}
+
+/// Whether the name at `name_at` is declared by the word before it on its line: `let`, `let
+/// mut`, `const`, `var`, `val`, `auto` (Rust, JavaScript, Swift, Kotlin, C++). What such a
+/// name is given is an expression of code, where only a literal can be a secret.
+fn declares(text: &str, name_at: usize) -> bool {
+    // Read back over the blanks and one short word only: a line of any length costs the same.
+    let b = text.as_bytes();
+    let blanks = b[..name_at]
+        .iter()
+        .rev()
+        .take_while(|&&c| c == b' ' || c == b'\t')
+        .count();
+    let end = name_at - blanks;
+    let word = b[..end]
+        .iter()
+        .rev()
+        .take(6)
+        .take_while(|c| c.is_ascii_lowercase())
+        .count();
+    let start = end - word;
+    blanks > 0
+        && (start == 0 || matches!(b[start - 1], b' ' | b'\t' | b'\n' | b'(' | b'{' | b';'))
+        && matches!(
+            &text[start..end],
+            "let" | "mut" | "const" | "var" | "val" | "auto"
+        )
+}
+
+/// Whether the name at `name_at` is declared ([`declares`]) and given code at `value_at`: a
+/// variable or a path of code's words (`our_key_share`, `self.ks`, `agreement::agree(…)`), a
+/// reference, an array, a closure or a block. A random run given unquoted (`const token =
+/// Xk9vQ2mLp7Rz`, a secret pasted without its quotes) is no variable of code.
+fn declares_code(text: &str, name_at: usize, value_at: usize) -> bool {
+    if !declares(text, name_at) {
+        return false;
+    }
+    let rest = &text[value_at..];
+    if rest.starts_with(['[', '&', '(', '|', '{', '*', '!']) {
+        return true;
+    }
+    let word_len = rest
+        .bytes()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        .count();
+    let word = &rest[..word_len];
+    is_snake_identifier(word)
+        || (word.len() >= 2 && word.bytes().all(|c| c.is_ascii_lowercase()))
+        || super::code::is_compound_identifier(word)
+        || is_call_or_path(rest)
+}
+
+/// Whether `rest` starts an expression only Rust writes: a path of code's words through `::`
+/// (`Box::new(…)`, `quic::Secrets::new(`, `Self::X`), `vec![…]`, or either wrapped in
+/// `Some(`, `Ok(` or `Err(`.
+fn is_rust_expression(rest: &str) -> bool {
+    // What ends the first word decides: a `::`, or the `(` or `!` of a wrapper or `vec!`.
+    let b = rest.as_bytes();
+    let word = b
+        .iter()
+        .take(24)
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    if !matches!(b.get(word), Some(b':' | b'(' | b'!')) {
+        return false;
+    }
+    let mut r = rest;
+    while let Some(inner) = ["Some(", "Ok(", "Err("]
+        .iter()
+        .find_map(|w| r.strip_prefix(w))
+    {
+        r = inner;
+    }
+    if r.starts_with("vec![") {
+        return true;
+    }
+    let b = r.as_bytes();
+    let len = b
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b':'))
+        .count();
+    let path = &r[..len];
+    path.contains("::")
+        && !path.starts_with(':')
+        && path.split("::").count() >= 2
+        && path.split("::").all(|s| is_segment(s.as_bytes()))
+}
+
+/// Whether an unquoted value (`rest`, from its first character) is a type or an array of
+/// Rust's: a reference (`&[u8]`, `&'a str`, `&mut Buf`, `&dyn Store`, `&Block,` ending its
+/// parameter or field) or an array (`[u8; 32]`, `[0u8; 48]`). A YAML anchor before a value
+/// (`password: &pw hunter2`) is none: a word and a blank follow its `&`.
+fn is_rust_type_or_array(rest: &str) -> bool {
+    fn word_len(b: &[u8]) -> usize {
+        b.iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .count()
+    }
+    // After a `[`: a word, then `; N` (`u8; 32`, `0u8; KEY_LEN`) where `semi` asks for it, and
+    // the `]`.
+    fn bracketed(b: &[u8], semi: bool) -> bool {
+        let mut i = word_len(b);
+        if i == 0 {
+            return false;
+        }
+        if b.get(i) == Some(&b';') {
+            i += 1;
+            i += b[i..].iter().take_while(|&&c| c == b' ').count();
+            let n = word_len(&b[i..]);
+            if n == 0 {
+                return false;
+            }
+            i += n;
+        } else if semi {
+            return false;
+        }
+        b.get(i) == Some(&b']')
+    }
+    let b = rest.as_bytes();
+    match b.first() {
+        Some(b'&') => {
+            let r = &b[1..];
+            if r.starts_with(b"mut ") || r.starts_with(b"dyn ") {
+                return true;
+            }
+            match r.first() {
+                Some(b'[') => bracketed(&r[1..], false),
+                // A lifetime: `&'a str`, `&'static [u8]`.
+                Some(b'\'') => {
+                    let l = word_len(&r[1..]);
+                    l > 0 && r.get(1 + l) == Some(&b' ')
+                }
+                _ => {
+                    // A path of code's words (`&Block`, `&hash::Output`), ended as a
+                    // parameter's or a field's type is.
+                    let len = r
+                        .iter()
+                        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b':'))
+                        .count();
+                    let path = &r[..len];
+                    len > 0
+                        && path
+                            .split(|&c| c == b':')
+                            .filter(|s| !s.is_empty())
+                            .all(is_segment)
+                        && matches!(
+                            r.get(len),
+                            None | Some(b',' | b')' | b'>' | b';' | b'<' | b'\n' | b'\r')
+                        )
+                }
+            }
+        }
+        Some(b'[') => bracketed(&b[1..], true),
+        _ => false,
+    }
 }
 
 /// A keyword argument given a variable or a literal: the value's first word followed by the
@@ -5742,7 +5978,14 @@ fn names_a_variable(text: &str, name: Range<usize>, value_at: usize) -> bool {
     let parameter = !indent.is_empty()
         && indent.bytes().all(|b| b == b' ' || b == b'\t')
         && bytes[name.start].is_ascii_lowercase()
-        && !is_password_name(&text[name.clone()])
+        // A field of several words given capitalised words (`current_exporter_secret:
+        // OkmBlock,`) is code's; a password's own name alone may be given words (`password:
+        // SuperSecret,`), and one with digits (`db_password: Hunter2,`) may be a password.
+        && (!is_password_name(&text[name.clone()])
+            || (is_snake_identifier(&text[name.clone()])
+                && word.len() >= 4
+                && word.bytes().all(|c| c.is_ascii_alphabetic())
+                && word.bytes().filter(u8::is_ascii_uppercase).count() >= 2))
         && word.starts_with(|c: char| c.is_ascii_uppercase())
         && line_ends
         && value.len() == word.len() + 1
@@ -6594,6 +6837,16 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         return;
     }
     if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
+        return;
+    }
+    // A path of code (`cookie::CookieStore`), a type (`cookie: &Jar,`), or a call given to a
+    // field named for a header (`cookie: Some(Cookie::new(…)),`): no header's value.
+    if quote.is_none()
+        && (value.starts_with(':')
+            || is_rust_type_or_array(value)
+            || is_rust_expression(value)
+            || is_call_or_path(value))
+    {
         return;
     }
     // `Authorization: Bearer %s`, `Bearer {token}`, `Bearer access_token`: a template's

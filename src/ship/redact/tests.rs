@@ -1407,3 +1407,51 @@ proptest::proptest! {
         }
     }
 }
+
+/// Rust's code under secret names ships as written: a `let` binding given code, a parameter's
+/// or field's reference or array type, a `::` path, a field's type named after it or of
+/// capitalised words under a name of several words, a snake_case variable holding a
+/// credential's word, a macro's `$name`, a small hex number, a constant's name ending in a
+/// number. Each was redacted, and every copy of it in the file with it (rustls' `OkmBlock,`
+/// in every signature). What only looks like them still goes.
+#[test]
+fn rust_code_under_secret_names_ships_readable() {
+    for text in [
+        "fn f(secret: &[u8]) -> Vec<u8> {",
+        "fn g(&self, secret: &OkmBlock, common: &mut CommonState) {",
+        "    fn h(salt: Option<&[u8]>, secret: &'static str, key: &mut Buf) {}",
+        "        let shared_secret = our_key_share",
+        "        let secret = self",
+        "        let traffic_secret = ks.derive_logged_secret(kind, hash, &log, &[0; 32]);",
+        "        let password = url.password().and_then(|pass| {",
+        "        let doing_client_auth = if full_handshake {",
+        "let secret = [0x42u8; 32];",
+        "            master_secret: [0u8; 48],",
+        "    let zeros: SharedSecret = [0; SHARED_SECRET_LEN];",
+        "type SharedSecret = [u8; SHARED_SECRET_LEN];",
+        "    cookie_store: &dyn crate::cookie::CookieStore,",
+        "            common.quic.hs_secrets = Some(quic::Secrets::new(",
+        "    secrets: ConnectionSecrets,",
+        "    client_handshake_traffic_secret: OkmBlock,",
+        "            client_handshake_traffic_secret: client_secret,",
+        "            check_private_key_bytes: $check_private_key_bytes,",
+        "    NoAuth = 0x00,",
+        "            ClientApplicationTrafficSecret => \"CLIENT_TRAFFIC_SECRET_0\",",
+    ] {
+        assert_eq!(redact(text), text);
+    }
+    for (text, want) in [
+        ("const token = Xk9vQ2mLp7Rz", "const token = [REDACTED]"),
+        ("token = &Xk9vQ2mLp7Rz{", "token = [REDACTED]"),
+        ("password: SuperSecret,", "password: [REDACTED]"),
+        ("secret: SuperSecret,", "secret: [REDACTED]"),
+        ("    db_password: Hunter2,", "    db_password: [REDACTED]"),
+        ("secret_key = my_secret_value_2", "secret_key = [REDACTED]"),
+        (
+            "api_key = 0x3f9c2b7a1d8e4f6a0b5c9d2e7f1a3b8c",
+            "api_key = [REDACTED]",
+        ),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
