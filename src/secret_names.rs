@@ -87,6 +87,9 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "expiry",
         "expiration",
         "ttl",
+        // Whether a secret is set or used (`MODULE_PWD_STATE`, `auth_status`).
+        "state",
+        "status",
         "lifetime",
         // Settings of how a secret is sent or made (`default_token_placement = "query"`,
         // `token_location`, `auth_method`, `auth_scheme`, `signing_algorithm`, `token_field`).

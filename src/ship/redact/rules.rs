@@ -4214,16 +4214,29 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         return true;
     }
     // In code, ended as an argument, a field or a statement is: a reference (`$name,`, a
-    // macro's variable), a small number written in hex (`NoAuth = 0x00,`), an expression of
-    // Rust's (`Some(quic::Secrets::new(`, `Box::new(…)`).
+    // macro's variable), a small number (`NoAuth = 0x00,`, `ERRORTOKEN = 58`), an object id
+    // (`SERVER_AUTH = '1.3.6.1.5.5.7.3.1'`), an expression of Rust's (`Some(quic::Secrets::new(`,
+    // `Box::new(…)`), a call through a dotted path whatever its arguments (`getpass.getpass("…"
+    // % host)`, `re.compile(r"""`), or one in parentheses (`(self.password.encode('utf-8') if
+    // …`).
     if code {
         let bare = value.trim_end_matches([',', ';', ')']);
         let small_hex = bare.strip_prefix("0x").is_some_and(|h| {
             (1..=8).contains(&h.len()) && h.bytes().all(|c| c.is_ascii_hexdigit())
         });
+        let small_number =
+            (1..=3).contains(&bare.len()) && bare.bytes().all(|c| c.is_ascii_digit());
+        let object_id = bare.len() >= 7
+            && bare.bytes().filter(|&c| c == b'.').count() >= 3
+            && bare.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+            && !bare.contains("..");
         if (bare.len() < value.len() && is_shell_reference(bare))
             || small_hex
+            || small_number
+            || object_id
             || is_rust_expression(rest)
+            || is_dotted_call(rest)
+            || rest.strip_prefix('(').is_some_and(is_dotted_call)
         {
             return true;
         }
@@ -5228,12 +5241,29 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         .rev()
         .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
         .map_or(0, |(i, c)| i + c.len_utf8());
+    // Judged last, as the checks that read around the value cost more.
     let annotated =
-        annotates(text, name_at, s.start, true) || declares_code(text, name_at, s.start);
+        || annotates(text, name_at, s.start, true) || declares_code(text, name_at, s.start);
     // A Markdown link (`([1b3c5ff…](https://…/commit/…))` after "secret" in a changelog), or
     // the text beside a string literal the label sits in (`'Async/Sync token equality')`).
     let beside = beside_a_literal(unquoted);
+    // `pwd=pwd)`: a keyword argument given the variable of its name.
+    let same = || {
+        let label_word = &text[match_at..s.start];
+        let first_len = unquoted
+            .bytes()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+            .count();
+        matches!(
+            unquoted.as_bytes().get(first_len),
+            None | Some(b')' | b',' | b';')
+        ) && same_name(
+            label_word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()),
+            &unquoted[..first_len],
+        )
+    };
     if !beside
+        && !unquoted.is_empty()
         && !is_shell_reference(value)
         && !is_placeholder(unquoted)
         && !is_template_slot(unquoted)
@@ -5243,9 +5273,10 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !is_code(&text[s.start..])
         && !is_word_list(value)
         && !super::code::is_name_of_thing(unquoted)
-        && !annotated
         && !is_rust_type_or_array(&text[s.start..])
         && !string_prefix(text, s.clone())
+        && !annotated()
+        && !same()
     {
         out.push(s);
     }
@@ -5281,13 +5312,60 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     {
         return;
     }
+    if !quoted && is_prose_after(before, &text[first.start..]) {
+        return;
+    }
     let strong = is_password_name(name);
     let min = match (quoted, strong) {
         (true, _) => 1,
         (false, true) => 4,
         (false, false) => 8,
     };
-    push_value(name, text, first.start, min, out);
+    // A YAML anchor (`password: &pw hunter2`, the name starting its line) names the value
+    // that follows it: as with a tag, the value is the word after it.
+    let setting = before.bytes().all(|c| matches!(c, b' ' | b'\t' | b'-'));
+    let mut value_at = first.start;
+    if !quoted && setting {
+        let b = text.as_bytes();
+        let anchor = b[value_at + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+            .count();
+        if b[value_at] == b'&' && anchor > 0 && b.get(value_at + 1 + anchor) == Some(&b' ') {
+            value_at += 1 + anchor;
+            value_at += b[value_at..].iter().take_while(|&&c| c == b' ').count();
+        }
+    }
+    let pushed = out.len();
+    push_value(name, text, value_at, min, out);
+    // A setting's unquoted value is the rest of its line (`password: correct horse battery
+    // staple`, a YAML scalar of words), up to a comment: where the name starts its line and
+    // the value was taken, its other words go with it.
+    if !quoted
+        && setting
+        && out.len() == pushed + 1
+        && let Some(span) = out.last_mut()
+    {
+        let line_end = memchr::memchr2(b'\n', b'\r', &text.as_bytes()[span.end..])
+            .map_or(text.len(), |o| span.end + o);
+        let rest = &text[span.end..line_end];
+        let rest = rest.find(" #").map_or(rest, |c| &rest[..c]).trim_end();
+        // Words only: another pair, a list or code after the value (`hunter2, user: bob`)
+        // is not part of it.
+        let words = rest.bytes().all(|c| {
+            !matches!(
+                c,
+                b':' | b'=' | b',' | b';' | b'{' | b'}' | b'[' | b']' | b'(' | b')'
+            )
+        });
+        if rest.starts_with(' ')
+            && words
+            && !text[span.clone()].ends_with([',', ';'])
+            && !rest.trim_start().starts_with('#')
+        {
+            span.end += rest.len();
+        }
+    }
 }
 
 /// `name = value` (rule `assignment`): the value from `value_at`, unless the name is not a
@@ -5325,7 +5403,10 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         }
         return;
     }
-    if is_argument_variable(text, n.start, value_at) || is_rust_type_or_array(&text[value_at..]) {
+    if is_argument_variable(text, n.start, value_at)
+        || is_rust_type_or_array(&text[value_at..])
+        || is_chained_assignment(&text[value_at..])
+    {
         return;
     }
     push_value(name, text, value_at, 1, out);
@@ -5379,6 +5460,68 @@ fn declares_code(text: &str, name_at: usize, value_at: usize) -> bool {
         || (word.len() >= 2 && word.bytes().all(|c| c.is_ascii_lowercase()))
         || super::code::is_compound_identifier(word)
         || is_call_or_path(rest)
+}
+
+/// Whether `rest` is a name assigned in turn (`userid = passwd = acct = ''`): an identifier,
+/// blanks, then `=` but not `==`.
+fn is_chained_assignment(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    // Most values hold no `=` near: one vector search settles them.
+    if memchr::memchr(b'=', &b[..b.len().min(72)]).is_none() {
+        return false;
+    }
+    let word = b
+        .iter()
+        .take(64)
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    let blanks = b[word..].iter().take_while(|&&c| c == b' ').count();
+    word > 0
+        && blanks > 0
+        && b.get(word + blanks) == Some(&b'=')
+        && b.get(word + blanks + 1) != Some(&b'=')
+}
+
+/// Whether `rest` starts a call through a dotted path (`getpass.getpass(`, `re.compile(`,
+/// `self.password.encode(`, `HTTPPasswordMgr.find_user_password(`): two identifiers or more
+/// joined by `.`, the last a lowercase function's name of three letters or more, then `(`.
+fn is_dotted_call(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    // The first identifier is followed by a `.`: a key's run (most values here) ends without,
+    // and one vector search for a `.` settles most.
+    if memchr::memchr(b'.', &b[..b.len().min(49)]).is_none() {
+        return false;
+    }
+    let first = b
+        .iter()
+        .take(48)
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count();
+    if first == 0 || b.get(first) != Some(&b'.') {
+        return false;
+    }
+    let len = b
+        .iter()
+        .take(96)
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+        .count();
+    if b.get(len) != Some(&b'(') {
+        return false;
+    }
+    let path = &rest[..len];
+    let mut parts = path.split('.');
+    let first = parts.next().unwrap_or("");
+    let Some(last) = path.rsplit('.').next() else {
+        return false;
+    };
+    path.contains('.')
+        && first.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && path.split('.').all(|p| !p.is_empty())
+        && last.len() >= 3
+        && last.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && last
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
 }
 
 /// Whether `rest` starts an expression only Rust writes: a path of code's words through `::`
@@ -5451,7 +5594,7 @@ fn is_rust_type_or_array(rest: &str) -> bool {
     match b.first() {
         Some(b'&') => {
             let r = &b[1..];
-            if r.starts_with(b"mut ") || r.starts_with(b"dyn ") {
+            if r.starts_with(b"mut ") || r.starts_with(b"dyn ") || r.starts_with(b"impl ") {
                 return true;
             }
             match r.first() {
@@ -6637,6 +6780,29 @@ fn assigned_before(text: &str, at: usize) -> Option<Range<usize>> {
     (i < end).then_some(i..end)
 }
 
+/// Whether a name's colon and what follows are a sentence's (`# First pass: determine the
+/// length`, `TypeError("pwd: expected bytes, got %s")`), not a setting: the name comes after a
+/// word and a blank, or inside a string's quote, and a lowercase word then another word
+/// follow its colon. A setting's name starts its line (`password: correct horse battery`, a
+/// passphrase of words, still goes).
+fn is_prose_after(before: &str, rest: &str) -> bool {
+    let b = before.as_bytes();
+    let in_sentence = match b.last() {
+        Some(b' ') => b.len() >= 2 && b[b.len() - 2].is_ascii_alphabetic(),
+        Some(b'"' | b'\'') => true,
+        _ => false,
+    };
+    if !in_sentence {
+        return false;
+    }
+    let r = rest.as_bytes();
+    let first = r.iter().take_while(|c| c.is_ascii_lowercase()).count();
+    let second = r.get(first + 1..).map_or(0, |n| {
+        n.iter().take_while(|c| c.is_ascii_alphabetic()).count()
+    });
+    first >= 2 && r.get(first) == Some(&b' ') && second >= 2
+}
+
 /// Whether `v` names a hash function (`sha256`, `SHA-512`, `md5`), as an HMAC's first
 /// arguments do.
 fn is_hash_name(v: &str) -> bool {
@@ -6863,9 +7029,12 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
     let name_quoted = lq.is_some() && cq;
     let word = value.trim_end_matches([',', ';', '}', ')']);
     let snake = is_snake_identifier(word);
+    // (`{'Authorization': auth,}`: one lowercase word, ended by the literal's `,` or `}`.)
+    let lowercase_word =
+        word.len() >= 3 && word.bytes().all(|c| c.is_ascii_lowercase()) && word.len() < value.len();
     if quote.is_none()
         && name_quoted
-        && (super::code::is_compound_identifier(word) || snake || is_code(word))
+        && (super::code::is_compound_identifier(word) || snake || lowercase_word || is_code(word))
         && word.len() + 2 >= value.len()
     {
         return;

@@ -1455,3 +1455,73 @@ fn rust_code_under_secret_names_ships_readable() {
         assert_eq!(redact(text), want, "{text:?}");
     }
 }
+
+/// A secret's name and a colon inside a sentence (a comment, an error message in a literal)
+/// begin prose, not a setting: `# First pass: determine …`, `TypeError("pwd: expected bytes
+/// …")`. Each took its next word, and every copy of that word in the file went with it. An
+/// empty literal and a header's variable in a literal are no values either.
+#[test]
+fn prose_after_a_secret_name_and_its_colon_ships_readable() {
+    for text in [
+        "        # First pass: determine maximum length of long option names",
+        "            raise TypeError(\"pwd: expected bytes, got %s\" % type(pwd).__name__)",
+        "            username = password = ''",
+        "            'Authorization': auth,",
+    ] {
+        assert_eq!(redact(text), text);
+    }
+}
+
+/// A setting's unquoted value is its whole line (a YAML scalar of words: `password: correct
+/// horse battery staple` shipped its last three words), up to a comment; a YAML anchor before
+/// the value is no value (`password: &pw hunter22` shipped the password).
+#[test]
+fn a_settings_value_of_words_and_an_anchored_value_are_redacted_whole() {
+    for (text, want) in [
+        (
+            "password: correct horse battery staple",
+            "password: [REDACTED]",
+        ),
+        (
+            "  - password: correct horse battery",
+            "  - password: [REDACTED]",
+        ),
+        (
+            "  password: hunter22 # the db one",
+            "  password: [REDACTED] # the db one",
+        ),
+        ("password: &pw hunter22", "password: &pw [REDACTED]"),
+        (
+            "password: Hunter22, user: bob",
+            "password: [REDACTED] user: bob",
+        ),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
+
+/// Python's code under secret names ships as written: a call through a dotted path whatever
+/// its arguments, one in parentheses, a small number, an object id, a name assigned in turn, a
+/// setting's state, a keyword argument given its own name's variable.
+#[test]
+fn python_code_under_secret_names_ships_readable() {
+    for text in [
+        "            passwd = getpass.getpass(\"Enter password for %s in %s: \" % (realm, host))",
+        "_token_pattern = re.compile(r\"\"\"",
+        "        pwd = (self.password.encode('utf-8') if isinstance(self.password, str) else x)",
+        "ERRORTOKEN = 58",
+        "    SERVER_AUTH = '1.3.6.1.5.5.7.3.1'",
+        "    userid = passwd = acct = ''",
+        " 'MODULE_PWD_STATE': 'yes',",
+        "        with self.open(member, pwd=pwd) as source:",
+    ] {
+        assert_eq!(redact(text), text);
+    }
+    // What only looks like them still goes.
+    for (text, want) in [
+        ("PIN_TOKEN = 4821", "PIN_TOKEN = [REDACTED]"),
+        ("passwd = Hunter2x.value", "passwd = [REDACTED]"),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
