@@ -87,9 +87,13 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "expiry",
         "expiration",
         "ttl",
-        // Whether a secret is set or used (`MODULE_PWD_STATE`, `auth_status`).
+        // Whether a secret is set or used, how, and where it is kept (`MODULE_PWD_STATE`,
+        // `auth_status`, `token_usage`, `token_type_hint`, `_ACCESS_TOKEN_TABLE`).
         "state",
         "status",
+        "usage",
+        "hint",
+        "table",
         "lifetime",
         // Settings of how a secret is sent or made (`default_token_placement = "query"`,
         // `token_location`, `auth_method`, `auth_scheme`, `signing_algorithm`, `token_field`).

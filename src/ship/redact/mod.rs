@@ -1654,6 +1654,60 @@ fn split_at_markers(text: &str, spans: &mut Vec<Range<usize>>) {
 
 /// The shortest secret whose every copy in the text goes with it.
 const COPY_MIN: usize = 8;
+
+/// [`every_copy`]'s mark of a find whose copies stay ([`word_shaped`]).
+const WORD_SHAPED: usize = usize::MAX;
+
+/// Whether a value found under a secret's name has the shape of code's words rather than of
+/// a key, at most 32 bytes: an identifier joined by `_` (`access_tokens`,
+/// `google_auth_httplib2`, `_WrappedRefresh`), lowercase words joined by `-`
+/// (`meta-information`), camelCase of words of three letters or more (`credHelpers`), or a
+/// capitalised word ended by a sentence's or an argument's `,`, `.` or `:` (`Section,`). Such
+/// a find is judged where it was named; its copies elsewhere are the word in other sentences
+/// and code (a docstring's `auth: Section,` took every `Section,` of the file), not the
+/// secret repeated, as a key or a password (`postgres`, letters alone, standing alone) is.
+fn word_shaped(value: &[u8]) -> bool {
+    if value.len() > 32 {
+        return false;
+    }
+    let end = value
+        .iter()
+        .rposition(|c| !matches!(c, b',' | b';' | b':' | b'.' | b')'))
+        .map_or(0, |e| e + 1);
+    let (v, ended) = (&value[..end], end < value.len());
+    if v.is_empty() {
+        return false;
+    }
+    // One pass over the value: what it holds, and whether its camel-case words are three
+    // letters or more.
+    let (mut digit, mut upper, mut underscore, mut hyphen) = (false, false, false, false);
+    let (mut word, mut words_ok) = (0, true);
+    for (i, &c) in v.iter().enumerate() {
+        match c {
+            b'a'..=b'z' => word += 1,
+            b'A'..=b'Z' => {
+                if i > 0 {
+                    words_ok &= word >= 3;
+                    word = 0;
+                }
+                upper = true;
+                word += 1;
+            }
+            b'0'..=b'9' => digit = true,
+            b'_' => underscore = true,
+            b'-' => hyphen = true,
+            _ => return false,
+        }
+    }
+    // Lowercase with digits (`google_auth_httplib2`), or letters of any case without one
+    // (`_WrappedRefresh`).
+    let snake = underscore && !hyphen && (!upper || !digit);
+    let hyphenated = hyphen && !underscore && !upper && !digit;
+    let words_of_code = !digit && !underscore && !hyphen && words_ok && word >= 3;
+    let camel = words_of_code && v[0].is_ascii_lowercase() && upper;
+    let capitalised_ended = words_of_code && v[0].is_ascii_uppercase() && ended;
+    snake || hyphenated || camel || capitalised_ended
+}
 /// The most distinct secrets of one text whose copies are looked for, searched for
 /// [`COPY_SEARCH`] at a time: a 4 MiB text of thousands of secrets costs at most 16 searches of
 /// it (a few milliseconds).
@@ -1705,9 +1759,14 @@ fn every_copy(text: &str, spans: &mut Vec<Range<usize>>, hides_ascii: bool) {
             continue;
         }
         if let Some(&i) = seen.get(v) {
-            if whole.len() > wholes[i].len() {
+            if i != WORD_SHAPED && whole.len() > wholes[i].len() {
                 wholes[i] = whole;
             }
+            continue;
+        }
+        // Judged once for each distinct find (a text dense with secrets repeats them).
+        if word_shaped(whole) {
+            seen.insert(v, WORD_SHAPED);
             continue;
         }
         if secrets.len() == COPY_SECRETS {

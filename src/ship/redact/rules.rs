@@ -3970,6 +3970,13 @@ fn is_placeholder(value: &str) -> bool {
             .or_else(|| v.strip_suffix('…'))
             .is_some_and(|seen| seen.chars().count() <= 8)
         || is_format_directive(v)
+        // A value shown as already hidden (`'--- Token Redacted ---'`, `password: REDACTED`).
+        // (A key's digit, most often among its first bytes, settles it before the search.)
+        || ((8..=48).contains(&v.len())
+            && !v.bytes().any(|c| c.is_ascii_digit())
+            && v.as_bytes()
+                .windows(8)
+                .any(|w| w.eq_ignore_ascii_case(b"redacted")))
 }
 
 /// Whether `v` starts with `prefix` (ASCII), in any case.
@@ -4057,6 +4064,10 @@ fn is_type_or_literal(value: &str) -> bool {
         "Option",
         "Date",
         "Buffer",
+        "datetime",
+        "tuple",
+        "callable",
+        "mapping",
         "None",
         "True",
         "False",
@@ -4237,6 +4248,8 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             || is_rust_expression(rest)
             || is_dotted_call(rest)
             || rest.strip_prefix('(').is_some_and(is_dotted_call)
+            // A type named in a docstring (`credentials: google.auth.credentials.Credentials.`).
+            || (bare.ends_with('.') && is_call_or_path(bare.trim_end_matches('.')))
         {
             return true;
         }

@@ -1525,3 +1525,34 @@ fn python_code_under_secret_names_ships_readable() {
         assert_eq!(redact(text), want, "{text:?}");
     }
 }
+
+/// A find that has the shape of code's words (`Section,`, `credHelpers`, `access_tokens`) is
+/// judged where it was named: its copies elsewhere are the word in other sentences and code
+/// (a docstring's `auth: Section,` took every `Section,` of a 60 KB file), not the secret
+/// repeated. A key's and a password's copies still go (`copies_of_a_secret_*`).
+#[test]
+fn copies_of_a_find_shaped_like_code_words_stay() {
+    let text = "  Attributes:\n    auth: Section, The section of auth.\n    billing: Section, The section of billing.\n";
+    let out = redact(text);
+    assert!(
+        out.contains("billing: Section, The section of billing."),
+        "{out}"
+    );
+    let text =
+        "CREDENTIAL_HELPER_KEY = credHelpers\n    \"\"\"Adds Docker 'credHelpers' entry.\"\"\"";
+    assert!(redact(text).contains("'credHelpers' entry"));
+    // Values that say they are hidden, and the types docstrings name.
+    for text in [
+        "        v = '--- Token Redacted ---'",
+        "    token_expiry_time: datetime, The time when the token expires.",
+        "    credentials: google.auth.credentials.Credentials.",
+        "    # token_usage=remote is to indicate that",
+        "_ACCESS_TOKEN_TABLE = 'access_tokens'",
+    ] {
+        assert_eq!(redact(text), text);
+    }
+    assert_eq!(
+        redact("DB_PASSWORD=Hunt3rPw9x\necho adminHunt3rPw9x"),
+        "DB_PASSWORD=[REDACTED]\necho admin[REDACTED]"
+    );
+}
