@@ -7,6 +7,8 @@
 #![cfg_attr(not(unix), allow(unused_imports))]
 
 use crate::support;
+#[cfg(target_os = "linux")]
+use support::bin::SpawnRetry;
 
 use support::harness;
 
@@ -528,7 +530,7 @@ fn once_over_a_rollout_of_4_mib_lines_ships_them_whole_in_memory_bounded_by_the_
             .watch(Some(&server.url()), &["--once"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .spawn()
+            .spawn_retrying()
             .expect("spawn kcap-watch");
         let (status, peak) = support::bin::wait_peak_rss(child, Duration::from_secs(120));
         assert!(status.success(), "{status:?}");

@@ -16,6 +16,7 @@
 //! (no console control event reaches one process group).
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::fs;
 use std::io::Write;
@@ -187,7 +188,7 @@ impl World {
             .stderr(fs::File::create(self.tmp.path().join(log)).unwrap());
         // Its own process group on Windows, as Task Scheduler starts it: Ctrl-Break reaches it.
         kcap_watch::platform::signals::stoppable(&mut c);
-        c.spawn().unwrap()
+        c.spawn_retrying().unwrap()
     }
 
     /// Waits until the stand-in of every session in `ids` has written its pid file.
@@ -1154,7 +1155,7 @@ fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_
             .arg(&r1)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        c.spawn().unwrap()
+        c.spawn_retrying().unwrap()
     };
     // A supervisor left running by an earlier daemon.
     let mut first = supervise();
@@ -1377,7 +1378,7 @@ fn an_adopted_supervisor_killed_with_lines_unshipped_is_restarted_and_its_lines_
             .arg(&r1)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        c.spawn().unwrap()
+        c.spawn_retrying().unwrap()
     };
     let lock = w
         .config

@@ -6,6 +6,7 @@
 // rlimits, count descriptors in /proc or mount a tmpfs, and are Linux only.
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::time::Duration;
 
@@ -218,7 +219,7 @@ impl Many {
                 Ok(())
             });
         }
-        c.spawn().unwrap()
+        c.spawn_retrying().unwrap()
     }
 
     fn log(&self) -> String {

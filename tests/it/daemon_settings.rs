@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::support;
 use support::FakeKcap;
+use support::bin::SpawnRetry;
 use support::bin::{kcap_watch, wait_for};
 use support::kcap_standin::Standin;
 
@@ -72,7 +73,7 @@ fn a_supervisor_started_by_the_daemon_gets_the_daemons_flags_and_variables() {
         .args(["daemon", "--stop-grace", "30s", "--max-pause-credit", "1h"])
         .stdout(Stdio::null())
         .stderr(fs::File::create(tmp.path().join("daemon.log")).unwrap())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let mut pid = None;
     let started = wait_for(WAIT, || {

@@ -4,6 +4,7 @@
 //! The watcher is ended as a user ends it: SIGTERM on unix, Ctrl-Break on Windows.
 
 use crate::support;
+use support::bin::SpawnRetry;
 use support::harness::append_bytes as append;
 
 use std::fs::OpenOptions;
@@ -53,7 +54,7 @@ fn start(extra: &[&str], create: bool) -> Follow {
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     Follow {
         child,
@@ -234,7 +235,7 @@ fn a_rollout_named_with_a_doubled_separator_is_followed_by_notification() {
         .args(["--poll-interval", "60s"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let f = Follow {
         child,

@@ -3,6 +3,7 @@
 //! still posting it, session-end on idle, and a pending tool call holding off idle end.
 
 use crate::support;
+use support::bin::SpawnRetry;
 use support::harness::append_lines as append;
 
 use std::path::{Path, PathBuf};
@@ -75,7 +76,7 @@ impl Run {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.spawn().unwrap()
+        cmd.spawn_retrying().unwrap()
     }
 }
 
@@ -231,7 +232,7 @@ fn a_spawned_watcher_survives_sighup_and_ends_when_its_parent_exits() {
     let run = Run::session_fixture();
     let mut parent = std::process::Command::new("sleep")
         .arg("600")
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let pid = parent.id().to_string();
     let mut child = run.spawn(&server, &["--parent-pid", &pid], &[]);
@@ -396,7 +397,7 @@ fn lifecycle_table_at_the_binary_level() {
                     .arg(&path)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
-                    .spawn()
+                    .spawn_retrying()
                     .unwrap(),
                 W,
             );

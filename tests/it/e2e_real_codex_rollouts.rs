@@ -3,6 +3,7 @@
 //! crashed mid-turn, a resumed session, and a sub-agent header that names no parent.
 
 use crate::support;
+use support::bin::SpawnRetry;
 use support::harness::append_lines as append;
 
 use std::fs::OpenOptions;
@@ -95,7 +96,7 @@ impl Run {
         self.cmd(url, args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_retrying()
             .unwrap()
     }
 

@@ -3,6 +3,7 @@
 //! replay, the per-key lock.
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::time::Duration;
 
@@ -252,7 +253,7 @@ fn a_second_watcher_for_the_same_key_exits_75() {
         .args(["watch", "--poll-interval", "50ms"])
         .arg(&rollout)
         .stderr(std::process::Stdio::null())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let lock_held = support::bin::wait_for(Duration::from_secs(20), || {
         config

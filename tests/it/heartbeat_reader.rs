@@ -6,6 +6,7 @@
 //! shares, Wine), would have every kcap-watch key taken for dead.
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -39,7 +40,7 @@ fn the_kcap_cli_reads_a_live_watchers_heartbeat_and_sees_it_advance_beat_after_b
         .arg(&rollout)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let heartbeat = config.join("watchers").join(format!("{SESSION}.heartbeat"));
     assert!(

@@ -5,6 +5,7 @@
 //! (fixed by `--line-times --now`), and which child a live `watch` process holds.
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -178,7 +179,7 @@ impl Watcher {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = c.spawn().unwrap();
+        let child = c.spawn_retrying().unwrap();
         let pid = l.watchers().join(format!("{}.pid", key(agent)));
         let beat = l.watchers().join(format!("{}.heartbeat", key(agent)));
         assert!(

@@ -17,6 +17,8 @@
 // them), file modes, a newline in a file name (not a valid Windows name) and SIGTERM.
 
 use crate::support;
+#[cfg(unix)]
+use support::bin::SpawnRetry;
 
 use std::fs;
 #[cfg(unix)]
@@ -67,7 +69,7 @@ fn run_closed(mut cmd: Command, closed: Closed, timeout: Duration) -> ExitStatus
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn()
+                .spawn_retrying()
                 .expect("spawn kcap-watch");
             drop(child.stdin.take());
             drop(child.stdout.take());
@@ -87,7 +89,7 @@ fn run_closed(mut cmd: Command, closed: Closed, timeout: Duration) -> ExitStatus
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .spawn()
+                .spawn_retrying()
                 .expect("spawn kcap-watch")
         }
     };
@@ -238,7 +240,7 @@ fn a_signal_ends_a_watcher_with_closed_stdio_with_0() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     drop(child.stdin.take());
     drop(child.stdout.take());
@@ -298,7 +300,7 @@ fn a_stdout_closed_by_its_reader_is_success_quietly() {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_retrying()
         .unwrap();
     let mut first = [0u8; 1];
     let mut pipe = child.stdout.take().unwrap();

@@ -11,6 +11,7 @@
 //! TerminateProcess); a graceful end is SIGTERM on unix, Ctrl-Break on Windows.
 
 use crate::support;
+use support::bin::SpawnRetry;
 
 use std::fs;
 use std::io::Write;
@@ -138,7 +139,7 @@ impl Home {
             .stdout(Stdio::null())
             .stderr(self.next_log());
         stoppable(&mut c);
-        c.spawn().unwrap()
+        c.spawn_retrying().unwrap()
     }
 
     /// A new stderr file for a supervisor run (a SIGKILLed run keeps its log).
@@ -281,7 +282,7 @@ fn descendants_created_while_it_runs_are_shipped_completely_and_stopped_once() {
         .args(["--agent-id", &bare(CHILD_A)])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut w = w.spawn().unwrap();
+    let mut w = w.spawn_retrying().unwrap();
     assert_eq!(wait_exit(&mut w, WAIT).code(), Some(75));
 
     home.end_parent();
@@ -329,7 +330,7 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
         .args(["--stop-grace", "30m", "--poll-interval", "50ms"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut watch = watch.spawn().unwrap();
+    let mut watch = watch.spawn_retrying().unwrap();
     let watch_pid = watch.id();
     assert!(wait_for(WAIT, || kcap_cli_alive(
         &home.watchers(),

@@ -13,19 +13,35 @@ pub fn kcap_watch(config_dir: &Path) -> Command {
     c
 }
 
+/// Starting a process the way every test does: Wine now and then fails a process's creation
+/// itself under load ("Internal error", 1359) before the program runs a line, so such a
+/// failure is tried again, a few times, 100 ms apart. Nothing of the program has run, so the
+/// retry tests the same thing; any other error is returned at once.
+pub trait SpawnRetry {
+    fn spawn_retrying(&mut self) -> std::io::Result<Child>;
+}
+
+impl SpawnRetry for Command {
+    fn spawn_retrying(&mut self) -> std::io::Result<Child> {
+        let mut tries = 0;
+        loop {
+            match self.spawn() {
+                Err(e) if tries < 4 && e.raw_os_error() == Some(1359) => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                result => return result,
+            }
+        }
+    }
+}
+
 /// Runs to completion, with a deadline (a hang fails the test instead of the suite).
 pub fn run(mut cmd: Command, timeout: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // Wine now and then fails a process's creation itself under load ("Internal error", 1359)
-    // before the program runs a line: the spawn is tried again, a few times, never the run.
-    let mut tries = 0;
-    let child = loop {
-        match cmd.spawn() {
-            Ok(child) => break child,
-            Err(e) if tries < 3 && e.raw_os_error() == Some(1359) => tries += 1,
-            Err(e) => panic!("spawn kcap-watch: {e:?}"),
-        }
-    };
+    let child = cmd
+        .spawn_retrying()
+        .unwrap_or_else(|e| panic!("spawn kcap-watch: {e:?}"));
     wait_output(child, timeout)
 }
 

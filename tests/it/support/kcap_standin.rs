@@ -27,6 +27,7 @@
 //! the daemon from the process itself, as on Linux (`kcap_watch::platform::proc_info`).
 #![allow(dead_code)]
 
+use super::bin::SpawnRetry;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -77,7 +78,7 @@ impl Standin {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(dir.join("stderr.txt")).unwrap())
-            .spawn()
+            .spawn_retrying()
             .unwrap();
         Standin {
             child,

@@ -3,6 +3,7 @@
 //! exited. They are this test binary again, so they exist on every platform the suite runs
 //! on (no `sleep` or `true` program on Windows).
 
+use super::bin::SpawnRetry;
 use std::io::Read;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
@@ -29,7 +30,7 @@ impl Idle {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .spawn_retrying()
             .expect("spawn the test binary as an idle process");
         let stdin = child.stdin.take();
         Idle { child, stdin }
