@@ -40,6 +40,39 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     if header_name(lower) {
         return true;
     }
+    // A member of something named for a secret (`tokenData.cidr_whitelist`,
+    // `Token.Markdown.Definition`) is what its last part names; a generic last part
+    // (`password.value`, `secret.key`) is the secret's own.
+    if let Some((_, last)) = lower.rsplit_once('.')
+        && !last.is_empty()
+        && !matches!(
+            last,
+            "value"
+                | "val"
+                | "data"
+                | "text"
+                | "raw"
+                | "str"
+                | "string"
+                | "plain"
+                | "key"
+                | "keys"
+                | "bytes"
+                | "hex"
+                | "b64"
+                | "base64"
+                | "current"
+                | "new"
+                | "old"
+                | "primary"
+                | "secondary"
+                | "default"
+        )
+        && name_words_in(last.as_bytes()).next().is_none()
+        && !header_name(last)
+    {
+        return false;
+    }
     // The name of a thing, not a secret: `secretName`, `secretNamespace`, `secretRef`,
     // `tokenType`, `passwordPolicy` (Kubernetes references name a Secret object; its value is
     // that name).
@@ -94,6 +127,7 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         "usage",
         "hint",
         "table",
+        "description",
         "lifetime",
         // Settings of how a secret is sent or made (`default_token_placement = "query"`,
         // `token_location`, `auth_method`, `auth_scheme`, `signing_algorithm`, `token_field`).
@@ -174,8 +208,11 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
             "pass" => {
                 // `pass`, `db_pass`, `dbPass`, `pass_file`: not `passenger`, `bypass`,
                 // `compass`, `passed`.
+                // (A capital starts a word in camelCase, not in a name of capitals alone:
+                // `GIT_ASKPASS` is a program that asks for one.)
+                let all_caps = !orig.iter().any(u8::is_ascii_lowercase);
                 let starts = before.is_none_or(|b| !b.is_ascii_alphabetic())
-                    || orig[m.start].is_ascii_uppercase();
+                    || (orig[m.start].is_ascii_uppercase() && !all_caps);
                 if starts && !next_is_lower {
                     return true;
                 }

@@ -4231,7 +4231,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     // % host)`, `re.compile(r"""`), or one in parentheses (`(self.password.encode('utf-8') if
     // …`).
     if code {
-        let bare = value.trim_end_matches([',', ';', ')']);
+        let bare = value.trim_end_matches([',', ';', ')', ']']);
         let small_hex = bare.strip_prefix("0x").is_some_and(|h| {
             (1..=8).contains(&h.len()) && h.bytes().all(|c| c.is_ascii_hexdigit())
         });
@@ -4250,6 +4250,14 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             || rest.strip_prefix('(').is_some_and(is_dotted_call)
             // A type named in a docstring (`credentials: google.auth.credentials.Credentials.`).
             || (bare.ends_with('.') && is_call_or_path(bare.trim_end_matches('.')))
+            // A regular expression's literal (`invalidTokenRegex = /[^^_…`) or a comment
+            // before the value (`/** @type {const} */`).
+            || ["/^", "/[", "/(", "/\\", "/*"].iter().any(|p| rest.starts_with(p))
+            // A prompt asking for it (`'npm password: '`, `'New password: '`).
+            || is_prompt(value)
+            // `fetch`'s credentials mode.
+            || (ends_with_ignore_case(name, "credentials")
+                && matches!(bare.trim_matches(['\'', '"']), "include" | "omit" | "same-origin"))
         {
             return true;
         }
@@ -5475,6 +5483,18 @@ fn declares_code(text: &str, name_at: usize, value_at: usize) -> bool {
         || is_call_or_path(rest)
 }
 
+/// Whether a value is a prompt asking for a secret: words of letters ended by a colon and
+/// maybe blanks (`'Password:'`, `'npm password: '`), no digit.
+fn is_prompt(value: &str) -> bool {
+    let v = value
+        .trim_end_matches(['\'', '"', '`', ')', ','])
+        .trim_end();
+    v.strip_suffix(':').is_some_and(|words| {
+        words.bytes().filter(u8::is_ascii_alphabetic).count() >= 3
+            && words.bytes().all(|c| c.is_ascii_alphabetic() || c == b' ')
+    })
+}
+
 /// Whether `rest` is a name assigned in turn (`userid = passwd = acct = ''`): an identifier,
 /// blanks, then `=` but not `==`.
 fn is_chained_assignment(rest: &str) -> bool {
@@ -5921,6 +5941,8 @@ fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
         && &text[r.clone()] != MARKER
         && !text[r.clone()].starts_with("file://")
         && !text[r.clone()].starts_with("fileb://")
+        // A prompt given to a reader of one (`read.password('Password:')`).
+        && !(quote.is_some() && is_prompt(&text[r.clone()]))
     {
         out.push(r);
     }
@@ -6892,6 +6914,7 @@ fn argument_starts(text: &str, from: usize) -> Option<Vec<usize>> {
 /// placeholder, a reference, a format's slot, the marker, or the word for it.
 fn is_stand_in(v: &str) -> bool {
     is_placeholder(v)
+        || is_prompt(v)
         || is_shell_reference(v)
         || holds_reference(v)
         || v == MARKER

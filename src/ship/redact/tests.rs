@@ -1556,3 +1556,42 @@ fn copies_of_a_find_shaped_like_code_words_stay() {
         "DB_PASSWORD=[REDACTED]\necho admin[REDACTED]"
     );
 }
+
+/// JavaScript's code under secret names ships as written: a member named by its last part
+/// (`tokenData.cidr_whitelist`), a prompt asking for a password, `fetch`'s credentials mode,
+/// a regular expression's literal, a comment before a value, a program that asks for one
+/// (`GIT_ASKPASS`), an enum's small number.
+#[test]
+fn javascript_code_under_secret_names_ships_readable() {
+    for text in [
+        "      tokenData.cidr_whitelist = validCIDR",
+        "const passwordPrompt = 'npm password: '",
+        "  const password = await read.password('Password:', creds.password)",
+        "    credentials: 'include',",
+        "const invalidTokenRegex = /[^^_`a-zA-Z\\-0-9!#$%&'*+.|~]/",
+        "const requestCredentials = /** @type {const} */ (['omit', 'same-origin', 'include'])",
+        "    GIT_ASKPASS: 'echo',",
+        "    Socks5Auth[Socks5Auth[\"NoAuth\"] = 0] = \"NoAuth\";",
+    ] {
+        assert_eq!(redact(text), text);
+    }
+    // What only looks like them still goes: a member that is the secret's own, a password
+    // ending in a colon's neighbour, a pass name with a separator.
+    for (text, want) in [
+        (
+            "config.password = 'Hunt3rPw9x'",
+            "config.password = '[REDACTED]'",
+        ),
+        (
+            "secret.value = 'Xk9vQ2mLp7Rz'",
+            "secret.value = '[REDACTED]'",
+        ),
+        ("DB_PASS: 'Hunt3rPw9x',", "DB_PASS: '[REDACTED]',"),
+        (
+            "const password = 'Hunt3r:Pw9x'",
+            "const password = [REDACTED]",
+        ),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
