@@ -43,8 +43,16 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
     // A member of something named for a secret (`tokenData.cidr_whitelist`,
     // `Token.Markdown.Definition`) is what its last part names; a generic last part
     // (`password.value`, `secret.key`) is the secret's own.
-    if let Some((_, last)) = lower.rsplit_once('.')
+    if let Some((first, last)) = lower.rsplit_once('.')
         && !last.is_empty()
+        // A store of secrets holds secrets whatever their names (`secrets.db`,
+        // `credentials.stripe`).
+        && !first.split('.').any(|p| {
+            matches!(
+                p.trim_start_matches(['$', '@']),
+                "secrets" | "credentials" | "creds" | "passwords" | "tokens" | "vault"
+            )
+        })
         && !matches!(
             last,
             "value"

@@ -1586,6 +1586,7 @@ fn javascript_code_under_secret_names_ships_readable() {
             "secret.value = 'Xk9vQ2mLp7Rz'",
             "secret.value = '[REDACTED]'",
         ),
+        ("secrets.db = 'Hunt3rPw9x'", "secrets.db = '[REDACTED]'"),
         ("DB_PASS: 'Hunt3rPw9x',", "DB_PASS: '[REDACTED]',"),
         (
             "const password = 'Hunt3r:Pw9x'",
