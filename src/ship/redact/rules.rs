@@ -3810,10 +3810,7 @@ fn is_call_or_path(rest: &str) -> bool {
 /// word character) and be followed by `.`, `::`, `->`, `(` or `[`.
 fn may_start_call_or_path(b: &[u8]) -> bool {
     let start = usize::from(b.first() == Some(&b'&'));
-    let word = b[start..]
-        .iter()
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
+    let word = ident_len(&b[start..], usize::MAX);
     word > 0
         && is_segment(&b[start..start + word])
         && matches!(b.get(start + word), Some(b'.' | b':' | b'-' | b'(' | b'['))
@@ -5271,10 +5268,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     // `pwd=pwd)`: a keyword argument given the variable of its name.
     let same = || {
         let label_word = &text[match_at..s.start];
-        let first_len = unquoted
-            .bytes()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
-            .count();
+        let first_len = ident_len(unquoted.as_bytes(), usize::MAX);
         matches!(
             unquoted.as_bytes().get(first_len),
             None | Some(b')' | b',' | b';')
@@ -5472,10 +5466,7 @@ fn declares_code(text: &str, name_at: usize, value_at: usize) -> bool {
     if rest.starts_with(['[', '&', '(', '|', '{', '*', '!']) {
         return true;
     }
-    let word_len = rest
-        .bytes()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
-        .count();
+    let word_len = ident_len(rest.as_bytes(), usize::MAX);
     let word = &rest[..word_len];
     is_snake_identifier(word)
         || (word.len() >= 2 && word.bytes().all(|c| c.is_ascii_lowercase()))
@@ -5495,6 +5486,15 @@ fn is_prompt(value: &str) -> bool {
     })
 }
 
+/// The length of the run of identifier bytes (ASCII letters, digits, `_`) `b` starts with, at
+/// most `max`.
+fn ident_len(b: &[u8], max: usize) -> usize {
+    b.iter()
+        .take(max)
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .count()
+}
+
 /// Whether `rest` is a name assigned in turn (`userid = passwd = acct = ''`): an identifier,
 /// blanks, then `=` but not `==`.
 fn is_chained_assignment(rest: &str) -> bool {
@@ -5503,11 +5503,7 @@ fn is_chained_assignment(rest: &str) -> bool {
     if memchr::memchr(b'=', &b[..b.len().min(72)]).is_none() {
         return false;
     }
-    let word = b
-        .iter()
-        .take(64)
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
+    let word = ident_len(b, 64);
     let blanks = b[word..].iter().take_while(|&&c| c == b' ').count();
     word > 0
         && blanks > 0
@@ -5525,11 +5521,7 @@ fn is_dotted_call(rest: &str) -> bool {
     if memchr::memchr(b'.', &b[..b.len().min(49)]).is_none() {
         return false;
     }
-    let first = b
-        .iter()
-        .take(48)
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
+    let first = ident_len(b, 48);
     if first == 0 || b.get(first) != Some(&b'.') {
         return false;
     }
@@ -5563,11 +5555,7 @@ fn is_dotted_call(rest: &str) -> bool {
 fn is_rust_expression(rest: &str) -> bool {
     // What ends the first word decides: a `::`, or the `(` or `!` of a wrapper or `vec!`.
     let b = rest.as_bytes();
-    let word = b
-        .iter()
-        .take(24)
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
+    let word = ident_len(b, 24);
     if !matches!(b.get(word), Some(b':' | b'(' | b'!')) {
         return false;
     }
@@ -5598,22 +5586,17 @@ fn is_rust_expression(rest: &str) -> bool {
 /// parameter or field) or an array (`[u8; 32]`, `[0u8; 48]`). A YAML anchor before a value
 /// (`password: &pw hunter2`) is none: a word and a blank follow its `&`.
 fn is_rust_type_or_array(rest: &str) -> bool {
-    fn word_len(b: &[u8]) -> usize {
-        b.iter()
-            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-            .count()
-    }
     // After a `[`: a word, then `; N` (`u8; 32`, `0u8; KEY_LEN`) where `semi` asks for it, and
     // the `]`.
     fn bracketed(b: &[u8], semi: bool) -> bool {
-        let mut i = word_len(b);
+        let mut i = ident_len(b, usize::MAX);
         if i == 0 {
             return false;
         }
         if b.get(i) == Some(&b';') {
             i += 1;
             i += b[i..].iter().take_while(|&&c| c == b' ').count();
-            let n = word_len(&b[i..]);
+            let n = ident_len(&b[i..], usize::MAX);
             if n == 0 {
                 return false;
             }
@@ -5634,7 +5617,7 @@ fn is_rust_type_or_array(rest: &str) -> bool {
                 Some(b'[') => bracketed(&r[1..], false),
                 // A lifetime: `&'a str`, `&'static [u8]`.
                 Some(b'\'') => {
-                    let l = word_len(&r[1..]);
+                    let l = ident_len(&r[1..], usize::MAX);
                     l > 0 && r.get(1 + l) == Some(&b' ')
                 }
                 _ => {
@@ -5670,11 +5653,7 @@ fn is_rust_type_or_array(rest: &str) -> bool {
 /// argument list spread over lines). A dotenv line's `PASSWORD=abc,def` is neither.
 fn is_argument_variable(text: &str, name_at: usize, value_at: usize) -> bool {
     let value = &text.as_bytes()[value_at..];
-    let word = value
-        .iter()
-        .take(128)
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
+    let word = ident_len(value, 128);
     let Some(&after) = value.get(word) else {
         return false;
     };
