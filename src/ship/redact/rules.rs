@@ -5578,7 +5578,11 @@ fn is_rust_expression(rest: &str) -> bool {
     path.contains("::")
         && !path.starts_with(':')
         && path.split("::").count() >= 2
-        && path.split("::").all(|s| is_segment(s.as_bytes()))
+        && path.split("::").all(|s| {
+            // Any identifier (`PayloadU16`): a run of a key holds no `::`.
+            s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && ident_len(s.as_bytes(), usize::MAX) == s.len()
+        })
 }
 
 /// Whether an unquoted value (`rest`, from its first character) is a type or an array of
@@ -6994,7 +6998,7 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         return;
     }
     let (quote, from) = match first {
-        b'"' | b'\'' => (Some(first), start + 1),
+        b'"' | b'\'' | b'`' => (Some(first), start + 1),
         b'b' if matches!(bytes.get(start + 1), Some(b'"' | b'\'')) => {
             (Some(bytes[start + 1]), start + 2)
         }

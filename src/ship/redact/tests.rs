@@ -1431,6 +1431,7 @@ fn rust_code_under_secret_names_ships_readable() {
         "type SharedSecret = [u8; SHARED_SECRET_LEN];",
         "    cookie_store: &dyn crate::cookie::CookieStore,",
         "            common.quic.hs_secrets = Some(quic::Secrets::new(",
+        "            cookie: Some(PayloadU16::new(vec![0])),",
         "    secrets: ConnectionSecrets,",
         "    client_handshake_traffic_secret: OkmBlock,",
         "            client_handshake_traffic_secret: client_secret,",
@@ -1571,6 +1572,7 @@ fn javascript_code_under_secret_names_ships_readable() {
         "const invalidTokenRegex = /[^^_`a-zA-Z\\-0-9!#$%&'*+.|~]/",
         "const requestCredentials = /** @type {const} */ (['omit', 'same-origin', 'include'])",
         "    GIT_ASKPASS: 'echo',",
+        "          Authorization: `Bearer ${process.env.ACTIONS_ID_TOKEN_REQUEST_TOKEN}`,",
         "    Socks5Auth[Socks5Auth[\"NoAuth\"] = 0] = \"NoAuth\";",
     ] {
         assert_eq!(redact(text), text);
@@ -1588,6 +1590,10 @@ fn javascript_code_under_secret_names_ships_readable() {
         ),
         ("secrets.db = 'Hunt3rPw9x'", "secrets.db = '[REDACTED]'"),
         ("DB_PASS: 'Hunt3rPw9x',", "DB_PASS: '[REDACTED]',"),
+        (
+            "  Authorization: `Bearer Xk9vQ2mLp7RzAbCd`,",
+            "  Authorization: `[REDACTED]`,",
+        ),
         (
             "const password = 'Hunt3r:Pw9x'",
             "const password = [REDACTED]",
