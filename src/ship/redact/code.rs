@@ -117,7 +117,7 @@ fn joined_words(v: &str) -> Option<(usize, bool, &str)> {
         long &= end - start >= 2;
         last = &v[start..end];
         match b.get(end) {
-            None => return (count >= 2).then_some((count, long, &v[start..end])),
+            None => return (count >= 2).then_some((count, long, last)),
             Some(b'_' | b'-' | b'.') => start = end + 1,
             Some(_) => return None,
         }

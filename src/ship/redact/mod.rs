@@ -1700,8 +1700,15 @@ fn word_shaped(value: &[u8]) -> bool {
         }
     }
     // Lowercase with digits (`google_auth_httplib2`), or letters of any case without one
-    // (`_WrappedRefresh`).
-    let snake = underscore && !hyphen && (!upper || !digit);
+    // (`_WrappedRefresh`); each part a word, three letters or more before any digit (a key
+    // in parts, `ab12_cd34_ef56`, is none, and its copies go).
+    let snake = underscore
+        && !hyphen
+        && (!upper || !digit)
+        && v.split(|&c| c == b'_').all(|part| {
+            let letters = part.iter().take_while(|c| c.is_ascii_alphabetic()).count();
+            part.is_empty() || (letters >= 3 && part[letters..].iter().all(u8::is_ascii_digit))
+        });
     let hyphenated = hyphen && !underscore && !upper && !digit;
     let words_of_code = !digit && !underscore && !hyphen && words_ok && word >= 3;
     let camel = words_of_code && v[0].is_ascii_lowercase() && upper;

@@ -5365,14 +5365,11 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
             .map_or(text.len(), |o| span.end + o);
         let rest = &text[span.end..line_end];
         let rest = rest.find(" #").map_or(rest, |c| &rest[..c]).trim_end();
-        // Words only: another pair, a list or code after the value (`hunter2, user: bob`)
-        // is not part of it.
-        let words = rest.bytes().all(|c| {
-            !matches!(
-                c,
-                b':' | b'=' | b',' | b';' | b'{' | b'}' | b'[' | b']' | b'(' | b')'
-            )
-        });
+        // Words, with their commas (`correct horse, battery staple`): another pair, a list
+        // or code after the value (`hunter2, user: bob`) is not part of it.
+        let words = rest
+            .bytes()
+            .all(|c| !matches!(c, b':' | b'=' | b'{' | b'}' | b'[' | b']' | b'(' | b')'));
         if rest.starts_with(' ')
             && words
             && !text[span.clone()].ends_with([',', ';'])

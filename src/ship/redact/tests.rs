@@ -1496,6 +1496,10 @@ fn a_settings_value_of_words_and_an_anchored_value_are_redacted_whole() {
             "password: Hunter22, user: bob",
             "password: [REDACTED] user: bob",
         ),
+        (
+            "password: correct horse, battery staple",
+            "password: [REDACTED]",
+        ),
     ] {
         assert_eq!(redact(text), want, "{text:?}");
     }
@@ -1555,6 +1559,11 @@ fn copies_of_a_find_shaped_like_code_words_stay() {
     assert_eq!(
         redact("DB_PASSWORD=Hunt3rPw9x\necho adminHunt3rPw9x"),
         "DB_PASSWORD=[REDACTED]\necho admin[REDACTED]"
+    );
+    // A key written in parts joined by `_` is no identifier: its copy goes.
+    assert_eq!(
+        redact("API_KEY=ab12_cd34_ef56_gh78\necho ab12_cd34_ef56_gh78"),
+        "API_KEY=[REDACTED]\necho [REDACTED]"
     );
 }
 
