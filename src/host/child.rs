@@ -118,6 +118,9 @@ pub(crate) struct Child {
     wake: Option<Ts>,
     /// The last status line built and what it was built from ([`Child::key_status`]).
     status_memo: std::cell::RefCell<Option<StatusMemo>>,
+    /// Run between the guard's check and the read (tests: what lands in that window).
+    #[cfg(test)]
+    after_check: Option<Box<dyn FnMut() + Send>>,
 }
 
 /// What a child's status line says, before it is formatted.
@@ -178,6 +181,8 @@ impl Child {
             exit: None,
             wake: None,
             status_memo: std::cell::RefCell::new(None),
+            #[cfg(test)]
+            after_check: None,
         })
     }
 
@@ -512,6 +517,10 @@ impl Child {
             }
             Ok(Seen::Changed) => {}
         }
+        #[cfg(test)]
+        if let Some(between) = self.after_check.as_mut() {
+            between();
+        }
         loop {
             let Some(t) = &mut self.tail else {
                 return Ok(());
@@ -524,13 +533,27 @@ impl Child {
             for line in &lines {
                 t.index.record(line.number, line.start);
             }
+            // Lines read after an archive that landed since the check are folded under the
+            // archive's path, so a stop they trigger names where the rollout is now.
+            let moved = if lines.is_empty() {
+                None
+            } else {
+                t.guard.archived_since(&self.path)
+            };
             let file = Snapshot {
                 file: &t.file,
                 recent: &t.recent,
             };
             t.guard.remember(&file, t.fold.offset());
             let partial = t.fold.partial_bytes() > 0;
-            let handled = self.dispatch(hub, Event::Folded { lines, partial });
+            let handled = match moved {
+                Some(path) => {
+                    self.path = path.clone();
+                    self.dispatch(hub, Event::Moved(path))
+                }
+                None => Ok(()),
+            }
+            .and_then(|()| self.dispatch(hub, Event::Folded { lines, partial }));
             // Kept only while this change is handled: a read later (after an answer) goes to
             // the file, as it did before.
             if let Some(t) = &mut self.tail {

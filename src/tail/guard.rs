@@ -95,6 +95,21 @@ impl Guard {
         })
     }
 
+    /// Where Codex archived the open file since the last check, if it left `path` for its
+    /// archive. Asked again after a read: a rename followed by an append can both land
+    /// between the check and the read, and the lines read then belong to the new path (the
+    /// stop they may trigger names it). A different file at `path` is left to the next
+    /// check, which reports the rewrite.
+    pub(crate) fn archived_since(&self, path: &Path) -> Option<PathBuf> {
+        if FileId::of_path(path).is_ok() {
+            return None;
+        }
+        let candidate = archive_path(path)?;
+        FileId::of_path(&candidate)
+            .is_ok_and(|id| id == self.id)
+            .then_some(candidate)
+    }
+
     /// Remembers the bytes just before `offset` (call after reading up to it).
     pub(crate) fn remember<R: ReadAt + ?Sized>(&mut self, file: &R, offset: u64) {
         if offset == self.at {

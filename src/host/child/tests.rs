@@ -110,3 +110,56 @@ fn a_file_truncated_before_the_first_shipping_read_spins_the_loop_for_ever() {
         .expect("the watcher's loop never returned");
     assert_eq!(result.err(), Some(true), "a rewrite (exit 3)");
 }
+
+/// `e2e_delivery`'s archive test failed once under load: Codex renamed the rollout into its
+/// archive and appended the turn's end between the guard's check and the read, the lines were
+/// folded under the old path, and the stop (due at once with no grace) named a file that was
+/// no longer there.
+#[tokio::test(flavor = "current_thread")]
+async fn lines_read_after_an_archive_in_the_same_pass_stop_under_the_archives_path() {
+    const AGENT: &str = "0199bbbb-0000-7000-8000-000000000002";
+    let dir = tempfile::tempdir().unwrap();
+    let day = dir.path().join("codex/sessions/2026/07/28");
+    let archive = dir.path().join("codex/archived_sessions");
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::create_dir_all(&archive).unwrap();
+    let rollout = day.join("rollout-2026-07-28T10-00-00-child.jsonl");
+    let archived = archive.join("rollout-2026-07-28T10-00-00-child.jsonl");
+    let child_meta = format!(
+        r#"{{"timestamp":"2026-07-28T10:00:00.000Z","type":"session_meta","payload":{{"id":"{AGENT}","session_id":"0199aaaa-0000-7000-8000-000000000001","parent_thread_id":"0199aaaa-0000-7000-8000-000000000001","thread_source":"subagent","agent_path":"/root/a","agent_nickname":"Ada"}}}}"#
+    );
+    let started = r#"{"timestamp":"2026-07-28T10:00:01.000Z","type":"event_msg","payload":{"type":"task_started","turn_id":"t1"}}"#;
+    let complete = r#"{"timestamp":"2026-07-28T10:00:03.000Z","type":"event_msg","payload":{"type":"task_complete","turn_id":"t1","last_agent_message":"done"}}"#;
+    std::fs::write(&rollout, format!("{child_meta}\n{started}\n")).unwrap();
+    let config = dir.path().join("config");
+    let mut settings = Settings::with_defaults(config.clone());
+    settings.stop_grace = std::time::Duration::ZERO;
+    let (hub, _rx) = Hub::new(settings, Arc::new(SystemClock)).unwrap();
+    let mut child = supervised(&hub, &rollout);
+    child.start(&hub).unwrap();
+    assert!(!child.stop_posted());
+
+    let (from, to) = (rollout.clone(), archived.clone());
+    let end = format!("{}\n{complete}\n", message(2));
+    child.after_check = Some(Box::new(move || {
+        std::fs::rename(&from, &to).unwrap();
+        append(&to, &end);
+    }));
+    append(&rollout, "\n");
+    child.on_file_change(&hub).unwrap();
+
+    assert!(child.stop_posted(), "the turn's end was read");
+    assert_eq!(child.path(), archived.as_path());
+    let hooks = spool::peek(&spool::hook_spool_path(&config, SESSION)).unwrap();
+    let stop = hooks
+        .iter()
+        .find(|r| r.contains("subagent-stop"))
+        .expect("the stop was spooled");
+    let record: serde_json::Value = serde_json::from_str(stop).unwrap();
+    let body: serde_json::Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body["agent_transcript_path"].as_str(),
+        archived.to_str(),
+        "the stop names where the rollout is now"
+    );
+}
