@@ -21,7 +21,7 @@ pub(crate) use header_names;
 /// The words a secret's name is built on (checked further by [`name_is_secret`]).
 macro_rules! name_words {
     () => {
-        r"secret|token|passw(?:or)?d|passphrase|pwd|pass|api[_.-]?key|private[_.-]?key|credentials?|access[_.-]?key|app[_.-]?key|encryption[_.-]?key|master[_.-]?key|signing[_.-]?key|account[_.-]?key|auth"
+        r"secret|token|passw(?:or)?d|passphrase|pwd|pass|api[_.-]?key|private[_.-]?key|credentials?|access[_.-]?key|app[_.-]?key|encryption[_.-]?key|master[_.-]?key|signing[_.-]?key|account[_.-]?key|unseal[_.-]?key|recovery[_.-]?key|auth"
     };
 }
 pub(crate) use name_words;
@@ -319,6 +319,8 @@ fn name_word_at(b: &[u8]) -> Option<usize> {
         b'c' => word(b"credentials").or_else(|| word(b"credential")),
         b'e' => key(b"encryption"),
         b'm' => key(b"master"),
+        b'u' => key(b"unseal"),
+        b'r' => key(b"recovery"),
         _ => None,
     }
 }
@@ -430,6 +432,8 @@ mod tests {
             "master",
             "signing",
             "account",
+            "unseal",
+            "recovery",
             "auth",
             "key",
             "_",

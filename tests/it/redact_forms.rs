@@ -1167,3 +1167,132 @@ fn a_private_key_marker_before_a_redacted_copy_stays_on_a_second_pass() {
     ));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Credential material security tools print (an agent running impacket, Rubeus or
+/// secretsdump): Kerberos tickets' crackable hashes, a SAM/NTDS dump's LM:NT pair, its Kerberos
+/// keys and cached domain credentials. Their lookalikes (a hash format named in a command, an
+/// IPv6 address, an encryption type's name) ship as written.
+#[test]
+fn hashes_and_keys_that_security_tools_dump_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secrets) in [
+        (
+            "$krb5asrep$23$jdoe@CORP.LOCAL:3e05ecc13548bec8e1eeb900dea5429c$c6931bae9b8524490eb3a8801560871fe44355ed556202afbb39872e1bbb5c3c",
+            &[
+                "3e05ecc13548bec8e1eeb900dea5429c",
+                "c6931bae9b8524490eb3a8801560871f",
+            ][..],
+        ),
+        (
+            "[*] Hash written: $krb5tgs$23$*sqlsvc$CORP.LOCAL$MSSQLSvc/db01:1433*$a1b2c3d4e5f60718293a4b5c6d7e8f90$7f3e9a1c2b4d6e8f0a1b3c5d7e9f1a2b3c4d5e6f7a8b9c",
+            &[
+                "a1b2c3d4e5f60718293a4b5c6d7e8f90",
+                "7f3e9a1c2b4d6e8f0a1b3c5d7e9f1a2b",
+            ],
+        ),
+        (
+            "Administrator:500:aad3b435b51404eeaad3b435b51404ee:8846f7eaee8fb117ad06bdd830b7586c:::\nsvc_sql:1104:aad3b435b51404eeaad3b435b51404ee:64f12cddaa88057e06a81b54e73b949b:::",
+            &[
+                "8846f7eaee8fb117ad06bdd830b7586c",
+                "64f12cddaa88057e06a81b54e73b949b",
+            ],
+        ),
+        (
+            "CORP\\krbtgt:aes256-cts-hmac-sha1-96:3d5a7f2c9b1e4d6a8c0f2e4b6d8a0c2e4f6b8d0a2c4e6f8b0d2a4c6e8f0b2d4a",
+            &["3d5a7f2c9b1e4d6a8c0f2e4b6d8a0c2e4f6b8d0a2c4e6f8b0d2a4c6e8f0b2d4a"],
+        ),
+        (
+            "$DCC2$10240#jdoe#e4e938d12fe5974dc42a90120bd9c90f",
+            &["e4e938d12fe5974dc42a90120bd9c90f"],
+        ),
+    ] {
+        failures.extend(leaks(text, secrets));
+    }
+    for text in [
+        "hashcat -m 18200 asrep.txt  # $krb5asrep$23$ hashes",
+        "inet6 fe80:::1 scope link",
+        "supported_enctypes = aes256-cts-hmac-sha1-96:normal",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `vault operator init`: the unseal or recovery keys as it prints them, as JSON
+/// (`-format=json`) and as YAML, and a variable holding one. A threshold and share count ship.
+#[test]
+fn vault_unseal_and_recovery_keys_are_redacted_in_every_format() {
+    let k1 = "0tZn+7QQCxphpHwTm7/dC3LpP5JGIbYl3PK8Sy81R+P2";
+    let k2 = "Qk9zL2m8vR4tP1wX7nJ6hF3cB5gE0aZ2sY8uD4kM1qT";
+    let hex = "d2d967fb41d00b1a61a47c139bf70dcb7a4fe4921b62dcf2bc4b2f35477f8fd9";
+    let mut failures = Vec::new();
+    for text in [
+        format!(
+            "Unseal Key 1: {k1}\nUnseal Key 2: {k2}\n\nVault initialized with 5 key shares and a key threshold of 3."
+        ),
+        format!("Recovery Key 1: {k1}\nRecovery Key 2: {k2}"),
+        format!(
+            "{{\"unseal_keys_b64\": [\"{k1}\", \"{k2}\"], \"unseal_keys_hex\": [\"{hex}\"], \"unseal_shares\": 5}}"
+        ),
+        format!("{{\n  \"recovery_keys_b64\": [\n    \"{k1}\",\n    \"{k2}\"\n  ]\n}}"),
+        format!("unseal_keys_b64:\n- {k1}\n- {k2}\nunseal_keys_hex:\n- {hex}\nunseal_threshold: 3"),
+        format!("export VAULT_UNSEAL_KEY={k1}"),
+    ] {
+        failures.extend(leaks(&text, &[k1, k2, hex]));
+    }
+    for text in [
+        "{\"unseal_keys_b64\": [], \"unseal_threshold\": 3, \"unseal_shares\": 5}",
+        "Unseal Key 1: <redacted>",
+        "password_rules:\n  - min_length\n  - require_digits",
+        "secrets:\n  - name: db\n    key: password",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Android's Gradle fields (`buildConfigField`, `resValue`, the Java literal quoted again) and
+/// storage setters given a literal (`localStorage.setItem`, `putString`, `putExtra`). Built
+/// from a variable, an empty literal or a name that is no secret, they ship.
+#[test]
+fn build_fields_and_storage_setters_given_a_literal_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "buildConfigField \"String\", \"API_KEY\", \"\\\"951bc382db9cfee29c68634761dd6e19\\\"\"",
+            "951bc382db9cfee29c68634761dd6e19",
+        ),
+        (
+            "buildConfigField('String', 'CLIENT_SECRET', '\"Xk9vQ2mLp7RzAb12\"')",
+            "Xk9vQ2mLp7RzAb12",
+        ),
+        (
+            "resValue \"string\", \"maps_api_key\", \"AIzaSyD3xK9mQ2vR7tP4wL8nJ6hF1cB5gE0aZ2s\"",
+            "AIzaSyD3xK9mQ2vR7tP4wL8nJ6hF1cB5gE0aZ2s",
+        ),
+        (
+            "localStorage.setItem('access_token', 'eyQk9zL2m8vR4tP1wX7n');",
+            "eyQk9zL2m8vR4tP1wX7n",
+        ),
+        (
+            "prefs.edit().putString(\"api_token\", \"Zk82hQm4Lp0xWv7R3s\").apply();",
+            "Zk82hQm4Lp0xWv7R3s",
+        ),
+        (
+            "intent.putExtra(\"password\", \"Hunt3rPw9Zq\");",
+            "Hunt3rPw9Zq",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "buildConfigField \"String\", \"API_KEY\", \"\\\"${apiKey}\\\"\"",
+        "buildConfigField \"String\", \"API_KEY\", localProperties.getProperty(\"api.key\")",
+        "buildConfigField \"boolean\", \"USE_TOKEN\", \"true\"",
+        "localStorage.setItem('token', token);",
+        "localStorage.setItem(\"theme\", \"dark\");",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

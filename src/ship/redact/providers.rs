@@ -2761,6 +2761,74 @@ pub(crate) static RULES: &[ProviderRule] = &[
         positive: &[r"ZENDESK_API_TOKEN=LwTAo937DcN11tEVDQT0o6rrACR0lOPeBqwdtHP7"],
         negative: &[r"zendesk_subdomain: support"],
     },
+    // Credential material that security tools print: Kerberos tickets' crackable hashes
+    // (hashcat's `$krb5asrep$`/`$krb5tgs$`/`$krb5pa$` forms, as Rubeus and impacket print them),
+    // a SAM or NTDS dump's `user:RID:LM:NT:::` (an NT hash signs in as the user: pass-the-hash),
+    // its Kerberos keys and cached domain credentials.
+    ProviderRule {
+        id: "kerberos-hash",
+        family: "(beyond gitleaks)",
+        keywords: &["$krb5asrep$", "$krb5tgs$", "$krb5pa$"],
+        pattern: r"\$krb5(?:asrep|tgs|pa)\$[0-9]{1,2}\$[A-Za-z0-9$*:/@._\\-]{32,}",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"$krb5asrep$23$svc_backup@CORP.LOCAL:3e05ecc13548bec8e1eeb900dea5429c$c6931bae9b8524490eb3a8801560871fe44355ed556202afbb39872e1bbb5c3c",
+            r"$krb5tgs$23$*sqlsvc$CORP.LOCAL$MSSQLSvc/db01.corp.local:1433*$a1b2c3d4e5f60718293a4b5c6d7e8f90$7f3e9a1c2b4d6e8f0a1b3c5d7e9f1a2b3c4d5e6f7a8b9c",
+        ],
+        negative: &[r"$krb5tgs$23$", r"grep -c '$krb5asrep$' hashes.txt"],
+    },
+    ProviderRule {
+        id: "windows-password-hash",
+        family: "(beyond gitleaks)",
+        keywords: &[":::"],
+        pattern: r"[^\s:]:[0-9]{1,10}:(?P<s>[0-9a-fA-F]{32}:[0-9a-fA-F]{32}):::",
+        min_entropy: Some(2.5),
+        positive: &[
+            r"Administrator:500:aad3b435b51404eeaad3b435b51404ee:8846f7eaee8fb117ad06bdd830b7586c:::",
+            r"CORP.LOCAL\svc_sql:1104:aad3b435b51404eeaad3b435b51404ee:64f12cddaa88057e06a81b54e73b949b:::",
+        ],
+        negative: &[
+            r"Guest:501:aad3b435b51404eeaad3b435b51404ee:31d6cfe0d16ae931b73c59d7e0c089c0 is the empty password",
+            r"fe80:::1",
+        ],
+    },
+    ProviderRule {
+        id: "windows-kerberos-key",
+        family: "(beyond gitleaks)",
+        keywords: &["-cts-hmac-sha1-96:", "des-cbc-md5:"],
+        pattern: r":(?:aes256-cts-hmac-sha1-96|aes128-cts-hmac-sha1-96|des-cbc-md5):(?P<s>[0-9a-f]{16,64})",
+        min_entropy: Some(2.5),
+        positive: &[
+            r"CORP\krbtgt:aes256-cts-hmac-sha1-96:3d5a7f2c9b1e4d6a8c0f2e4b6d8a0c2e4f6b8d0a2c4e6f8b0d2a4c6e8f0b2d4a",
+            r"CORP\krbtgt:des-cbc-md5:8f2c4e6a1b3d5f70",
+        ],
+        negative: &[r"enctypes: aes256-cts-hmac-sha1-96:normal"],
+    },
+    ProviderRule {
+        id: "windows-cached-credential",
+        family: "(beyond gitleaks)",
+        keywords: &["$dcc2$"],
+        pattern: r"\$DCC2\$[0-9]{1,6}#[^#\s]{1,64}#[0-9a-fA-F]{32}",
+        min_entropy: Some(2.5),
+        positive: &[r"$DCC2$10240#jdoe#e4e938d12fe5974dc42a90120bd9c90f"],
+        negative: &[r"hashcat -m 2100 '$DCC2$'"],
+    },
+    // HashiCorp Vault's `vault operator init`: the unseal (or recovery) keys, numbered.
+    ProviderRule {
+        id: "vault-unseal-key",
+        family: "(beyond gitleaks)",
+        keywords: &["unseal key", "recovery key"],
+        pattern: r"(?i:unseal|recovery)[ \t]+(?i:key)[ \t]+[0-9]{1,2}[ \t]*:[ \t]*(?P<s>[A-Za-z0-9+/]{20,}={0,2}|[0-9a-f]{32,})",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"Unseal Key 1: 0tZn+7QQCxphpHwTm7/dC3LpP5JGIbYl3PK8Sy81R+P2",
+            r"Recovery Key 3: Qk9zL2m8vR4tP1wX7nJ6hF3cB5gE0aZ2sY8uD4kM1qT",
+        ],
+        negative: &[
+            r"Unseal Key 1: <redacted>",
+            r"recovery key 2: see the vault",
+        ],
+    },
 ];
 
 #[cfg(test)]

@@ -195,6 +195,14 @@ const NAME_KEYWORDS: &[&str] = &[
     "account-key",
     "account.key",
     "accountkey",
+    "unseal_key",
+    "unseal-key",
+    "unseal.key",
+    "unsealkey",
+    "recovery_key",
+    "recovery-key",
+    "recovery.key",
+    "recoverykey",
     "auth",
 ];
 
@@ -1138,10 +1146,14 @@ pub(crate) static RULES: &[Rule] = &[
             &[
                 "db:\n  password:\n    Hunt3rNextLine\n  user: app",
                 "tls:\n  private_key: |\n    MIIEvQIBADANBgkqhkiG9w0BAQ\n    EFAASCBKcwggSjAgEAAoIBAQC7\n  port: 443",
+                "unseal_keys_b64:\n- 0tZn+7QQCxphpHwTm7/dC3LpP5JGIbYl3PK8Sy81R+P2\n- Qk9zL2m8vR4tP1wX7nJ6hF3cB5gE0aZ2sY8uD4kM1qT\nunseal_threshold: 3",
+                "api_tokens:\n  - \"Zq8Wm3Np7Lk2Vb6Xc1Rt5\"\n  - Hunt3rListTok9\n",
             ],
             &[
                 "password:\n  min_length: 12\n  require_digits: true",
                 "secrets:\n  - name: db\n    key: password",
+                "tokens:\n  - ${TOKEN_A}\n  - <token>\n",
+                "password_rules:\n  - min_length\n  - require_digits\n",
             ],
         )),
     ),
@@ -1736,7 +1748,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "access",
                 "auth",
             ],
-            r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22]{16,})",
+            r"(?i)\b(?:secrets?|tokens?|passwords?|passwd|pwd|api[-_.]?keys?|private[-_.]?keys?|credentials?|client[-_.]?secrets?|access[-_.]?keys?|auth[-_.]?tokens?)\b[ \t]+(?P<s>[^\s\x22=:][^\s\x22]{15,})",
             Refine::Label,
             &[
                 "password p@ss!w0rd-Very-Long-1 for the db",
@@ -2840,7 +2852,7 @@ pub(crate) static RULES: &[Rule] = &[
             "generic-assignment",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable|fetch|getordefault|env|config)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)\b(?P<f>set|add|header|setheader|set_header|addheader|add_header|append|put|get|getenv|getproperty|setproperty|setrequestproperty|setdefault|insert|with_header|withheader|define|setenv|set_var|setenvironmentvariable|fetch|getordefault|env|config|setitem|putstring|putextra|setvalue|set_value)\([ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
                 r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?:default[ \t]*=[ \t]*)?(?P<q>["'])"#
             ),
@@ -2861,6 +2873,9 @@ pub(crate) static RULES: &[Rule] = &[
                 "String pw = System.getenv().getOrDefault(\"DB_PASSWORD\", \"JavaDefPw9Zq\");",
                 "SECRET_KEY = config('SECRET_KEY', default='django-insecure-9Zq$k2m@q7v!p4l8')",
                 "secret_key = env(\"SECRET_KEY\", default=\"EnvDefault9ZqXk9mW2\")",
+                "localStorage.setItem(\"access_token\", \"eyQk9zL2m8vR4tP1wX7n\");",
+                "prefs.edit().putString(\"api_token\", \"Zk82hQm4Lp0xWv7R3s\").apply();",
+                "intent.putExtra(\"password\", \"Hunt3rPw9Zq\");",
             ],
             &[
                 "token = request.headers.get(\"X-Api-Key\", \"\")",
@@ -2875,6 +2890,34 @@ pub(crate) static RULES: &[Rule] = &[
                 "if hint not in [\"access_token\", \"refresh_token\"]:",
                 "DEBUG = config('DEBUG', default=False, cast=bool)",
                 "API_TOKEN = env('API_TOKEN', default='')",
+            ],
+        ),
+    ),
+    // Android's Gradle build fields (`buildConfigField "String", "API_KEY", "\"…\""`): a
+    // type, a name and a value that is a literal of Java source, quoted again.
+    when(
+        HAS_COMMA_AND_QUOTE,
+        rule(
+            "gradle-build-field",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)\b(?P<f>buildconfigfield|resvalue)[ \t]*\(?[ \t]*["'][A-Za-z.]+["'][ \t]*,[ \t]*["'](?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.\-]*)["'][ \t]*,[ \t]*(?:"\\|')?(?P<q>["'])"#
+            ),
+            Refine::NamedLiteral,
+            &[
+                "buildConfigField \"String\", \"API_KEY\", \"\\\"951bc382db9cfee29c68634761dd6e19\\\"\"",
+                "buildConfigField 'String' , 'API_KEY' , '\"951bc382db9cfee29c68634761dd6e19\"'",
+                "buildConfigField(\"String\", \"CLIENT_SECRET\", \"\\\"Xk9vQ2mLp7RzAb12\\\"\")",
+                "resValue \"string\", \"maps_api_key\", \"AIzaSyD3xK9mQ2vR7tP4wL8nJ6hF1cB5gE0aZ2s\"",
+            ],
+            &[
+                "buildConfigField \"String\", \"API_KEY\", \"\\\"\\\"\"",
+                "buildConfigField \"String\", \"API_KEY\", \"\\\"${apiKey}\\\"\"",
+                "buildConfigField \"String\", \"API_KEY\", localProperties.getProperty(\"api.key\")",
+                "buildConfigField \"boolean\", \"USE_TOKEN\", \"true\"",
             ],
         ),
     ),
@@ -5770,8 +5813,14 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             // An environment's setter takes more after the value (C's `setenv(name, value,
             // overwrite)`, PowerShell's `SetEnvironmentVariable(name, value, 'User')`).
             let setter = caps.name("f").is_some_and(|f| {
-                f.as_str().eq_ignore_ascii_case("setenv")
-                    || f.as_str().eq_ignore_ascii_case("setenvironmentvariable")
+                [
+                    "setenv",
+                    "setenvironmentvariable",
+                    "buildconfigfield",
+                    "resvalue",
+                ]
+                .iter()
+                .any(|s| f.as_str().eq_ignore_ascii_case(s))
             });
             if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
                 && !n.as_str().starts_with('-')
@@ -5779,7 +5828,16 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 && (setter || closes(q))
                 && !schemed(q)
             {
+                let first = out.len();
                 push_value(n.as_str(), text, q.start(), 1, out);
+                // Gradle's value quoted again (`"\"…\""`): its closing `\"` is the source's.
+                if text[..q.start()].ends_with('\\') {
+                    for s in &mut out[first..] {
+                        if text[s.clone()].ends_with("\\\"") {
+                            s.end -= 2;
+                        }
+                    }
+                }
             } else if let (Some(n), Some(q)) = (caps.name("n"), caps.name("q"))
                 && ends_in_key(n.as_str())
                 && closes(q)
@@ -7349,6 +7407,12 @@ fn yaml_next_line(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) 
             }
             return;
         }
+        // A list of values (`api_keys:` over `- …` lines, at the name's indentation or
+        // deeper): each item, until a line that is not one.
+        if !block && lead >= base && value.starts_with("- ") {
+            yaml_list_items(n.as_str(), text, start, lead, out);
+            return;
+        }
         if lead <= base {
             return;
         }
@@ -7365,6 +7429,53 @@ fn yaml_next_line(caps: &Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) 
             out.push(span);
         }
         return;
+    }
+}
+
+/// The scalar items of a YAML list under a secret's name, from the line at `from` (each
+/// `- item` at indentation `lead`): each that is a value, not code or a placeholder. A mapping
+/// item (`- name: db`) or a nested list ends it: those are names of things.
+fn yaml_list_items(name: &str, text: &str, from: usize, lead: usize, out: &mut Vec<Range<usize>>) {
+    let mut at = from;
+    for line in text[from..].split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start_matches([' ', '\t']);
+        if body.len() - trimmed.len() != lead {
+            return;
+        }
+        let Some(item) = trimmed.strip_prefix("- ") else {
+            return;
+        };
+        let item = item.trim();
+        if item.is_empty()
+            || item.contains(": ")
+            || item.ends_with(':')
+            || item.starts_with(['-', '#', '[', '{', '&', '*', '!'])
+        {
+            return;
+        }
+        let after_dash = &trimmed[2..];
+        let item_at = start + lead + 2 + (after_dash.len() - after_dash.trim_start().len());
+        let mut span = item_at..item_at + item.len();
+        let quoted = item.len() >= 2
+            && matches!(item.as_bytes()[0], b'"' | b'\'')
+            && item.as_bytes()[item.len() - 1] == item.as_bytes()[0];
+        let value = if quoted {
+            span = span.start + 1..span.end - 1;
+            &item[1..item.len() - 1]
+        } else {
+            item
+        };
+        // A list's lowercase words are settings' names (`password_rules:` over
+        // `- min_length`), where a single value after a name is more often the secret.
+        let word = value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-');
+        if !value.is_empty() && !word && !value_exempt(name, value, value) {
+            out.push(span);
+        }
     }
 }
 
