@@ -132,6 +132,10 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         // `auth_status`, `token_usage`, `token_type_hint`, `_ACCESS_TOKEN_TABLE`).
         "state",
         "status",
+        // Which version of a secret (`--authorizer-token-secret-version=projects/p/secrets/s/
+        // versions/1`, `secret_version: 3`): a number or a resource's name.
+        "version",
+        "versions",
         "usage",
         "hint",
         "table",

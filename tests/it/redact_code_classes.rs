@@ -272,3 +272,15 @@ fn name_words_ending_as_a_password_are_a_secret() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// Names of things (T2.8): which version of a secret a flag or a setting picks is a number or
+// a resource's name (Secret Manager's `projects/…/secrets/…/versions/…`), not the secret.
+class_tests! {
+    name_of_a_secrets_version: &["token", "secret", "api_key"],
+        left alone [
+            "gcloud run deploy --authorizer-@-secret-version=projects/myproj/secrets/api-pat/versions/1",
+            "  @_version: projects/PROJECT/secrets/SECRET/versions/VERSION",
+            "export @@_VERSION=2",
+        ],
+        redacted ["export @@=Xk9vQ2mLp7Rz"];
+}

@@ -1154,6 +1154,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "secrets:\n  - name: db\n    key: password",
                 "tokens:\n  - ${TOKEN_A}\n  - <token>\n",
                 "password_rules:\n  - min_length\n  - require_digits\n",
+                "token_scopes:\n  - repo\n  - read:org\n",
+                "credentials:\n  - /etc/app2/creds.json\n  - ~/.aws/credentials\n",
             ],
         )),
     ),
@@ -7468,12 +7470,17 @@ fn yaml_list_items(name: &str, text: &str, from: usize, lead: usize, out: &mut V
         } else {
             item
         };
-        // A list's lowercase words are settings' names (`password_rules:` over
-        // `- min_length`), where a single value after a name is more often the secret.
-        let word = value
+        // A list's items in lowercase without a digit are names of settings, scopes or files
+        // (`password_rules:` over `- min_length`, `token_scopes:` over `- read:org`,
+        // `secret_files:` over `- config/master.key`), and a path is one wherever it starts
+        // (`- /etc/app/creds.json`, `- ~/.aws/credentials`): a key or a token has capitals or
+        // digits. (A single value after a name is more often the secret itself.)
+        let named = !value
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-');
-        if !value.is_empty() && !word && !value_exempt(name, value, value) {
+            .any(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            || value.starts_with(['/', '~', '.'])
+            || value.starts_with("$");
+        if !value.is_empty() && !named && !value_exempt(name, value, value) {
             out.push(span);
         }
     }
