@@ -35,8 +35,9 @@ mod vendors;
 pub use shared::{IDLE_RELEASE, global, release_unused};
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use memchr::{memchr, memmem, memrchr};
@@ -235,7 +236,32 @@ pub struct Redactor {
     /// escapes is, for [`Redactor::string_hits`]. In a checked string every such byte comes
     /// from an escape, so an occurrence always has its first one where an escape is.
     escaped_words: Vec<(Box<[u8]>, u32, usize)>,
+    /// What the rules found in the object keys seen last ([`Walk::key_finds`]).
+    key_memo: Mutex<KeyMemo>,
 }
+
+/// What the rules find in an object key, and whether it names a secret, by the key's raw
+/// text: a rollout's keys come again line after line (a token count's `input_tokens`,
+/// `cached_input_tokens`, … hold `token`, so each opened the name rules on every line), and
+/// what a key holds depends on its text alone. Keys of up to [`KEY_MEMO_KEY_BYTES`] whose ASCII
+/// no escape hides; [`KEY_MEMO_KEYS`] of them, forgotten all at once when full, and with the
+/// redactor when an idle process lets it go.
+#[derive(Default)]
+struct KeyMemo {
+    found: HashMap<Box<str>, KeyFinds>,
+}
+
+/// [`KeyMemo`]'s entry.
+#[derive(Clone)]
+struct KeyFinds {
+    /// The key decoded, when it names a secret.
+    secret: Option<Box<str>>,
+    /// What the rules found in the key, as ranges of its raw text.
+    spans: Vec<Range<usize>>,
+}
+
+const KEY_MEMO_KEYS: usize = 512;
+const KEY_MEMO_KEY_BYTES: usize = 128;
 
 impl Default for Redactor {
     fn default() -> Self {
@@ -358,6 +384,7 @@ impl Redactor {
             escaped,
             escaped_bytes,
             escaped_words,
+            key_memo: Mutex::default(),
         }
     }
 
@@ -1174,14 +1201,18 @@ impl Walk<'_> {
                 && let Tok::Key(kr) = &self.toks[k]
                 && self.may_hold(kr)
             {
-                let decoded = self.decoded(kr);
-                if name.is_none() && names::name_is_secret(&decoded) {
-                    name = Some(Cow::Owned(decoded.into_owned()));
+                let finds = self.key_finds(kr);
+                if name.is_none()
+                    && let Some(secret) = finds.secret
+                {
+                    name = Some(Cow::Owned(secret.into()));
                 }
-                // A key's text, read by every rule as a value's is: a credential
-                // (`{"ghp_...": true}`), or a pair (`{"DB_PASSWORD=…": 1}`, a tool's JSON
-                // keyed by command lines), as the kcap CLI's line rules read it.
-                self.key_spans(kr.clone(), out);
+                out.extend(
+                    finds
+                        .spans
+                        .iter()
+                        .map(|r| kr.start + r.start..kr.start + r.end),
+                );
             }
             match &self.toks[value] {
                 Tok::Str(r) => {
@@ -1258,6 +1289,41 @@ impl Walk<'_> {
                 out.push(vr.start + raw.start..vr.start + raw.end);
             }
         }
+    }
+
+    /// Whether the key at `kr` names a secret, and what the rules find in its text (a
+    /// credential, `{"ghp_...": true}`, or a pair, `{"DB_PASSWORD=…": 1}`: a tool's JSON keyed
+    /// by command lines, as the kcap CLI's line rules read it), remembered by its raw text
+    /// ([`KeyMemo`]). Kept out of the walk's loop, which most keys pass without it.
+    #[inline(never)]
+    fn key_finds(&self, kr: &Range<usize>) -> KeyFinds {
+        let raw = &self.text[kr.clone()];
+        let memo = !self.hidden && raw.len() <= KEY_MEMO_KEY_BYTES;
+        let lock = || {
+            self.redactor
+                .key_memo
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if memo && let Some(found) = lock().found.get(raw) {
+            return found.clone();
+        }
+        let decoded = self.decoded(kr);
+        let secret = names::name_is_secret(&decoded).then(|| Box::from(decoded.as_ref()));
+        let mut spans = Vec::new();
+        self.key_spans(kr.clone(), &mut spans);
+        for s in &mut spans {
+            *s = s.start - kr.start..s.end - kr.start;
+        }
+        let found = KeyFinds { secret, spans };
+        if memo {
+            let mut memo = lock();
+            if memo.found.len() >= KEY_MEMO_KEYS {
+                memo.found.clear();
+            }
+            memo.found.insert(raw.into(), found.clone());
+        }
+        found
     }
 
     fn key_spans(&self, kr: Range<usize>, out: &mut Vec<Range<usize>>) {

@@ -1611,3 +1611,30 @@ fn javascript_code_under_secret_names_ships_readable() {
         assert_eq!(redact(text), want, "{text:?}");
     }
 }
+
+/// Object keys are remembered by their text ([`KeyMemo`]: a token count's keys come on every
+/// line). A key read back from the memo is redacted as it was the first time: a pair in a key
+/// loses its value, a key naming a secret takes its string, and a count's key ships. The memo
+/// forgets all at once when full, and stays bounded.
+#[test]
+fn keys_read_back_from_the_memo_redact_as_the_first_time() {
+    let r = Redactor::new();
+    let line = r#"{"o":{"DB_PASSWORD=Xk9vQ2mLp7Rz":1,"api_token":"Hunt3rTok9Zq","input_tokens":5,"cached_input_tokens":3}}"#;
+    let expected = r#"{"o":{"DB_PASSWORD=[REDACTED]":1,"api_token":"[REDACTED]","input_tokens":5,"cached_input_tokens":3}}"#;
+    for round in 0..3 {
+        assert_eq!(r.redact_line(line.as_bytes()), expected, "round {round}");
+    }
+    for i in 0..(KEY_MEMO_KEYS + 40) {
+        let other = format!(r#"{{"token_{i}":"Zq8Wm3Np7Lk2Vb6X{i}"}}"#);
+        assert_eq!(
+            r.redact_line(other.as_bytes()),
+            format!(r#"{{"token_{i}":"[REDACTED]"}}"#)
+        );
+    }
+    assert!(r.key_memo.lock().unwrap().found.len() <= KEY_MEMO_KEYS);
+    assert_eq!(
+        r.redact_line(line.as_bytes()),
+        expected,
+        "after the memo filled"
+    );
+}
