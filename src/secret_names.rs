@@ -136,6 +136,18 @@ pub(crate) fn name_is_secret(name: &str) -> bool {
         // versions/1`, `secret_version: 3`): a number or a resource's name.
         "version",
         "versions",
+        // How a secret is encrypted, hashed or sent (`password_encryption = scram-sha-256`,
+        // `token_auth_method`, `auth_scheme`).
+        "encryption",
+        "algorithm",
+        "algorithms",
+        "method",
+        "methods",
+        "scheme",
+        "schemes",
+        "cipher",
+        "ciphers",
+        "encoding",
         "usage",
         "hint",
         "table",

@@ -284,3 +284,55 @@ class_tests! {
         ],
         redacted ["export @@=Xk9vQ2mLp7Rz"];
 }
+
+// Markup where a value would be (T2.8), as a page fetched with `curl` holds it: a highlighted
+// code sample's tags after a secret's name (whose first tag, taken as a value, took every
+// `<span class=` of a 600 KB page with it), a literal an element closes, a placeholder HTML
+// escapes, and an attribute of one character.
+class_tests! {
+    markup_html_after_a_secrets_name: NAMES,
+        left alone [
+            "<span class=\"hljs-keyword\">const</span> @ = <span class=\"hljs-keyword\">new</span> <span class=\"hljs-title\">Gen</span>();\n<span class=\"hljs-string\">other</span>",
+            "<p>Only returned if <code>config</code> includes <code>@: true</code>.</p>",
+            "<span class=\"hljs-comment\">// Prints @ &#x3C;xxxxxxxx></span></code>",
+        ],
+        redacted ["<code>@: Xk9vQ2mLp7Rz</code>"];
+    markup_html_attribute_of_one_character: &["accesskey", "api_key", "token"],
+        left alone [
+            "<a @=\"n\" rel=\"next\">Next</a>",
+            "<td><a @=\"u\" href=\"index.html\"><img src=\"x\"></a></td>",
+        ],
+        redacted ["<a @=\"Xk9vQ2mLp7Rz\" href=\"x\">"];
+}
+
+/// The system's own files, as `cat` shows them: `/etc/shadow`'s locked accounts (read as a
+/// `.pgpass` line), `/etc/nsswitch.conf`'s sources (under `passwd:`, and their copies under
+/// `group:`), a configuration's comment where a value would be, and how a password is hashed
+/// (`password_encryption`). Each ships as written; a `.pgpass` line and a password beside
+/// those settings still go.
+#[test]
+fn system_files_holding_secret_words_ship_as_written() {
+    let mut failures = Vec::new();
+    for text in [
+        "root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\ncloudsdk:!:20263::::::",
+        "passwd:         files systemd\ngroup:          files systemd\nshadow:         files [NOTFOUND=return] sss",
+        "[ca]\nsecret = # disable PBM\nkey = ca.key",
+        "#password_encryption = scram-sha-256\t# scram-sha-256 or md5\n#db_user_namespace = off",
+    ] {
+        failures.extend(changes(text));
+    }
+    for (text, secret) in [
+        ("*:*:*:postgres:PgStarSecret88", "PgStarSecret88"),
+        (
+            "db.internal:5432:appdb:app_user:PgPassSecret77",
+            "PgPassSecret77",
+        ),
+        (
+            "password_encryption = scram-sha-256\npassword = Xk9vQ2mLp7Rz",
+            "Xk9vQ2mLp7Rz",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

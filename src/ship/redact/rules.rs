@@ -1865,13 +1865,18 @@ pub(crate) static RULES: &[Rule] = &[
         "pgpass",
         "pgpass",
         &["5432:", "6432:", "5433:", "*:"],
-        r#"(?m)(?:^|[\s"'=])[A-Za-z0-9_.\-*\[\]]+:(?:[0-9]{1,5}|\*):[^:\s"']+:[^:\s"']+:(?P<s>[^\s"']+)"#,
+        // The user is a name, not a number: `/etc/shadow`'s `root:*:20228:0:99999:7:::` has
+        // the same colons.
+        r#"(?m)(?:^|[\s"'=])[A-Za-z0-9_.\-*\[\]]+:(?:[0-9]{1,5}|\*):[^:\s"']+:[^:\s"']*[^:\s"'0-9][^:\s"']*:(?P<s>[^\s"']+)"#,
         Refine::Group,
         &[
             "db.internal:5432:appdb:app_user:PgPassSecret77",
             "*:*:*:postgres:PgStarSecret88",
         ],
-        &["12:30:45 INFO starting worker"],
+        &[
+            "12:30:45 INFO starting worker",
+            "root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::",
+        ],
     ),
     rule(
         "curl-user",
@@ -3990,6 +3995,51 @@ fn call_or_path(rest: &str) -> bool {
     })
 }
 
+/// The sources of a name service switch line (`/etc/nsswitch.conf`'s `passwd: files
+/// systemd`, `shadow: files [NOTFOUND=return] sss`): every word a source or an action.
+fn is_nss_sources(v: &str) -> bool {
+    const SOURCES: &[&str] = &[
+        "files",
+        "systemd",
+        "compat",
+        "db",
+        "dns",
+        "ldap",
+        "nis",
+        "nisplus",
+        "sss",
+        "winbind",
+        "mdns",
+        "mdns4",
+        "mdns4_minimal",
+        "mdns6",
+        "myhostname",
+        "mymachines",
+        "resolve",
+        "hesiod",
+        "extrausers",
+        "cache",
+        "altfiles",
+    ];
+    let mut words = v.split_ascii_whitespace().peekable();
+    words.peek().is_some()
+        && words.all(|w| {
+            SOURCES.contains(&w) || (w.starts_with('[') && w.ends_with(']') && w.contains('='))
+        })
+}
+
+/// `<` then a tag's name, a closing tag's `/`, or a template's `%`, `?` or `!`; or `<` as
+/// HTML escapes it (`&lt;`, `&#x3C;`, `&#60;`: a page's `Password &#x3C;xxxxxxxx>`).
+fn is_markup(v: &str) -> bool {
+    let b = v.as_bytes();
+    (b.len() >= 2
+        && b[0] == b'<'
+        && (b[1].is_ascii_alphabetic() || matches!(b[1], b'/' | b'%' | b'?' | b'!')))
+        || ["&lt;", "&#x3c;", "&#60;"]
+            .iter()
+            .any(|e| starts_with_ignore_case(v, e))
+}
+
 /// A stand-in for a value, written where a secret goes in docs and templates: `<token>`,
 /// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
 fn is_placeholder(value: &str) -> bool {
@@ -3998,6 +4048,11 @@ fn is_placeholder(value: &str) -> bool {
         && v.starts_with('<')
         && v.ends_with('>')
         && !v[1..v.len() - 1].contains(['<', '>']))
+        || is_nss_sources(v)
+        // Markup where a value would be: an HTML tag (a highlighted code sample's `password =
+        // <span class="hljs-keyword">new</span>`, `</code>`) or a template's tag (`<%= … %>`,
+        // `<?= … ?>`), never a secret's first bytes.
+        || is_markup(v)
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, '.' | '…' | '*')))
         || (v.len() >= 3 && v.chars().all(|c| matches!(c, 'x' | 'X')))
         || ["your-", "your_", "[trimmed"]
@@ -4247,6 +4302,17 @@ fn holds_marker(value: &str) -> bool {
 /// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
 /// bare name there is not a variable.
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
+    // A value an HTML element closes (`<code>tokens: true</code>`): the text before the tag
+    // is the value judged.
+    if let Some(at) = memchr::memmem::find(value.as_bytes(), b"</")
+        && value
+            .as_bytes()
+            .get(at + 2)
+            .is_some_and(u8::is_ascii_alphabetic)
+        && at > 0
+    {
+        return value_exempt_in(name, &value[..at], &rest[..at.min(rest.len())], code);
+    }
     if value.is_empty() || value == MARKER {
         return true;
     }
@@ -5466,7 +5532,8 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     {
         return;
     }
-    push_value(name, text, value_at, 1, out);
+    // One character is no secret (HTML's `accesskey="n"`, `challengePassword = A challenge`).
+    push_value(name, text, value_at, 2, out);
 }
 
 /// Whether the name at `name_at` is declared by the word before it on its line: `let`, `let
@@ -6354,6 +6421,28 @@ fn yaml_tag(value: &str) -> Option<&str> {
 fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Range<usize>>) {
     if closes_string(text, start) {
         return;
+    }
+    // A comment where the value would be (`secret = # disable PBM`, `password: # none`): a
+    // `#` after a blank starts one in a configuration file, YAML, a shell and Python alike.
+    if text.as_bytes().get(start) == Some(&b'#')
+        && start > 0
+        && matches!(text.as_bytes()[start - 1], b' ' | b'\t')
+    {
+        return;
+    }
+    // A quote that closes a word the same quote opened (`accesskey="u" href="…"`: the `"`
+    // after `u`) opens no value: what follows it is the next attribute. (A string's prefix
+    // before its opening quote, `f"…"`, `b'…'`, follows no quote.)
+    let b = text.as_bytes();
+    if let Some(&q) = b.get(start).filter(|q| matches!(q, b'"' | b'\'' | b'`')) {
+        let word = b[..start]
+            .iter()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .count();
+        if word > 0 && start > word && b[start - word - 1] == q {
+            return;
+        }
     }
     // Python's and TOML's triple-quoted strings on one line (`PASSWORD = """Xk9…"""`): a
     // value of one word inside is the value; words with blanks between them are a
