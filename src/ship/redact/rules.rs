@@ -4021,17 +4021,27 @@ fn is_nss_sources(v: &str) -> bool {
         "cache",
         "altfiles",
     ];
-    let mut words = v.split_ascii_whitespace().peekable();
-    words.peek().is_some()
-        && words.all(|w| {
-            SOURCES.contains(&w) || (w.starts_with('[') && w.ends_with(']') && w.contains('='))
-        })
+    // The first word a source: most values fail at their first bytes.
+    let first_len = v
+        .bytes()
+        .take(16)
+        .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+        .count();
+    if first_len == 0 || !SOURCES.contains(&&v[..first_len]) {
+        return false;
+    }
+    v.split_ascii_whitespace().all(|w| {
+        SOURCES.contains(&w) || (w.starts_with('[') && w.ends_with(']') && w.contains('='))
+    })
 }
 
 /// `<` then a tag's name, a closing tag's `/`, or a template's `%`, `?` or `!`; or `<` as
 /// HTML escapes it (`&lt;`, `&#x3C;`, `&#60;`: a page's `Password &#x3C;xxxxxxxx>`).
 fn is_markup(v: &str) -> bool {
     let b = v.as_bytes();
+    if !matches!(b.first(), Some(b'<' | b'&')) {
+        return false;
+    }
     (b.len() >= 2
         && b[0] == b'<'
         && (b[1].is_ascii_alphabetic() || matches!(b[1], b'/' | b'%' | b'?' | b'!')))
@@ -4304,12 +4314,13 @@ fn holds_marker(value: &str) -> bool {
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
     // A value an HTML element closes (`<code>tokens: true</code>`): the text before the tag
     // is the value judged.
-    if let Some(at) = memchr::memmem::find(value.as_bytes(), b"</")
+    if let Some(at) = memchr::memchr(b'<', value.as_bytes())
+        && at > 0
+        && value.as_bytes().get(at + 1) == Some(&b'/')
         && value
             .as_bytes()
             .get(at + 2)
             .is_some_and(u8::is_ascii_alphabetic)
-        && at > 0
     {
         return value_exempt_in(name, &value[..at], &rest[..at.min(rest.len())], code);
     }
@@ -6555,7 +6566,7 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         }
         return;
     }
-    if value.chars().count() < min
+    if value.chars().nth(min.saturating_sub(1)).is_none()
         || value_exempt(name, value, &text[start..])
         || (range.start == start && named_after(name, value))
     {
