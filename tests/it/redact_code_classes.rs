@@ -331,6 +331,8 @@ fn system_files_holding_secret_words_ship_as_written() {
             "password_encryption = scram-sha-256\npassword = Xk9vQ2mLp7Rz",
             "Xk9vQ2mLp7Rz",
         ),
+        // A `#` glued to the value is the value's to an INI parser.
+        ("[db]\npassword = #gets0m3Xk9", "gets0m3Xk9"),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

@@ -6434,10 +6434,16 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
         return;
     }
     // A comment where the value would be (`secret = # disable PBM`, `password: # none`): a
-    // `#` after a blank starts one in a configuration file, YAML, a shell and Python alike.
+    // `#` between blanks starts one in a configuration file, YAML, a shell and Python alike.
+    // (`password = #gets0m3` is a value to an INI parser: a `#` glued to what follows stays
+    // one.)
     if text.as_bytes().get(start) == Some(&b'#')
         && start > 0
         && matches!(text.as_bytes()[start - 1], b' ' | b'\t')
+        && text
+            .as_bytes()
+            .get(start + 1)
+            .is_none_or(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n'))
     {
         return;
     }
