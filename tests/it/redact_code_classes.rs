@@ -338,3 +338,16 @@ fn system_files_holding_secret_words_ship_as_written() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// Names of things (T2.8): GnuPG's key options take a key's id or fingerprint, both public, as
+// a Dockerfile that checks a download's signature runs them (its first fingerprint had gone,
+// and every copy of it in the same text).
+class_tests! {
+    name_gpg_key_ids_and_fingerprints: &["keys", "key"],
+        left alone [
+            "RUN gpg --batch --keyserver hkps://keys.openpgp.org --recv-@ 4ED778F539E3634C779C87C6D7062848A1AB005C 141F07595B7B3FFE74309A937405533BE57C7D57",
+            "gpg --keyserver hkps://keys.openpgp.org --recv-@ DD792F5973C6DE52C432CBDAC77ABFA00DDBF2B7 # Juan\n  `DD792F5973C6DE52C432CBDAC77ABFA00DDBF2B7`",
+            "gpg --send-@ 4ED778F539E3634C779C87C6D7062848A1AB005C",
+        ],
+        redacted ["api_@ = \"Xk9vQ2mLp7Rz\""];
+}

@@ -6722,6 +6722,17 @@ pub(crate) const NOT_SECRET_KEYS: &[&str] = &[
     "label",
     "translation",
     "i18n",
+    // GnuPG's key options, given a key's id or fingerprint, both public (`gpg --recv-keys
+    // 4ED778F5…`, as Dockerfiles that check a download's signature run it).
+    "recv",
+    "send",
+    "search",
+    "refresh",
+    "list",
+    "delete",
+    "edit",
+    "lsign",
+    "trusted",
 ];
 
 /// A value of a key's shape under a name ending in `_key` or `-key` (rule `key-named-value`,
