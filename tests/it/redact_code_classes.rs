@@ -296,7 +296,12 @@ class_tests! {
             "<p>Only returned if <code>config</code> includes <code>@: true</code>.</p>",
             "<span class=\"hljs-comment\">// Prints @ &#x3C;xxxxxxxx></span></code>",
         ],
-        redacted ["<code>@: Xk9vQ2mLp7Rz</code>"];
+        redacted [
+            "<code>@: Xk9vQ2mLp7Rz</code>",
+            // A value wrapped in markup is still the value (`<code>` around it, or nested tags).
+            "<p>Your @: <code>Xk9vQ2mLp7Rz</code></p>",
+            "<li>@ = <b><i>Xk9vQ2mLp7Rz</i></b></li>",
+        ];
     markup_html_attribute_of_one_character: &["accesskey", "api_key", "token"],
         left alone [
             "<a @=\"n\" rel=\"next\">Next</a>",

@@ -1310,12 +1310,10 @@ impl Walk<'_> {
         }
         let decoded = self.decoded(kr);
         let secret = names::name_is_secret(&decoded).then(|| Box::from(decoded.as_ref()));
-        let mut spans = Vec::new();
-        self.key_spans(kr.clone(), &mut spans);
-        for s in &mut spans {
-            *s = s.start - kr.start..s.end - kr.start;
-        }
-        let found = KeyFinds { secret, spans };
+        let found = KeyFinds {
+            secret,
+            spans: self.key_spans(kr.clone()),
+        };
         if memo {
             let mut memo = lock();
             if memo.found.len() >= KEY_MEMO_KEYS {
@@ -1326,22 +1324,19 @@ impl Walk<'_> {
         found
     }
 
-    fn key_spans(&self, kr: Range<usize>, out: &mut Vec<Range<usize>>) {
+    /// What the rules find in the key at `kr`, as ranges of its raw text.
+    fn key_spans(&self, kr: Range<usize>) -> Vec<Range<usize>> {
         let decoded = decode::decode(&self.text[kr.clone()]);
         let hits = if self.hidden {
             self.redactor.scan(&decoded.text)
         } else {
-            self.redactor.string_hits(self.hits, kr.clone(), &decoded)
+            self.redactor.string_hits(self.hits, kr, &decoded)
         };
         let mut inner = Vec::new();
         self.redactor
             .text_spans(&decoded.text, &hits, &mut inner, MAX_DEPTH, None);
         decoded.to_raw_all(&mut inner);
-        out.extend(
-            inner
-                .into_iter()
-                .map(|r| kr.start + r.start..kr.start + r.end),
-        );
+        inner
     }
 
     /// `{"name": "Authorization", "value": "..."}` (HAR, fetch logs): the value goes.

@@ -4036,18 +4036,42 @@ fn is_nss_sources(v: &str) -> bool {
 }
 
 /// `<` then a tag's name, a closing tag's `/`, or a template's `%`, `?` or `!`; or `<` as
-/// HTML escapes it (`&lt;`, `&#x3C;`, `&#60;`: a page's `Password &#x3C;xxxxxxxx>`).
+/// HTML escapes it (`&lt;`, `&#x3C;`, `&#60;`: a page's `Password &#x3C;xxxxxxxx>`). Only
+/// markup holding no text of its own: the text a tag wraps (`<code>Hunt3rPw9</code>`) is the
+/// value ([`markup_text`]).
 fn is_markup(v: &str) -> bool {
     let b = v.as_bytes();
     if !matches!(b.first(), Some(b'<' | b'&')) {
         return false;
     }
-    (b.len() >= 2
-        && b[0] == b'<'
-        && (b[1].is_ascii_alphabetic() || matches!(b[1], b'/' | b'%' | b'?' | b'!')))
-        || ["&lt;", "&#x3c;", "&#60;"]
-            .iter()
-            .any(|e| starts_with_ignore_case(v, e))
+    ["&lt;", "&#x3c;", "&#60;"]
+        .iter()
+        .any(|e| starts_with_ignore_case(v, e))
+        || markup_text(v) == Some(None)
+}
+
+/// For a value that starts with a tag: the text its tags wrap (`<b><i>…</i></b>`), or `None`
+/// inside when it holds none (a tag left open where the value ends, `<span`, or tags alone).
+/// `None` when the value starts with no tag.
+fn markup_text(v: &str) -> Option<Option<&str>> {
+    let b = v.as_bytes();
+    let tag = |b: &[u8]| {
+        b.len() >= 2
+            && b[0] == b'<'
+            && (b[1].is_ascii_alphabetic() || matches!(b[1], b'/' | b'%' | b'?' | b'!'))
+    };
+    if !tag(b) {
+        return None;
+    }
+    let mut rest = v;
+    while tag(rest.as_bytes()) {
+        let Some(gt) = rest.find('>') else {
+            return Some(None);
+        };
+        rest = &rest[gt + 1..];
+    }
+    let text = &rest[..rest.find('<').unwrap_or(rest.len())];
+    Some((!text.is_empty()).then_some(text))
 }
 
 /// A stand-in for a value, written where a secret goes in docs and templates: `<token>`,
@@ -4326,6 +4350,10 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     }
     if value.is_empty() || value == MARKER {
         return true;
+    }
+    // A value in markup is the text its tags wrap (`Password: <code>Hunt3rPw9</code>`).
+    if let Some(Some(text)) = markup_text(value) {
+        return value_exempt_in(name, text, text, code);
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
     // and what a rule took with it (a comma, a short word) are not.
@@ -7595,8 +7623,7 @@ fn yaml_list_items(name: &str, text: &str, from: usize, lead: usize, out: &mut V
         let named = !value
             .bytes()
             .any(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
-            || value.starts_with(['/', '~', '.'])
-            || value.starts_with("$");
+            || value.starts_with(['/', '~', '.']);
         if !value.is_empty() && !named && !value_exempt(name, value, value) {
             out.push(span);
         }
