@@ -295,6 +295,9 @@ class_tests! {
             "<span class=\"hljs-keyword\">const</span> @ = <span class=\"hljs-keyword\">new</span> <span class=\"hljs-title\">Gen</span>();\n<span class=\"hljs-string\">other</span>",
             "<p>Only returned if <code>config</code> includes <code>@: true</code>.</p>",
             "<span class=\"hljs-comment\">// Prints @ &#x3C;xxxxxxxx></span></code>",
+            // A tag named for the value's kind, with what closes round it.
+            "   `{buf: <string|buffer>[, @: <string>]}`. The object form",
+            "        form @@=<mechanism>.\n\n        The mechanism is",
         ],
         redacted [
             "<code>@: Xk9vQ2mLp7Rz</code>",

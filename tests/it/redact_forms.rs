@@ -1303,3 +1303,118 @@ fn build_fields_and_storage_setters_given_a_literal_are_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A key glued to its own name in one word (`dd_secret_key-…`, `holidayapiKEY-<uuid>`): the
+/// name ends with a secret's word (`key`, `token`, `secret`, `access`) in any case, joined by
+/// `-` or `_`, and the value after it is random, a UUID or a digest. The name ships; the value
+/// does not. Names of things that only read alike ship as written: more of a name after the
+/// word (`load_key_and_certificates_from_pkcs12`), a key that is no secret (`cache-key-…`,
+/// `idempotency-key-<uuid>`), a word that ends in `key` (`monkey-…`).
+#[test]
+fn a_key_glued_to_its_own_name_is_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "DD_SECRET=dd_secret_key-7d41e2b9c05a83f6e1d94c27b08a5f3e6c9d12b4",
+            "7d41e2b9c05a83f6e1d94c27b08a5f3e",
+        ),
+        (
+            "hellosign-PRIVATE-key-Tq8ZkV2mWx4NpR7sLc9JdF3hGb6YaE1uKo5Xi0QwMzPn",
+            "Tq8ZkV2mWx4NpR7sLc9JdF3hGb6YaE1u",
+        ),
+        (
+            "holidayapiKEY-5c2e9a71-3b8d-4f06-9e1a-d7c4b2f80a63",
+            "5c2e9a71-3b8d-4f06-9e1a-d7c4b2f80a63",
+        ),
+        (
+            "urlscanSECRET-access-key-8e3f1c6a-2d9b-47e5-a0c8-f5b1d3e7a924",
+            "8e3f1c6a-2d9b-47e5-a0c8-f5b1d3e7a924",
+        ),
+        (
+            "datadog-secrettoken-9b4e7a2c1f08d36e5a9c4b71e2d8f063",
+            "9b4e7a2c1f08d36e5a9c4b71e2d8f063",
+        ),
+        (
+            "config: zipcodebase-access-e7a2c9f4-1b6d-4c83-b05e-3d9f8a2c7e14",
+            "e7a2c9f4-1b6d-4c83-b05e-3d9f8a2c7e14",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "    return ossl.load_key_and_certificates_from_pkcs12(data, password)",
+        "https://docs.rs/rustls/latest/rustls/manual/_05_defaults#about-the-post-quantum-secure-key-exchange-x25519mlkem768",
+        "cache-key-3f9c2a1b7d4e5f60718293a4b5c6d7e8",
+        "Idempotency: idempotency-key-5c2e9a71-3b8d-4f06-9e1a-d7c4b2f80a63",
+        "container festive-monkey-Tq8ZkV2mWx4NpR7sLc9JdF3h started",
+        "session-key-5c2e9a71-3b8d-4f06-9e1a-d7c4b2f80a63",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `access` said right before a random value names it as `key` and `token` do (`daily ACCESS
+/// <key>`, `zonka-key-ACCESS <key>`); a word between them that names something else (`Access
+/// log <uuid>`) leaves it.
+#[test]
+fn access_right_before_a_random_value_names_a_secret() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "daily ACCESS 4e9a1c7f3b2d8e05a6c9f1b4d7e2a8c3f05b9d1e6a4c7f2b8e3d0a5c9f1b6e4d",
+            "4e9a1c7f3b2d8e05a6c9f1b4d7e2a8c3",
+        ),
+        (
+            "zonka-key-ACCESS Q7W2E9R4T1Y6U3I8O5P0A2S7D4F9G1H6",
+            "Q7W2E9R4T1Y6U3I8O5P0A2S7D4F9G1H6",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    failures.extend(changes(
+        "Access log 5c2e9a71-3b8d-4f06-9e1a-d7c4b2f80a63 rotated",
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A provider's token prefix (`bkua_`, `sgp_`, `ghp_`, `sk-ant-`) then a random run its
+/// format's own rule turns away (another alphabet, a few characters more or fewer): still that
+/// provider's token. The prefix before words or a placeholder ships.
+#[test]
+fn a_providers_prefix_before_a_random_run_of_another_alphabet_is_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "BUILDKITE_TOKEN=bkua_q8W3zR5tY1uI7oP2aS9dF4gH6jK0lZxCvBnM",
+            "q8W3zR5tY1uI7oP2aS9dF4gH6jK0lZxC",
+        ),
+        (
+            "sgp_c3f6EBC6DaBA1eE2996aCbAd84Fa03Ee9DE3E3e4",
+            "c3f6EBC6DaBA1eE2996aCbAd84Fa03Ee",
+        ),
+        (
+            "token: ghp_7Hq2Lm9Xv4Rt1Kp8Wz3Nc6Yb0Ds5",
+            "7Hq2Lm9Xv4Rt1Kp8Wz3Nc6Yb0Ds5",
+        ),
+        (
+            "key_sk-ant-Zp4Qw8Er2Ty6Ui0Op3As7Df1Gh5Jk9",
+            "Zp4Qw8Er2Ty6Ui0Op3As7Df1Gh5Jk9",
+        ),
+        (
+            "ion_VNR17uGgdxr9P2aOrCulvSLTFDqijIV2ImQs",
+            "VNR17uGgdxr9P2aOrCulvSLTFDqijIV2ImQs",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "npm_config_cache_directory_location_override",
+        "bkua_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "STRIPE_KEY=sk_live_your_secret_key_goes_here",
+        "phx_live_session_connected_socket_handler",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1544,6 +1544,19 @@ pub(crate) static RULES: &[ProviderRule] = &[
         negative: &[r"NRAK-XXXXXXXXXXXXXXXXXXXXXXXXXXX"],
     },
     ProviderRule {
+        // An ingest license key: 36 characters (a region's `eu01xx` among them) then `NRAL`.
+        id: "new-relic-license-key",
+        family: "(beyond gitleaks)",
+        keywords: &["nral"],
+        pattern: r"[A-Za-z0-9]{36}NRAL",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"license_key: eu01xxaa7460e1ea3abdfbbbd36e85c10cd0NRAL",
+            r"NEW_RELIC_LICENSE_KEY=3f9c2a1b7d4e5f60718293a4b5c6d7e8f901NRAL",
+        ],
+        negative: &[r"license_key: 000000000000000000000000000000000000NRAL"],
+    },
+    ProviderRule {
         id: "notion-api-token",
         family: "notion-api-token",
         keywords: &["ntn_"],
@@ -1902,10 +1915,48 @@ pub(crate) static RULES: &[ProviderRule] = &[
         negative: &[r"sk_live_xxxxxxxxxx", r"sk_test_"],
     },
     ProviderRule {
+        // Code Climate's test reporter id lets whoever holds it post a repository's coverage.
+        id: "codeclimate-reporter-id",
+        family: "(beyond gitleaks)",
+        keywords: &["cc_test_reporter_id"],
+        pattern: r#"(?i:cc_test_reporter_id)['"]?[ \t]*[:=][ \t]*['"]?(?P<s>[a-f0-9]{64})"#,
+        min_entropy: Some(3.0),
+        positive: &[
+            r"  CC_TEST_REPORTER_ID: 945dfb58a832d233a3caeb84e3e6d3be212e8c7abcb48117fce63b9adcb43647",
+            r"export CC_TEST_REPORTER_ID=0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d",
+        ],
+        negative: &[r"CC_TEST_REPORTER_ID: ${{ secrets.CC_TEST_REPORTER_ID }}"],
+    },
+    ProviderRule {
+        // Jenkins' CSRF crumb, sent as a header beside a user's credentials.
+        id: "jenkins-crumb",
+        family: "(beyond gitleaks)",
+        keywords: &["jenkins-crumb"],
+        pattern: r"(?i:jenkins-crumb)[ \t]*[:=][ \t]*(?P<s>[a-f0-9]{32,64})",
+        min_entropy: Some(3.0),
+        positive: &[
+            r"curl -X POST http://ci/job/x/build -H 'Jenkins-Crumb:440561953171ba44ace9740562d172bb'",
+        ],
+        negative: &[r"Jenkins-Crumb: $CRUMB"],
+    },
+    ProviderRule {
+        // A Salesforce session or access token: the org's id (`00D` and 12 or 15 characters),
+        // `!`, and the session's part.
+        id: "salesforce-access-token",
+        family: "(beyond gitleaks)",
+        keywords: &["00d"],
+        pattern: r"00D[A-Za-z0-9]{12,15}![A-Za-z0-9._]{40,}",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"SF_ACCESS_TOKEN=00DE0X0A0M0PeLE!CJoAQOx1GCLf1UIt4UU9y0VOPLUZAYN6I8DsdGEDyHh5cO02egObcAhIDHYiGCfi94c53oFbr4HB.xZfuYRGhvNuxobAAXRe",
+        ],
+        negative: &[r"00D000000000000!0000000000000000000000000000000000000000"],
+    },
+    ProviderRule {
         id: "telegram-bot-token",
         family: "telegram-bot-api-token",
         keywords: &["telegr", ":aa", "/bot"],
-        pattern: r"(?:^|[^A-Za-z0-9]|/bot)(?P<s>[0-9]{5,16}:A[A-Za-z0-9_-]{34})",
+        pattern: r"(?:^|[^A-Za-z0-9]|/bot)(?P<s>[0-9]{5,16}:A[A-Za-z0-9_-]{31,34})",
         min_entropy: Some(3.0),
         positive: &[
             r"TELEGRAM_BOT_TOKEN=9465722628:AA-Q8qaokWnutWJFmml8mV6EzJH36lizEHl",

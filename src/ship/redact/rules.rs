@@ -4078,10 +4078,12 @@ fn markup_text(v: &str) -> Option<Option<&str>> {
 /// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
 fn is_placeholder(value: &str) -> bool {
     let v = value.trim_end_matches([')', ',', ';']);
-    (v.len() >= 3
-        && v.starts_with('<')
-        && v.ends_with('>')
-        && !v[1..v.len() - 1].contains(['<', '>']))
+    // `<name>` and what closes round it (`passphrase: <string>]}`, `AUTH=<mechanism>.`).
+    let angled = v.trim_end_matches([']', '}', '.', ':']);
+    (angled.len() >= 3
+        && angled.starts_with('<')
+        && angled.ends_with('>')
+        && !angled[1..angled.len() - 1].contains(['<', '>']))
         || is_nss_sources(v)
         // Markup where a value would be: an HTML tag (a highlighted code sample's `password =
         // <span class="hljs-keyword">new</span>`, `</code>`) or a template's tag (`<%= … %>`,
@@ -4352,8 +4354,11 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         return true;
     }
     // A value in markup is the text its tags wrap (`Password: <code>Hunt3rPw9</code>`).
+    // Punctuation after a tag alone (`AUTH=<mechanism>.`, `passphrase: <string>]}`) wraps
+    // nothing.
     if let Some(Some(text)) = markup_text(value) {
-        return value_exempt_in(name, text, text, code);
+        return !text.bytes().any(|c| c.is_ascii_alphanumeric())
+            || value_exempt_in(name, text, text, code);
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
     // and what a rule took with it (a comma, a short word) are not.

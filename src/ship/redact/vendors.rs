@@ -132,7 +132,7 @@ const WEAK: &[&str] = &[
 #[rustfmt::skip]
 const SECRET_WORDS: &[&str] = &[
     "key", "keys", "token", "tokens", "secret", "secrets", "password", "passwd", "pass", "pwd",
-    "apikey", "auth", "credential", "credentials", "bearer", "private",
+    "apikey", "auth", "credential", "credentials", "bearer", "private", "access",
 ];
 
 /// Words that say the value is something else: a hash, an id, a version, a place.
@@ -203,7 +203,8 @@ fn kind(hash: u64) -> u8 {
 }
 
 /// Pushes every value in `text` that a vendor's name shortly before it marks as that vendor's
-/// credential. `found` are `text`'s long runs ([`super::runs::long_runs`]).
+/// credential, that a secret's word glued before it names, or that a provider's prefix
+/// starts. `found` are `text`'s long runs ([`super::runs::long_runs`]).
 /// `known(span)`: whether the span is one found already, which is not read again.
 pub(crate) fn spans(
     text: &str,
@@ -218,12 +219,37 @@ pub(crate) fn spans(
             continue;
         }
         let value = &b[body.clone()];
+        if value.len() > MAX_LEN + 48 {
+            continue;
+        }
         // The letters and digits first: most runs are identifiers, which they turn away in
-        // one pass, before the word before the run is looked up and the rest of the shape
-        // read.
+        // one pass, before the words in and before the run are looked up and the rest of the
+        // shape read.
+        let (digits, letters) = digits_and_letters(value);
+        // A key after a prefix or a name in the run holds a digit (one of 40 random base62
+        // characters lacks all ten one time in a thousand: that one ships).
+        if digits > 0 {
+            let seps = Separators::of(&value[..value.len().min(48)]);
+            // A provider's prefix before a random run its format's rule turned away.
+            if let Some(span) = prefixed(b, &body, &seps) {
+                if !known(&span) {
+                    out.push(span);
+                }
+                continue;
+            }
+            // A value glued to its own name in one run (`dd_secret_key-3c0c…`,
+            // `codakey-<uuid>`).
+            if let Some(at) = named_inside(b, &body, &seps) {
+                let value = at..body.end;
+                if !known(&value) && secret_shaped(&b[value.clone()]) {
+                    out.push(value);
+                    continue;
+                }
+            }
+        }
         if value.len() < MIN_LEN
             || value.len() > MAX_LEN
-            || letters_and_digits(value).is_none()
+            || key_mix(digits, letters, value.len()).is_none()
             || nearest_is_other(b, body.start)
             || !looks_random(value)
         {
@@ -235,6 +261,236 @@ pub(crate) fn spans(
             out.push(body);
         }
     }
+}
+
+/// The words a secret's name ends with, for a name glued to its value in one run.
+const GLUED_SECRET_WORDS: &[&[u8]] = &[
+    b"key",
+    b"token",
+    b"secret",
+    b"access",
+    b"password",
+    b"passwd",
+    b"pwd",
+];
+
+/// Where the value starts in a run that begins with its own name, joined by `-` or `_`
+/// (`dd_secret_key-3c0c…`, `hellosign-PRIVATE-key-LaKS…`, `holidayapiKEY-<uuid>`,
+/// `urlscanSECRET-access-key-<uuid>`): after the last separator, within the run's first 48
+/// bytes, whose part before ends with a secret's word ([`names_secret`]).
+fn named_inside(b: &[u8], body: &Range<usize>, seps: &Separators) -> Option<usize> {
+    let head = &b[body.start..];
+    // A separator right after the last letter of one of the words: `y`, `n`, `t`, `s`, `d`.
+    seps.backward()
+        .find(|&i| {
+            i >= 3
+                && matches!(head[i - 1] | 0x20, b'y' | b'n' | b't' | b's' | b'd')
+                && names_secret(&head[..i])
+        })
+        .map(|i| body.start + i + 1)
+}
+
+/// Where the `_` and `-` are among a run's first 48 bytes, one bit each
+/// ([`super::runs::separator_mask`]): read once for [`prefixed`] and [`named_inside`].
+struct Separators(u64);
+
+impl Separators {
+    fn of(head: &[u8]) -> Self {
+        Separators(super::runs::separator_mask(head))
+    }
+
+    /// The places, first to last.
+    fn forward(&self) -> impl Iterator<Item = usize> {
+        let mut m = self.0;
+        std::iter::from_fn(move || {
+            (m != 0).then(|| {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                i
+            })
+        })
+    }
+
+    /// The places, last to first.
+    fn backward(&self) -> impl Iterator<Item = usize> {
+        let mut m = self.0;
+        std::iter::from_fn(move || {
+            (m != 0).then(|| {
+                let i = 63 - m.leading_zeros() as usize;
+                m &= !(1 << i);
+                i
+            })
+        })
+    }
+}
+
+/// Whether `name` (the part of a run before a separator) ends with a secret's word, and that
+/// word is not one of a key that is no secret (`cache-key-…`, `session-token-…`) nor the
+/// end of another word (`monkey-…`). The word may be glued to what comes before it in
+/// another case (`holidayapiKEY`, `bloggerSECRETkey`), or in the same case to a vendor's
+/// name or a secret's word (`apikey`, `secrettoken`, `mailjetkey`).
+fn names_secret(name: &[u8]) -> bool {
+    // The last three letters of one of the words first: most names end otherwise.
+    let [.., x, y, z] = name else {
+        return false;
+    };
+    if !matches!(
+        [x | 0x20, y | 0x20, z | 0x20],
+        [b'k', b'e', b'y']
+            | [b'k', b'e', b'n']
+            | [b'r', b'e', b't']
+            | [b'e', b's', b's']
+            | [b'o', b'r', b'd']
+            | [b's', b'w', b'd']
+            | [b'p', b'w', b'd']
+    ) {
+        return false;
+    }
+    let n = name
+        .iter()
+        .rev()
+        .take(24)
+        .take_while(|c| c.is_ascii_alphabetic())
+        .count();
+    if n < 3 {
+        return false;
+    }
+    let word = &name[name.len() - n..];
+    let mut lower = [0u8; 24];
+    let lower = &mut lower[..n];
+    lower.copy_from_slice(word);
+    lower.make_ascii_lowercase();
+    let Some(suffix) = GLUED_SECRET_WORDS.iter().find(|s| lower.ends_with(s)) else {
+        return false;
+    };
+    let split = n - suffix.len();
+    // The word that says which key it is: the one before the separator (`cache-key`), the
+    // part glued before it in another case (`cacheKey`), or the same case's glued part.
+    let head: &[u8] = if split == 0 {
+        let before = &name[..name.len() - n];
+        let Some(before) = before
+            .strip_suffix(b"-")
+            .or_else(|| before.strip_suffix(b"_"))
+        else {
+            return true;
+        };
+        let k = before
+            .iter()
+            .rev()
+            .take(24)
+            .take_while(|c| c.is_ascii_alphabetic())
+            .count();
+        &before[before.len() - k..]
+    } else if word[split - 1].is_ascii_lowercase() != word[split].is_ascii_lowercase() {
+        let p = &word[..split];
+        let from = (1..p.len())
+            .rev()
+            .find(|&i| p[i].is_ascii_uppercase() && p[i - 1].is_ascii_lowercase())
+            .unwrap_or(0);
+        &p[from..]
+    } else {
+        let p = &lower[..split];
+        let glued = kind(word_hash(p)) & (VENDOR | SECRET) != 0
+            || [&b"api"[..], b"secret", b"private", b"access", b"auth"]
+                .iter()
+                .any(|w| p.ends_with(w));
+        if !glued {
+            return false;
+        }
+        &word[..split]
+    };
+    let mut h = [0u8; 24];
+    let h = &mut h[..head.len()];
+    h.copy_from_slice(head);
+    h.make_ascii_lowercase();
+    !super::rules::NOT_SECRET_KEYS
+        .iter()
+        .any(|k| k.as_bytes() == &h[..])
+        && kind(word_hash(h)) & OTHER == 0
+}
+
+/// A value a secret's word names: random as a key is ([`looks_random`]), a UUID or a hex
+/// digest (which a name must mark as a secret: here one does). Of one piece: what follows a
+/// name's word across `_` or `-` is more often more of the name (`load_key_and_certificates
+/// _from_pkcs12`, `secure-key-exchange-x25519mlkem768`) than a key, so a `_` or a `-` in it
+/// (but a UUID's) says it is no key.
+fn secret_shaped(v: &[u8]) -> bool {
+    if v.len() < 16 || v.len() > MAX_LEN {
+        return false;
+    }
+    let hex = v.iter().all(u8::is_ascii_hexdigit);
+    let uuid = v.len() == 36
+        && v.iter().enumerate().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                *c == b'-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    uuid || (!v.iter().any(|&c| matches!(c, b'_' | b'-'))
+        && (looks_random(v) || (hex && v.len() >= 32 && super::providers::entropy(v) >= 2.5)))
+}
+
+/// Providers' token prefixes distinctive enough that a random run after one is that
+/// provider's token whatever its alphabet or length: the provider rules
+/// ([`super::providers`]) hold each format exactly, and this takes the variants they turn
+/// away (a token written in another alphabet than its format's, one cut or run on by a few
+/// characters). Sorted, for [`prefixed_spans`]'s search by first byte.
+#[rustfmt::skip]
+const PREFIXES: &[&str] = &[
+    "CFPAT-", "NRAA-", "NRAK-", "NRII-", "NRIQ-", "NRJS-", "aio_", "bkua_", "ccipat_",
+    "cciprj_", "clojars_", "dckr_oat_", "dckr_pat_", "doo_v1_", "dop_v1_", "dor_v1_",
+    "duffel_live_", "duffel_test_", "figd_", "fio-u-", "flb_live_", "gho_", "ghp_", "ghr_",
+    "ghs_", "ghu_", "github_pat_", "glc_", "gldt-", "glpat-", "glptt-", "glrt-", "glsa_",
+    "gsk_", "hrku-", "ion_", "jina_", "lin_api_", "lin_oauth_", "lsv2_pt_", "lsv2_sk_",
+    "mdb_sa_sk_", "nfp_", "npm_", "ntn_", "nvapi-", "pcsk_", "phx_", "pmak-", "pnu_", "pplx-",
+    "pscale_oauth_", "pscale_pw_", "pscale_tkn_", "rdme_", "rk_live_", "rnd_", "rootly_",
+    "rubygems_", "sb_secret_", "sbp_", "sgp_", "shippo_live_", "shippo_test_", "shpat_",
+    "shpca_", "shppa_", "shpss_", "sk-ant-", "sk-lf-", "sk_live_", "sk_test_", "slk_",
+    "sm_aat_", "sm_pat_", "sm_sat_", "sntrys_", "sntryu_", "sq0atp-", "sq0csp-", "sqa_",
+    "sqp_", "squ_", "tfp_", "tskey-", "tvly-", "whsec_", "xai-", "xapp-", "xkeysib-",
+    "xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xsmtpsib-",
+];
+
+/// The first two bytes of every prefix: bit `d` of entry `c` for a prefix starting `cd`. Turns
+/// away most places of most runs with two loads.
+const PREFIX_PAIRS: [u128; 128] = {
+    let mut t = [0u128; 128];
+    let mut i = 0;
+    while i < PREFIXES.len() {
+        let p = PREFIXES[i].as_bytes();
+        t[p[0] as usize] |= 1 << p[1];
+        i += 1;
+    }
+    t
+};
+
+/// The span of `body` that is a provider's prefix ([`PREFIXES`]) then at least 16
+/// characters of a key's shape ([`looks_random`]), the prefix at the run's start or after a
+/// `_` or `-` in its first 24 bytes (`key_sk-ant-…`).
+fn prefixed(b: &[u8], body: &Range<usize>, seps: &Separators) -> Option<Range<usize>> {
+    let after = seps.forward().map(|i| i + 1).take_while(|&i| i <= 24);
+    for at in std::iter::once(0).chain(after).map(|i| body.start + i) {
+        let (Some(&c), Some(&d)) = (b.get(at), b.get(at + 1)) else {
+            break;
+        };
+        if c >= 128 || d >= 128 || PREFIX_PAIRS[usize::from(c)] >> d & 1 == 0 {
+            continue;
+        }
+        let first = PREFIXES.partition_point(|p| p.as_bytes()[0] < c);
+        let Some(prefix) = PREFIXES[first..]
+            .iter()
+            .take_while(|p| p.as_bytes()[0] == c)
+            .find(|p| b[at..body.end].starts_with(p.as_bytes()))
+        else {
+            continue;
+        };
+        let rest = &b[at + prefix.len()..body.end];
+        if rest.len() >= 16 && rest.len() <= MAX_LEN && looks_random(rest) {
+            return Some(at..body.end);
+        }
+    }
+    None
 }
 
 /// Pushes every Discord bot token among `found`'s runs: a user's numeric id in base64 (the run,
@@ -385,9 +641,20 @@ fn trim_run(mut run: Range<usize>, b: &[u8]) -> Range<usize> {
 /// most: a path's words are not a key) and changes case every few letters ([`looks_random`]),
 /// as no identifier does.
 fn letters_and_digits(v: &[u8]) -> Option<bool> {
-    // Counted in bytes a chunk of 255 at a time (a run is at most 256 long): the vector unit
-    // counts sixteen or thirty-two at once, where counters as wide as `usize` took a dozen
-    // instructions a byte.
+    let (digits, letters) = digits_and_letters(v);
+    key_mix(digits, letters, v.len())
+}
+
+/// [`letters_and_digits`] from the counts of a value `len` bytes long.
+fn key_mix(digits: usize, letters: usize, len: usize) -> Option<bool> {
+    let letters_alone = digits == 0 && len >= 24 && len - letters <= 2;
+    (letters > 0 && (digits > 0 || letters_alone)).then_some(letters_alone)
+}
+
+/// How many ASCII digits and letters `v` holds.
+fn digits_and_letters(v: &[u8]) -> (usize, usize) {
+    // Counted in bytes a chunk of 255 at a time: the vector unit counts sixteen or thirty-two
+    // at once, where counters as wide as `usize` took a dozen instructions a byte.
     let (mut digits, mut letters) = (0usize, 0usize);
     for chunk in v.chunks(255) {
         let (mut d, mut l) = (0u8, 0u8);
@@ -398,8 +665,7 @@ fn letters_and_digits(v: &[u8]) -> Option<bool> {
         digits += usize::from(d);
         letters += usize::from(l);
     }
-    let letters_alone = digits == 0 && v.len() >= 24 && v.len() - letters <= 2;
-    (letters > 0 && (digits > 0 || letters_alone)).then_some(letters_alone)
+    (digits, letters)
 }
 
 /// How often `v` changes between digits, lowercase, uppercase and other bytes from one byte to
@@ -598,6 +864,16 @@ mod tests {
         let runs = crate::ship::redact::runs::long_runs(text.as_bytes(), MIN_LEN);
         spans(text, &runs, &|_: &Range<usize>| false, &mut out);
         out.into_iter().map(|r| &text[r]).collect()
+    }
+
+    #[test]
+    fn prefixes_are_sorted_with_their_first_pairs_in_the_table() {
+        assert!(PREFIXES.is_sorted(), "PREFIXES must stay sorted");
+        for p in PREFIXES {
+            let b = p.as_bytes();
+            assert!(b.len() >= 4 && b.is_ascii(), "{p}");
+            assert_ne!(PREFIX_PAIRS[usize::from(b[0])] >> b[1] & 1, 0, "{p}");
+        }
     }
 
     #[test]
