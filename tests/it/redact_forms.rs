@@ -1418,3 +1418,29 @@ fn a_providers_prefix_before_a_random_run_of_another_alphabet_is_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A TrueNAS API key (its number, `-`, 64 random letters and digits) as its JSON-RPC login
+/// call takes it: on one line, spread over lines, and as a whole output that is JSON (where the
+/// key is a string of its own). A SHA-256 digest after a number ships.
+#[test]
+fn a_truenas_api_key_is_redacted_wherever_its_login_call_puts_it() {
+    let key = "3-Qm8Zp2Wx7Lc4Vb9Nr1Kt6Yh3Gs5Df0Ja8Pe2Uw7Io4Tl9Rk1Mz6Xn3Cb5Hv0Eq2S";
+    let mut failures = Vec::new();
+    for text in [
+        format!(
+            "{{\"id\": \"a1\", \"msg\": \"method\", \"method\": \"auth.login_with_api_key\", \"params\": [\"{key}\"]}}"
+        ),
+        format!(
+            "{{\n  \"msg\": \"method\",\n  \"method\": \"auth.login_with_api_key\",\n  \"params\": [\n    \"{key}\"\n  ]\n}}"
+        ),
+        format!(
+            "websocat wss://nas/websocket <<< '{{\"method\": \"auth.login_with_api_key\", \"params\": [\"{key}\"]}}'"
+        ),
+    ] {
+        failures.extend(leaks(&text, &["Qm8Zp2Wx7Lc4Vb9Nr1Kt6Yh3Gs5Df0J"]));
+    }
+    failures.extend(changes(
+        "layer 1-9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 pulled",
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -671,6 +671,20 @@ pub(crate) static RULES: &[ProviderRule] = &[
         ],
     },
     ProviderRule {
+        // A ThingsBoard device's access token, which its HTTP and CoAP APIs take in the path
+        // (`/api/v1/<token>/telemetry`): twenty lowercase letters and digits.
+        id: "thingsboard-device-token",
+        family: "(beyond gitleaks)",
+        keywords: &["thingsboard", "/telemetry", "/attributes"],
+        pattern: r"/api/v1/(?P<s>[a-z0-9]{20})/(?:telemetry|attributes|rpc|claim)",
+        min_entropy: Some(3.5),
+        positive: &[
+            r"curl -v -X POST https://thingsboard.cloud/api/v1/9kx2m4qa7wz1c8v5n3b6/telemetry -d '{}'",
+            r"coap post coap://tb.local/api/v1/q8w7e6r5t4y3u2i1o0p9/attributes",
+        ],
+        negative: &[r"GET /api/v1/devicetelemetryroute/telemetry"],
+    },
+    ProviderRule {
         id: "frameio-api-token",
         family: "frameio-api-token",
         keywords: &["fio-u-"],

@@ -247,6 +247,10 @@ pub(crate) fn spans(
                 }
             }
         }
+        if is_truenas_key(value) {
+            out.push(body);
+            continue;
+        }
         if value.len() < MIN_LEN
             || value.len() > MAX_LEN
             || key_mix(digits, letters, value.len()).is_none()
@@ -261,6 +265,27 @@ pub(crate) fn spans(
             out.push(body);
         }
     }
+}
+
+/// A TrueNAS API key: its number, `-`, and 64 random letters (both cases) and digits
+/// (`3-Qm8Zp2…`), as its `auth.login_with_api_key` call takes it, in any placement (a JSON
+/// request's `params` list is a string of its own).
+fn is_truenas_key(v: &[u8]) -> bool {
+    if !(66..=71).contains(&v.len()) {
+        return false;
+    }
+    let Some(dash) = v.iter().take(7).position(|&c| c == b'-') else {
+        return false;
+    };
+    let key = &v[dash + 1..];
+    (1..=6).contains(&dash)
+        && key.len() == 64
+        && v[..dash].iter().all(u8::is_ascii_digit)
+        && key.iter().all(u8::is_ascii_alphanumeric)
+        && key.iter().any(u8::is_ascii_uppercase)
+        && key.iter().any(u8::is_ascii_lowercase)
+        && key.iter().any(u8::is_ascii_digit)
+        && looks_random(key)
 }
 
 /// The words a secret's name ends with, for a name glued to its value in one run.
