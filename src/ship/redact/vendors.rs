@@ -113,6 +113,7 @@ const VENDORS: &[&str] = &[
     "consul", "nomad", "artifactory", "jfrog", "nuget", "docker", "dockerhub", "quay", "okta",
     "ping", "duo", "onelogin", "keycloak", "luno", "metabase", "keenio", "invoiceocean",
     "kanban", "dovico", "mrticktock", "redhat", "railway", "webexbot", "mite", "cloze",
+    "apimetrics", "apitemplate", "cloudimage", "metaapi", "redhatpyxis",
 ];
 
 /// Vendor names that are also common words: they count only with a secret word nearby.
@@ -923,6 +924,28 @@ mod tests {
             found("Scraper API key:\n  Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"),
             ["Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4Ik0O"]
         );
+        // A vendor named in code as a variable (`apiMetrics := "…"`), a setting
+        // (`cloudimage: "…"`) or a word before the key.
+        for (text, key) in [
+            (
+                "apiMetrics := \"7Kp2Wq9Zx4Lm8Rt1Vb6Nc3Hj5Gd0Sf2A\"",
+                "7Kp2Wq9Zx4Lm8Rt1Vb6Nc3Hj5Gd0Sf2A",
+            ),
+            (
+                "apiTemplate := \"Qm4Zp8Wx2Lc7Vb1Nr5Kt9Yh3Gs6Df0Ja4Pe8U\"",
+                "Qm4Zp8Wx2Lc7Vb1Nr5Kt9Yh3Gs6Df0Ja4Pe8U",
+            ),
+            (
+                "cloudimage: \"k3f9x2m7q1w8z4v6n5b0c2\"",
+                "k3f9x2m7q1w8z4v6n5b0c2",
+            ),
+            (
+                "metaapi 9c4e1a7f3b2d8e05a6c9f1b4d7e2a8c3f05b9d1e6a4c7f2b8e3d0a5c9f1b6e4d",
+                "9c4e1a7f3b2d8e05a6c9f1b4d7e2a8c3f05b9d1e6a4c7f2b8e3d0a5c9f1b6e4d",
+            ),
+        ] {
+            assert_eq!(found(text), [key], "{text}");
+        }
     }
 
     #[test]
