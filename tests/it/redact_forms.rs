@@ -1444,3 +1444,31 @@ fn a_truenas_api_key_is_redacted_wherever_its_login_call_puts_it() {
     ));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Go's `:=` and a declaration (`let`, `var`) bind an expression, so an unquoted value there is
+/// code (the name of a variable, a call) and ships; but a value no language parses (a bracket
+/// closed that was never opened, or by another kind, a `#` in it) is what it looks like: a
+/// password typed without quotes.
+#[test]
+fn a_declaration_given_what_no_language_parses_is_a_secret() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        ("db_pass := Kx{9]qLm2(zR}Tw", "Kx{9]qLm2(zR}Tw"),
+        ("password := p4ss)w0rd(Zq", "p4ss)w0rd(Zq"),
+        ("secret := Hk7#vQ2mLp9", "Hk7#vQ2mLp9"),
+        ("let api_key = z8}Wq3{Nr5", "z8}Wq3{Nr5"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "token := cfg.Get(\"token\")",
+        "secret := []byte(s)",
+        "{{- $password := .Values.password }}",
+        "password := m[key]",
+        "apiKey := fn(a)(b)",
+        "let secret = self.derive(&ikm[..32]);",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

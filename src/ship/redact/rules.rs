@@ -5564,6 +5564,7 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     // the same way: `let shared_secret = our_key_share`, `let secret = self.derive(…)`.
     if (separator.ends_with(":=") && !make() || declares_code(text, n.start, value_at))
         && !matches!(text.as_bytes().get(value_at), Some(b'"' | b'\'' | b'`'))
+        && may_be_code(&text[value_at..])
     {
         if let Some(literal) = key_literal_argument(text, value_at) {
             out.push(literal);
@@ -5578,6 +5579,39 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     }
     // One character is no secret (HTML's `accesskey="n"`, `challengePassword = A challenge`).
     push_value(name, text, value_at, 2, out);
+}
+
+/// Whether the first word of an unquoted value (up to a blank or the line's end) can be an
+/// expression of code: no `#` (a comment's, outside any string) and no bracket closed that
+/// was not opened, or closed by another kind (`m{{h}o)p${e]…`: a password, which no language
+/// parses). A code expression's brackets nest (`cfg.Get("x")`, `[]byte(s)`, `{{ .A }}`) or
+/// stay open where the line ends.
+fn may_be_code(value: &str) -> bool {
+    let word = value
+        .split([' ', '\t', '\n', '\r'])
+        .next()
+        .unwrap_or_default();
+    let mut open: Vec<u8> = Vec::new();
+    for c in word.bytes() {
+        match c {
+            b'(' | b'[' | b'{' => open.push(c),
+            b')' | b']' | b'}' => {
+                let wanted = match c {
+                    b')' => b'(',
+                    b']' => b'[',
+                    _ => b'{',
+                };
+                if open.pop() != Some(wanted) {
+                    return false;
+                }
+            }
+            b'#' => return false,
+            // A string's content is not read for brackets.
+            b'"' | b'\'' | b'`' => break,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// Whether the name at `name_at` is declared by the word before it on its line: `let`, `let
