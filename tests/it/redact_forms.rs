@@ -1472,3 +1472,27 @@ fn a_declaration_given_what_no_language_parses_is_a_secret() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Tokens in a format's shape that its own checks would turn away as made up (a Discord bot
+/// token whose id decodes to no number, a JWT without its signature), as docs, tests and
+/// agents write them: still tokens to whoever reads them, so redacted.
+#[test]
+fn tokens_in_a_formats_shape_without_its_inner_checks_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "client.run(\"MZ1yGvKTjE0rY0cV8i47CjAa.uRHQPq.Xb1Mk2nEhe-4iUcrGOuegj57zMC\")",
+            "Xb1Mk2nEhe-4iUcrGOuegj57zMC",
+        ),
+        (
+            "Cookie: session=eyJ0eXAiOiJKV1QiLCJhbGciOiJub25lIn0.eyJ1c2VyIjoiYWRtaW4iLCJyb2xlIjoib3BzIn0",
+            "eyJ1c2VyIjoiYWRtaW4iLCJyb2xlIjoib3BzIn0",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    failures.extend(changes(
+        "at MainActivityControllerXY.onInit.handleRequestCallbackFactory(Main.java:42)",
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

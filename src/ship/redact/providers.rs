@@ -1083,10 +1083,13 @@ pub(crate) static RULES: &[ProviderRule] = &[
         id: "jwt",
         family: "jwt",
         keywords: &["eyj"],
-        pattern: "eyJ[A-Za-z0-9_-]{15,}\\.eyJ[A-Za-z0-9_-]{15,}\\.[A-Za-z0-9_-]*",
+        // The signature may be missing: an unsigned token (`"alg": "none"`) is a session's
+        // token still.
+        pattern: "eyJ[A-Za-z0-9_-]{15,}\\.eyJ[A-Za-z0-9_-]{15,}(?:\\.[A-Za-z0-9_-]*)?",
         min_entropy: Some(3.0),
         positive: &[
             r"Authorization: Bearer eyJw3xjNlIFJOX25anOKTXrlrjMfZBas8.eyJvdES4QvcdY2sxxwFwB3a2rZ_ELNG2pqmuWnUMWeSoxOX9IKyO2otrll-EYVh.Dw5GOk-F5RWN2XjE563yyrXSXEjUlRZ2o6sA659L2_r",
+            r"session=eyJ0eXAiOiJKV1QiLCJhbGciOiJub25lIn0.eyJ1c2VyIjoiYWRtaW4iLCJyb2xlIjoib3BzIn0",
         ],
         negative: &[r"eyJhbGciOiJIUzI1NiJ9 alone"],
     },

@@ -549,7 +549,19 @@ pub(crate) fn discord_spans(text: &str, found: &[Range<usize>], out: &mut Vec<Ra
         let digits = base64::engine::general_purpose::STANDARD_NO_PAD
             .decode(id)
             .is_ok_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
-        if digits {
+        // Or the shape alone, where each part is random as a token's are (a token made up for
+        // docs or tests, whose id decodes to no number, is still written as one).
+        let random = |r: Range<usize>| {
+            let p = &b[r];
+            p.iter().any(u8::is_ascii_uppercase)
+                && p.iter().any(u8::is_ascii_lowercase)
+                && p.iter().any(u8::is_ascii_digit)
+        };
+        if digits
+            || (random(start..end)
+                && random(end + 8..end + 8 + mac)
+                && looks_random(&b[end + 8..end + 8 + mac]))
+        {
             out.push(start..end + 8 + mac);
         }
     }
@@ -1048,8 +1060,14 @@ mod tests {
             spans("bot.run('MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs')"),
             ["MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs"]
         );
-        // A dotted run whose first part is no id in base64.
-        assert!(spans("MZ1yGvKTjE0rY0cV8i47CjAa.uRHQPq.Xb1Mk2nEhe-4iUcrGOuegj57zMC").is_empty());
+        // A token made up for docs or tests, whose first part is no id in base64, by the
+        // randomness of its parts.
+        assert_eq!(
+            spans("MZ1yGvKTjE0rY0cV8i47CjAa.uRHQPq.Xb1Mk2nEhe-4iUcrGOuegj57zMC"),
+            ["MZ1yGvKTjE0rY0cV8i47CjAa.uRHQPq.Xb1Mk2nEhe-4iUcrGOuegj57zMC"]
+        );
+        // A dotted path of names in the same shape is none.
+        assert!(spans("MainActivityControllerXY.onInit.handleRequestCallbackFactory").is_empty());
         assert!(spans("MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FM.ZnCjm1XVW7vRze4b7Cq4se7kKWs").is_empty());
     }
 
