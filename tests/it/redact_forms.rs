@@ -1338,6 +1338,10 @@ fn a_key_glued_to_its_own_name_is_redacted() {
             "config: zipcodebase-access-e7a2c9f4-1b6d-4c83-b05e-3d9f8a2c7e14",
             "e7a2c9f4-1b6d-4c83-b05e-3d9f8a2c7e14",
         ),
+        (
+            "cloudplanPRIVATE-R4t7Y1u9I3o5P8a2S6d0F4g7H1j",
+            "R4t7Y1u9I3o5P8a2S6d0F4g7H1j",
+        ),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

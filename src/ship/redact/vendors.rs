@@ -113,7 +113,8 @@ const VENDORS: &[&str] = &[
     "consul", "nomad", "artifactory", "jfrog", "nuget", "docker", "dockerhub", "quay", "okta",
     "ping", "duo", "onelogin", "keycloak", "luno", "metabase", "keenio", "invoiceocean",
     "kanban", "dovico", "mrticktock", "redhat", "railway", "webexbot", "mite", "cloze",
-    "apimetrics", "apitemplate", "cloudimage", "metaapi", "redhatpyxis",
+    "apimetrics", "apitemplate", "cloudimage", "metaapi", "redhatpyxis", "beamer", "coda",
+    "owm", "pyowm", "skrapp", "cloudplan",
 ];
 
 /// Vendor names that are also common words: they count only with a secret word nearby.
@@ -126,7 +127,7 @@ const WEAK: &[&str] = &[
     "facebook", "youtube", "spotify", "slack", "zoom", "bing", "telegram", "discord",
     "firebase", "reddit", "ebay", "mistral", "replicate", "fireworks", "openai", "anthropic",
     "jenkins", "travis", "sentry", "mux", "agora", "tatum", "sirv", "qase", "rawg", "here",
-    "kanban", "redhat", "railway", "mite", "cloze",
+    "kanban", "redhat", "railway", "mite", "cloze", "coda",
 ];
 
 /// Words that name a secret: with a weak vendor name, or a value shaped like a hash or a UUID.
@@ -291,6 +292,7 @@ fn is_truenas_key(v: &[u8]) -> bool {
 
 /// The words a secret's name ends with, for a name glued to its value in one run.
 const GLUED_SECRET_WORDS: &[&[u8]] = &[
+    b"private",
     b"key",
     b"token",
     b"secret",
@@ -306,11 +308,12 @@ const GLUED_SECRET_WORDS: &[&[u8]] = &[
 /// bytes, whose part before ends with a secret's word ([`names_secret`]).
 fn named_inside(b: &[u8], body: &Range<usize>, seps: &Separators) -> Option<usize> {
     let head = &b[body.start..];
-    // A separator right after the last letter of one of the words: `y`, `n`, `t`, `s`, `d`.
+    // A separator right after the last letter of one of the words: `y`, `n`, `t`, `s`, `d`,
+    // `e`.
     seps.backward()
         .find(|&i| {
             i >= 3
-                && matches!(head[i - 1] | 0x20, b'y' | b'n' | b't' | b's' | b'd')
+                && matches!(head[i - 1] | 0x20, b'y' | b'n' | b't' | b's' | b'd' | b'e')
                 && names_secret(&head[..i])
         })
         .map(|i| body.start + i + 1)
@@ -363,6 +366,7 @@ fn names_secret(name: &[u8]) -> bool {
     if !matches!(
         [x | 0x20, y | 0x20, z | 0x20],
         [b'k', b'e', b'y']
+            | [b'a', b't', b'e']
             | [b'k', b'e', b'n']
             | [b'r', b'e', b't']
             | [b'e', b's', b's']
@@ -950,6 +954,10 @@ mod tests {
             (
                 "cloudimage: \"k3f9x2m7q1w8z4v6n5b0c2\"",
                 "k3f9x2m7q1w8z4v6n5b0c2",
+            ),
+            (
+                "owm = '7f3k9a2m5q8w1z4x6c0v3b7n9a2s4d6f'",
+                "7f3k9a2m5q8w1z4x6c0v3b7n9a2s4d6f",
             ),
             (
                 "metaapi 9c4e1a7f3b2d8e05a6c9f1b4d7e2a8c3f05b9d1e6a4c7f2b8e3d0a5c9f1b6e4d",
