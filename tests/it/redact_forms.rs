@@ -1500,3 +1500,46 @@ fn tokens_in_a_formats_shape_without_its_inner_checks_are_redacted() {
     ));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A secret printed alone on the line after the command that printed it: a Terraform output,
+/// a variable or a mounted secret file named for a secret, a Kubernetes secret's value
+/// decoded. The same commands given what names no secret ship as written.
+#[test]
+fn a_secret_printed_alone_by_terraform_echo_or_kubectl_is_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "$ terraform output -raw db_password\nTfRaw9ZqPw\n$ ",
+            "TfRaw9ZqPw",
+        ),
+        (
+            "$ terraform output admin_token\n\"Tf0utTok3n\"\n",
+            "Tf0utTok3n",
+        ),
+        ("$ echo $DB_PASSWORD\nEch0edPw9Z\n", "Ech0edPw9Z"),
+        (
+            "$ echo \"${STRIPE_SECRET_KEY}\"\nrk_prod_9ZqWx2\n",
+            "rk_prod_9ZqWx2",
+        ),
+        ("$ printenv OPENAI_API_KEY\nPrnt3nvK3y9\n", "Prnt3nvK3y9"),
+        (
+            "$ cat /run/secrets/db_password\nM0untedPw9Z\n",
+            "M0untedPw9Z",
+        ),
+        (
+            "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nKub3Dec0ded9\n",
+            "Kub3Dec0ded9",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "$ terraform output -raw db_host\ndb.internal.example\n",
+        "$ echo $HOME\n/home/developer\n",
+        "$ echo $DB_PASSWORD_FILE\n/run/secrets/db_password\n",
+        "$ kubectl get secrets\nNAME   TYPE     DATA   AGE\n",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1013,6 +1013,15 @@ fn has_dashes(text: &str) -> bool {
 
 /// The core table. Order does not matter: every rule runs on the same text and the spans are
 /// united.
+/// The end of a variable's or an output's name that says it holds a secret (`DB_PASSWORD`,
+/// `OPENAI_API_KEY`, `db_password`), as a regex: a name that goes on past it (`_FILE`,
+/// `_COUNT`) names something else.
+macro_rules! secret_name_end {
+    () => {
+        r"(?i:password|passwd|pwd|secret|token|api_?key|private_?key|access_?key|secret_?key|credentials?)\b"
+    };
+}
+
 pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
@@ -2631,6 +2640,11 @@ pub(crate) static RULES: &[Rule] = &[
                 "secret show",
                 "get-secret-value",
                 "get-parameter",
+                "terraform output",
+                "get secret",
+                "echo",
+                "printenv",
+                "cat /run/secrets",
             ],
             concat!(
                 r#"\b(?:aws[ \t]+ecr[ \t]+get-login-password|heroku[ \t]+auth:token|gcloud[ \t]+auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|op[ \t]+read|pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password\b[^\n]*?[ \t]-w"#,
@@ -2640,6 +2654,17 @@ pub(crate) static RULES: &[Rule] = &[
                 r#"|op[ \t]+item[ \t]+get\b[^\n]*?[ \t]--fields?\b|vault[ \t]+(?:kv[ \t]+get|read)\b[^\n]*?[ \t]-field[= ]"#,
                 r#"|gcloud[ \t]+secrets[ \t]+versions[ \t]+access|az[ \t]+keyvault[ \t]+secret[ \t]+show\b[^\n]*?[ \t]--query[ \t]+["']?value\b"#,
                 r#"|aws[ \t]+(?:secretsmanager[ \t]+get-secret-value\b[^\n]*?[ \t]--query[ \t]+["']?SecretString|ssm[ \t]+get-parameters?\b[^\n]*?[ \t]--query[ \t]+["']?Parameters?(?:\[0\])?\.Value)\b"#,
+                // A Terraform output, a variable or a mounted secret file named for a secret,
+                // printed alone: `terraform output -raw db_password`, `echo $DB_PASSWORD`,
+                // `printenv GITHUB_TOKEN`, `cat /run/secrets/db_password`.
+                r#"|terraform[ \t]+output[ \t]+(?:-(?:raw|json)[ \t]+)?[A-Za-z0-9_]*"#,
+                secret_name_end!(),
+                r#"|(?:echo[ \t]+["']?\$\{?|printenv[ \t]+)[A-Za-z0-9_]*"#,
+                secret_name_end!(),
+                r#"\}?["']?|cat[ \t]+[^\s]*/secrets/[^\s]+"#,
+                // A Kubernetes secret's value decoded: `kubectl get secret db -o
+                // jsonpath='{.data.password}' | base64 -d`.
+                r#"|kubectl[ \t]+get[ \t]+secrets?\b[^\n]*?\|[ \t]*base64[ \t]+(?:-d|--decode|-D)"#,
                 r#")\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#
             ),
             Refine::Group,
@@ -2653,6 +2678,11 @@ pub(crate) static RULES: &[Rule] = &[
                 "$ gcloud secrets versions access latest --secret=db\nGcloudSecret9Zq\n",
                 "$ az keyvault secret show --vault-name kv --name db --query value -o tsv\nAzKvShow9Zq\n",
                 "$ aws ssm get-parameter --name /prod/db --with-decryption --query Parameter.Value --output text\nSsmParam9Zq\n",
+                "$ terraform output -raw db_password\nTfOutPw9Zq\n",
+                "$ echo $DB_PASSWORD\nEchoedPw9Zq\n",
+                "$ printenv OPENAI_API_KEY\nPrintEnvKey9Zq\n",
+                "$ cat /run/secrets/db_password\nMountedPw9Zq\n",
+                "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nKubeDecoded9Zq\n",
             ],
             &[
                 "$ pass show work/db\nError: work/db is not in the password store.\n",
@@ -2660,6 +2690,10 @@ pub(crate) static RULES: &[Rule] = &[
                 "security find-generic-password -a me -s deploy\nkeychain: \"/Users/me/Library/Keychains/login.keychain-db\"\n",
                 "$ vault kv get secret/db\n====== Metadata ======\n",
                 "$ az keyvault secret show --vault-name kv --name db\n{\n",
+                "$ terraform output -raw db_host\ndb.internal.example\n",
+                "$ echo $DB_PASSWORD_FILE\n/run/secrets/db_password\n",
+                "echo $TOKEN_COUNT\n42\n",
+                "$ kubectl get secrets\nNAME   TYPE     DATA   AGE\n",
             ],
         ),
     ),
