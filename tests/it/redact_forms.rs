@@ -1543,3 +1543,44 @@ fn a_secret_printed_alone_by_terraform_echo_or_kubectl_is_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// What a secret store's `secrets set NAME=VALUE` stores is a secret whatever its name
+/// (`doppler secrets set STRIPE_KEY=…`), and a secret generated for a setting is printed
+/// alone on the line after its generator (`openssl rand -hex 32`, `secrets.token_urlsafe`).
+/// A reference, a flag or output redirected to a file ships.
+#[test]
+fn a_secret_stores_pair_and_a_generated_secret_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "$ doppler secrets set STRIPE_KEY=D0pp1erKey9",
+            "D0pp1erKey9",
+        ),
+        (
+            "$ supabase secrets set OPENAI_KEY=\"Sup4baseKey9\" --project-ref abc",
+            "Sup4baseKey9",
+        ),
+        (
+            "$ openssl rand -base64 32\nk3Jf9Qz8vW3kLm9RtY2nPb4XcJ7hFg5Ds1Ae6Zq0Ux4=\n",
+            "k3Jf9Qz8vW3kLm9RtY2nPb4XcJ7hFg5Ds1Ae6Zq0Ux4",
+        ),
+        (
+            "$ python3 -c 'import secrets; print(secrets.token_hex(16))'\n4f9a2c8e1b7d3f6a0c5e9b2d8f1a4c7e\n",
+            "4f9a2c8e1b7d3f6a0c5e9b2d8f1a4c7e",
+        ),
+        (
+            "$ pwgen -s 20 1\nq8W3zR5tY1uI7oP2aS9d\n",
+            "q8W3zR5tY1uI7oP2aS9d",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "$ supabase secrets set OPENAI_KEY=$OPENAI_KEY",
+        "$ doppler secrets set --help",
+        "$ openssl rand -hex 32 > secret.key\n$ ls -l secret.key\n",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

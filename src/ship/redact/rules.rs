@@ -2642,6 +2642,10 @@ pub(crate) static RULES: &[Rule] = &[
                 "get-parameter",
                 "terraform output",
                 "get secret",
+                "openssl rand",
+                "token_hex",
+                "token_urlsafe",
+                "pwgen",
                 "echo",
                 "printenv",
                 "cat /run/secrets",
@@ -2665,6 +2669,9 @@ pub(crate) static RULES: &[Rule] = &[
                 // A Kubernetes secret's value decoded: `kubectl get secret db -o
                 // jsonpath='{.data.password}' | base64 -d`.
                 r#"|kubectl[ \t]+get[ \t]+secrets?\b[^\n]*?\|[ \t]*base64[ \t]+(?:-d|--decode|-D)"#,
+                // A secret generated for a setting (`openssl rand -hex 32`, Python's
+                // `secrets.token_urlsafe(32)`, `pwgen -s 24 1`), printed before it is set.
+                r#"|openssl[ \t]+rand\b|secrets\.token_(?:hex|urlsafe)\b|pwgen\b"#,
                 r#")\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#
             ),
             Refine::Group,
@@ -2683,6 +2690,8 @@ pub(crate) static RULES: &[Rule] = &[
                 "$ printenv OPENAI_API_KEY\nPrintEnvKey9Zq\n",
                 "$ cat /run/secrets/db_password\nMountedPw9Zq\n",
                 "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nKubeDecoded9Zq\n",
+                "$ openssl rand -hex 32\n9f2c4e6a8b0d1f3a5c7e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c3e5b7d9f2a\n",
+                "$ python3 -c 'import secrets; print(secrets.token_urlsafe(32))'\nQz8vW3kLm_9RtY-2nPb4XcJ7hFg5Ds1Ae6Zq0Ux4Iy\n",
             ],
             &[
                 "$ pass show work/db\nError: work/db is not in the password store.\n",
@@ -2694,6 +2703,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "$ echo $DB_PASSWORD_FILE\n/run/secrets/db_password\n",
                 "echo $TOKEN_COUNT\n42\n",
                 "$ kubectl get secrets\nNAME   TYPE     DATA   AGE\n",
+                "$ openssl rand -hex 32 > secret.key\n$ ls\n",
             ],
         ),
     ),
@@ -3169,6 +3179,27 @@ pub(crate) static RULES: &[Rule] = &[
             "set -gx API_TOKEN (cat ~/.token)",
             "set -l token_count (count $argv)",
             "setx API_KEY \"%NEW_KEY%\"",
+        ],
+    ),
+    // A secret store's command given `NAME=VALUE` (`doppler secrets set STRIPE_KEY=…`,
+    // `supabase secrets set OPENAI_KEY=…`, `infisical secrets set …`): what it stores is a
+    // secret whatever its name. The first pair of the line; a reference (`$X`), a file
+    // (`@file`) or a redirect as the value stays.
+    rule(
+        "secrets-set-pair",
+        "command-line",
+        &["secrets set", "secret set", "secrets put"],
+        r#"\bsecrets?[ \t]+(?:set|put)\b(?:[ \t]+--?[A-Za-z][A-Za-z-]*(?:[ \t=][^\s=-][^\s=]*)?)*[ \t]+[A-Za-z_][A-Za-z0-9_.-]*=(?P<q>["']?)(?P<s>[^\s"'$`@<(%])"#,
+        Refine::Flag,
+        &[
+            "doppler secrets set STRIPE_KEY=D0pplerKey9",
+            "supabase secrets set OPENAI_KEY=Sup4baseKey9 --project-ref abc",
+            "infisical secrets set --env prod SMTP_LOGIN='Inf1sicalPw9'",
+        ],
+        &[
+            "supabase secrets set OPENAI_KEY=$OPENAI_KEY",
+            "doppler secrets set --help",
+            "supabase secrets set --env-file ./supabase/.env",
         ],
     ),
     // A literal given to Ansible Vault to encrypt (`ansible-vault encrypt_string '…' --name
