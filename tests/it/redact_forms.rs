@@ -1584,3 +1584,31 @@ fn a_secret_stores_pair_and_a_generated_secret_are_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A password a log line or an error quotes after `with password` or `using password`, and
+/// Redis's `CONFIG GET requirepass` reply (the name, then the value on the next line). A
+/// stand-in quoted there, and an empty reply, ship.
+#[test]
+fn a_password_an_error_quotes_or_redis_replies_is_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "FATAL: authentication failed for user \"app\" with password \"Err0rPw9x\"",
+            "Err0rPw9x",
+        ),
+        ("connecting to db using password 'Us1ngPw9x'", "Us1ngPw9x"),
+        (
+            "$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"R3disCfgPw9\"\n",
+            "R3disCfgPw9",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "log in with password \"<password>\"",
+        "$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"\"\n",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

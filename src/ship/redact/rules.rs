@@ -1843,15 +1843,20 @@ pub(crate) static RULES: &[Rule] = &[
             "password-is-quoted",
             "generic-label",
             &["passw", "passphrase"],
-            r#"(?i)\b(?:password|passwd|passphrase)\b(?:[ \t]+(?:for|of)[ \t]+(?:the[ \t]+)?(?:user|account|login)?[ \t]*["']?[^\s"']{1,64}["']?)?[ \t]+(?:is|was|will[ \t]+be|should[ \t]+be|to)[ \t]+(?P<q>["'])(?P<s>[^"'\n])"#,
+            // Also a log's or an error's "… with password 'X'" (`authentication failed for
+            // user "app" with password "…"`, `connecting using password '…'`).
+            r#"(?i)(?:\b(?:password|passwd|passphrase)\b(?:[ \t]+(?:for|of)[ \t]+(?:the[ \t]+)?(?:user|account|login)?[ \t]*["']?[^\s"']{1,64}["']?)?[ \t]+(?:is|was|will[ \t]+be|should[ \t]+be|to)|\b(?:with|using|via)[ \t]+(?:the[ \t]+)?(?:password|passwd|passphrase))[ \t]+(?P<q>["'])(?P<s>[^"'\n])"#,
             Refine::QuotedProse,
             &[
                 "ensure the password is \"centipede\" and press On",
                 "The default password for the user \"pyne-user\" is \"pyne\".",
                 "2. Ensure the password for user 'postgres' is 'admin' or change .env file.",
                 "set the password to 'correct horse'",
+                "authentication failed for user \"app\" with password \"Err0rPw9x\"",
+                "connecting to db using password 'Us1ngPw9x'",
             ],
             &[
+                "log in with password \"<password>\"",
                 "the password is \"required\" when a user is set",
                 "the password is '<your password>'",
                 "the password is \"optional\" for local runs",
@@ -2707,6 +2712,17 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
+    // `redis-cli CONFIG GET requirepass` (or `masterauth`): the name, then its value on the next
+    // line of the reply.
+    multiline(rule(
+        "redis-config-get",
+        "command-line",
+        &["requirepass", "masterauth"],
+        r#"(?m)^[ \t]*1\)[ \t]+"(?:requirepass|masterauth)"[ \t]*\r?\n[ \t]*2\)[ \t]+"(?P<s>[^"\n]+)""#,
+        Refine::Group,
+        &["$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"R3disCfgPw9\"\n"],
+        &["$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"\"\n"],
+    )),
     multiline(rule(
         "jenkins-initial-password",
         "command-line",
