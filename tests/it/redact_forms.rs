@@ -1471,6 +1471,8 @@ fn a_declaration_given_what_no_language_parses_is_a_secret() {
         "password := m[key]",
         "apiKey := fn(a)(b)",
         "let secret = self.derive(&ikm[..32]);",
+        // Python's walrus closing the bracket it was opened in.
+        "[y for x in data if (secret := f(x))]",
     ] {
         failures.extend(changes(text));
     }

@@ -5665,15 +5665,16 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
 /// Whether the first word of an unquoted value (up to a blank or the line's end) can be an
 /// expression of code: no `#` (a comment's, outside any string) and no bracket closed that
 /// was not opened, or closed by another kind (`m{{h}o)p${e]…`: a password, which no language
-/// parses). A code expression's brackets nest (`cfg.Get("x")`, `[]byte(s)`, `{{ .A }}`) or
-/// stay open where the line ends.
+/// parses). A code expression's brackets nest (`cfg.Get("x")`, `[]byte(s)`, `{{ .A }}`), stay
+/// open where the line ends, or close one opened before the value (`(secret := f(x))]`)
+/// where the word ends.
 fn may_be_code(value: &str) -> bool {
     let word = value
         .split([' ', '\t', '\n', '\r'])
         .next()
         .unwrap_or_default();
     let mut open: Vec<u8> = Vec::new();
-    for c in word.bytes() {
+    for (i, c) in word.bytes().enumerate() {
         match c {
             b'(' | b'[' | b'{' => open.push(c),
             b')' | b']' | b'}' => {
@@ -5682,8 +5683,17 @@ fn may_be_code(value: &str) -> bool {
                     b']' => b'[',
                     _ => b'{',
                 };
-                if open.pop() != Some(wanted) {
-                    return false;
+                match open.pop() {
+                    Some(o) if o == wanted => {}
+                    // A bracket opened before the value closed: the expression ends there
+                    // (Python's `if (secret := f(x))]`), and only more closing or a separator
+                    // may follow it in the word.
+                    None => {
+                        return word[i + 1..]
+                            .bytes()
+                            .all(|c| matches!(c, b')' | b']' | b'}' | b',' | b';' | b':' | b'.'));
+                    }
+                    Some(_) => return false,
                 }
             }
             b'#' => return false,
