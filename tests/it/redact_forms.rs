@@ -1342,6 +1342,11 @@ fn a_key_glued_to_its_own_name_is_redacted() {
             "cloudplanPRIVATE-R4t7Y1u9I3o5P8a2S6d0F4g7H1j",
             "R4t7Y1u9I3o5P8a2S6d0F4g7H1j",
         ),
+        // A value a run stops at `.` goes on past it: no part of it ships.
+        (
+            "dd_secret_key-Q8w3zR5tY1uI7oP2aS9d.F4gH6jK0lZx",
+            "F4gH6jK0lZx",
+        ),
     ] {
         failures.extend(leaks(text, &[secret]));
     }
@@ -1408,6 +1413,10 @@ fn a_providers_prefix_before_a_random_run_of_another_alphabet_is_redacted() {
         (
             "ion_VNR17uGgdxr9P2aOrCulvSLTFDqijIV2ImQs",
             "VNR17uGgdxr9P2aOrCulvSLTFDqijIV2ImQs",
+        ),
+        (
+            "bkua_q8W3zR5tY1uI7oP2aS9dF4gH6jK0lZxC.vBnM4Qz7Wx",
+            "vBnM4Qz7Wx",
         ),
     ] {
         failures.extend(leaks(text, &[secret]));
@@ -1612,5 +1621,21 @@ fn a_password_an_error_quotes_or_redis_replies_is_redacted() {
     ] {
         failures.extend(changes(text));
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A password of symbols alone that markup wraps (`<code>#$%^&*()!</code>`) is the value, as
+/// it is without the tags; only what closes a sentence or a bracket after a tag alone
+/// (`AUTH=<mechanism>.`) is no value.
+#[test]
+fn a_password_of_symbols_alone_in_markup_is_redacted() {
+    let mut failures = Vec::new();
+    for text in [
+        "<p>Password: <code>#$%^&*()!</code></p>",
+        "password = <b>#$%^&*()!</b>",
+    ] {
+        failures.extend(leaks(text, &["#$%^&*()!"]));
+    }
+    failures.extend(changes("        form AUTH=<mechanism>.\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

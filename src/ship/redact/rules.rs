@@ -4435,11 +4435,16 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         return true;
     }
     // A value in markup is the text its tags wrap (`Password: <code>Hunt3rPw9</code>`).
-    // Punctuation after a tag alone (`AUTH=<mechanism>.`, `passphrase: <string>]}`) wraps
-    // nothing.
+    // What closes a sentence or a bracket after a tag alone (`AUTH=<mechanism>.`,
+    // `passphrase: <string>]}`) wraps nothing; any other text, symbols alone included
+    // (`<code>#$%^&*()!</code>`), is judged as the value.
     if let Some(Some(text)) = markup_text(value) {
-        return !text.bytes().any(|c| c.is_ascii_alphanumeric())
-            || value_exempt_in(name, text, text, code);
+        return text.bytes().all(|c| {
+            matches!(
+                c,
+                b'.' | b',' | b';' | b':' | b')' | b']' | b'}' | b' ' | b'\t'
+            )
+        }) || value_exempt_in(name, text, text, code);
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
     // and what a rule took with it (a comma, a short word) are not.

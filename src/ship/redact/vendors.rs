@@ -234,6 +234,7 @@ pub(crate) fn spans(
             let seps = Separators::of(&value[..value.len().min(48)]);
             // A provider's prefix before a random run its format's rule turned away.
             if let Some(span) = prefixed(b, &body, &seps) {
+                let span = span.start..through_dots(b, span.end);
                 if !known(&span) {
                     out.push(span);
                 }
@@ -244,7 +245,7 @@ pub(crate) fn spans(
             if let Some(at) = named_inside(b, &body, &seps) {
                 let value = at..body.end;
                 if !known(&value) && secret_shaped(&b[value.clone()]) {
-                    out.push(value);
+                    out.push(at..through_dots(b, body.end));
                     continue;
                 }
             }
@@ -267,6 +268,21 @@ pub(crate) fn spans(
             out.push(body);
         }
     }
+}
+
+/// Where a value found as a run goes on to: past a `.` or `~` glued to more token characters
+/// (`…aS9d.F4gH6jK0`), which a run stops at, so that no part of it ships after the part found.
+/// A `.` before a blank or the end (a sentence's) is not taken.
+fn through_dots(b: &[u8], mut end: usize) -> usize {
+    while matches!(b.get(end), Some(b'.' | b'~'))
+        && b.get(end + 1).is_some_and(|&c| super::runs::is_token(c))
+    {
+        end += 1;
+        while b.get(end).is_some_and(|&c| super::runs::is_token(c)) {
+            end += 1;
+        }
+    }
+    end
 }
 
 /// A TrueNAS API key: its number, `-`, and 64 random letters (both cases) and digits
