@@ -1639,3 +1639,179 @@ fn a_password_of_symbols_alone_in_markup_is_redacted() {
     failures.extend(changes("        form AUTH=<mechanism>.\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A random value right after a secret's word in JSON printed inside a JSON string (`{\"key\":
+/// \"…\"}` in a tool's output, as every rollout line holds it): its quotes are escaped, and the
+/// word is still right before the value.
+#[test]
+fn a_random_value_after_a_secret_word_in_json_inside_a_string_is_redacted() {
+    let secret = "2Tm6cdsRVBTL9hRCmR6MRDTpMLFS4I";
+    let mut failures = Vec::new();
+    for text in [
+        format!("\"key\": \"{secret}\""),
+        format!("{{\"key\": \"{secret}\"}}"),
+        format!("'key': \"{secret}\""),
+    ] {
+        failures.extend(leaks(&text, &[secret]));
+    }
+    failures.extend(changes(&format!("{{\"cache_key\": \"{secret}\"}}")));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Base64 of `len` characters (the alphabet of `alphabet`), made up from `seed`, with `sig` at
+/// `at` and `last` as its last character.
+fn keyish(
+    seed: u64,
+    len: usize,
+    alphabet: &[u8],
+    at: usize,
+    sig: &str,
+    last: Option<u8>,
+) -> String {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut key: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            alphabet[(x % alphabet.len() as u64) as usize]
+        })
+        .collect();
+    key[at..at + sig.len()].copy_from_slice(sig.as_bytes());
+    if let Some(c) = last {
+        key[len - 1] = c;
+    }
+    String::from_utf8(key).expect("ASCII")
+}
+
+/// Azure's identifiable keys name their service inside themselves (`+ASt` 76 characters into a
+/// storage account's key, `AzSe` 42 into a search service's, `JQQJ9` 52 into the Cognitive
+/// Services' and Azure DevOps'), and `az … keys list` and the portal print them under names
+/// that do not say "secret" or bare: redacted wherever they stand. The same base64 without the
+/// signature, bare, is no more than any other run.
+#[test]
+fn azure_keys_that_name_their_service_are_redacted_bare_and_under_any_name() {
+    let b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let url = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let b62 = &b64[..62];
+    let mut keys = Vec::new();
+    for (i, sig) in ["+ASt", "ACDb", "+ABa", "+AMC", "APIM"].iter().enumerate() {
+        keys.push(format!(
+            "{}==",
+            keyish(i as u64, 86, b64, 76, sig, Some(b'Q'))
+        ));
+    }
+    for (i, sig) in ["+ARm", "+AEh", "+ASb", "AIoT", "AzCa", "AZEG"]
+        .iter()
+        .enumerate()
+    {
+        let k = keyish(10 + i as u64, 43, b64, 33, &format!("{sig}B"), None);
+        keys.push(format!("{k}="));
+    }
+    keys.push(keyish(20, 52, b62, 42, "AzSeA", None));
+    keys.push(keyish(21, 52, b64, 42, "+ACRC", None));
+    keys.push(format!("{}==", keyish(22, 54, url, 44, "AzFu", Some(b'g'))));
+    keys.push(keyish(23, 84, b62, 52, "JQQJ99BD", None));
+    keys.push(format!("{}==", keyish(24, 86, b62, 52, "JQQJ9DAF", None)));
+    let mut failures = Vec::new();
+    for key in &keys {
+        let body = key.trim_end_matches('=');
+        for text in [
+            format!("{key}\n"),
+            format!(
+                "[\n  {{\n    \"keyName\": \"primary\",\n    \"permissions\": \"FULL\",\n    \"value\": \"{key}\"\n  }}\n]"
+            ),
+            format!("PrimaryKey    {key}"),
+            format!("<Value>{key}</Value>"),
+        ] {
+            failures.extend(leaks(&text, &[body]));
+        }
+    }
+    // The same lengths without a signature, or with it elsewhere, bare in output.
+    for (i, len) in [43, 52, 54, 84, 86].into_iter().enumerate() {
+        let plain = keyish(40 + i as u64, len, b62, 10, "Zq", None);
+        failures.extend(changes(&format!("checksum {plain}\n")));
+    }
+    let moved = keyish(50, 86, b64, 70, "+ASt", Some(b'Q'));
+    failures.extend(changes(&format!("checksum {moved}==\n")));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Cloudflare's (`cfut_`, `cfat_`, `cfk_`) and Vercel's (`vcp_`, `vci_`, `vca_`, `vcr_`,
+/// `vck_`) newer token prefixes before a random run.
+#[test]
+fn the_newer_cloudflare_and_vercel_token_prefixes_are_redacted() {
+    let mut failures = Vec::new();
+    for prefix in [
+        "cfut_", "cfat_", "cfk_", "vcp_", "vci_", "vca_", "vcr_", "vck_",
+    ] {
+        let body = "Qm8Zp2Wx7Lc4Vb9Nr1Kt6Yh3Gs5Df0Ja8Pe2Uw7";
+        failures.extend(leaks(&format!("token {prefix}{body} set"), &[body]));
+    }
+    failures.extend(changes("see cfk_docs_page and vcp_settings_panel"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `az storage account keys list` prints each key as `{"keyName": "key1", "permissions":
+/// "FULL", "value": "…"}`: the value beside a key's name is the key, whatever its shape.
+#[test]
+fn an_az_keys_list_value_beside_its_key_name_is_redacted() {
+    let key =
+        "lJzRc1YdHaAA2KCNJJ1tkYwF/+mKK6Ygw0NGe170Xu592euJv2wYUtBlV8z+qnlcNQSnIYVTkLWntUO1F8j8rQ==";
+    let text = format!(
+        "[\n  {{\n    \"creationTime\": \"2024-05-01T10:00:00+00:00\",\n    \"keyName\": \"key1\",\n    \"permissions\": \"FULL\",\n    \"value\": \"{key}\"\n  }}\n]"
+    );
+    let mut failures = leaks(&text, &["lJzRc1YdHaAA2KCNJJ1tkYwF"]);
+    failures.extend(changes(
+        "[{\"name\": \"LOG_LEVEL\", \"value\": \"debug\"}, {\"keyName\": \"key1\", \"permissions\": \"FULL\"}]",
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A URL's password slot that a template or code fills in (`{password}` in a format string,
+/// `${DB_PASSWORD}` in a Compose file, `{{ .Values.db.password }}`, `%s`) is code and ships as
+/// written; a password there is still redacted, and so is one in braces.
+#[test]
+fn a_template_reference_in_a_urls_password_slot_is_code_and_ships() {
+    let mut failures = Vec::new();
+    for text in [
+        "url = f\"postgresql://{user}:{password}@{host}/db\"",
+        "const API_URL = `https://${username}:${password}@api.example.com/v1`;",
+        "DATABASE_URL=postgres://app:${DB_PASSWORD}@db:5432/app",
+        "REDIS_URL=redis://:$REDIS_PASSWORD@redis:6379/0",
+        "dsn: \"postgres://app:{{ .Values.db.password }}@db/app\"",
+        "conn = \"mysql://%s:%s@%s/%s\" % (u, p, h, d)",
+        "amqp_url = \"amqp://{}:{}@broker:5672/\".format(user, pw)",
+    ] {
+        failures.extend(changes(text));
+    }
+    for (text, secret) in [
+        ("dsn = \"postgres://app:S3cr3tPw9@db/app\"", "S3cr3tPw9"),
+        ("dsn = \"postgres://app:{S3cr3tPw9}@db/app\"", "S3cr3tPw9"),
+        ("x = \"https://u:$ecretPass1@h\"", "ecretPass1"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A URL without credentials is no secret, whatever the name it is given (`MONGO_NO_AUTH =
+/// "mongodb://localhost:27017/database"`); one holding a key's random run in its path still is.
+#[test]
+fn a_url_without_credentials_under_a_secrets_name_ships() {
+    let mut failures = Vec::new();
+    for text in [
+        "const MONGO_NO_AUTH = \"mongodb://localhost:27017/database\";",
+        "const PG_NO_AUTH = \"postgresql://db.server.com:5432/production\";",
+        "AUTH_URL = \"amqp://broker.internal:5672/vhost\"",
+    ] {
+        failures.extend(changes(text));
+    }
+    failures.extend(leaks(
+        "const SECRET_HOOK = \"https://hooks.example.com/T0/Xk9vQ2mLp7RzAb12Cd34\";",
+        &["Xk9vQ2mLp7RzAb12Cd34"],
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

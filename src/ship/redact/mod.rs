@@ -1378,6 +1378,11 @@ impl Walk<'_> {
             .iter()
             .position(|&(k, _)| is(k, &["value", "parametervalue", "secretvalue"]))?;
         kids.iter().find_map(|&(k, v)| {
+            // `az storage account keys list` and its kin: `{"keyName": "key1", "permissions":
+            // "FULL", "value": "…"}`. The name is of a key whatever it says.
+            if is(k, &["keyname"]) && matches!(self.toks[v], Tok::Str(_)) {
+                return Some((value, Cow::Borrowed("access_key")));
+            }
             if !is(
                 k,
                 &["name", "key", "parameterkey", "parametername", "optionname"],

@@ -3755,10 +3755,8 @@ fn opens_a_structure(name: &str, value: &str) -> bool {
 /// A URL without credentials in it (`.. _Application Default Credentials: https://…`, a docs
 /// link): no user information before its host, no key in its path or query.
 fn is_plain_url(value: &str) -> bool {
-    let Some(rest) = value
-        .strip_prefix("https://")
-        .or_else(|| value.strip_prefix("http://"))
-    else {
+    // Any scheme (`https://docs…`, `mongodb://localhost:27017/db`, `amqp://broker:5672`).
+    let Some(rest) = url_scheme_len(value).map(|n| &value[n + 3..]) else {
         return false;
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
@@ -3771,6 +3769,55 @@ fn is_plain_url(value: &str) -> bool {
             .as_bytes()
             .split(|&c| !c.is_ascii_alphanumeric())
             .any(|run| run.len() >= 16 && super::vendors::looks_random(run))
+}
+
+/// The length of `value`'s URL scheme, when it starts with one and `://`: a letter, then
+/// letters, digits, `+`, `.` or `-`.
+fn url_scheme_len(value: &str) -> Option<usize> {
+    let b = value.as_bytes();
+    let n = b
+        .iter()
+        .take(32)
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'.' | b'-'))
+        .count();
+    (n > 0 && b[0].is_ascii_alphabetic() && b[n..].starts_with(b"://")).then_some(n)
+}
+
+/// Whether a URL's password holds a reference a template or code fills in, not a password:
+/// `{password}` (Python's format strings), `${DB_PASSWORD}` and `$DB_PASSWORD` (the shell,
+/// Compose, JavaScript's templates), `{{pass}}` (Jinja, Go, Handlebars), `%(pw)s` and `%s`.
+fn is_password_slot(value: &str) -> bool {
+    // A name, not a password in braces (`{S3cr3tPw9}`): two digits at most.
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b' ' | b'-'))
+            && s.bytes().filter(u8::is_ascii_digit).count() <= 2
+    };
+    let inside = |open: &str, close: &str| {
+        value
+            .strip_prefix(open)
+            .and_then(|v| v.strip_suffix(close))
+            .is_some_and(|v| ident(v.trim()))
+    };
+    // Python's `{}` and `{0}`.
+    let positional = value
+        .strip_prefix('{')
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(|v| v.len() <= 2 && v.bytes().all(|c| c.is_ascii_digit()));
+    positional
+        || inside("{{", "}}")
+        || inside("${", "}")
+        || inside("{", "}")
+        || inside("%(", ")s")
+        || value == "%s"
+        // An environment variable's name (`$REDIS_PASSWORD`), not a password that starts
+        // with a `$` (`$ecretPass1`).
+        || value.strip_prefix('$').is_some_and(|v| {
+            ident(v)
+                && v.as_bytes()[0].is_ascii_uppercase()
+                && v.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+        })
 }
 
 /// A template that interpolates code (`` `http.${serverUrl.origin}/.extraheader` ``,
@@ -5279,6 +5326,7 @@ fn is_userinfo_stand_in(password: &str) -> bool {
         .iter()
         .any(|w| password.eq_ignore_ascii_case(w))
         || is_placeholder(password)
+        || is_password_slot(password)
 }
 
 /// "the password is X" (rule `password-is`): X, unless it is a word.

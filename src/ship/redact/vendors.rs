@@ -216,6 +216,19 @@ pub(crate) fn spans(
 ) {
     let b = text.as_bytes();
     for run in found {
+        // Read before trimming: such a key may start or end with `+`, `/`, `-` or `_`.
+        if is_azure_identifiable(&b[run.clone()]) {
+            let padding = b[run.end..]
+                .iter()
+                .take(2)
+                .take_while(|&&c| c == b'=')
+                .count();
+            let span = run.start..run.end + padding;
+            if !known(&span) && !known(run) {
+                out.push(span);
+            }
+            continue;
+        }
         let body = trim_run(run.clone(), b);
         if known(&body) {
             continue;
@@ -283,6 +296,46 @@ fn through_dots(b: &[u8], mut end: usize) -> usize {
         }
     }
     end
+}
+
+/// An Azure key that names its kind inside itself (an "identifiable" key): base64 of a fixed
+/// length with a four-character signature at a fixed place, such as `+ASt` 76 characters into
+/// a storage account's key, `AzSe` 42 into a search service's, `AIoT` 33 into an IoT hub's, and
+/// `JQQJ9` 52 into the common annotated keys of the Cognitive Services, Azure DevOps and
+/// others (docs/redaction.md). The portal and `az … keys list` print them under names that do
+/// not say "secret" (`"value"`, `primaryKey`), and bare. `v` is a whole run, its `=` padding
+/// not included. No identifier or hash has a signature at such a place.
+fn is_azure_identifiable(v: &[u8]) -> bool {
+    let at = |i: usize, sigs: &[&[u8; 4]]| sigs.iter().any(|s| &v[i..i + 4] == s.as_slice());
+    let standard = || !v.iter().any(|&c| c == b'_' || c == b'-');
+    let common_annotated = || {
+        &v[52..56] == b"JQQJ"
+            && v[56] == b'9'
+            && matches!(v[57], b'9' | b'D' | b'H')
+            && (b'A'..=b'L').contains(&v[59])
+            && v.iter().all(u8::is_ascii_alphanumeric)
+    };
+    match v.len() {
+        43 => {
+            at(33, &[b"+ARm", b"+AEh", b"+ASb", b"AIoT", b"AzCa", b"AZEG"])
+                && (b'A'..=b'P').contains(&v[37])
+                && standard()
+        }
+        52 => at(42, &[b"AzSe", b"+ACR"]) && (b'A'..=b'D').contains(&v[46]) && standard(),
+        54 => {
+            at(44, &[b"AzFu"])
+                && matches!(v[53], b'A' | b'Q' | b'g' | b'w')
+                && !v.iter().any(|&c| c == b'+' || c == b'/')
+        }
+        84 => common_annotated(),
+        86 => {
+            (at(76, &[b"+ASt", b"ACDb", b"+ABa", b"+AMC", b"APIM"])
+                && matches!(v[85], b'A' | b'Q' | b'g' | b'w')
+                && standard())
+                || common_annotated()
+        }
+        _ => false,
+    }
 }
 
 /// A TrueNAS API key: its number, `-`, and 64 random letters (both cases) and digits
@@ -485,7 +538,7 @@ fn secret_shaped(v: &[u8]) -> bool {
 #[rustfmt::skip]
 const PREFIXES: &[&str] = &[
     "CFPAT-", "NRAA-", "NRAK-", "NRII-", "NRIQ-", "NRJS-", "aio_", "bkua_", "ccipat_",
-    "cciprj_", "clojars_", "dckr_oat_", "dckr_pat_", "doo_v1_", "dop_v1_", "dor_v1_",
+    "cciprj_", "cfat_", "cfk_", "cfut_", "clojars_", "dckr_oat_", "dckr_pat_", "doo_v1_", "dop_v1_", "dor_v1_",
     "duffel_live_", "duffel_test_", "figd_", "fio-u-", "flb_live_", "gho_", "ghp_", "ghr_",
     "ghs_", "ghu_", "github_pat_", "glc_", "gldt-", "glpat-", "glptt-", "glrt-", "glsa_",
     "gsk_", "hrku-", "ion_", "jina_", "lin_api_", "lin_oauth_", "lsv2_pt_", "lsv2_sk_",
@@ -494,7 +547,7 @@ const PREFIXES: &[&str] = &[
     "rubygems_", "sb_secret_", "sbp_", "sgp_", "shippo_live_", "shippo_test_", "shpat_",
     "shpca_", "shppa_", "shpss_", "sk-ant-", "sk-lf-", "sk_live_", "sk_test_", "slk_",
     "sm_aat_", "sm_pat_", "sm_sat_", "sntrys_", "sntryu_", "sq0atp-", "sq0csp-", "sqa_",
-    "sqp_", "squ_", "tfp_", "tskey-", "tvly-", "whsec_", "xai-", "xapp-", "xkeysib-",
+    "sqp_", "squ_", "tfp_", "tskey-", "tvly-", "vca_", "vci_", "vck_", "vcp_", "vcr_", "whsec_", "xai-", "xapp-", "xkeysib-",
     "xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xsmtpsib-",
 ];
 
@@ -592,11 +645,21 @@ pub(crate) fn discord_spans(text: &str, found: &[Range<usize>], out: &mut Vec<Ra
 /// run so labelled is a credential whatever its vendor.
 fn secret_word_right_before(b: &[u8], at: usize) -> bool {
     let mut end = at;
-    while end > 0
-        && at - end < 4
-        && matches!(b[end - 1], b' ' | b'\t' | b'=' | b':' | b'-' | b'\'' | b'"')
-    {
-        end -= 1;
+    // A quote may be escaped (`\"key\": \"…` in JSON printed inside a JSON string, `\\\"`
+    // a level deeper): its backslashes are not counted.
+    let mut seen = 0;
+    while end > 0 && seen < 4 {
+        match b[end - 1] {
+            b' ' | b'\t' | b'=' | b':' | b'-' => end -= 1,
+            b'\'' | b'"' => {
+                end -= 1;
+                while end > 0 && at - end < 16 && b[end - 1] == b'\\' {
+                    end -= 1;
+                }
+            }
+            _ => break,
+        }
+        seen += 1;
     }
     if end == at {
         return false;
