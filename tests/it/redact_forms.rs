@@ -1815,3 +1815,140 @@ fn a_url_without_credentials_under_a_secrets_name_ships() {
     ));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A flag that makes a command ask for its password (`wget --ask-password`, Ansible's
+/// `--ask-pass`) takes no value, and a URL is no password: the command's next argument after
+/// either ships. Found as a secret once, the URL had been redacted at every copy in the text
+/// (`curl -u admin: https://localhost` on the next line).
+#[test]
+fn a_flag_that_asks_for_the_password_takes_no_value_and_a_url_is_none() {
+    let mut failures = Vec::new();
+    for text in [
+        "wget --user=admin --ask-password https://localhost\ncurl -u admin: https://localhost",
+        "ansible-playbook -i hosts --ask-become-pass deploy.yml",
+        "psql --no-password -h db appdb_production_main",
+        "curl --tlspassword https://localhost",
+    ] {
+        failures.extend(changes(text));
+    }
+    for (text, secret) in [
+        (
+            "wget --password Wg9Passw0rd https://localhost",
+            "Wg9Passw0rd",
+        ),
+        (
+            "password https://user:Xk9vQ2mLp7RzAb12@host.example.com/",
+            "Xk9vQ2mLp7RzAb12",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A value that is a template's slot or a reference (`_authToken={NPM_TOKEN}` in an `.npmrc`,
+/// `password: "{ password }"`, Compose's `$$password`, Maven's
+/// `<password>${env.MAVEN_PASSWORD}</password>`, CloudFormation's `!Ref DBPassword`), or the
+/// secret's own name (`<apiKey>API_KEY</apiKey>`), is code and ships; a password there goes.
+#[test]
+fn a_template_slot_or_reference_given_as_a_secret_ships() {
+    let mut failures = Vec::new();
+    for text in [
+        "//registry.npmjs.org/:_authToken={NPM_TOKEN}",
+        "password: \"{ password }\"",
+        "$variable_password7 = \"{ password }\";",
+        "02_variable_password: $$password",
+        "<password>${env.MAVEN_PASSWORD}</password>",
+        "<o5_variable_password>{{ password }}</o5_variable_password>",
+        "<apiKey>API_KEY</apiKey>",
+        "<MasterUserPassword>!Ref 'MasterUserPassword'</MasterUserPassword>",
+        "MasterUserPassword: !Ref DBPassword",
+    ] {
+        failures.extend(changes(text));
+    }
+    for (text, secret) in [
+        (
+            "//registry.npmjs.org/:_authToken=Np9mTok3nXk2Lp7Rz",
+            "Np9mTok3nXk2Lp7Rz",
+        ),
+        ("<password>MvnDeployPw1</password>", "MvnDeployPw1"),
+        ("password: \"{Xk9vQ2mLp7Rz4}\"", "Xk9vQ2mLp7Rz4"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A secret found as the word of its own name (`<password>password</password>`, a user name
+/// `username`) is that word everywhere else in the text: its copies stay, where every
+/// `password` of a file had been redacted with it, tags included.
+#[test]
+fn copies_of_a_secret_that_is_its_own_names_word_stay_words() {
+    let text = "<password>password</password>\n<passwordPolicy>the password rules</passwordPolicy>\nbearer(\"password\")";
+    let shipped = global().redact_line(text.as_bytes());
+    assert!(
+        shipped.contains("<passwordPolicy>the password rules</passwordPolicy>"),
+        "{shipped}"
+    );
+    assert!(shipped.starts_with("<password>"), "{shipped}");
+    // A JSON string under a secret's key is data, taken whole even when a slot
+    // (`"{password}"`); its copies in other values are the slot's syntax and stay.
+    let json = "{\"a_password\": \"{password}\", \"b_password\": \"${password}\", \"c_password\": \"{{ password }}\"}";
+    let shipped = global().redact_line(json.as_bytes());
+    assert!(shipped.contains("\"${password}\""), "{shipped}");
+    assert!(shipped.contains("\"{{ password }}\""), "{shipped}");
+}
+
+/// A configuration's property written as two elements, its name then its value (Hadoop's,
+/// Hive's and Spark's `<property><name>…</name><value>…</value></property>`, an `<entry>`'s
+/// `<key>`), on one line or over several; and an element whose name ends with a secret's word
+/// (`<db_password>`, `<TRAVEL_API_KEY>`, `<pwd>`).
+#[test]
+fn secrets_in_xml_name_value_properties_and_suffixed_elements_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "<property><name>fs.s3a.secret.key</name><value>Xk9vQ2mLp7RzAb12Cd34Ef</value></property>",
+            "Xk9vQ2mLp7RzAb12Cd34Ef",
+        ),
+        (
+            "<property>\n  <name>javax.jdo.option.ConnectionPassword</name>\n  <value>hive9Pw</value>\n</property>",
+            "hive9Pw",
+        ),
+        (
+            "<entry>\n  <key>pro_password</key>\n  <value>Entry9Pw</value>\n</entry>",
+            "Entry9Pw",
+        ),
+        ("<db_password>Xml9DbPw</db_password>", "Xml9DbPw"),
+        (
+            "<TRAVEL_API_KEY>Xk9vQ2mLp7RzAb12</TRAVEL_API_KEY>",
+            "Xk9vQ2mLp7RzAb12",
+        ),
+        ("<pwd>Pwd9Elem</pwd>", "Pwd9Elem"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "<property><name>fs.s3a.endpoint</name><value>s3.amazonaws.com</value></property>",
+        "<property><name>fs.s3a.secret.key</name><value>${env.S3_SECRET}</value></property>",
+        "<max_tokens>4096</max_tokens> <primary_key>id</primary_key>",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `curl` continued over lines with `\` (as agents write a long request), its `-u user:pass`
+/// on a later line.
+#[test]
+fn a_curl_password_on_a_continued_line_is_redacted() {
+    let mut failures = Vec::new();
+    for text in [
+        "curl -X POST \\\n  -H 'Content-Type: application/json' \\\n  -u admin:Curl9Pass \\\n  https://api.example.com",
+        "curl -k -v \\\n    --proxy-user admin:Pr0xyPw9 \\\n    https://localhost",
+    ] {
+        failures.extend(leaks(text, &["Curl9Pass", "Pr0xyPw9"]));
+    }
+    failures.extend(changes("curl -s https://x.io | jq .\necho done -u a:b"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1736,6 +1736,32 @@ fn word_shaped(value: &[u8]) -> bool {
     if value.len() > 32 {
         return false;
     }
+    // A secret's own name given as its value (`<password>password</password>`, a user name
+    // `username`): every other `password` of the text is the word.
+    let bare = value
+        .iter()
+        .rposition(|c| !matches!(c, b',' | b';' | b':' | b'.' | b')'))
+        .map_or(&value[..0], |e| &value[..=e]);
+    if [
+        &b"password"[..],
+        b"passwords",
+        b"username",
+        b"credential",
+        b"credentials",
+        b"localhost",
+    ]
+    .iter()
+    .any(|w| bare.eq_ignore_ascii_case(w))
+    {
+        return true;
+    }
+    // A template's slot taken whole under a secret's key (`"password": "{password}"`): its
+    // copies are the slot's syntax in other values (`"${password}"`), not a secret.
+    if std::str::from_utf8(bare)
+        .is_ok_and(|v| rules::is_password_slot(v) || rules::is_shell_reference(v))
+    {
+        return true;
+    }
     let end = value
         .iter()
         .rposition(|c| !matches!(c, b',' | b';' | b':' | b'.' | b')'))

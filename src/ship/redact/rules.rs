@@ -65,6 +65,14 @@ pub(crate) enum Refine {
     Sqlplus,
     /// A token used as a URL's user name: group `s` if it looks like one.
     UrlToken,
+    /// A configuration's property as two XML elements, its name (group `n`, in `<name>` or
+    /// `<key>`) then its value (group `s`, in `<value>`), as Hadoop's, Hive's and Spring's
+    /// files and .NET's `<entry>` write them: the value when the name is a secret's.
+    NameValueElements,
+    /// An XML element named for a secret (group `n`): its text (group `s`), unless a
+    /// reference (Maven's `${env.MAVEN_PASSWORD}`, `{{ password }}`), a stand-in or the
+    /// element's own name (`<apiKey>API_KEY</apiKey>`).
+    Element,
     /// A value after a label phrase (`label-phrase-value`): group `s` if it looks like a token
     /// and changes between digits, lower and upper case four times or more, as a generated
     /// secret does and a setting's word with a number in it (`bcrypt12rounds`) does not.
@@ -1892,17 +1900,23 @@ pub(crate) static RULES: &[Rule] = &[
             "root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::",
         ],
     ),
-    rule(
-        "curl-user",
-        "command-line",
-        &["curl"],
-        r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
-        Refine::Flag,
-        &[
-            "curl -u admin:CurlUserPass1 https://api.example.com/v1",
-            "curl -s --user \"bob:Curl Pass2\" https://x.io",
-        ],
-        &["curl -sS https://api.github.com/repos/rust-lang/rust"],
+    // A command continued over lines (`curl -X POST \` then `-u admin:… \`): read up to
+    // 1 KiB past the keyword's line.
+    reaching(
+        1024,
+        rule(
+            "curl-user",
+            "command-line",
+            &["curl"],
+            r#"(?i)\bcurl\b(?:[^\n|;&\\]|\\[^\n]|\\\r?\n)*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
+            Refine::Flag,
+            &[
+                "curl -u admin:CurlUserPass1 https://api.example.com/v1",
+                "curl -s --user \"bob:Curl Pass2\" https://x.io",
+                "curl -X POST \\\n  -H 'Accept: */*' \\\n  -u admin:Curl9Pass \\\n  https://api.example.com",
+            ],
+            &["curl -sS https://api.github.com/repos/rust-lang/rust"],
+        ),
     ),
     rule(
         "mysql-p",
@@ -2443,19 +2457,32 @@ pub(crate) static RULES: &[Rule] = &[
         "markup",
         &[
             "password>",
+            "passwords>",
             "passwd>",
+            "pwd>",
             "secret>",
+            "secrets>",
             "key>",
             "token>",
+            "tokens>",
             "passphrase>",
         ],
-        r#"(?i)<(?:[a-z]+:)?(?:password|passwd|passphrase|secret|client[-_]?secret|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|token|access[-_]?token|auth[-_]?token)>(?P<s>[^<\n]+)</"#,
-        Refine::Group,
+        r#"(?i)<(?:[a-z]+:)?(?P<n>[a-z0-9_.-]{0,64}?(?:password|passwd|pwd|passphrase|secret|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|token)s?)>(?P<s>[^<\n]+)</"#,
+        Refine::Element,
         &[
             "<server><id>nexus</id><username>deploy</username><password>MvnDeployPw1</password></server>",
             "<apiKey>k3y-9f8e7d6c5b4a</apiKey>",
+            "<db_password>Xml9DbPw</db_password>",
+            "<TRAVEL_API_KEY>Xk9vQ2mLp7RzAb12</TRAVEL_API_KEY>",
+            "<pwd>Pwd9Elem</pwd>",
         ],
-        &["<passwordPolicy>strict</passwordPolicy>"],
+        &[
+            "<passwordPolicy>strict</passwordPolicy>",
+            "<max_tokens>4096</max_tokens>",
+            "<primary_key>id</primary_key>",
+            "<password>${env.MAVEN_PASSWORD}</password>",
+            "<apiKey>API_KEY</apiKey>",
+        ],
     ),
     // A secret handed to a command on its standard input or as a plain argument (T2.5):
     // PowerShell's `ConvertTo-SecureString 'X' -AsPlainText`, `echo X | docker login
@@ -2723,6 +2750,29 @@ pub(crate) static RULES: &[Rule] = &[
         &["$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"R3disCfgPw9\"\n"],
         &["$ redis-cli CONFIG GET requirepass\n1) \"requirepass\"\n2) \"\"\n"],
     )),
+    // `<property><name>fs.s3a.secret.key</name><value>…</value></property>` (Hadoop, Hive,
+    // Spark, Oozie), `<entry><key>password</key><value>…</value></entry>`: the name and the
+    // value in elements of their own, on one line or the next.
+    reaching(
+        256,
+        rule(
+            "xml-name-value",
+            "markup",
+            &["</name>", "</key>"],
+            r#"(?i)<(?:name|key)>[ \t]*(?P<n>[^<>\n]{1,128}?)[ \t]*</(?:name|key)>\s{0,64}<value>[ \t]*(?P<s>[^<\s][^<\n]*)</value>"#,
+            Refine::NameValueElements,
+            &[
+                "<property><name>fs.s3a.secret.key</name><value>Xk9vQ2mLp7RzAb12Cd34Ef</value></property>",
+                "<property>\n  <name>javax.jdo.option.ConnectionPassword</name>\n  <value>hive9Pw</value>\n</property>",
+                "<entry>\n  <key>password</key>\n  <value>Entry9Pw</value>\n</entry>",
+            ],
+            &[
+                "<property><name>fs.s3a.endpoint</name><value>s3.amazonaws.com</value></property>",
+                "<property><name>fs.s3a.secret.key</name><value>${env.S3_SECRET}</value></property>",
+                "<entry><key>username</key><value>username</value></entry>",
+            ],
+        ),
+    ),
     multiline(rule(
         "jenkins-initial-password",
         "command-line",
@@ -3315,7 +3365,11 @@ pub(crate) fn closing_quote(bytes: &[u8], from: usize, quote: u8) -> usize {
 }
 
 /// `$VAR`, `${VAR}`, `$(cmd)`, `${{ secrets.X }}`: a reference to a secret, not one.
-fn is_shell_reference(value: &str) -> bool {
+pub(crate) fn is_shell_reference(value: &str) -> bool {
+    // `$$password`: a `$` escaped for Compose, Make or a template, then a reference.
+    let value = value
+        .strip_prefix("$$")
+        .map_or(value, |v| &value[value.len() - v.len() - 1..]);
     let Some(rest) = value.strip_prefix('$') else {
         return (value.len() > 4 && value.starts_with("{{") && value.ends_with("}}"))
             || (value.len() > 2 && value.starts_with('%') && value.ends_with('%'));
@@ -3775,18 +3829,26 @@ fn is_plain_url(value: &str) -> bool {
 /// letters, digits, `+`, `.` or `-`.
 fn url_scheme_len(value: &str) -> Option<usize> {
     let b = value.as_bytes();
-    let n = b
-        .iter()
-        .take(32)
-        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'.' | b'-'))
-        .count();
-    (n > 0 && b[0].is_ascii_alphabetic() && b[n..].starts_with(b"://")).then_some(n)
+    if !b.first().is_some_and(u8::is_ascii_alphabetic) {
+        return None;
+    }
+    // The scheme's colon, among the first 33 bytes, found at once.
+    let n = memchr::memchr(b':', &b[..b.len().min(33)])?;
+    (b[n..].starts_with(b"://")
+        && b[..n]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'.' | b'-')))
+    .then_some(n)
 }
 
 /// Whether a URL's password holds a reference a template or code fills in, not a password:
 /// `{password}` (Python's format strings), `${DB_PASSWORD}` and `$DB_PASSWORD` (the shell,
 /// Compose, JavaScript's templates), `{{pass}}` (Jinja, Go, Handlebars), `%(pw)s` and `%s`.
-fn is_password_slot(value: &str) -> bool {
+pub(crate) fn is_password_slot(value: &str) -> bool {
+    // Every slot starts with one of three bytes: most values are settled by the first.
+    if !matches!(value.as_bytes().first(), Some(b'{' | b'$' | b'%')) {
+        return false;
+    }
     // A name, not a password in braces (`{S3cr3tPw9}`): two digits at most.
     let ident = |s: &str| {
         !s.is_empty()
@@ -4231,6 +4293,12 @@ fn is_placeholder(value: &str) -> bool {
             .or_else(|| v.strip_suffix('…'))
             .is_some_and(|seen| seen.chars().count() <= 8)
         || is_format_directive(v)
+        // A CloudFormation function given its argument in one string (`!Ref 'DBPassword'`,
+        // as a JSON or XML rendering of a template writes it): a reference to a parameter.
+        || v.strip_prefix('!').is_some_and(|t| {
+            let tag = t.split([' ', '\t']).next().unwrap_or_default();
+            t.len() > tag.len() && CLOUDFORMATION_REFERENCES.contains(&tag)
+        })
         // A value shown as already hidden (`'--- Token Redacted ---'`, `password: REDACTED`).
         // (A key's digit, most often among its first bytes, settles it before the search.)
         || ((8..=48).contains(&v.len())
@@ -4527,6 +4595,9 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             && bare.bytes().all(|c| c.is_ascii_digit() || c == b'.')
             && !bare.contains("..");
         if (bare.len() < value.len() && is_shell_reference(bare))
+            // A template's slot (`{password}`, `{ password }`, `{NPM_TOKEN}`, `%(pw)s`); in a
+            // JSON string under a secret's key, data, only `{{ … }}` is one.
+            || is_password_slot(bare)
             || small_hex
             || small_number
             || object_id
@@ -5568,6 +5639,21 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     };
     if !beside
         && !unquoted.is_empty()
+        // What closes the template the label is in (`{{ password }}</p>`).
+        && !unquoted.starts_with(['}', ')', ']'])
+        // A word, then the tag closing the element the label is in (`the password
+        // rules</passwordPolicy>`): the label's value is longer than a word.
+        && !memchr::memchr(b'<', &unquoted.as_bytes()[..unquoted.len().min(17)]).is_some_and(
+            |at| {
+                unquoted.as_bytes().get(at + 1) == Some(&b'/')
+                    && unquoted.as_bytes()[..at].iter().all(u8::is_ascii_alphabetic)
+            },
+        )
+        && !is_password_slot(unquoted)
+        // A command's next argument: after a flag that asks for the password
+        // (`--ask-password https://host`), or a URL, which is no password.
+        && !is_plain_url(unquoted)
+        && !(match_at > 0 && text.as_bytes()[match_at - 1] == b'-' && asks_for_it(text, s.start))
         && !is_shell_reference(value)
         && !is_placeholder(unquoted)
         && !is_template_slot(unquoted)
@@ -6012,6 +6098,22 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             .or_else(|| caps.get(0))
     };
     match rule.refine {
+        Refine::Element => {
+            if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s")) {
+                let (n, v) = (n.as_str(), m.as_str().trim());
+                if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
+                    out.push(m.range());
+                }
+            }
+        }
+        Refine::NameValueElements => {
+            if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s")) {
+                let (n, v) = (n.as_str().trim(), m.as_str().trim_end());
+                if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
+                    out.push(m.start()..m.start() + v.len());
+                }
+            }
+        }
         Refine::Group => {
             if let Some(m) = group()
                 && !m.is_empty()
@@ -6272,9 +6374,39 @@ fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
         && !text[r.clone()].starts_with("fileb://")
         // A prompt given to a reader of one (`read.password('Password:')`).
         && !(quote.is_some() && is_prompt(&text[r.clone()]))
+        // The command's next argument after a flag that asks for the password, or after an
+        // empty one (`wget --ask-password https://host`, `--password= https://host`).
+        && !is_plain_url(&text[r.clone()])
+        && !asks_for_it(text, s)
     {
         out.push(r);
     }
+}
+
+/// Whether the flag before a value at `s` takes none: one that makes the command ask for
+/// the password or go without one (`--ask-password`, Ansible's `--ask-pass` and
+/// `--ask-become-pass`, `--prompt-password`, `--no-password`), so the word after it is the
+/// command's next argument.
+fn asks_for_it(text: &str, s: usize) -> bool {
+    let b = text.as_bytes();
+    let mut end = s;
+    while end > 0 && matches!(b[end - 1], b'"' | b'\'' | b' ' | b'\t' | b'=') && s - end < 8 {
+        end -= 1;
+    }
+    let mut start = end;
+    while start > 0
+        && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-')
+        && end - start < 48
+    {
+        start -= 1;
+    }
+    let flag = &b[start..end];
+    flag.first() == Some(&b'-')
+        && flag.split(|&c| c == b'-').any(|w| {
+            [&b"ask"[..], b"prompt", b"no"]
+                .iter()
+                .any(|a| w.eq_ignore_ascii_case(a))
+        })
 }
 
 /// The groups of a `curl-user` match (`... FLAG(?:[ \t]+|=)?Q?U*:S`, `U` any character but
@@ -8938,5 +9070,22 @@ mod tests {
         assert_eq!(value_extent("p@ss;w0rd|x y", 0), Some(0..11));
         assert_eq!(value_extent("'a b' c", 0), Some(1..4));
         assert_eq!(value_extent("\"a'b\"", 0), Some(1..4));
+    }
+}
+#[cfg(test)]
+mod zz_which {
+    #[test]
+    fn zz_which() {
+        let texts = std::env::var("ZZ_TEXTS").unwrap_or_default();
+        for t in texts.split("\n---\n") {
+            for rule in super::RULES {
+                let re = super::compile(rule.pattern).unwrap();
+                let mut out = Vec::new();
+                super::find(rule, &re, t, &mut out);
+                for r in out {
+                    println!("{:?} -> {} {:?}", t, rule.id, &t[r]);
+                }
+            }
+        }
     }
 }
