@@ -1952,3 +1952,41 @@ fn a_curl_password_on_a_continued_line_is_redacted() {
     failures.extend(changes("curl -s https://x.io | jq .\necho done -u a:b"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Groovy's calls without parentheses, one to a line (Gradle's `signingConfigs`, as an Android
+/// build prints or an agent reads it): a secret's name given a literal is the literal's
+/// secret; other calls (`keyAlias "release"`, `println "…"`) and a reference ship.
+#[test]
+fn a_gradle_signing_password_given_without_parentheses_is_redacted() {
+    let text = "android {\n    signingConfigs {\n        release {\n            storeFile file(\"release.jks\")\n            storePassword \"Gr00vyStorePw9\"\n            keyAlias \"release\"\n            keyPassword 'Gr00vyKeyPw9'\n        }\n    }\n}";
+    let mut failures = leaks(text, &["Gr00vyStorePw9", "Gr00vyKeyPw9"]);
+    for text in [
+        "            keyAlias \"release\"\n            storeFile file(\"release.jks\")",
+        "println \"password reset sent\"",
+        "            storePassword \"${System.getenv('STORE_PW')}\"",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A PuTTY key's private lines go, and the line after them stays a line of its own (the span
+/// had taken the last private line's line break, joining `Private-MAC:` to the marker).
+#[test]
+fn a_putty_keys_private_lines_go_and_its_line_breaks_stay() {
+    let text = "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 2\nAAABAQCX3Lx0t9Q2mLp7RzAb12Cd34Ef56Gh78Ij90Kl12Mn34Op56Qr78St90Uv\nAAAAgQDG1x2y3z4w5v6u7t8s9r0q\nPrivate-MAC: 5c3a1e2d4b6f8a0c9e7d5b3a1f2e4d6c8b0a9f7e\n";
+    let mut failures = leaks(
+        text,
+        &["AAABAQCX3Lx0t9Q2mLp7RzAb12", "AAAAgQDG1x2y3z4w5v6u7t8s9r0q"],
+    );
+    let shipped = global().redact_line(text.as_bytes());
+    if !shipped.contains("[REDACTED]\nPrivate-MAC: ") {
+        failures.push(format!("line break lost: {shipped}"));
+    }
+    let crlf = text.replace('\n', "\r\n");
+    let shipped = global().redact_line(crlf.as_bytes());
+    if shipped.contains("AAAAgQDG1x2y3z4w5v6u7t8s9r0q") || !shipped.contains("\r\nPrivate-MAC: ") {
+        failures.push(format!("CRLF: {shipped}"));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

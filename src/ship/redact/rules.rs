@@ -69,6 +69,10 @@ pub(crate) enum Refine {
     /// `<key>`) then its value (group `s`, in `<value>`), as Hadoop's, Hive's and Spring's
     /// files and .NET's `<entry>` write them: the value when the name is a secret's.
     NameValueElements,
+    /// A name called with a literal without parentheses, alone on its line (group `n`, the
+    /// literal from group `s`): the literal when the name is a secret's, judged as an
+    /// assignment's value.
+    BareCall,
     /// An XML element named for a secret (group `n`): its text (group `s`), unless a
     /// reference (Maven's `${env.MAVEN_PASSWORD}`, `{{ password }}`), a stand-in or the
     /// element's own name (`<apiKey>API_KEY</apiKey>`).
@@ -385,6 +389,7 @@ const HAS_ANNOTATION: Pre = pre(has_annotation, b":=", BLANKS, false);
 const HAS_ARROW: Pre = pre(has_arrow, b"=>", b"", false);
 const HAS_AT: Pre = pre(has_at, b"@", b"", true);
 const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
+const HAS_BARE_CALL: Pre = pre(has_bare_call, b"", QUOTES, false);
 const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
 const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
 const HAS_SHELL_DEFAULT: Pre = pre(has_shell_default, b"{", b"", false);
@@ -416,6 +421,7 @@ const PRES: &[(&str, Pre)] = &[
     ("arrow", HAS_ARROW),
     ("at", HAS_AT),
     ("bare_colon", HAS_BARE_COLON),
+    ("bare_call", HAS_BARE_CALL),
     ("blank_to", HAS_BLANK_TO),
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
@@ -842,6 +848,23 @@ fn has_dash(text: &str) -> bool {
 
 fn has_quote(text: &str) -> bool {
     memchr::memchr2(b'"', b'\'', text.as_bytes()).is_some()
+}
+
+/// `bare-call-literal`: a line that is a name, blanks, then a quote (`storePassword "…"`).
+fn has_bare_call(text: &str) -> bool {
+    text.lines().any(|line| {
+        let b = line.trim_start().as_bytes();
+        let name = b
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .count();
+        let rest = &b[name..];
+        let blanks = rest
+            .iter()
+            .take_while(|c| matches!(c, b' ' | b'\t'))
+            .count();
+        name > 0 && blanks > 0 && matches!(rest.get(blanks), Some(b'"' | b'\''))
+    })
 }
 
 /// `url-query`: a `=` and what opens a parameter (`?`, `&`, or the `\` of `\u0026`).
@@ -1276,7 +1299,7 @@ pub(crate) static RULES: &[Rule] = &[
         "putty-private-key",
         "private-key",
         &["private-lines", "private-mac"],
-        r"(?i)Private-(?:Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<s>(?:[A-Za-z0-9+/=]+(?:\r?\n|$))+)|MAC:[ \t]*(?P<m>[0-9a-f]+))",
+        r"(?imR)Private-(?:Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<s>[A-Za-z0-9+/=]+$(?:\r?\n[A-Za-z0-9+/=]+$)*)|MAC:[ \t]*(?P<m>[0-9a-f]+))",
         Refine::Group,
         &[
             "Private-Lines: 2\nAAAAgQDG1x2y3z4w5v6u7t8s9r0q\nAAAAQQDxyzw8v7u6t5s4r3q2p1o0\nPrivate-MAC: 0a1b2c3d4e5f",
@@ -3012,6 +3035,33 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // Android's Gradle build fields (`buildConfigField "String", "API_KEY", "\"…\""`): a
     // type, a name and a value that is a literal of Java source, quoted again.
+    // Groovy's and Ruby's calls without parentheses, one to a line, a secret's name given a
+    // literal: Gradle's `signingConfigs { release { storePassword "…" } }`, Chef's and
+    // Puppet's `password "…"`.
+    when(
+        HAS_BARE_CALL,
+        rule(
+            "bare-call-literal",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?im)^[ \t]*(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)[ \t]+(?P<q>["'])(?P<s>[^"'\n]+)["'][ \t]*,?\r?$"#
+            ),
+            Refine::BareCall,
+            &[
+                "signingConfigs {\n    release {\n        storePassword \"Gr00vyStorePw9\"\n        keyPassword \"Gr00vyKeyPw9\"\n    }\n}",
+                "  password 'Ch3fUserPw9'",
+            ],
+            &[
+                "        keyAlias \"release\"",
+                "println \"password reset sent\"",
+                "        storePassword \"${System.getenv('STORE_PW')}\"",
+                "    storePassword \"\"",
+            ],
+        ),
+    ),
     when(
         HAS_COMMA_AND_QUOTE,
         rule(
@@ -6101,6 +6151,14 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         Refine::Element => {
             if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s")) {
                 let (n, v) = (n.as_str(), m.as_str().trim());
+                if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
+                    out.push(m.range());
+                }
+            }
+        }
+        Refine::BareCall => {
+            if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s")) {
+                let (n, v) = (n.as_str(), m.as_str());
                 if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
                     out.push(m.range());
                 }
