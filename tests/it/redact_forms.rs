@@ -1990,3 +1990,43 @@ fn a_putty_keys_private_lines_go_and_its_line_breaks_stay() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A package manager's credential given as arguments (Poetry's and Composer's `config
+/// http-basic.<repo> <user> <password>` and their tokens, `cargo login <token>`), and Fly.io's
+/// tokens (`FlyV1 fm2_…`, as `fly auth token` prints one).
+#[test]
+fn package_manager_credentials_and_fly_tokens_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "poetry config http-basic.myrepo deploy P0etryRepoPw9",
+            "P0etryRepoPw9",
+        ),
+        (
+            "composer config --global http-basic.repo.example.com deploy C0mposerPw9",
+            "C0mposerPw9",
+        ),
+        (
+            "composer config -g github-oauth.github.com ghx9Xk2Lp7RzAb12Cd34",
+            "ghx9Xk2Lp7RzAb12Cd34",
+        ),
+        (
+            "cargo login cioXk9vQ2mLp7RzAb12Cd34Ef56Gh78Ij90",
+            "cioXk9vQ2mLp7RzAb12Cd34",
+        ),
+        (
+            "$ fly auth token\nFlyV1 fm2_lJPECAAAAAAAAMkbxBBQXk9vQ2mLp7RzAb12Cd34Ef56wrVodHRwczovL2FwaS5mbHkuaW8vdjGUAJLOAAXyLh8",
+            "lJPECAAAAAAAAMkbxBBQXk9vQ2mLp7RzAb12",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "poetry config http-basic.myrepo deploy",
+        "poetry config --list",
+        "cargo login\ncargo login --help",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -2192,6 +2192,37 @@ pub(crate) static RULES: &[Rule] = &[
             "vault login -method=userpass username=admin",
         ],
     ),
+    // A package manager's stored credential given as arguments: Poetry's and Composer's
+    // `config http-basic.<repo> <user> <password>`, their tokens (`config pypi-token.pypi
+    // <token>`, `config github-oauth.github.com <token>`, `gitlab-token.…`, `bearer.…`), and
+    // `cargo login <token>`.
+    rule(
+        "package-manager-credential",
+        "command-line",
+        &[
+            "http-basic.",
+            "pypi-token.",
+            "github-oauth.",
+            "gitlab-token.",
+            "bearer.",
+            "cargo",
+        ],
+        r#"(?i)(?:\b(?:poetry|composer)[ \t]+config[ \t]+(?:-\S+[ \t]+)*(?:http-basic\.\S+[ \t]+[^\s"']+|(?:pypi-token|github-oauth|gitlab-token|gitlab-oauth|bearer)\.\S+)|\bcargo[ \t]+login(?:[ \t]+--registry[ \t=]+\S+)?)[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "poetry config http-basic.myrepo deploy P0etryRepoPw9",
+            "composer config --global http-basic.repo.example.com deploy C0mposerPw9",
+            "poetry config pypi-token.pypi pypi-AgEIcHlwaS5vcmcCJDk5",
+            "composer config -g github-oauth.github.com 'ghx9Xk2Lp7RzAb12Cd34'",
+            "cargo login cioXk9vQ2mLp7RzAb12Cd34Ef56Gh78Ij90",
+        ],
+        &[
+            "poetry config http-basic.myrepo deploy",
+            "poetry config --list",
+            "cargo login",
+            "cargo login --help",
+        ],
+    ),
     rule(
         "secret-id-uuid",
         "command-line",
@@ -9128,22 +9159,5 @@ mod tests {
         assert_eq!(value_extent("p@ss;w0rd|x y", 0), Some(0..11));
         assert_eq!(value_extent("'a b' c", 0), Some(1..4));
         assert_eq!(value_extent("\"a'b\"", 0), Some(1..4));
-    }
-}
-#[cfg(test)]
-mod zz_which {
-    #[test]
-    fn zz_which() {
-        let texts = std::env::var("ZZ_TEXTS").unwrap_or_default();
-        for t in texts.split("\n---\n") {
-            for rule in super::RULES {
-                let re = super::compile(rule.pattern).unwrap();
-                let mut out = Vec::new();
-                super::find(rule, &re, t, &mut out);
-                for r in out {
-                    println!("{:?} -> {} {:?}", t, rule.id, &t[r]);
-                }
-            }
-        }
     }
 }

@@ -539,7 +539,7 @@ fn secret_shaped(v: &[u8]) -> bool {
 const PREFIXES: &[&str] = &[
     "CFPAT-", "NRAA-", "NRAK-", "NRII-", "NRIQ-", "NRJS-", "aio_", "bkua_", "ccipat_",
     "cciprj_", "cfat_", "cfk_", "cfut_", "clojars_", "dckr_oat_", "dckr_pat_", "doo_v1_", "dop_v1_", "dor_v1_",
-    "duffel_live_", "duffel_test_", "figd_", "fio-u-", "flb_live_", "gho_", "ghp_", "ghr_",
+    "duffel_live_", "duffel_test_", "figd_", "fio-u-", "flb_live_", "fm1a_", "fm1r_", "fm2_", "fo1_", "gho_", "ghp_", "ghr_",
     "ghs_", "ghu_", "github_pat_", "glc_", "gldt-", "glpat-", "glptt-", "glrt-", "glsa_",
     "gsk_", "hrku-", "ion_", "jina_", "lin_api_", "lin_oauth_", "lsv2_pt_", "lsv2_sk_",
     "mdb_sa_sk_", "nfp_", "npm_", "ntn_", "nvapi-", "pcsk_", "phx_", "pmak-", "pnu_", "pplx-",
