@@ -2205,7 +2205,9 @@ pub(crate) static RULES: &[Rule] = &[
             "github-oauth.",
             "gitlab-token.",
             "bearer.",
-            "cargo",
+            // Not `cargo` alone: `Cargo.lock` and `cargo build` are in most Rust output, and
+            // each would open the rule (and read its line as live).
+            "cargo login",
         ],
         r#"(?i)(?:\b(?:poetry|composer)[ \t]+config[ \t]+(?:-\S+[ \t]+)*(?:http-basic\.\S+[ \t]+[^\s"']+|(?:pypi-token|github-oauth|gitlab-token|gitlab-oauth|bearer)\.\S+)|\bcargo[ \t]+login(?:[ \t]+--registry[ \t=]+\S+)?)[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
