@@ -2030,3 +2030,33 @@ fn package_manager_credentials_and_fly_tokens_are_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `curl`'s user and password in each way its manuals and agents write them: the password
+/// quoted on its own (`kevin:'…'`, `"user":"pass"`), the value on the line after `--user\`,
+/// and a token as the user name with no password (`-u sk_test_…:`, Stripe's own docs).
+#[test]
+fn curls_credentials_quoted_apart_continued_or_as_a_token_user_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "curl --user kevin:'pRf7vG2h1L8nQkW9' -iX PATCH -d @body.json",
+            "pRf7vG2h1L8nQkW9",
+        ),
+        (
+            "curl -X POST --user \"{acd3c08b-74e8}\":\"{ZqL5kVrX1n8tA2}\" https://x.io",
+            "ZqL5kVrX1n8tA2",
+        ),
+        (
+            "curl -s --url \"imaps://mail.example.com\" --user\\\n  \"myuser:Imap9Pass\" --request \"STATUS INBOX\"",
+            "Imap9Pass",
+        ),
+        (
+            "curl https://api.stripe.com/v1/charges -u sk_test_4eC39HqLyjWDarjtT1zdp7dc: -d amount=2000",
+            "4eC39HqLyjWDarjtT1zdp7dc",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    failures.extend(changes("curl -u deploy_user_account: https://x.io"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

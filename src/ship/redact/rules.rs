@@ -1931,15 +1931,31 @@ pub(crate) static RULES: &[Rule] = &[
             "curl-user",
             "command-line",
             &["curl"],
-            r#"(?i)\bcurl\b(?:[^\n|;&\\]|\\[^\n]|\\\r?\n)*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>["']?)[^:\s"']*:(?P<s>[^\s"'])"#,
+            r#"(?i)\bcurl\b(?:[^\n|;&\\]|\\[^\n]|\\\r?\n)*?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=|[ \t]*\\\r?\n[ \t]*)?(?:"[^"\n:]*"|'[^'\n:]*'|(?P<q>["']?)[^:\s"']*):(?P<q2>["']?)(?P<s>[^\s"'])"#,
             Refine::Flag,
             &[
                 "curl -u admin:CurlUserPass1 https://api.example.com/v1",
                 "curl -s --user \"bob:Curl Pass2\" https://x.io",
                 "curl -X POST \\\n  -H 'Accept: */*' \\\n  -u admin:Curl9Pass \\\n  https://api.example.com",
+                "curl --user kevin:'pRf7vG2h1L8nQkW9' -iX PATCH https://x.io",
+                "curl -X POST --user \"{acd3c08b-74e8}\":\"{ZqL5kVrX1n8tA2}\" https://x.io",
+                "curl -s --url \"imaps://mail.example.com\" --user\\\n  \"bob:Imap9Pass\"",
             ],
             &["curl -sS https://api.github.com/repos/rust-lang/rust"],
         ),
+    ),
+    // A token given as `curl`'s user name with no password (`curl -u sk_test_…: https://…`, as
+    // Stripe's and others' docs write it).
+    rule(
+        "curl-user-token",
+        "command-line",
+        &["curl"],
+        r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)(?:[ \t]+|=)?["']?(?P<s>[A-Za-z0-9_\-]{16,}):["']?(?:[ \t\r\n]|$)"#,
+        Refine::UrlToken,
+        &[
+            "curl https://api.stripe.com/v1/charges -u sk_test_4eC39HqLyjWDarjtT1zdp7dc: -d amount=2000",
+        ],
+        &["curl -u deploy_user_account: https://x.io"],
     ),
     rule(
         "mysql-p",
@@ -6500,9 +6516,10 @@ fn asks_for_it(text: &str, s: usize) -> bool {
         })
 }
 
-/// The groups of a `curl-user` match (`... FLAG(?:[ \t]+|=)?Q?U*:S`, `U` any character but
-/// `:`, whitespace and quotes): where the one character `s` starts (the match's last
-/// character, after the colon before it), and the quote `q` if the user name `U` (read back
+/// The groups of a `curl-user` match (`... FLAG(?:[ \t]+|=)?Q?U*:Q2?S`, `U` any character but
+/// `:`, whitespace and quotes, or a quoted user name): where the one character `s` starts (the
+/// match's last character), and the quote that opens the password: `Q2`, right after the
+/// colon (`user:'pass'`, `"user":"pass"`), else the quote `Q` if the user name `U` (read back
 /// from that colon) follows one (the flag, a blank or `=` precede it otherwise, and a blank
 /// precedes the flag).
 fn curl_user_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>) {
@@ -6512,6 +6529,10 @@ fn curl_user_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>) {
         .next_back()
         .map_or(0, char::len_utf8);
     let s = m.end - last;
+    // `user:'pass'`, `"user":"pass"`: the password's own quote, right after the colon.
+    if s >= m.start + 2 && matches!(b[s - 1], b'"' | b'\'') && b[s - 2] == b':' {
+        return (s, Some(b[s - 1]));
+    }
     let colon = s.saturating_sub(1).max(m.start);
     let user = b[m.start..colon]
         .iter()

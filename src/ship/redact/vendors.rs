@@ -114,7 +114,7 @@ const VENDORS: &[&str] = &[
     "ping", "duo", "onelogin", "keycloak", "luno", "metabase", "keenio", "invoiceocean",
     "kanban", "dovico", "mrticktock", "redhat", "railway", "webexbot", "mite", "cloze",
     "apimetrics", "apitemplate", "cloudimage", "metaapi", "redhatpyxis", "beamer", "coda",
-    "owm", "pyowm", "skrapp", "cloudplan",
+    "owm", "pyowm", "skrapp", "cloudplan", "sourcegraph",
 ];
 
 /// Vendor names that are also common words: they count only with a secret word nearby.
