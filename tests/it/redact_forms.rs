@@ -2060,3 +2060,51 @@ fn curls_credentials_quoted_apart_continued_or_as_a_token_user_are_redacted() {
     failures.extend(changes("curl -u deploy_user_account: https://x.io"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A password given as a command's plain argument or printed by a key generator: Grafana's
+/// `admin reset-admin-password NEW`, `openssl passwd -6 PLAIN`, `mysqladmin password NEW`,
+/// `echo 'user:pass' | chpasswd`, a registry's `--src-creds user:pass`, `oc login -p` and
+/// `cf login -p`, and the private key `wg genkey` prints alone.
+#[test]
+fn passwords_given_as_plain_arguments_and_generated_keys_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "grafana-cli admin reset-admin-password Gr4fanaNewPw9",
+            "Gr4fanaNewPw9",
+        ),
+        (
+            "openssl passwd -6 -salt xyz 0penSslPasswd9",
+            "0penSslPasswd9",
+        ),
+        ("mysqladmin -u root password MysqlAdm1nPw9", "MysqlAdm1nPw9"),
+        ("echo 'deploy:Chp4sswdPw9' | sudo chpasswd", "Chp4sswdPw9"),
+        (
+            "skopeo copy --src-creds robot:Sk0peoPw9 docker://a docker://b",
+            "Sk0peoPw9",
+        ),
+        (
+            "oc login -u developer -p 0cL0ginPw9 https://api.crc.testing:6443",
+            "0cL0ginPw9",
+        ),
+        (
+            "cf login -a https://api.cf.example.com -u admin -p CfL0ginPw9",
+            "CfL0ginPw9",
+        ),
+        (
+            "$ wg genkey\nyAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\n",
+            "yAnz5TF+lXXJte14tji3zlMNq",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "openssl passwd -6 -stdin < pw.txt",
+        "mysqladmin -u root -p status",
+        "grafana-cli admin reset-admin-password --help",
+        "skopeo copy --src-no-creds docker://a docker://b",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

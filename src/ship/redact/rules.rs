@@ -390,6 +390,7 @@ const HAS_ARROW: Pre = pre(has_arrow, b"=>", b"", false);
 const HAS_AT: Pre = pre(has_at, b"@", b"", true);
 const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
 const HAS_BARE_CALL: Pre = pre(has_bare_call, b"", QUOTES, false);
+const HAS_EMPTY_PASSWORD: Pre = pre(has_empty_password, b":", b"", false);
 const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
 const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
 const HAS_SHELL_DEFAULT: Pre = pre(has_shell_default, b"{", b"", false);
@@ -422,6 +423,7 @@ const PRES: &[(&str, Pre)] = &[
     ("at", HAS_AT),
     ("bare_colon", HAS_BARE_COLON),
     ("bare_call", HAS_BARE_CALL),
+    ("empty_password", HAS_EMPTY_PASSWORD),
     ("blank_to", HAS_BLANK_TO),
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
@@ -864,6 +866,18 @@ fn has_bare_call(text: &str) -> bool {
             .take_while(|c| matches!(c, b' ' | b'\t'))
             .count();
         name > 0 && blanks > 0 && matches!(rest.get(blanks), Some(b'"' | b'\''))
+    })
+}
+
+/// `curl-user-token`: a `:` that ends a word (`-u sk_test_…: `), before a blank, a quote or
+/// the end.
+fn has_empty_password(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b':', b).any(|at| {
+        at > 0
+            && b[at - 1].is_ascii_alphanumeric()
+            && b.get(at + 1)
+                .is_none_or(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n' | b'"' | b'\''))
     })
 }
 
@@ -1946,16 +1960,19 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // A token given as `curl`'s user name with no password (`curl -u sk_test_…: https://…`, as
     // Stripe's and others' docs write it).
-    rule(
-        "curl-user-token",
-        "command-line",
-        &["curl"],
-        r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)(?:[ \t]+|=)?["']?(?P<s>[A-Za-z0-9_\-]{16,}):["']?(?:[ \t\r\n]|$)"#,
-        Refine::UrlToken,
-        &[
-            "curl https://api.stripe.com/v1/charges -u sk_test_4eC39HqLyjWDarjtT1zdp7dc: -d amount=2000",
-        ],
-        &["curl -u deploy_user_account: https://x.io"],
+    when(
+        HAS_EMPTY_PASSWORD,
+        rule(
+            "curl-user-token",
+            "command-line",
+            &["curl"],
+            r#"(?i)\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)(?:[ \t]+|=)?["']?(?P<s>[A-Za-z0-9_\-]{16,}):["']?(?:[ \t\r\n]|$)"#,
+            Refine::UrlToken,
+            &[
+                "curl https://api.stripe.com/v1/charges -u sk_test_4eC39HqLyjWDarjtT1zdp7dc: -d amount=2000",
+            ],
+            &["curl -u deploy_user_account: https://x.io"],
+        ),
     ),
     rule(
         "mysql-p",
@@ -1979,13 +1996,55 @@ pub(crate) static RULES: &[Rule] = &[
         "login-p",
         "command-line",
         &["login"],
-        r#"(?i)\b(?:docker|podman|nerdctl|az|helm[ \t]+registry)[ \t]+login\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        r#"(?i)\b(?:docker|podman|nerdctl|buildah|az|oc|cf|oras|crane|regctl|helm[ \t]+registry)[ \t]+login\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
         Refine::Flag,
         &[
             "docker login -u bob -p DockerPw1 ghcr.io",
             "az login -u a@b.c -p AzPw2",
+            "oc login -u developer -p 0cL0ginPw9 https://api.crc.testing:6443",
+            "cf login -a https://api.cf.example.com -u admin -p CfL0ginPw9",
         ],
         &["docker login ghcr.io --username bob --password-stdin < token.txt"],
+    ),
+    // A password given as a command's plain argument: Grafana's `admin
+    // reset-admin-password NEW`, `openssl passwd [-6] [-salt S] PLAIN` (which prints the hash
+    // of the plain text given), `mysqladmin … password NEW`; a registry's credentials as
+    // `--creds user:pass` (skopeo, podman, buildah); and `echo 'user:pass' | chpasswd`.
+    rule(
+        "password-argument",
+        "command-line",
+        &["reset-admin-password", "openssl passwd", "mysqladmin"],
+        r#"(?i)(?:\breset-admin-password(?:[ \t]+--[a-z-]+(?:[ \t=]+(?:"[^"\n]*"|'[^'\n]*'|[^\s"'-]\S*))?)*|\bopenssl[ \t]+passwd(?:[ \t]+-(?:1|5|6|apr1|aixmd5|crypt|quiet|table|reverse)|[ \t]+-salt[ \t]+\S+)*|\bmysqladmin\b[^\n|;&]*?[ \t]password)[ \t]+(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &[
+            "grafana-cli admin reset-admin-password Gr4fanaNewPw9",
+            "grafana cli --homepath \"/usr/share/grafana\" admin reset-admin-password Gr4fanaNewPw9",
+            "openssl passwd -6 -salt xyz 0penSslPasswd9",
+            "mysqladmin -u root password MysqlAdm1nPw9",
+        ],
+        &[
+            "openssl passwd -6 -stdin < pw.txt",
+            "mysqladmin -u root -p status",
+            "grafana-cli admin reset-admin-password --help",
+        ],
+    ),
+    rule(
+        "creds-flag",
+        "command-line",
+        &["creds"],
+        r#"(?i)(?:^|[ \t])--(?:src-|dest-)?creds(?:[ \t]+|=)(?P<q>["']?)[^:\s"']+:(?P<s>[^\s"'])"#,
+        Refine::Flag,
+        &["skopeo copy --src-creds robot:Sk0peoPw9 docker://a docker://b"],
+        &["skopeo copy --src-no-creds docker://a docker://b"],
+    ),
+    rule(
+        "chpasswd-pair",
+        "command-line",
+        &["chpasswd"],
+        r#"\becho[ \t]+(?:-[a-z]+[ \t]+)*["']?[^:\s"']+:(?P<s>[^\s"']+)["']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"#,
+        Refine::Group,
+        &["echo 'deploy:Chp4sswdPw9' | sudo chpasswd"],
+        &["echo 'deploy:x' > users.txt && chpasswd < users.txt"],
     ),
     rule(
         "redis-cli-a",
@@ -2750,6 +2809,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "token_hex",
                 "token_urlsafe",
                 "pwgen",
+                "wg gen",
                 "echo",
                 "printenv",
                 "cat /run/secrets",
@@ -2775,7 +2835,7 @@ pub(crate) static RULES: &[Rule] = &[
                 r#"|kubectl[ \t]+get[ \t]+secrets?\b[^\n]*?\|[ \t]*base64[ \t]+(?:-d|--decode|-D)"#,
                 // A secret generated for a setting (`openssl rand -hex 32`, Python's
                 // `secrets.token_urlsafe(32)`, `pwgen -s 24 1`), printed before it is set.
-                r#"|openssl[ \t]+rand\b|secrets\.token_(?:hex|urlsafe)\b|pwgen\b"#,
+                r#"|openssl[ \t]+rand\b|secrets\.token_(?:hex|urlsafe)\b|pwgen\b|wg[ \t]+gen(?:key|psk)\b"#,
                 r#")\b[^\n]*\r?\n[ \t]*(?P<s>[^\s]{6,})[ \t]*\r?(?:\n|$)"#
             ),
             Refine::Group,
@@ -2795,6 +2855,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "$ cat /run/secrets/db_password\nMountedPw9Zq\n",
                 "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nKubeDecoded9Zq\n",
                 "$ openssl rand -hex 32\n9f2c4e6a8b0d1f3a5c7e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c3e5b7d9f2a\n",
+                "$ wg genkey\nyAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\n",
                 "$ python3 -c 'import secrets; print(secrets.token_urlsafe(32))'\nQz8vW3kLm_9RtY-2nPb4XcJ7hFg5Ds1Ae6Zq0Ux4Iy\n",
             ],
             &[
