@@ -1574,13 +1574,14 @@ pub(crate) static RULES: &[Rule] = &[
         &[
             "_key", "-key", "key=", "key =", "key:", "key :", "key\":", "key':",
         ],
-        r#"(?i)\b(?P<n>[a-z0-9]+(?:[_.-][a-z0-9]+)*[_-]key|(?-i:[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)*Key))\b["']?[ \t]*(?:=|:=?)[ \t]*(?P<q>["']?)(?P<s>[A-Za-z0-9+/_=.-]{20,512})"#,
+        r#"(?i)\b(?P<n>[a-z0-9]+(?:[_.-][a-z0-9]+)*[_-]key|(?-i:[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)*Key))\b["']?\]?[ \t]*(?:=|:=?)[ \t]*(?P<q>["']?)(?P<s>[A-Za-z0-9+/_=.-]{20,512})"#,
         Refine::KeyNamed,
         &[
             "paymongo_key = sk9Xq2Lm7Vb4Rt8Wz3Nc6Yp1Hd5Jf0Ga",
             "VOODOO_KEY=qPUKVel1ka4YalLPP0E533QvWeXSE3m0zd7UExTlRM8L9Z",
             "\"newscatcher-key\": \"0TmwjGlDiFJcHN_wODUUrEGBjC4Zh9xSnTQ2jiN83oU\"",
             "apiMaticKey := \"rc6iLoUEFGGAWNLsuBJnmsh4tZB-oCxcDUmc45HIPcuiQvfUEu\"",
+            "settings['paymongo_key'] = \"2Tm6cdsRVBTL9hRCmR6MRDTpMLFS4I\"",
         ],
         &[
             "cache_key = \"user_profile_settings_cache\"",
@@ -1590,6 +1591,7 @@ pub(crate) static RULES: &[Rule] = &[
             "object_key = uploads/2026/12/report-final.pdf",
             "const cacheKey = \"Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4\";",
             "MONKEY=Zq8Wm3Np7Lk2Vb6Xc1Rt5Yh9Uj4",
+            "cache['cache_key'] = \"user_profile_settings_cache\"",
         ],
     ),
     when(
