@@ -2815,6 +2815,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "echo",
                 "printenv",
                 "cat /run/secrets",
+                "master.key",
             ],
             concat!(
                 r#"\b(?:aws[ \t]+ecr[ \t]+get-login-password|heroku[ \t]+auth:token|gcloud[ \t]+auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|op[ \t]+read|pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password\b[^\n]*?[ \t]-w"#,
@@ -2831,7 +2832,8 @@ pub(crate) static RULES: &[Rule] = &[
                 secret_name_end!(),
                 r#"|(?:echo[ \t]+["']?\$\{?|printenv[ \t]+)[A-Za-z0-9_]*"#,
                 secret_name_end!(),
-                r#"\}?["']?|cat[ \t]+[^\s]*/secrets/[^\s]+"#,
+                // Rails' `config/master.key`, which decrypts its credentials file.
+                r#"\}?["']?|cat[ \t]+[^\s]*/secrets/[^\s]+|cat[ \t]+(?:[^\s]*/)?master\.key"#,
                 // A Kubernetes secret's value decoded: `kubectl get secret db -o
                 // jsonpath='{.data.password}' | base64 -d`.
                 r#"|kubectl[ \t]+get[ \t]+secrets?\b[^\n]*?\|[ \t]*base64[ \t]+(?:-d|--decode|-D)"#,
@@ -2858,6 +2860,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nKubeDecoded9Zq\n",
                 "$ openssl rand -hex 32\n9f2c4e6a8b0d1f3a5c7e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c3e5b7d9f2a\n",
                 "$ wg genkey\nyAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\n",
+                "$ cat config/master.key\n8f3a1c2e4b6d9f0a7c5e3b1d2f4a6c8e\n",
                 "$ python3 -c 'import secrets; print(secrets.token_urlsafe(32))'\nQz8vW3kLm_9RtY-2nPb4XcJ7hFg5Ds1Ae6Zq0Ux4Iy\n",
             ],
             &[
