@@ -70,8 +70,8 @@ pub(crate) enum Refine {
     /// files and .NET's `<entry>` write them: the value when the name is a secret's.
     NameValueElements,
     /// A name called with a literal without parentheses, alone on its line (group `n`, the
-    /// literal from group `s`): the literal when the name is a secret's, judged as an
-    /// assignment's value.
+    /// literal from group `s` in double quotes or `t` in single quotes, each holding the
+    /// other): the literal when the name is a secret's, judged as an assignment's value.
     BareCall,
     /// An XML element named for a secret (group `n`): its text (group `s`), unless a
     /// reference (Maven's `${env.MAVEN_PASSWORD}`, `{{ password }}`), a stand-in or the
@@ -3162,12 +3162,13 @@ pub(crate) static RULES: &[Rule] = &[
             concat!(
                 r#"(?im)^[ \t]*(?P<n>[A-Za-z0-9_]*(?:"#,
                 name_words!(),
-                r#")[A-Za-z0-9_]*)[ \t]+(?P<q>["'])(?P<s>[^"'\n]+)["'][ \t]*,?\r?$"#
+                r#")[A-Za-z0-9_]*)[ \t]+(?:"(?P<s>[^"\n]+)"|'(?P<t>[^'\n]+)')[ \t]*,?\r?$"#
             ),
             Refine::BareCall,
             &[
                 "signingConfigs {\n    release {\n        storePassword \"Gr00vyStorePw9\"\n        keyPassword \"Gr00vyKeyPw9\"\n    }\n}",
                 "  password 'Ch3fUserPw9'",
+                "        storePassword \"Gr00vy'Pw9\"",
             ],
             &[
                 "        keyAlias \"release\"",
@@ -4027,15 +4028,10 @@ pub(crate) fn is_password_slot(value: &str) -> bool {
             .and_then(|v| v.strip_suffix(close))
             .is_some_and(|v| ident(v.trim()))
     };
-    // Python's `{}` and `{0}`.
-    let positional = value
-        .strip_prefix('{')
-        .and_then(|v| v.strip_suffix('}'))
-        .is_some_and(|v| v.len() <= 2 && v.bytes().all(|c| c.is_ascii_digit()));
-    positional
+    // A format string's slot, `{password}`, `{ password }`, `{}`, `{0}` ([`template_slot`]).
+    template_slot(value).is_some_and(|inner| inner.bytes().filter(u8::is_ascii_digit).count() <= 2)
         || inside("{{", "}}")
         || inside("${", "}")
-        || inside("{", "}")
         || inside("%(", ")s")
         || value == "%s"
         // An environment variable's name (`$REDIS_PASSWORD`), not a password that starts
@@ -4160,8 +4156,8 @@ fn is_code_slot(value: &str) -> bool {
     })
 }
 
-/// A template's slot standing for a value: `{}`, `{token}`, `{self.api_key}`, `{0}`,
-/// `{self.scope(request)}`, maybe closing its string (`{signature}'`).
+/// A template's slot standing for a value: `{}`, `{token}`, `{ token }`, `{self.api_key}`,
+/// `{0}`, `{self.scope(request)}`, maybe closing its string (`{signature}'`).
 fn is_template_slot(value: &str) -> bool {
     template_slot(value).is_some()
 }
@@ -4173,6 +4169,7 @@ fn template_slot(value: &str) -> Option<&str> {
     value
         .strip_prefix('{')
         .and_then(|v| v.strip_suffix('}'))
+        .map(|inner| inner.trim_matches(' '))
         .filter(|inner| {
             inner
                 .bytes()
@@ -6272,7 +6269,7 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::BareCall => {
-            if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s")) {
+            if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s").or(caps.name("t"))) {
                 let (n, v) = (n.as_str(), m.as_str());
                 if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
                     out.push(m.range());
