@@ -2108,3 +2108,43 @@ fn passwords_given_as_plain_arguments_and_generated_keys_are_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Password hashes as databases and directories print them, each cracked offline: MySQL's
+/// `*` and 40 hex digits from `mysql.user`, LDAP's and Apache's `{SSHA}…` and `{SHA}…`, and
+/// Redis's ACL (a `>password` given to `ACL SETUSER`, a `#sha256` as `ACL LIST` prints it).
+#[test]
+fn password_hashes_that_databases_and_directories_print_are_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        (
+            "+------+-------------------------------------------+\n| app  | *2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19 |",
+            "2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19",
+        ),
+        (
+            "deploy:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
+            "W6ph5Mm5Pz8GgiULbPgzG37mj9g",
+        ),
+        (
+            "userPassword: {SSHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g2NlBd",
+            "W6ph5Mm5Pz8GgiULbPgzG37mj9g2NlBd",
+        ),
+        (
+            "127.0.0.1:6379> ACL SETUSER alice on >R3disAclPw9 ~cached:* +get",
+            "R3disAclPw9",
+        ),
+        (
+            "1) \"user default on #5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8 ~* &* +@all\"",
+            "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8",
+        ),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "select * from users; commit 3f9c2a1b7d4e5f60718293a4b5c6d7e8f9012345",
+        "ACL SETUSER alice on nopass ~* +@all",
+        "SELECT count(*) FROM t",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1499,6 +1499,22 @@ pub(crate) static RULES: &[ProviderRule] = &[
         ],
         negative: &[r#"echo $1$2"#, r#"awk '{print $1$5}'"#],
     },
+    // Password hashes in the forms directories and web servers print them: LDAP's and
+    // Apache's `{SSHA}…`, `{SHA}…`, `{SSHA512}…`, `{MD5}…`, `{CRYPT}…` (an `.htpasswd` line,
+    // `slappasswd`'s output). Each can be cracked offline. (MySQL's `*` and 40 capital hex
+    // digits is read as a run: `vendors::spans`.)
+    ProviderRule {
+        id: "directory-password-hash",
+        family: "password-hash",
+        keywords: &["{ssha", "{sha", "{md5}", "{smd5}", "{crypt}"],
+        pattern: r"(?i:\{(?:SSHA|SHA|SSHA256|SSHA384|SSHA512|SHA256|SHA384|SHA512|MD5|SMD5|CRYPT)\})[A-Za-z0-9+/.$=]{12,}",
+        min_entropy: Some(3.0),
+        positive: &[
+            "userPassword: {SSHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g2NlBd",
+            "deploy:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
+        ],
+        negative: &["{SHA}", "the {sha} placeholder"],
+    },
     ProviderRule {
         id: "mailchimp-api-key",
         family: "mailchimp-api-key",

@@ -2048,6 +2048,24 @@ pub(crate) static RULES: &[Rule] = &[
         &["echo 'deploy:Chp4sswdPw9' | sudo chpasswd"],
         &["echo 'deploy:x' > users.txt && chpasswd < users.txt"],
     ),
+    // Redis's ACL: a password given to `ACL SETUSER` (`>p1pp0`), and a user's rule as `ACL
+    // LIST` or a `users.acl` file prints it, its password (`>…`) or the password's SHA-256
+    // (`#…`, unsalted: cracked offline).
+    rule(
+        "redis-acl-password",
+        "command-line",
+        &["setuser", " on >", " on #"],
+        r#"(?i)(?:\bacl[ \t]+setuser[ \t]+\S+|(?:^|["'(\s])user[ \t]+\S+)(?:[ \t]+[^\s>#]\S*)*?[ \t]+[>#](?P<s>[^\s"']{6,})"#,
+        Refine::Group,
+        &[
+            "127.0.0.1:6379> ACL SETUSER alice on >R3disAclPw9 ~cached:* +get",
+            "1) \"user default on #5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8 ~* &* +@all\"",
+        ],
+        &[
+            "ACL SETUSER alice on nopass ~* +@all",
+            "user alice on # a comment",
+        ],
+    ),
     rule(
         "redis-cli-a",
         "command-line",

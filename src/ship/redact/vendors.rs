@@ -233,6 +233,19 @@ pub(crate) fn spans(
         if known(&body) {
             continue;
         }
+        // MySQL's `mysql_native_password` hash: `*` and 40 capital hex digits, as `SELECT
+        // authentication_string FROM mysql.user` prints it (cracked offline like any
+        // unsalted hash).
+        if body.start > 0
+            && b[body.start - 1] == b'*'
+            && body.len() == 40
+            && b[body.clone()]
+                .iter()
+                .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
+        {
+            out.push(body.start - 1..body.end);
+            continue;
+        }
         let value = &b[body.clone()];
         if value.len() > MAX_LEN + 48 {
             continue;
