@@ -2148,3 +2148,26 @@ fn password_hashes_that_databases_and_directories_print_are_redacted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Go's `%+v` of a struct or a map prints a field, a colon and its value with no blank
+/// between (`{DBPassword:… Port:5432}`, `map[api_token:…]`); a format string's spec
+/// (`{token:?}`) and an image's tag (`secretlint:smoke`) are no such field.
+#[test]
+fn a_go_structs_secret_field_printed_with_plus_v_is_redacted() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        ("{DBPassword:G0StructPw9 Port:5432 Host:db}", "G0StructPw9"),
+        ("map[api_token:Xk9vQ2mLp7Rz host:db]", "Xk9vQ2mLp7Rz"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    for text in [
+        "println!(\"STORE {server_name} {token:?}\");",
+        "docker run --rm secretlint:smoke --version",
+        "{Password:true Port:5432}",
+        "redis:6379 token:5",
+    ] {
+        failures.extend(changes(text));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -69,9 +69,10 @@ pub(crate) enum Refine {
     /// `<key>`) then its value (group `s`, in `<value>`), as Hadoop's, Hive's and Spring's
     /// files and .NET's `<entry>` write them: the value when the name is a secret's.
     NameValueElements,
-    /// A name called with a literal without parentheses, alone on its line (group `n`, the
-    /// literal from group `s` in double quotes or `t` in single quotes, each holding the
-    /// other): the literal when the name is a secret's, judged as an assignment's value.
+    /// A name and a value whose extent the pattern knows (group `n`, the value from group `s`
+    /// or `t`): a call without parentheses alone on its line, its literal in double or single
+    /// quotes, each holding the other (`storePassword "…"`); a Go struct's field (`DBPassword:…`).
+    /// The value when the name is a secret's, judged as an assignment's value.
     BareCall,
     /// An XML element named for a secret (group `n`): its text (group `s`), unless a
     /// reference (Maven's `${env.MAVEN_PASSWORD}`, `{{ password }}`), a stand-in or the
@@ -391,6 +392,7 @@ const HAS_AT: Pre = pre(has_at, b"@", b"", true);
 const HAS_BARE_COLON: Pre = pre(has_bare_colon, b":", b"", false);
 const HAS_BARE_CALL: Pre = pre(has_bare_call, b"", QUOTES, false);
 const HAS_EMPTY_PASSWORD: Pre = pre(has_empty_password, b":", b"", false);
+const HAS_GLUED_FIELD: Pre = pre(has_glued_field, b":", b"", false);
 const HAS_BRACKET_THEN_QUOTE: Pre = pre(has_bracket_then_quote, b"", QUOTES, false);
 const HAS_CALL_GIVEN_A_STRING: Pre = pre(has_call_given_a_string, b"(,", QUOTES, false);
 const HAS_SHELL_DEFAULT: Pre = pre(has_shell_default, b"{", b"", false);
@@ -424,6 +426,7 @@ const PRES: &[(&str, Pre)] = &[
     ("bare_colon", HAS_BARE_COLON),
     ("bare_call", HAS_BARE_CALL),
     ("empty_password", HAS_EMPTY_PASSWORD),
+    ("glued_field", HAS_GLUED_FIELD),
     ("blank_to", HAS_BLANK_TO),
     ("bracket_then_quote", HAS_BRACKET_THEN_QUOTE),
     ("call_given_a_string", HAS_CALL_GIVEN_A_STRING),
@@ -878,6 +881,29 @@ fn has_empty_password(text: &str) -> bool {
             && b[at - 1].is_ascii_alphanumeric()
             && b.get(at + 1)
                 .is_none_or(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n' | b'"' | b'\''))
+    })
+}
+
+/// `go-struct-field`: a `:` right after the end of a secret's word (`…ord`, `…swd`, `…pwd`,
+/// `…ret`, `…ken`, `…key`, `…ial`, `…als`, `…ase`) and right before a value.
+fn has_glued_field(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr_iter(b':', b).any(|at| {
+        at >= 3
+            && b.get(at + 1).is_some_and(|c| {
+                !matches!(
+                    c,
+                    b' ' | b'\t' | b'\r' | b'\n' | b'/' | b':' | b'-' | b'=' | b'?'
+                )
+            })
+            && {
+                let mut tail = [b[at - 3], b[at - 2], b[at - 1]];
+                tail.make_ascii_lowercase();
+                matches!(
+                    &tail,
+                    b"ord" | b"swd" | b"pwd" | b"ret" | b"ken" | b"key" | b"ial" | b"als" | b"ase"
+                )
+            }
     })
 }
 
@@ -3168,6 +3194,42 @@ pub(crate) static RULES: &[Rule] = &[
     ),
     // Android's Gradle build fields (`buildConfigField "String", "API_KEY", "\"…\""`): a
     // type, a name and a value that is a literal of Java source, quoted again.
+    // Go's `%+v` of a struct or a map (`{DBPassword:hunter2 Port:5432}`, `map[token:…]`): a
+    // field's name, a colon and its value with no blank between.
+    when(
+        HAS_GLUED_FIELD,
+        rule(
+            "go-struct-field",
+            "generic-assignment",
+            // The word glued to its colon: `token` alone (`input_tokens`) is in most lines that
+            // name one, and each occurrence would read the rule's gate.
+            &[
+                "password:",
+                "passwd:",
+                "pwd:",
+                "secret:",
+                "token:",
+                "key:",
+                "credential:",
+                "credentials:",
+                "passphrase:",
+            ],
+            r#"(?:^|[{\[\s&])(?P<n>[A-Za-z0-9_]*(?i:password|passwd|pwd|secret|token|key|credentials?|passphrase)):(?P<s>[^\s{}\[\]"',:/?#$=+-][^\s{}\[\]"',]{3,})"#,
+            Refine::BareCall,
+            &[
+                "{DBPassword:G0StructPw9 Port:5432}",
+                "map[api_token:Xk9vQ2mLp7Rz host:db]",
+            ],
+            &[
+                "{Password:true Port:5432}",
+                "password:null",
+                "redis:6379 token:5",
+                "https://token.example.com/path",
+                "println!(\"STORE {server_name} {token:?}\");",
+                "docker run --rm secretlint:smoke --version",
+            ],
+        ),
+    ),
     // Groovy's and Ruby's calls without parentheses, one to a line, a secret's name given a
     // literal: Gradle's `signingConfigs { release { storePassword "…" } }`, Chef's and
     // Puppet's `password "…"`.
@@ -6289,7 +6351,29 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         Refine::BareCall => {
             if let (Some(n), Some(m)) = (caps.name("n"), caps.name("s").or(caps.name("t"))) {
                 let (n, v) = (n.as_str(), m.as_str());
-                if name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
+                // The name ends with a secret's word (`DBPassword`, `apiKey`), not only holds
+                // one (`secretlint:smoke`, an image and its tag).
+                let ends = [
+                    "password",
+                    "passwd",
+                    "pwd",
+                    "secret",
+                    "token",
+                    "apikey",
+                    "api_key",
+                    "accesskey",
+                    "access_key",
+                    "secretkey",
+                    "secret_key",
+                    "privatekey",
+                    "private_key",
+                    "credential",
+                    "credentials",
+                    "passphrase",
+                ]
+                .iter()
+                .any(|w| ends_with_ignore_case(n, w));
+                if ends && name_is_secret(n) && !value_exempt(n, v, v) && !same_name(n, v) {
                     out.push(m.range());
                 }
             }
