@@ -733,12 +733,16 @@ fn site_labelled_is(a: &Around<'_>) -> bool {
     let b = a.b;
     let after = |at: usize| -> bool {
         let blanks = skip_blanks(b, at);
-        if matches!(b.get(blanks), Some(b':' | b'=')) {
-            return value_after(b, skip_blanks(b, blanks + 1), 16, token);
+        if matches!(b.get(blanks), Some(b':' | b'='))
+            && value_after(b, skip_blanks(b, blanks + 1), 16, token)
+        {
+            return true;
         }
         if blanks == at {
             return false;
         }
+        // After blanks the value may start with the `=` itself (`token =_A=…`), as the
+        // pattern's second way reads it.
         if value_after(b, blanks, 16, token) {
             return true;
         }
@@ -5094,7 +5098,9 @@ fn more_flags(
 /// group `q` if any.
 fn refine_flag(caps: &regex::Captures<'_>, text: &str, out: &mut Vec<Range<usize>>) {
     let Some(s) = caps.name("s") else { return };
-    let quote = caps.name("q").and_then(|q| q.as_str().bytes().next());
+    // `curl-user`'s password may open its own quote after the colon (`q2`), which wins.
+    let first = |name: &str| caps.name(name).and_then(|q| q.as_str().bytes().next());
+    let quote = first("q2").or_else(|| first("q"));
     flag(text, s.start(), quote, out);
 }
 
@@ -6699,6 +6705,19 @@ fn curl_user_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>) {
         return (s, Some(b[s - 1]));
     }
     let colon = s.saturating_sub(1).max(m.start);
+    // A user name quoted on its own (`"{id}":pass`, `'"':pass`): the pattern's first two
+    // alternatives, tried before the third, whose quote `Q` is then none.
+    if colon > m.start + 1
+        && let q @ (b'"' | b'\'') = b[colon - 1]
+        && let Some(open) = b[m.start..colon - 1]
+            .iter()
+            .rposition(|&c| c == q || c == b':' || c == b'\n')
+            .map(|i| m.start + i)
+        && b[open] == q
+        && follows_user_flag(b, m.start, open)
+    {
+        return (s, None);
+    }
     let user = b[m.start..colon]
         .iter()
         .rev()
@@ -6707,6 +6726,22 @@ fn curl_user_groups(text: &str, m: Range<usize>) -> (usize, Option<u8>) {
     let before = colon - user;
     let q = (before > m.start && matches!(b[before - 1], b'"' | b'\'')).then(|| b[before - 1]);
     (s, q)
+}
+
+/// Whether `b[from..at]` ends with `curl-user`'s flag and what may separate it from its value
+/// (blanks, `=`, a `\` and a line break): `at` is where the flag's value starts.
+fn follows_user_flag(b: &[u8], from: usize, at: usize) -> bool {
+    let mut e = at;
+    while e > from && matches!(b[e - 1], b' ' | b'\t' | b'=' | b'\n' | b'\r' | b'\\') {
+        e -= 1;
+    }
+    let head = &b[from..e];
+    let ends = |flag: &[u8]| {
+        head.len() > flag.len()
+            && head[head.len() - flag.len()..].eq_ignore_ascii_case(flag)
+            && matches!(head[head.len() - flag.len() - 1], b' ' | b'\t')
+    };
+    ends(b"-u") || ends(b"--user") || ends(b"--proxy-user")
 }
 
 /// A URL query parameter (rule `url-query`): the value `s` if the name `n` is a secret's.
