@@ -2132,6 +2132,8 @@ fn password_hashes_that_databases_and_directories_print_are_redacted() {
             "127.0.0.1:6379> ACL SETUSER alice on >R3disAclPw9 ~cached:* +get",
             "R3disAclPw9",
         ),
+        // A password holding a quote had not matched at all.
+        ("ACL SETUSER bob on >Qu0te'dPw9 +@all", "dPw9"),
         (
             "1) \"user default on #5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8 ~* &* +@all\"",
             "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8",
@@ -2158,6 +2160,9 @@ fn a_go_structs_secret_field_printed_with_plus_v_is_redacted() {
     for (text, secret) in [
         ("{DBPassword:G0StructPw9 Port:5432 Host:db}", "G0StructPw9"),
         ("map[api_token:Xk9vQ2mLp7Rz host:db]", "Xk9vQ2mLp7Rz"),
+        // A value goes to the blank or bracket that ends the field, whatever punctuation it
+        // holds: its part after a `,` or a quote had shipped.
+        ("{DBPassword:G0,Str'Qz7v\"Pw9 Port:5432}", "Qz7v"),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

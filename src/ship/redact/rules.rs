@@ -2085,7 +2085,7 @@ pub(crate) static RULES: &[Rule] = &[
         "redis-acl-password",
         "command-line",
         &["setuser", " on >", " on #"],
-        r#"(?i)(?:\bacl[ \t]+setuser[ \t]+\S+|(?:^|["'(\s])user[ \t]+\S+)(?:[ \t]+[^\s>#]\S*)*?[ \t]+[>#](?P<s>[^\s"']{6,})"#,
+        r#"(?i)(?:\bacl[ \t]+setuser[ \t]+\S+|(?:^|["'(\s])user[ \t]+\S+)(?:[ \t]+[^\s>#]\S*)*?[ \t]+[>#](?P<s>[^\s"'][^\s]{5,})"#,
         Refine::Group,
         &[
             "127.0.0.1:6379> ACL SETUSER alice on >R3disAclPw9 ~cached:* +get",
@@ -3218,7 +3218,7 @@ pub(crate) static RULES: &[Rule] = &[
                 "credentials:",
                 "passphrase:",
             ],
-            r#"(?:^|[{\[\s&])(?P<n>[A-Za-z0-9_]*(?i:password|passwd|pwd|secret|token|key|credentials?|passphrase)):(?P<s>[^\s{}\[\]"',:/?#$=+-][^\s{}\[\]"',]{3,})"#,
+            r#"(?:^|[{\[\s&])(?P<n>[A-Za-z0-9_]*(?i:password|passwd|pwd|secret|token|key|credentials?|passphrase)):(?P<s>[^\s{}\[\]"',:/?#$=+-][^\s}\]]{3,})"#,
             Refine::BareCall,
             &[
                 "{DBPassword:G0StructPw9 Port:5432}",
