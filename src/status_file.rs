@@ -179,6 +179,11 @@ pub struct StatusFile {
     /// Daemon only.
     #[serde(default)]
     pub sessions_skipped: Vec<SkippedSession>,
+    /// `watch`/`supervise`: the safety-net poll's period now, in milliseconds: the configured
+    /// one, or longer while file notification reports every change (docs/behaviour.md, "The
+    /// safety-net poll").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_ms: Option<u64>,
 }
 
 impl StatusFile {
@@ -275,6 +280,7 @@ mod tests {
             }],
             sessions_taken: vec![],
             sessions_skipped: vec![],
+            poll_ms: None,
         }
     }
 

@@ -859,6 +859,7 @@ impl Daemon {
                     reason: s.reason.clone(),
                 })
                 .collect(),
+            poll_ms: None,
         }
     }
 }

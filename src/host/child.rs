@@ -57,6 +57,10 @@ impl WatchOptions {
     }
 }
 
+/// How long a file whose change only the safety-net poll found keeps the poll at its
+/// configured period (see `super::net`), unless an event reports one of its changes sooner.
+const MISSED_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// What the watcher did, for `--once`'s summary and the tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
@@ -118,6 +122,12 @@ pub(crate) struct Child {
     wake: Option<Ts>,
     /// The last status line built and what it was built from ([`Child::key_status`]).
     status_memo: std::cell::RefCell<Option<StatusMemo>>,
+    /// The rollout's path is a symbolic link: writes to the file it names reach the directory
+    /// that file is in, which notification may not watch (see [`Child::notified_reliably`]).
+    through_link: bool,
+    /// When the safety-net poll last found a change of the file that no event had reported
+    /// (`None` once an event reports one again).
+    missed_at: Option<Ts>,
     /// Run between the guard's check and the read (tests: what lands in that window).
     #[cfg(test)]
     after_check: Option<Box<dyn FnMut() + Send>>,
@@ -153,6 +163,7 @@ impl Child {
         if let Ok(meta) = std::fs::metadata(&path) {
             crate::tail::require_regular_file(&path, &meta)?;
         }
+        let through_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
         let tail = open_and_seed(&path, clock.now())?;
         let seeded = tail.as_ref().map(|(_, state)| state.clone());
         let role = match opts.role {
@@ -181,9 +192,34 @@ impl Child {
             exit: None,
             wake: None,
             status_memo: std::cell::RefCell::new(None),
+            through_link,
+            missed_at: None,
             #[cfg(test)]
             after_check: None,
         })
+    }
+
+    /// Whether the notification of the rollout's directory reports this child's changes, as
+    /// of `now`: not when its path is a symbolic link (the file's own directory is not the
+    /// one watched), nor for [`MISSED_FOR`] after the poll found a change no event had
+    /// reported, unless an event has reported one since.
+    pub(crate) fn notified_reliably(&self, now: Ts) -> bool {
+        !self.through_link && self.missed_at.is_none_or(|at| now >= at.plus(MISSED_FOR))
+    }
+
+    /// The file held something new, found `by` an event, the poll or a due time.
+    pub(crate) fn found_new(&mut self, by: super::FoundBy, now: Ts) {
+        match by {
+            super::FoundBy::Event => self.missed_at = None,
+            super::FoundBy::Poll => self.missed_at = Some(now),
+            super::FoundBy::Timer => {}
+        }
+    }
+
+    /// How far the child has read its file, and whether it has one open: what a check that
+    /// found something new moves.
+    pub(crate) fn progress(&self) -> (bool, u64) {
+        (self.tail.is_some(), self.bytes_read())
     }
 
     /// The rollout's current path (it changes when Codex archives it).

@@ -25,6 +25,7 @@
 
 pub(crate) mod child;
 pub mod clock;
+pub(crate) mod net;
 pub(crate) mod notifier;
 pub(crate) mod ownership;
 pub mod shutdown;
@@ -51,6 +52,7 @@ use crate::status_file::{KeyStatus, Writer};
 use crate::time::Ts;
 use child::Child;
 use clock::{Clock, until};
+use net::SafetyNet;
 use notifier::Notifier;
 use ownership::Ownership;
 use shutdown::Shutdown;
@@ -211,7 +213,16 @@ pub(crate) trait Membership {
     fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()>;
 
     /// Every poll interval while the host is not ending, before the children's own check.
-    fn on_poll(&mut self, host: &mut Host);
+    /// `true` when it found something notification had not reported (a file discovery
+    /// scanned for).
+    fn on_poll(&mut self, host: &mut Host) -> bool;
+
+    /// Whether something must be looked at every configured poll interval, which no
+    /// notification reports (a key another watcher holds, a claim that keeps failing): the
+    /// safety net then keeps the configured period ([`net`]).
+    fn needs_every_poll(&self, _host: &Host) -> bool {
+        false
+    }
 
     /// The host starts ending: every child is about to be told.
     fn on_ending(&mut self, host: &Host, why: Ending);
@@ -241,6 +252,10 @@ pub(crate) struct Host {
     pub ending: Option<Ending>,
     /// Whether children follow their files (`watch --once` reads what is on disk only).
     follow: bool,
+    /// The safety-net poll's period ([`net`]).
+    net: SafetyNet,
+    /// The notifier reported a failure: it is not relied on again.
+    notify_failed: bool,
 }
 
 impl Host {
@@ -253,6 +268,7 @@ impl Host {
         follow: bool,
     ) -> Result<Host> {
         let notifier = Notifier::start(settings.force_poll);
+        let net = SafetyNet::new(settings.poll_interval);
         let (hub, rx) = Hub::new(settings, clock)?;
         let status = StatusWriter::new(
             hub.settings.config_dir.clone(),
@@ -269,6 +285,8 @@ impl Host {
             next_slot: 0,
             ending: None,
             follow,
+            net,
+            notify_failed: false,
         })
     }
 
@@ -295,10 +313,9 @@ impl Host {
         // The safety-net poll on its own ticker (the kernel's timer: one wake-up per period),
         // and one timer for every due time, set again only when the earliest one moves: a
         // timer registered anew at each turn of the loop woke the runtime for nothing.
-        let mut ticker = Ticker::new(
-            self.hub.settings.poll_interval,
-            !self.hub.clock.follows_runtime(),
-        );
+        let mut period = self.net.period();
+        let mut ticker = Ticker::new(period, !self.hub.clock.follows_runtime());
+        self.status.set_poll(period);
         let timer = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(timer);
         let mut armed: Option<tokio::time::Instant> = None;
@@ -306,6 +323,15 @@ impl Host {
             let now = self.hub.clock.now();
             if let Some(end) = members.settle(self, now)? {
                 return Ok(end);
+            }
+            if self.net.period() != period {
+                period = self.net.period();
+                tracing::debug!(
+                    event = "poll_period",
+                    "the safety-net poll now runs every {period:?}"
+                );
+                ticker.set_period(period);
+                self.status.set_poll(period);
             }
             // Every child's line is built only when a write could follow: with thousands of
             // children, building them at every turn of the loop cost more than shipping.
@@ -362,7 +388,7 @@ impl Host {
                         .collect();
                     for slot in due {
                         // A partial last line may have completed (the shutdown waits for it).
-                        self.check(members, slot)?;
+                        self.check_by(members, slot, FoundBy::Timer)?;
                     }
                 }
                 name = signals.recv() => self.end_all(members, Ending::Signal(name))?,
@@ -397,21 +423,41 @@ impl Host {
         }
     }
 
-    /// The child's safety-net check: what its file holds now, then whatever is due.
+    /// The child's check after an event named its file: what its file holds now, then
+    /// whatever is due.
     pub(crate) fn check<M: Membership>(&mut self, members: &mut M, slot: u64) -> Result<()> {
+        self.check_by(members, slot, FoundBy::Event).map(|_| ())
+    }
+
+    /// The child's check, for a reason: what its file holds now, then whatever is due.
+    /// `true` when the file held something new.
+    fn check_by<M: Membership>(&mut self, members: &mut M, slot: u64, by: FoundBy) -> Result<bool> {
         let follow = self.follow;
+        let now = self.hub.clock.now();
+        let mut progressed = false;
         self.with_child(members, slot, |c, hub| {
             if follow {
+                let before = c.progress();
                 c.on_file_change(hub)?;
+                if c.progress() != before {
+                    progressed = true;
+                    c.found_new(by, now);
+                }
             }
             c.dispatch(hub, Event::Tick)
-        })
+        })?;
+        Ok(progressed)
     }
 
     /// Routes changed paths: a followed rollout wakes its child, anything else is the
     /// membership's.
     fn on_changes<M: Membership>(&mut self, members: &mut M) -> Result<()> {
         let changes = self.notifier.take();
+        if changes.failed || changes.rescan {
+            // Events were lost (or the notifier stopped): the net is the configured one again.
+            self.net.distrust();
+            self.notify_failed |= changes.failed;
+        }
         if changes.failed {
             warn!(
                 event = "polling",
@@ -454,6 +500,7 @@ impl Host {
         members: &mut M,
         parent: Option<&Incarnation>,
     ) -> Result<()> {
+        let mut missed = false;
         if self.ending.is_none() {
             if let Some(parent) = parent
                 && !parent.running()
@@ -462,11 +509,22 @@ impl Host {
                 info!(event = "parent_exited", pid, "parent process {pid} exited");
                 return self.end_all(members, Ending::ParentExited);
             }
-            members.on_poll(self);
+            missed |= members.on_poll(self);
         }
         for slot in self.slots() {
-            self.check(members, slot)?;
+            // Something new the poll found first: no event had reported it (or one was
+            // still on its way, which only makes the net wait longer to stretch).
+            missed |= self.check_by(members, slot, FoundBy::Poll)?;
         }
+        let now = self.hub.clock.now();
+        let reliable = self.follow
+            && self.ending.is_none()
+            && parent.is_none()
+            && !self.notify_failed
+            && self.notifier.reports_every_change()
+            && !members.needs_every_poll(self)
+            && self.children.values().all(|c| c.notified_reliably(now));
+        self.net.polled(reliable, missed);
         // The redactor, once a quiet spell no longer needs it, and the memory the last batches
         // freed, each too small to trim for when it drained.
         let now = std::time::Instant::now();
@@ -498,6 +556,17 @@ impl Host {
     fn slots(&self) -> Vec<u64> {
         self.children.keys().copied().collect()
     }
+}
+
+/// What found a child's file changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FoundBy {
+    /// An event of the notifier named it.
+    Event,
+    /// The safety-net poll: no event had (yet) named it.
+    Poll,
+    /// A due time of the child's own.
+    Timer,
 }
 
 /// Whether the loop's timer must be set again for `deadline`: a move of under a millisecond

@@ -35,6 +35,8 @@ pub(crate) struct Notifier {
     sink: Sink,
     /// Why there is no notification (forced polling, or the notifier could not start).
     polling_because: Option<String>,
+    /// The last [`Notifier::sync`] left a directory unwatched.
+    unwatched: bool,
 }
 
 impl Notifier {
@@ -85,7 +87,27 @@ impl Notifier {
             watched: BTreeSet::new(),
             sink,
             polling_because,
+            unwatched: false,
         }
+    }
+
+    /// Whether every change to a file in the watched directories is reported: inotify (on
+    /// Linux) running and watching every directory asked for. Elsewhere the platform's
+    /// notification may report a file another process appends to only late (Windows updates
+    /// a directory entry's size lazily), so it is never relied on there.
+    /// A directory whose watch the system dropped (removed, replaced) is unwatched until a
+    /// sync watches it again.
+    pub fn reports_every_change(&mut self) -> bool {
+        if let Some(backend) = self.backend.as_mut() {
+            let lost = backend.take_lost();
+            if !lost.is_empty() {
+                for dir in &lost {
+                    self.watched.remove(dir);
+                }
+                self.unwatched = true;
+            }
+        }
+        cfg!(target_os = "linux") && self.backend.is_some() && !self.unwatched
     }
 
     /// `Some(reason)` when only the poll notices changes.
@@ -97,6 +119,12 @@ impl Notifier {
     /// that cannot be watched (not there yet) is tried again on the next call; the ones that
     /// failed this time are returned with why.
     pub fn sync(&mut self, dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
+        let failed = self.sync_dirs(dirs);
+        self.unwatched = !failed.is_empty();
+        failed
+    }
+
+    fn sync_dirs(&mut self, dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
         let mut failed = Vec::new();
         if let Some(backend) = self.backend.as_mut() {
             for dir in backend.take_lost() {

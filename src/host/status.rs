@@ -35,6 +35,9 @@ pub(crate) struct StatusWriter {
     /// [`StatusWriter::may_write`]).
     unseen: bool,
     failing: bool,
+    /// The safety-net poll's period now, and as last written (milliseconds).
+    poll_ms: Option<u64>,
+    written_poll_ms: Option<u64>,
 }
 
 impl StatusWriter {
@@ -51,6 +54,17 @@ impl StatusWriter {
             pending: None,
             unseen: false,
             failing: false,
+            poll_ms: None,
+            written_poll_ms: None,
+        }
+    }
+
+    /// The safety-net poll's period now: a change is written as the lines' changes are.
+    pub(crate) fn set_poll(&mut self, period: Duration) {
+        let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+        if self.poll_ms != Some(ms) {
+            self.poll_ms = Some(ms);
+            self.unseen = true;
         }
     }
 
@@ -73,14 +87,16 @@ impl StatusWriter {
         let due = match &self.written {
             None => true,
             Some((last, at)) => {
-                let changed = *last != keys;
+                let changed = *last != keys || self.poll_ms != self.written_poll_ms;
                 (changed && now >= at.plus(MIN_GAP)) || now >= at.plus(MAX_GAP)
             }
         };
         if due {
             self.pending = None;
             self.write(keys, now);
-        } else if self.written.as_ref().is_some_and(|(last, _)| *last != keys) {
+        } else if self.poll_ms != self.written_poll_ms
+            || self.written.as_ref().is_some_and(|(last, _)| *last != keys)
+        {
             self.pending = Some(keys);
         } else {
             self.pending = None;
@@ -101,7 +117,11 @@ impl StatusWriter {
     pub(crate) fn due_anyway(&self, now: Ts) -> bool {
         match &self.written {
             None => true,
-            Some((_, at)) => self.pending.is_some() || now >= at.plus(MAX_GAP),
+            Some((_, at)) => {
+                self.pending.is_some()
+                    || self.poll_ms != self.written_poll_ms
+                    || now >= at.plus(MAX_GAP)
+            }
         }
     }
 
@@ -144,6 +164,7 @@ impl StatusWriter {
             keys,
             sessions_taken: Vec::new(),
             sessions_skipped: Vec::new(),
+            poll_ms: self.poll_ms,
         };
         match status_file::write(&self.config_dir, key, &file) {
             Ok(()) => self.failing = false,
@@ -155,6 +176,7 @@ impl StatusWriter {
             }
         }
         self.written = Some((file.keys, now));
+        self.written_poll_ms = self.poll_ms;
     }
 
     /// A clean exit: the file goes.

@@ -56,6 +56,29 @@ impl Ticker {
         }
     }
 
+    /// Ticks every `period` from now on, the next tick a period away at most (on the kernel's
+    /// timer: on the next whole multiple of the new period at least half a period away, as
+    /// [`Ticker::new`] places them). On failure the old period stays.
+    pub(crate) fn set_period(&mut self, period: Duration) {
+        match &mut self.inner {
+            Inner::Runtime(interval) => {
+                let mut next =
+                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                next.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                *interval = next;
+            }
+            #[cfg(target_os = "linux")]
+            Inner::Kernel(timer) => {
+                if let Err(e) = timer.arm(period) {
+                    tracing::debug!(
+                        event = "timerfd_unavailable",
+                        "the poll's timer keeps its period ({e})"
+                    );
+                }
+            }
+        }
+    }
+
     /// Waits for the next tick.
     pub(crate) async fn tick(&mut self) {
         match &mut self.inner {
@@ -163,6 +186,33 @@ mod kernel {
         }
     }
 
+    /// Arms `fd` to expire every `period`, on whole multiples of it (module comment), the
+    /// first at least half a period away.
+    fn set(fd: &OwnedFd, period: Duration) -> io::Result<()> {
+        let (first, flags) = match monotonic_now() {
+            Some(now) => {
+                let soon = now + period / 2;
+                (
+                    soon + to_next_multiple(soon, period),
+                    libc::TFD_TIMER_ABSTIME,
+                )
+            }
+            None => (period, 0),
+        };
+        let spec = libc::itimerspec {
+            it_interval: timespec(period),
+            it_value: timespec(first),
+        };
+        // SAFETY: `fd` is a valid timerfd; `spec` is a valid itimerspec; the old value is not
+        // asked for.
+        let rc =
+            unsafe { libc::timerfd_settime(fd.as_raw_fd(), flags, &spec, std::ptr::null_mut()) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     impl TimerFd {
         pub(super) fn new(period: Duration) -> io::Result<TimerFd> {
             // A zero period would disarm the timer; the poll interval is at least 10 ms.
@@ -179,34 +229,16 @@ mod kernel {
             }
             // SAFETY: `raw` is a descriptor just created and owned by nothing else.
             let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-            // The ticks fall on whole multiples of the period (module comment); the first at
-            // least half a period away, after the one `tick` gives at once.
-            let (first, flags) = match monotonic_now() {
-                Some(now) => {
-                    let soon = now + period / 2;
-                    (
-                        soon + to_next_multiple(soon, period),
-                        libc::TFD_TIMER_ABSTIME,
-                    )
-                }
-                None => (period, 0),
-            };
-            let spec = libc::itimerspec {
-                it_interval: timespec(period),
-                it_value: timespec(first),
-            };
-            // SAFETY: `fd` is a valid timerfd; `spec` is a valid itimerspec; the old value
-            // is not asked for.
-            let rc = unsafe {
-                libc::timerfd_settime(fd.as_raw_fd(), flags, &spec, std::ptr::null_mut())
-            };
-            if rc < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            set(&fd, period)?;
             // SAFETY: the `OwnedFd` owns the descriptor, which stays open while the `AsyncFd`
             // owns it (nothing here closes or replaces it).
             let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE)? };
             Ok(TimerFd { fd, first: true })
+        }
+
+        /// Ticks every `period` from now on (the expirations counted so far are dropped).
+        pub(super) fn arm(&mut self, period: Duration) -> io::Result<()> {
+            set(self.fd.get_ref(), period.max(Duration::from_millis(1)))
         }
 
         #[cfg(test)]
@@ -335,6 +367,44 @@ mod tests {
                 assert!(next <= made + period * 3 / 2 + Duration::from_millis(20));
             }
         });
+    }
+
+    /// A new period takes over at once: the next tick on a whole multiple of it, at least
+    /// half of it and at most one and a half of it away; going back to a shorter period, the
+    /// next tick is no later than that period asks.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_new_period_places_the_next_tick_on_its_own_multiples() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let slack = Duration::from_millis(20);
+            let mut ticker = Ticker::new(Duration::from_secs(1), true);
+            for period in [Duration::from_secs(4), Duration::from_secs(1)] {
+                let set = kernel::monotonic_now().unwrap();
+                ticker.set_period(period);
+                let next = ticker.next_expiry().unwrap();
+                assert!(off_multiple(next, period) < slack, "{period:?}: {next:?}");
+                assert!(next + slack >= set + period / 2, "{period:?}");
+                assert!(next <= set + period * 3 / 2 + slack, "{period:?}");
+            }
+        });
+    }
+
+    /// On the paused clock a new period counts from when it is set.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_period_on_the_paused_clock_counts_from_now() {
+        let mut ticker = Ticker::new(Duration::from_secs(1), false);
+        ticker.tick().await;
+        ticker.tick().await;
+        let set = tokio::time::Instant::now();
+        ticker.set_period(Duration::from_secs(4));
+        ticker.tick().await;
+        assert_eq!(set.elapsed(), Duration::from_secs(4));
+        ticker.tick().await;
+        assert_eq!(set.elapsed(), Duration::from_secs(8));
     }
 
     /// A heartbeat round's wait ends on a whole second of the same clock, never later than

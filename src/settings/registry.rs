@@ -162,8 +162,9 @@ registry! {
             max: Duration::from_secs(60),
             default: Duration::from_secs(1),
         },
-        "Safety-net check of the file when no change event came (a bare number given to the \
-         flag means milliseconds too).",
+        "Safety-net check of the file when no change event came; four times as long (at \
+         most 10 s) while Linux file notification reports every change (a bare number given \
+         to the flag means milliseconds too).",
     )
         .taken_by(FOLLOWING);
     FORCE_POLL: Switch = Setting::flag(

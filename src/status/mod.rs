@@ -81,6 +81,10 @@ pub struct KeyReport {
     pub kcap_watch_version: Option<String>,
     /// kcap-watch's figures for the key, when kcap-watch holds it.
     pub kcap_watch: Option<KeyStatus>,
+    /// The holder's safety-net poll period now, in milliseconds, when kcap-watch holds it
+    /// (docs/behaviour.md, "The safety-net poll").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -300,6 +304,7 @@ fn key_report(watcher_dir: &Path, key: &str, live: &[StatusFile], now: Ts) -> Ke
         pid: if running || ours.is_some() { pid } else { None },
         verdict: verdict_name.into(),
         kcap_watch_version: ours.as_ref().map(|(f, _)| f.kcap_watch_version.clone()),
+        poll_ms: ours.as_ref().and_then(|(f, _)| f.poll_ms),
         kcap_watch: ours.map(|(_, k)| k.clone()),
     }
 }
@@ -626,6 +631,7 @@ mod tests {
                     verdict: "alive".into(),
                     kcap_watch_version: Some("0".into()),
                     kcap_watch: Some(key),
+                    poll_ms: None,
                 }],
                 transcript_spool_records: 0,
                 transcript_spool_bytes: 0,

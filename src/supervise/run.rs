@@ -314,8 +314,14 @@ impl Membership for Tree {
         Ok(())
     }
 
-    fn on_poll(&mut self, host: &mut Host) {
-        self.scan(host);
+    fn needs_every_poll(&self, host: &Host) -> bool {
+        // Keys held by another watcher or failing to be claimed are looked at every poll
+        // (docs/behaviour.md R2.3), and a child waiting to be claimed is due at once.
+        !self.held.is_empty() || !self.to_claim.is_empty() || host.hub.keys.is_waiting()
+    }
+
+    fn on_poll(&mut self, host: &mut Host) -> bool {
+        let found = self.scan(host);
         // One key at a time, its child started before the next is claimed: a claim and its
         // child's rollout cost two descriptors, and both count before the next claim.
         let now = host.hub.clock.now();
@@ -331,6 +337,7 @@ impl Membership for Tree {
         for key in held {
             self.check_held(host, &key);
         }
+        found
     }
 
     fn on_ending(&mut self, host: &Host, why: Ending) {
@@ -358,9 +365,12 @@ impl Membership for Tree {
 }
 
 impl Tree {
-    fn scan(&mut self, host: &mut Host) {
+    /// Scans for what discovery has not found yet; `true` when the scan found something.
+    fn scan(&mut self, host: &mut Host) -> bool {
         let found = self.discovery.scan(SystemTime::now());
+        let any = !found.is_empty();
         self.on_found(host, found);
+        any
     }
 
     fn on_found(&mut self, host: &mut Host, found: Vec<Found>) {

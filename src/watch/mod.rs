@@ -151,7 +151,9 @@ impl Membership for Fixed {
         Ok(())
     }
 
-    fn on_poll(&mut self, _: &mut Host) {}
+    fn on_poll(&mut self, _: &mut Host) -> bool {
+        false
+    }
 
     fn on_ending(&mut self, _: &Host, _: Ending) {}
 

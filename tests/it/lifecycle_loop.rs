@@ -818,3 +818,144 @@ async fn loop_a_child_with_its_parents_history_stops_after_its_own_turn() {
         "No mismatches in 0043 or 0044."
     );
 }
+
+/// The period the watcher's status file says its safety-net poll runs at, in milliseconds.
+fn poll_ms(s: &Setup) -> Option<u64> {
+    let dir = s.dir.path().join("config/kcap-watch/status");
+    let entry = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".watch.json"))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["poll_ms"].as_u64()
+}
+
+/// Sleeps (virtually) to the next instant half-way between two of the watcher's polls
+/// (which come at whole seconds from its start, the rollout's time).
+async fn between_polls(s: &Setup) {
+    let since = s.clock.now().as_millis() - s.base.as_millis();
+    let next = (since / 1000) * 1000 + 500;
+    let next = if next <= since { next + 1000 } else { next };
+    s.until(Duration::from_millis(next as u64)).await;
+}
+
+/// Lets paused time run for `d` in steps of 100 ms, stopping as soon as `done` holds; the
+/// time it took.
+async fn within(d: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() <= d {
+        if done() {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done().then(|| start.elapsed())
+}
+
+/// docs/behaviour.md, "The safety-net poll": an idle watcher whose file notification has
+/// reported every change for ten seconds polls at four times the configured period (what an
+/// idle supervisor costs is its wake-ups); a change that only the poll finds (written
+/// through a hard link in another directory) is still found, and puts the configured
+/// period back at once, for as long as that file's changes are found by the poll alone.
+#[cfg(target_os = "linux")]
+#[tokio::test(start_paused = true)]
+async fn an_idle_watchers_poll_stretches_while_notification_works_and_a_missed_change_restores_it()
+{
+    let s = Setup::new(&[child_meta(), started()]);
+    let other = s.dir.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let link = other.join("same-rollout.jsonl");
+    std::fs::hard_link(&s.rollout, &link).unwrap();
+    let watcher = watch::run(s.opts(), s.settings(), s.clock.clone());
+    let sec = |ms: u64| Duration::from_millis(ms);
+    let test = async {
+        settle(|| s.spooled_lines() == 2).await;
+        // Between two polls (at whole seconds from the start): a change landing at the
+        // instant of a poll may be found by it before its event is read, which counts as a
+        // miss (a real one the test could not tell from it).
+        s.until(sec(5_500)).await;
+        assert_eq!(poll_ms(&s), Some(1000), "the configured period at first");
+        // A notified change is no miss.
+        s.append_now(&[agent_text("notified")]).await;
+        s.until(sec(20_500)).await;
+        assert_eq!(
+            poll_ms(&s),
+            Some(4000),
+            "stretched after ten seconds of notified changes only"
+        );
+        // Found by the stretched poll, within its period.
+        append(&link, &[agent_text("through the link")]);
+        let took = within(sec(5_000), || s.spooled_lines() == 4)
+            .await
+            .expect("a change notification missed is found by the stretched poll");
+        assert!(took <= sec(4_100), "{took:?}");
+        // That miss put the configured period back: the next one is found within it.
+        within(sec(3_000), || poll_ms(&s) == Some(1000))
+            .await
+            .expect("the status file says the configured period again");
+        append(&link, &[agent_text("through the link again")]);
+        let took = within(sec(2_000), || s.spooled_lines() == 5)
+            .await
+            .expect("found by the configured poll");
+        assert!(took <= sec(1_100), "{took:?}");
+        // A file the poll found changed stays polled at the configured period while quiet.
+        tokio::time::sleep(3 * MIN).await;
+        assert_eq!(poll_ms(&s), Some(1000));
+        append(&link, &[agent_text("minutes later")]);
+        let took = within(sec(2_000), || s.spooled_lines() == 6)
+            .await
+            .expect("found by the configured poll");
+        assert!(took <= sec(1_100), "{took:?}");
+        // Until an event reports one of its changes again.
+        between_polls(&s).await;
+        s.append_now(&[agent_text("notified again")]).await;
+        within(sec(15_000), || poll_ms(&s) == Some(4000))
+            .await
+            .expect("stretched again once notification reported the file's change");
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+}
+
+/// Where notification is not relied on, the configured period stays: polling forced, or a
+/// rollout path that is a symbolic link into a directory nobody watches (whose changes are
+/// then found within the configured period, minutes into a quiet spell).
+#[cfg(unix)]
+#[tokio::test(start_paused = true)]
+async fn the_poll_keeps_its_configured_period_when_polling_is_forced_or_the_path_is_a_link() {
+    // Forced polling.
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut settings = s.settings();
+    settings.force_poll = true;
+    keeps_the_configured_poll(&s, s.opts(), settings).await;
+
+    // A symbolic link: the watched directory is the link's, the file is elsewhere.
+    let s = Setup::new(&[child_meta(), started()]);
+    let other = s.dir.path().join("links");
+    std::fs::create_dir(&other).unwrap();
+    let link = other.join("rollout.jsonl");
+    std::os::unix::fs::symlink(&s.rollout, &link).unwrap();
+    keeps_the_configured_poll(&s, WatchOptions::following(link), s.settings()).await;
+}
+
+/// Runs a watcher of `s`'s rollout as `opts` and `settings` say: three quiet minutes in, its
+/// poll still has the configured period, and a line appended to the file is found within it.
+#[cfg(unix)]
+async fn keeps_the_configured_poll(s: &Setup, opts: WatchOptions, settings: Settings) {
+    let watcher = watch::run(opts, settings, s.clock.clone());
+    let test = async {
+        settle(|| s.spooled_lines() == 2).await;
+        s.until(3 * MIN + Duration::from_millis(500)).await;
+        assert_eq!(poll_ms(s), Some(1000));
+        append(&s.rollout, &[agent_text("found by the poll")]);
+        within(Duration::from_millis(1100), || s.spooled_lines() == 3)
+            .await
+            .expect("found within the configured period");
+    };
+    tokio::select! {
+        r = watcher => panic!("watcher ended early: {r:?}"),
+        _ = test => {}
+    }
+}

@@ -119,15 +119,26 @@ impl Home {
     }
 
     fn supervise(&self, server: &FakeKcap, extra: &[&str]) -> Child {
+        self.supervise_with(server, extra, true)
+    }
+
+    /// As the daemon starts one: no parent to end with.
+    fn supervise_without_parent(&self, server: &FakeKcap, extra: &[&str]) -> Child {
+        self.supervise_with(server, extra, false)
+    }
+
+    fn supervise_with(&self, server: &FakeKcap, extra: &[&str], parented: bool) -> Child {
         let mut c = kcap_watch(&self.config);
         c.env_remove("CODEX_HOME");
         c.arg("supervise")
             .arg(&self.session)
             .args(["--codex-home"])
-            .arg(&self.home)
-            .args(["--server", &server.url()])
-            .args(["--parent-pid", &self.parent_pid().to_string()])
-            .args(["--stop-grace", "0s"])
+            .arg(&self.home);
+        c.args(["--server", &server.url()]);
+        if parented {
+            c.args(["--parent-pid", &self.parent_pid().to_string()]);
+        }
+        c.args(["--stop-grace", "0s"])
             .args(
                 (!extra.contains(&"--reap-after"))
                     .then_some(["--reap-after", "30m"])
@@ -313,6 +324,26 @@ fn descendants_created_while_it_runs_are_shipped_completely_and_stopped_once() {
     assert!(!server.stream_exists(&bare(ROOT), ""));
 }
 
+/// A `watch` of `a` started by hand, once it holds the key (its pid file written).
+fn holding_watch(home: &Home, server: &FakeKcap, a: &Rollout) -> Child {
+    let mut watch = kcap_watch(&home.config);
+    watch
+        .args(["watch", &bare(ROOT)])
+        .arg(&a.path)
+        .args(["--agent-id", &bare(CHILD_A), "--server", &server.url()])
+        .args(["--stop-grace", "30m", "--poll-interval", "50ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let watch = watch.spawn_retrying().unwrap();
+    let pid = watch.id();
+    assert!(wait_for(WAIT, || kcap_cli_alive(
+        &home.watchers(),
+        &key(CHILD_A),
+        30
+    ) == Some(pid)));
+    watch
+}
+
 #[test]
 fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     let server = FakeKcap::start();
@@ -322,21 +353,8 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     fs::create_dir_all(a.path.parent().unwrap()).unwrap();
     let cut = a.text[..a.text.len() / 2].rfind('\n').unwrap() + 1;
     fs::write(&a.path, &a.text[..cut]).unwrap();
-    let mut watch = kcap_watch(&home.config);
-    watch
-        .args(["watch", &bare(ROOT)])
-        .arg(&a.path)
-        .args(["--agent-id", &bare(CHILD_A), "--server", &server.url()])
-        .args(["--stop-grace", "30m", "--poll-interval", "50ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut watch = watch.spawn_retrying().unwrap();
+    let mut watch = holding_watch(&home, &server, a);
     let watch_pid = watch.id();
-    assert!(wait_for(WAIT, || kcap_cli_alive(
-        &home.watchers(),
-        &key(CHILD_A),
-        30
-    ) == Some(watch_pid)));
 
     let mut sup = home.supervise(&server, &[]);
     // The supervisor has found the child and left it to the live watcher (waited for as it
@@ -369,6 +387,60 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
     assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0));
     assert!(shipped_completely(&server, a));
     assert_eq!(stops_for(&server, CHILD_A), 1);
+}
+
+/// The safety-net poll's period a supervisor's status file gives.
+fn supervisor_poll_ms(home: &Home) -> Option<u64> {
+    let path = kcap_watch::status_file::status_path(
+        &home.config,
+        &bare(ROOT),
+        kcap_watch::status_file::Writer::Supervise,
+    );
+    kcap_watch::status_file::read(&path).ok()??.poll_ms
+}
+
+/// docs/behaviour.md, "The safety-net poll": a supervisor (as the daemon starts one, with no
+/// parent to watch) keeps the configured period while a key another watcher holds must be
+/// looked at every poll, and stretches it to four times once nothing needs every poll and
+/// notification has reported every change for ten seconds.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_supervisors_poll_stretches_once_idle_but_not_while_a_key_is_held_by_another_watcher() {
+    let server = FakeKcap::start();
+    let home = Home::new();
+    let tree = home.tree();
+    let a = &tree[0];
+    fs::create_dir_all(a.path.parent().unwrap()).unwrap();
+    fs::write(&a.path, &a.text).unwrap();
+    let mut watch = holding_watch(&home, &server, a);
+    let mut sup = home.supervise_without_parent(&server, &[]);
+    assert!(
+        wait_for(WAIT, || home.logs().contains("\"event\":\"child_held\"")),
+        "{}",
+        home.logs()
+    );
+    // Ten seconds of 50 ms polls is the probation; twelve with the key held.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(
+        supervisor_poll_ms(&home),
+        Some(50),
+        "a held key is looked at every configured poll"
+    );
+    watch.kill().unwrap();
+    let _ = watch.wait();
+    assert!(wait_for(WAIT, || kcap_cli_alive(
+        &home.watchers(),
+        &key(CHILD_A),
+        30
+    ) == Some(sup.id())));
+    assert!(
+        wait_for(Duration::from_secs(30), || supervisor_poll_ms(&home)
+            == Some(200)),
+        "the supervisor's poll did not stretch once idle: {:?}",
+        supervisor_poll_ms(&home)
+    );
+    request_stop(sup.id()).expect("send the supervisor SIGTERM");
+    assert_eq!(wait_exit(&mut sup, WAIT).code(), Some(0));
 }
 
 #[test]
