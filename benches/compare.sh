@@ -24,6 +24,9 @@
 #               its columns say "not built" and the targets are checked against round 1 where
 #               the issue allows it.
 # --children "50 200": the supervise scenario's child counts (one scenario each).
+# DAEMON_SETTLE=S (environment, default 5): seconds between the last line at the sink and the
+#               daemon scenario's idle window; 45 measures the machine's steady idle, after
+#               every process's 30 s hand-back of memory and its safety net's stretch.
 #
 # Load: the 1-minute load average is sampled every 2 s; every timing verdict names the highest
 # seen over its scenario ("yes (load 0.42)") and none is given above 1 ("no verdict (load 3.10
@@ -609,7 +612,7 @@ bench_daemon() {
         PIDS+=("$wpid")
         wait_for_grep "resume at line" "$dir/watch.err" 60 || wpid=0
     fi
-    sleep 5
+    sleep "${DAEMON_SETTLE:-5}"
     # Every kcap-watch process: the daemon and its descendants (the detached supervisors are
     # still its children).
     descendants() { local q; echo "$1"; for q in $(pgrep -P "$1"); do descendants "$q"; done; }
@@ -713,7 +716,7 @@ print_many_table() {
 
 print_daemon_table() {
     echo
-    echo "the machine: the daemon, 10 Codex sessions each under a stand-in for the kcap CLI's session watcher (examples/kcap_session.rs), 10 sub-agents per session appearing one every $DAEMON_EVERY_MS ms ($SUP_CHILD_SIZE each), all shipped, then $SUP_IDLE s idle"
+    echo "the machine: the daemon, 10 Codex sessions each under a stand-in for the kcap CLI's session watcher (examples/kcap_session.rs), 10 sub-agents per session appearing one every $DAEMON_EVERY_MS ms ($SUP_CHILD_SIZE each), all shipped, then ${DAEMON_SETTLE:-5} s settling and $SUP_IDLE s idle"
     echo
     echo "| what | daemon | target | holds |"
     echo "|---|---|---|---|"
