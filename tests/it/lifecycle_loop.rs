@@ -820,6 +820,7 @@ async fn loop_a_child_with_its_parents_history_stops_after_its_own_turn() {
 }
 
 /// The period the watcher's status file says its safety-net poll runs at, in milliseconds.
+#[cfg(unix)]
 fn poll_ms(s: &Setup) -> Option<u64> {
     let dir = s.dir.path().join("config/kcap-watch/status");
     let entry = std::fs::read_dir(dir)
@@ -832,6 +833,7 @@ fn poll_ms(s: &Setup) -> Option<u64> {
 
 /// Sleeps (virtually) to the next instant half-way between two of the watcher's polls
 /// (which come at whole seconds from its start, the rollout's time).
+#[cfg(target_os = "linux")]
 async fn between_polls(s: &Setup) {
     let since = s.clock.now().as_millis() - s.base.as_millis();
     let next = (since / 1000) * 1000 + 500;
@@ -841,6 +843,7 @@ async fn between_polls(s: &Setup) {
 
 /// Lets paused time run for `d` in steps of 100 ms, stopping as soon as `done` holds; the
 /// time it took.
+#[cfg(unix)]
 async fn within(d: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
     let start = tokio::time::Instant::now();
     while start.elapsed() <= d {

@@ -123,6 +123,7 @@ impl Home {
     }
 
     /// As the daemon starts one: no parent to end with.
+    #[cfg(target_os = "linux")]
     fn supervise_without_parent(&self, server: &FakeKcap, extra: &[&str]) -> Child {
         self.supervise_with(server, extra, false)
     }
@@ -390,6 +391,7 @@ fn a_child_held_by_a_live_watch_is_left_alone_and_taken_over_when_it_dies() {
 }
 
 /// The safety-net poll's period a supervisor's status file gives.
+#[cfg(target_os = "linux")]
 fn supervisor_poll_ms(home: &Home) -> Option<u64> {
     let path = kcap_watch::status_file::status_path(
         &home.config,
