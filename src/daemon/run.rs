@@ -27,6 +27,7 @@ use super::sessions::{self, RolloutCheck, ServerSource};
 use crate::codex::layout::{self, CodexLayout};
 use crate::error::LockHeld;
 use crate::files::{self, ExclusiveLock};
+use crate::host::net::SafetyNet;
 use crate::host::notifier::Notifier;
 use crate::launch::LaunchFacts;
 use crate::platform::{detached, proc_info};
@@ -141,6 +142,11 @@ pub(crate) struct Daemon {
     status_written: Option<Instant>,
     /// The daemon's own server (for its status file), resolved once.
     own_server: Option<String>,
+    /// The poll's period: stretched while notification reports everything the poll would
+    /// find (`crate::host::net`).
+    net: SafetyNet,
+    /// The notifier reported a failure: it is not relied on again.
+    notify_failed: bool,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
@@ -180,6 +186,8 @@ pub async fn run(settings: DaemonConfig) -> Result<()> {
         dirty: true,
         status_written: None,
         own_server,
+        net: SafetyNet::new(settings.poll_interval.saturating_mul(5)),
+        notify_failed: false,
         settings,
     };
     info!(
@@ -205,10 +213,6 @@ pub async fn run(settings: DaemonConfig) -> Result<()> {
 }
 
 impl Daemon {
-    fn poll_every(&self) -> Duration {
-        self.settings.poll_interval.saturating_mul(5)
-    }
-
     async fn run(&mut self) -> Result<()> {
         let mut signals = crate::platform::signals::ShutdownSignals::install()
             .context("failed to install a signal handler")?
@@ -217,8 +221,18 @@ impl Daemon {
         self.sync_watches();
         // The kernel's timer where there is one: woken once per poll (the daemon's time is the
         // system's, never a test's paused clock).
-        let mut poll = crate::platform::ticker::Ticker::new(self.poll_every(), true);
+        let mut period = self.net.period();
+        let mut poll = crate::platform::ticker::Ticker::new(period, true);
         loop {
+            if self.net.period() != period {
+                period = self.net.period();
+                tracing::debug!(
+                    event = "poll_period",
+                    "the daemon's poll now runs every {period:?}"
+                );
+                poll.set_period(period);
+                self.dirty = true;
+            }
             self.write_status_if_due();
             let sleep = tokio::time::sleep(self.next_wake());
             tokio::select! {
@@ -259,6 +273,10 @@ impl Daemon {
 
     fn on_changes(&mut self) {
         let changes = self.notifier.take();
+        if changes.failed || changes.rescan {
+            self.net.distrust();
+            self.notify_failed |= changes.failed;
+        }
         let dir = self.settings.watcher_dir.clone();
         let session_files_changed = changes.rescan
             || changes
@@ -281,6 +299,7 @@ impl Daemon {
 
     fn on_poll(&mut self) {
         let now = Ts::now();
+        let before = self.poll_signature();
         self.refresh(now);
         // An adopted supervisor is not our child: its end is seen here, and judged by the same
         // rule as one this daemon started (the spec): a supervisor that ends on purpose
@@ -319,8 +338,36 @@ impl Daemon {
         }
         self.wake_dormant(&[], true);
         self.sync_watches();
+        // What only a poll sees: an adopted supervisor's end (not the daemon's child), and a
+        // skipped session's rollout (its directory is not watched until it is taken).
+        let reliable = !self.notify_failed
+            && self.notifier.reports_every_change()
+            && !self
+                .sessions
+                .values()
+                .any(|s| matches!(s.supervisor, Supervisor::Running { adopted: true, .. }))
+            && !self.skipped.values().any(|s| s.retry);
+        // Anything the poll changed is something no event had reported.
+        let missed = self.poll_signature() != before;
+        self.net.polled(reliable, missed);
         // The code its start ran and its quiet loop does not (it ships nothing itself).
         crate::platform::memory::release_idle(std::time::Instant::now());
+    }
+
+    /// What a poll can change: the sessions taken and skipped, the supervisors started, and
+    /// how many run.
+    fn poll_signature(&self) -> (usize, usize, u64, usize) {
+        let running = self
+            .sessions
+            .values()
+            .filter(|s| matches!(s.supervisor, Supervisor::Running { .. }))
+            .count();
+        (
+            self.sessions.len(),
+            self.skipped.len(),
+            self.next_generation,
+            running,
+        )
     }
 
     fn on_due(&mut self) {
@@ -817,6 +864,7 @@ impl Daemon {
             updated_at: now.rfc3339(),
             kcap_watch_version: env!("CARGO_PKG_VERSION").into(),
             server: self.own_server.as_deref().map(crate::url_display::redacted),
+            poll_ms: Some(u64::try_from(self.net.period().as_millis()).unwrap_or(u64::MAX)),
             session_id: String::new(),
             keys: Vec::new(),
             sessions_taken: self
@@ -859,7 +907,6 @@ impl Daemon {
                     reason: s.reason.clone(),
                 })
                 .collect(),
-            poll_ms: None,
         }
     }
 }

@@ -1198,6 +1198,56 @@ fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_
     }
 }
 
+/// docs/behaviour.md, "The safety-net poll": the daemon's own poll (five times the
+/// configured period) keeps its period while it has adopted a supervisor, whose end only a
+/// poll can see (it is not the daemon's child), and stretches to four times once nothing but
+/// notification's events can change what it knows.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_daemons_poll_stretches_once_idle_but_not_while_it_has_adopted_a_supervisor() {
+    let w = World::new();
+    let s1 = Ids { n: 1 };
+    let r1 = w.session(s1);
+    let _stand = w.standin(s1, &r1);
+    let mut first = kcap_watch(&w.config);
+    first
+        .env("CODEX_HOME", &w.home)
+        .env("KCAP_URL", w.server.url())
+        .arg("supervise")
+        .arg(&r1)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut first = first.spawn_retrying().unwrap();
+    let lock = w
+        .config
+        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
+    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
+        .is_ok_and(|t| t == first.id().to_string())));
+    let mut daemon = w.daemon("daemon.log");
+    let poll_ms = || w.daemon_status().and_then(|s| s["poll_ms"].as_u64());
+    assert!(
+        wait_for(WAIT, || w.daemon_status().is_some_and(
+            |s| s["sessions_taken"][0]["supervisor"] == "adopted"
+        )),
+        "{}",
+        w.logs()
+    );
+    // Ten seconds of polls are the probation (100 ms configured: the daemon polls every
+    // 500 ms); twelve with the supervisor adopted.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(poll_ms(), Some(500), "an adopted supervisor is polled for");
+    // It ends on purpose: the daemon lets the session rest, and has nothing left to poll for.
+    kcap_watch::platform::signals::request_stop(first.id()).unwrap();
+    assert_eq!(wait_exit(&mut first, WAIT).and_then(|s| s.code()), Some(0));
+    assert!(
+        wait_for(Duration::from_secs(30), || poll_ms() == Some(2000)),
+        "the daemon's poll did not stretch: {:?}; {}",
+        poll_ms(),
+        w.logs()
+    );
+    end_daemon(&w, &mut daemon);
+}
+
 /// Every file under `dir` (recursively), as text: what a person could read on disk.
 fn all_files_text(dir: &Path) -> String {
     let mut out = String::new();
