@@ -145,8 +145,6 @@ pub(crate) struct Daemon {
     /// The poll's period: stretched while notification reports everything the poll would
     /// find (`crate::host::net`).
     net: SafetyNet,
-    /// The notifier reported a failure: it is not relied on again.
-    notify_failed: bool,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Exit 75 when another daemon holds the lock.
@@ -187,7 +185,6 @@ pub async fn run(settings: DaemonConfig) -> Result<()> {
         status_written: None,
         own_server,
         net: SafetyNet::new(settings.poll_interval.saturating_mul(5)),
-        notify_failed: false,
         settings,
     };
     info!(
@@ -221,18 +218,10 @@ impl Daemon {
         self.sync_watches();
         // The kernel's timer where there is one: woken once per poll (the daemon's time is the
         // system's, never a test's paused clock).
-        let mut period = self.net.period();
-        let mut poll = crate::platform::ticker::Ticker::new(period, true);
+        let mut poll = crate::platform::ticker::Ticker::new(self.net.period(), true);
         loop {
-            if self.net.period() != period {
-                period = self.net.period();
-                tracing::debug!(
-                    event = "poll_period",
-                    "the daemon's poll now runs every {period:?}"
-                );
-                poll.set_period(period);
-                self.dirty = true;
-            }
+            // Its status file says the period.
+            self.dirty |= poll.set_period(self.net.period());
             self.write_status_if_due();
             let sleep = tokio::time::sleep(self.next_wake());
             tokio::select! {
@@ -273,10 +262,7 @@ impl Daemon {
 
     fn on_changes(&mut self) {
         let changes = self.notifier.take();
-        if changes.failed || changes.rescan {
-            self.net.distrust();
-            self.notify_failed |= changes.failed;
-        }
+        self.net.notified(&changes);
         let dir = self.settings.watcher_dir.clone();
         let session_files_changed = changes.rescan
             || changes
@@ -340,8 +326,7 @@ impl Daemon {
         self.sync_watches();
         // What only a poll sees: an adopted supervisor's end (not the daemon's child), and a
         // skipped session's rollout (its directory is not watched until it is taken).
-        let reliable = !self.notify_failed
-            && self.notifier.reports_every_change()
+        let reliable = self.notifier.reports_every_change()
             && !self
                 .sessions
                 .values()

@@ -254,8 +254,6 @@ pub(crate) struct Host {
     follow: bool,
     /// The safety-net poll's period ([`net`]).
     net: SafetyNet,
-    /// The notifier reported a failure: it is not relied on again.
-    notify_failed: bool,
 }
 
 impl Host {
@@ -286,7 +284,6 @@ impl Host {
             ending: None,
             follow,
             net,
-            notify_failed: false,
         })
     }
 
@@ -313,9 +310,8 @@ impl Host {
         // The safety-net poll on its own ticker (the kernel's timer: one wake-up per period),
         // and one timer for every due time, set again only when the earliest one moves: a
         // timer registered anew at each turn of the loop woke the runtime for nothing.
-        let mut period = self.net.period();
-        let mut ticker = Ticker::new(period, !self.hub.clock.follows_runtime());
-        self.status.set_poll(period);
+        let mut ticker = Ticker::new(self.net.period(), !self.hub.clock.follows_runtime());
+        self.status.set_poll(self.net.period());
         let timer = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(timer);
         let mut armed: Option<tokio::time::Instant> = None;
@@ -324,14 +320,8 @@ impl Host {
             if let Some(end) = members.settle(self, now)? {
                 return Ok(end);
             }
-            if self.net.period() != period {
-                period = self.net.period();
-                tracing::debug!(
-                    event = "poll_period",
-                    "the safety-net poll now runs every {period:?}"
-                );
-                ticker.set_period(period);
-                self.status.set_poll(period);
+            if ticker.set_period(self.net.period()) {
+                self.status.set_poll(self.net.period());
             }
             // Every child's line is built only when a write could follow: with thousands of
             // children, building them at every turn of the loop cost more than shipping.
@@ -453,11 +443,7 @@ impl Host {
     /// membership's.
     fn on_changes<M: Membership>(&mut self, members: &mut M) -> Result<()> {
         let changes = self.notifier.take();
-        if changes.failed || changes.rescan {
-            // Events were lost (or the notifier stopped): the net is the configured one again.
-            self.net.distrust();
-            self.notify_failed |= changes.failed;
-        }
+        self.net.notified(&changes);
         if changes.failed {
             warn!(
                 event = "polling",
@@ -520,7 +506,6 @@ impl Host {
         let reliable = self.follow
             && self.ending.is_none()
             && parent.is_none()
-            && !self.notify_failed
             && self.notifier.reports_every_change()
             && !members.needs_every_poll(self)
             && self.children.values().all(|c| c.notified_reliably(now));

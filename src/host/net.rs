@@ -43,6 +43,8 @@ pub(crate) struct SafetyNet {
     quiet: u32,
     /// How many such polls make the probation.
     needed: u32,
+    /// The notifier reported a failure: it is never relied on again.
+    failed: bool,
 }
 
 impl SafetyNet {
@@ -57,6 +59,7 @@ impl SafetyNet {
             configured,
             quiet: 0,
             needed: u32::try_from(needed).unwrap_or(u32::MAX),
+            failed: false,
         }
     }
 
@@ -73,17 +76,21 @@ impl SafetyNet {
     /// watching every directory, nothing to re-check at every poll), `missed` when it found a
     /// change no event had reported.
     pub(crate) fn polled(&mut self, reliable: bool, missed: bool) {
-        if reliable && !missed {
+        if reliable && !missed && !self.failed {
             self.quiet = self.quiet.saturating_add(1);
         } else {
             self.quiet = 0;
         }
     }
 
-    /// Notification failed, or something needs every poll from now on: the configured
-    /// period, and the probation starts again.
-    pub(crate) fn distrust(&mut self) {
-        self.quiet = 0;
+    /// A batch of the notifier's events: events were lost (`rescan`: the kernel's queue
+    /// overflowed, or too many paths) or the notifier stopped (`failed`, for good): the
+    /// configured period, and the probation starts again (never again after a failure).
+    pub(crate) fn notified(&mut self, changes: &crate::platform::notifier::Changes) {
+        if changes.failed || changes.rescan {
+            self.quiet = 0;
+        }
+        self.failed |= changes.failed;
     }
 }
 
@@ -130,8 +137,32 @@ mod tests {
         for _ in 0..10 {
             net.polled(true, false);
         }
-        net.distrust();
+        net.notified(&rescan());
         assert_eq!(net.period(), SECOND);
+        for _ in 0..10 {
+            net.polled(true, false);
+        }
+        assert_eq!(net.period(), 4 * SECOND, "a lost batch is not for good");
+        net.notified(&failed());
+        for _ in 0..100 {
+            net.polled(true, false);
+        }
+        assert_eq!(net.period(), SECOND, "a failed notifier is");
+    }
+
+    fn rescan() -> crate::platform::notifier::Changes {
+        crate::platform::notifier::Changes {
+            rescan: true,
+            ..Default::default()
+        }
+    }
+
+    fn failed() -> crate::platform::notifier::Changes {
+        crate::platform::notifier::Changes {
+            rescan: true,
+            failed: true,
+            ..Default::default()
+        }
     }
 
     #[test]

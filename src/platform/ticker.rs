@@ -21,6 +21,7 @@ use std::time::Duration;
 /// ticks collapse into one (a late poll is followed by the next regular one, never a burst).
 pub(crate) struct Ticker {
     inner: Inner,
+    period: Duration,
 }
 
 enum Inner {
@@ -39,6 +40,7 @@ impl Ticker {
                 Ok(timer) => {
                     return Ticker {
                         inner: Inner::Kernel(timer),
+                        period,
                     };
                 }
                 Err(e) => tracing::debug!(
@@ -53,13 +55,23 @@ impl Ticker {
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ticker {
             inner: Inner::Runtime(interval),
+            period,
         }
     }
 
     /// Ticks every `period` from now on, the next tick a period away at most (on the kernel's
     /// timer: on the next whole multiple of the new period at least half a period away, as
-    /// [`Ticker::new`] places them). On failure the old period stays.
-    pub(crate) fn set_period(&mut self, period: Duration) {
+    /// [`Ticker::new`] places them). Nothing changes when `period` is the one it has; `true`
+    /// when it was another (on the kernel's timer, a failure to re-arm keeps the old ticks).
+    pub(crate) fn set_period(&mut self, period: Duration) -> bool {
+        if period == self.period {
+            return false;
+        }
+        self.period = period;
+        tracing::debug!(
+            event = "poll_period",
+            "the safety-net poll now runs every {period:?}"
+        );
         match &mut self.inner {
             Inner::Runtime(interval) => {
                 let mut next =
@@ -77,6 +89,7 @@ impl Ticker {
                 }
             }
         }
+        true
     }
 
     /// Waits for the next tick.

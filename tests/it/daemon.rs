@@ -1141,30 +1141,38 @@ fn a_child_re_engaged_after_its_reap_is_shipped_in_full_and_its_key_never_free()
     end_daemon(&w, &mut daemon);
 }
 
+/// `supervise` of session `ids`'s rollout `rollout`, started by hand as an earlier daemon
+/// would have; once its lock names it, unless another supervisor holds the lock (then it
+/// exits 75 and is returned as it runs).
+fn supervise_by_hand(w: &World, ids: Ids, rollout: &Path) -> Child {
+    let mut c = kcap_watch(&w.config);
+    c.env("CODEX_HOME", &w.home)
+        .env("KCAP_URL", w.server.url())
+        .arg("supervise")
+        .arg(rollout)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let lock = w
+        .config
+        .join(format!("kcap-watch/supervise/{}.lock", ids.key()));
+    let held = fs::read_to_string(&lock).ok();
+    let child = c.spawn_retrying().unwrap();
+    if held.is_none() {
+        assert!(wait_for(WAIT, || fs::read_to_string(&lock)
+            .is_ok_and(|t| t == child.id().to_string())));
+    }
+    child
+}
+
 #[test]
 fn a_daemon_adopts_the_supervisor_already_running_and_a_second_supervisor_exits_75() {
     let w = World::new();
     let s1 = Ids { n: 1 };
     let r1 = w.session(s1);
     let _stand = w.standin(s1, &r1);
-    let supervise = || {
-        let mut c = kcap_watch(&w.config);
-        c.env("CODEX_HOME", &w.home)
-            .env("KCAP_URL", w.server.url())
-            .arg("supervise")
-            .arg(&r1)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        c.spawn_retrying().unwrap()
-    };
     // A supervisor left running by an earlier daemon.
-    let mut first = supervise();
-    let lock = w
-        .config
-        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
-    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
-        .is_ok_and(|t| t == first.id().to_string())));
-    let mut second = supervise();
+    let mut first = supervise_by_hand(&w, s1, &r1);
+    let mut second = supervise_by_hand(&w, s1, &r1);
     assert_eq!(
         wait_exit(&mut second, WAIT).and_then(|s| s.code()),
         Some(75)
@@ -1209,20 +1217,7 @@ fn the_daemons_poll_stretches_once_idle_but_not_while_it_has_adopted_a_superviso
     let s1 = Ids { n: 1 };
     let r1 = w.session(s1);
     let _stand = w.standin(s1, &r1);
-    let mut first = kcap_watch(&w.config);
-    first
-        .env("CODEX_HOME", &w.home)
-        .env("KCAP_URL", w.server.url())
-        .arg("supervise")
-        .arg(&r1)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut first = first.spawn_retrying().unwrap();
-    let lock = w
-        .config
-        .join(format!("kcap-watch/supervise/{}.lock", s1.key()));
-    assert!(wait_for(WAIT, || fs::read_to_string(&lock)
-        .is_ok_and(|t| t == first.id().to_string())));
+    let mut first = supervise_by_hand(&w, s1, &r1);
     let mut daemon = w.daemon("daemon.log");
     let poll_ms = || w.daemon_status().and_then(|s| s["poll_ms"].as_u64());
     assert!(

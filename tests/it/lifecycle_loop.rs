@@ -922,12 +922,14 @@ async fn an_idle_watchers_poll_stretches_while_notification_works_and_a_missed_c
     }
 }
 
-/// Where notification is not relied on, the configured period stays: polling forced, or a
+/// Where notification is not relied on, the configured period stays: polling forced, a
 /// rollout path that is a symbolic link into a directory nobody watches (whose changes are
-/// then found within the configured period, minutes into a quiet spell).
+/// then found within the configured period, minutes into a quiet spell), or a parent whose
+/// exit only the poll sees.
 #[cfg(unix)]
 #[tokio::test(start_paused = true)]
-async fn the_poll_keeps_its_configured_period_when_polling_is_forced_or_the_path_is_a_link() {
+async fn the_poll_keeps_its_configured_period_when_polling_is_forced_the_path_is_a_link_or_a_parent_is_watched()
+ {
     // Forced polling.
     let s = Setup::new(&[child_meta(), started()]);
     let mut settings = s.settings();
@@ -941,6 +943,13 @@ async fn the_poll_keeps_its_configured_period_when_polling_is_forced_or_the_path
     let link = other.join("rollout.jsonl");
     std::os::unix::fs::symlink(&s.rollout, &link).unwrap();
     keeps_the_configured_poll(&s, WatchOptions::following(link), s.settings()).await;
+
+    // A parent watched (this test's own process): its exit is noticed at the configured
+    // period, so the period stays.
+    let s = Setup::new(&[child_meta(), started()]);
+    let mut opts = s.opts();
+    opts.parent_pid = Some(std::process::id());
+    keeps_the_configured_poll(&s, opts, s.settings()).await;
 }
 
 /// Runs a watcher of `s`'s rollout as `opts` and `settings` say: three quiet minutes in, its
