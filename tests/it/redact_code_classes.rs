@@ -359,3 +359,85 @@ class_tests! {
         ],
         redacted ["api_@ = \"Xk9vQ2mLp7Rz\""];
 }
+
+// Code (T2.7) as the JDK's security code and Node's libraries write it around credentials: a
+// cast, a condition or a shift in parentheses, a conditional going on on the next line, a
+// count's `-1`, a constructor given a name then an object left open, a loop's variable, and a
+// variable named like the name it is given to. One of them taken for a secret took every copy
+// of it in the same output too (20 lines of one object literal).
+class_tests! {
+    code_java_casts_conditions_and_loops: NAMES,
+        left alone [
+            "            @ = (X509Credentials)cd;",
+            "        @ = (XECPrivateKey) key;",
+            "        char[] @ = (storePassNew!=null) ? storePassNew : storePass;",
+            "        int @Id = ((is.read()<<8) | is.read());",
+            "        SecretKey @ = isValidation ?\n                a : b;",
+            "        int @Len = -1;",
+            "    @: new Definition('@', {\n      default: null,\n    }),",
+            "        for (HttpCookie @ : cookieJar.get(uri)) {",
+            "        @Len = (keyLenBits + 7) >> 3;",
+            "        srcIs@ = PKCS12KeyStore.isPasswordless(srcksfile);",
+        ],
+        redacted [
+            "@ = (Credentials)Xk9vQ2mLp7Rz;",
+            "@ = (Xk9vQ2mLp7Rz!=null)",
+            "@ = new Xk9vQ2mLp7Rz('a', {",
+            "@ = Xk9vQ2mLp7Rz ?",
+        ];
+    code_variable_named_like_its_name: &["x"],
+        left alone [
+            "        keyPassNew = newPass;",
+            "        secret = cookieSecret;",
+            "        shc.baseWriteSecret = writeSecret;",
+            "  password: readPassword,",
+            "    creds.token = tokenReg",
+            "  credentials: kEnumerableProperty,\n  withCredentials: kEnumerableProperty\n  mode: kEnumerableProperty,",
+        ],
+        redacted [
+            "keyPass = Xk9vQ2mLp7Rz;",
+            "  credentials: kXk9vQ2mLp7Rz,",
+            "    creds.token = Xk9vQ2mLp7Rz",
+        ];
+    code_declaration_of_a_type_named_like_a_secret: &["Credentials", "PrivateKey", "SecretKey"],
+        left alone [
+            "            @ additionalCreds, PAData[] extraPAs)",
+            "    private final @ localPrivateKey;",
+            "            DEBUG.println(\">>> @ acquireServiceCreds: \" +",
+        ],
+        redacted [
+            "    @ Xk9vQ2mLp7RzAbCd9",
+            "    @ xk9vQ2mLp7RzAbCd9,",
+        ];
+}
+
+/// A password of words stays a secret where a variable named like its name would not: it
+/// shares no word with the name, or is quoted.
+#[test]
+fn a_password_of_words_is_no_variable_named_like_its_name() {
+    let mut failures = Vec::new();
+    for (text, secret) in [
+        ("        password = superSecret;", "superSecret"),
+        ("secret: SuperSecret,", "SuperSecret"),
+        ("  password: \"myPassword\",", "myPassword"),
+    ] {
+        failures.extend(leaks(text, &[secret]));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// Prose about a tool's flags and headers (T2.9), as a tool's messages and their translations
+// say it: a word joining two flags is no flag's value, and a header's name quoted with its
+// colon holds no value.
+class_tests! {
+    prose_naming_flags_and_headers: &["x"],
+        left alone [
+            "{ \"if.protected.is.specified.then.storepass.keypass.and.new.must.not.be.specified\", \"if -protected is specified, then -storepass, -keypass, and -new must not be specified\" },",
+            "{ \"keypass.and.new\", \"Les commandes -keypass et -new ne peuvent pas\" },",
+            " * as RFC 2965/2109, but without leading \"Cookie:\" token.",
+        ],
+        redacted [
+            "keytool -list -storepass Xk9vQ2mLp7Rz -keypass and",
+            "curl -H \"Cookie: Xk9vQ2mLp7Rz\" https://x",
+        ];
+}

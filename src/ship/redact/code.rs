@@ -20,13 +20,20 @@ pub(super) fn is_word(w: &str) -> bool {
         // A constant pattern; the unit tests run it.
         Regex::new(concat!(
             r"^(?:[a-z_$][a-z0-9_$]*",
-            r"|[a-z]+(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
-            r"|_*[A-Z]+[a-z]{2,}(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
+            r"|_*[a-z]+(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
+            r"|_*[A-Z]+[0-9]*(?:[A-Z][a-z]{2,}|[a-z]{2,})(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
             r"|_*[A-Z][A-Z0-9_]*)$"
         ))
         .expect("word pattern is a valid regex")
     });
-    !w.is_empty() && w.len() <= 96 && WORD.is_match(w)
+    !w.is_empty()
+        && w.len() <= 96
+        && (WORD.is_match(w)
+            // Words joined by `_` in any case (`WrapToken_v2`, `GSS_initSecContext`), one of
+            // them three letters or more.
+            || (w.contains('_')
+                && w.split('_').all(|s| s.is_empty() || WORD.is_match(s))
+                && w.split('_').any(|s| s.len() >= 3)))
 }
 
 /// An identifier of several words and no digit (`auth_token`, `tokenResponse`, `SharedJWE`):
@@ -38,7 +45,14 @@ pub(super) fn is_compound_identifier(w: &str) -> bool {
         return false;
     }
     let mut count = 0;
-    let all_long = words(w).all(|word| {
+    // A one-letter prefix before two words or more (Node's `kEnumerableProperty`, a member's
+    // `mRefreshToken`) counts as none.
+    let prefixed = w.len() > 3
+        && w.as_bytes()[0].is_ascii_lowercase()
+        && w.as_bytes()[1].is_ascii_uppercase()
+        && words(&w[1..]).count() >= 2;
+    let rest = if prefixed { &w[1..] } else { w };
+    let all_long = words(rest).all(|word| {
         count += 1;
         word.len() >= 2 && is_cased_like_a_word(word)
     });
@@ -276,10 +290,14 @@ fn group(toks: &[Tok<'_>], open: usize, kind: Group) -> Option<usize> {
         }
         i += 1;
     }
-    toks[open + 1..]
+    // Open at the end of the line: right after its brackets, or after an argument and what
+    // continues the list on the next line (`new Definition('password', {`, `call(a,`).
+    let last = toks[open + 1..].iter().rev().find(|t| **t != Tok::Space);
+    (toks[open + 1..]
         .iter()
         .all(|t| matches!(t, Tok::Space | Tok::Punct(b'(' | b'[' | b'{')))
-        .then_some(toks.len())
+        || matches!(last, Some(Tok::Punct(b'(' | b'[' | b'{' | b','))))
+    .then_some(toks.len())
 }
 
 fn ident_in_literal_is_code(toks: &[Tok<'_>], i: usize) -> bool {
@@ -360,11 +378,34 @@ fn code_expression(rest: &str) -> bool {
     }
     let end = match toks.get(i) {
         Some(Tok::Punct(b'(')) => {
+            // A cast (`(X509Credentials)cd;`, `(XECPrivateKey) key;`): a type's name in
+            // parentheses, then a variable or a path.
+            if let (Some(Tok::Ident(t)), Some(Tok::Punct(b')'))) =
+                (toks.get(i + 1), toks.get(i + 2))
+                && is_type_name(t)
+            {
+                let j = i + 3 + usize::from(toks.get(i + 3) == Some(&Tok::Space));
+                return matches!(toks.get(j), Some(Tok::Ident(w)) if is_word(w))
+                    && path(&toks, j).is_some_and(|(end, _)| ends_value(&toks, end));
+            }
             // A bracket left open at the end of the line, `()`, or the parameters of an arrow
             // function: `(options?: Opts) => Promise<void>`.
             let Some(close) = group(&toks, i, Group::Args) else {
                 return false;
             };
+            // A condition or a computation in parentheses (`(storePassNew!=null) ? a : b`,
+            // `((is.read()<<8) | is.read())`, `(keyLenBits + 7) >> 3`): code's operators
+            // between its words, or after them.
+            let computed = toks.get(close) == Some(&Tok::Space)
+                && matches!(
+                    toks.get(close + 1..close + 3),
+                    Some([Tok::Punct(b'+' | b'-' | b'*' | b'/' | b'%'), Tok::Space])
+                        | Some([Tok::Punct(b'>'), Tok::Punct(b'>')])
+                        | Some([Tok::Punct(b'<'), Tok::Punct(b'<')])
+                );
+            if close > i + 2 && (compares(&toks[i + 1..close - 1]) || computed) {
+                return ends_value(&toks, close) || toks.get(close) == Some(&Tok::Space);
+            }
             if close == toks.len() {
                 return rest_is_blank(&toks[i + 1..]);
             }
@@ -478,6 +519,28 @@ fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
     None
 }
 
+/// A type's name as code writes one: a capital first, then letters, digits and `_`, with
+/// three lowercase letters in a row (`X509Credentials`, `ECPrivateKey`, `GSSCredentialImpl`).
+fn is_type_name(t: &str) -> bool {
+    t.starts_with(|c: char| c.is_ascii_uppercase())
+        && t.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && t.as_bytes()
+            .windows(3)
+            .any(|w| w.iter().all(u8::is_ascii_lowercase))
+}
+
+/// Whether `toks` hold a comparison or a shift: `==`, `!=`, `<=`, `>=`, `<<`, `>>`.
+fn compares(toks: &[Tok<'_>]) -> bool {
+    toks.windows(2).any(|w| {
+        matches!(
+            w,
+            [Tok::Punct(b'=' | b'!' | b'<' | b'>'), Tok::Punct(b'=')]
+                | [Tok::Punct(b'<'), Tok::Punct(b'<')]
+                | [Tok::Punct(b'>'), Tok::Punct(b'>')]
+        )
+    })
+}
+
 fn rest_is_blank(toks: &[Tok<'_>]) -> bool {
     toks.iter().all(|t| *t == Tok::Space)
 }
@@ -527,7 +590,8 @@ fn operator_follows(toks: &[Tok<'_>], i: usize) -> bool {
             | b"%"
             | b"??"
     );
-    known && after == Some(&Tok::Space)
+    // `isValidation ?` ending the line: the conditional goes on on the next one.
+    known && (after == Some(&Tok::Space) || (after.is_none() && ops.as_slice() == b"?"))
 }
 
 #[cfg(test)]

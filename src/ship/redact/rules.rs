@@ -2073,9 +2073,12 @@ pub(crate) static RULES: &[Rule] = &[
         "chpasswd-pair",
         "command-line",
         &["chpasswd"],
-        r#"\becho[ \t]+(?:-[a-z]+[ \t]+)*["']?[^:\s"']+:(?P<s>[^\s"']+)["']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"#,
+        r#"\becho[ \t]+(?:-[a-z]+[ \t]+)*["']?[^:\s"']+:(?P<s>[^\s"'|][^|\n]*?)["']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"#,
         Refine::Group,
-        &["echo 'deploy:Chp4sswdPw9' | sudo chpasswd"],
+        &[
+            "echo 'deploy:Chp4sswdPw9' | sudo chpasswd",
+            "echo 'deploy:Pa\"ss9 word' | chpasswd",
+        ],
         &["echo 'deploy:x' > users.txt && chpasswd < users.txt"],
     ),
     // Redis's ACL: a password given to `ACL SETUSER` (`>p1pp0`), and a user's rule as `ACL
@@ -3597,6 +3600,11 @@ fn value_extent(text: &str, start: usize) -> Option<Range<usize>> {
     if bytes[start..end].iter().filter(|&&b| b == b'\'').count() == 1 && bytes[end - 1] == b'\'' {
         end -= 1;
     }
+    // A `,` before an object's next printed field (`password=…, user=bob)`, as Kotlin's data
+    // classes, Lombok's `toString` and Java's maps print them) separates the fields.
+    if end > start + 1 && bytes[end - 1] == b',' && before_next_field(text, end - 1..end) < end {
+        end -= 1;
+    }
     (end > start).then_some(start..end)
 }
 
@@ -3713,13 +3721,23 @@ fn names_word(name: &str, value: &str) -> bool {
 /// (`getSecret = secretOrPublicKey;`, `secret: secretOrPrivateKey,`). Under a password's name,
 /// whose value may be words (`password = superSecret;`), three words or more, one of them a
 /// credential's (`secretOrPublicKey`).
-fn is_code_variable(name: &str, value: &str) -> bool {
+fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
     let bare = value.trim_end_matches([',', ';', ')']);
-    if bare.is_empty() || bare.len() == value.len() {
+    if bare.is_empty() {
         return false;
+    }
+    // Unended (JavaScript without semicolons: `creds.token = tokenReg`), only a variable named
+    // like the name it is given to.
+    if bare.len() == value.len() {
+        return unquoted
+            && (is_named_like(name, bare)
+                || (!is_password_name(name) && is_prefixed_constant(bare)));
     }
     if bare.len() <= 2 {
         return bare.bytes().all(|c| c.is_ascii_lowercase());
+    }
+    if unquoted && is_named_like(name, bare) {
+        return true;
     }
     if !bare.starts_with(|c: char| c.is_ascii_lowercase())
         || !super::code::is_compound_identifier(bare)
@@ -3729,7 +3747,8 @@ fn is_code_variable(name: &str, value: &str) -> bool {
     if !is_password_name(name) {
         // A variable's words are words of code: letters in random case that split into
         // words of a name's shape (`aaAaaaAA`, `qWfPxzLe`) hold none.
-        return super::code::words(bare).any(|w| w.len() >= 3 && is_code_word(w));
+        return is_prefixed_constant(bare)
+            || super::code::words(bare).any(|w| w.len() >= 3 && is_code_word(w));
     }
     const CREDENTIAL: &[&str] = &[
         "secret",
@@ -3747,6 +3766,34 @@ fn is_code_variable(name: &str, value: &str) -> bool {
     // password of words is written without the `_` code puts between them.
     (super::code::words(bare).count() >= 3 || (is_snake_identifier(bare) && bare.contains('_')))
         && credential
+}
+
+/// A constant named as code names one: a one-letter prefix, then words of four letters or
+/// more with a vowel each (Node's `kEnumerableProperty`, a member's `mRefreshToken`).
+fn is_prefixed_constant(value: &str) -> bool {
+    let b = value.as_bytes();
+    b.len() > 8
+        && b[0].is_ascii_lowercase()
+        && b[1].is_ascii_uppercase()
+        && super::code::is_compound_identifier(value)
+        && super::code::words(&value[1..])
+            .all(|w| w.len() >= 4 && w.bytes().any(|c| b"aeiouAEIOU".contains(&c)))
+}
+
+/// A variable named like the name it is given to, one of its words the name's own
+/// (`keyPass = storePass;`, `secret = cookieSecret;`, `password: readPassword,`,
+/// `shc.baseWriteSecret = writeSecret;`): an unquoted lowerCamelCase or snake_case identifier
+/// of two words or more with no digit. A password of words shares none with its name
+/// (`password = superSecret;` stays a secret).
+fn is_named_like(name: &str, value: &str) -> bool {
+    // A type's name is not a variable's (`secret: SuperSecret,` may be a password of words).
+    if !value.starts_with(|c: char| c.is_ascii_lowercase())
+        || !super::code::is_compound_identifier(value)
+    {
+        return false;
+    }
+    let name_words: Vec<&str> = super::code::words(name).filter(|w| w.len() >= 3).collect();
+    super::code::words(value).any(|w| name_words.iter().any(|n| n.eq_ignore_ascii_case(w)))
 }
 
 /// A parameter's or a field's type named after what it holds (`secrets: ConnectionSecrets,`,
@@ -4647,6 +4694,10 @@ fn is_type_or_literal(value: &str) -> bool {
         "True",
         "False",
         "Null",
+        // A validation rule where a value would be (`password: required,` in a form's
+        // schema, `password: optional`).
+        "required",
+        "optional",
     ];
     // The longest of the words (`undefined`): a longer value is none of them.
     if v.len() <= 9
@@ -4834,8 +4885,10 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         let small_hex = bare.strip_prefix("0x").is_some_and(|h| {
             (1..=8).contains(&h.len()) && h.bytes().all(|c| c.is_ascii_hexdigit())
         });
+        // `-1` too: a count's or an index's sentinel (`int inTokenLen = -1;`).
+        let digits = bare.strip_prefix('-').unwrap_or(bare);
         let small_number =
-            (1..=3).contains(&bare.len()) && bare.bytes().all(|c| c.is_ascii_digit());
+            (1..=3).contains(&digits.len()) && digits.bytes().all(|c| c.is_ascii_digit());
         let object_id = bare.len() >= 7
             && bare.bytes().filter(|&c| c == b'.').count() >= 3
             && bare.bytes().all(|c| c.is_ascii_digit() || c == b'.')
@@ -4881,7 +4934,7 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             || is_interpolated(value)
             || same_name(name, value)
             || names_word(name, value)
-            || is_code_variable(name, value)
+            || is_code_variable(name, value, rest.starts_with(value))
             || is_code_slot(value)
             || is_python_code(name, value, rest))
     {
@@ -5840,10 +5893,38 @@ fn label_value(rule: &Rule) -> Option<ValueOf> {
         "connection-string" => Some(|text, m| {
             let eq = memchr::memchr(b'=', &text.as_bytes()[m.clone()])
                 .map_or(m.end, |at| m.start + at + 1);
-            after_blanks(text, eq.min(m.end), m.end)
+            let value = after_blanks(text, eq.min(m.end), m.end);
+            let value = value.start..before_next_field(text, value.clone());
+            // A quoted value cut there (`password='…', port=5432}`): its quotes stay.
+            match text.as_bytes()[value.clone()] {
+                [q @ (b'\'' | b'"'), .., c] if c == q => value.start + 1..value.end - 1,
+                _ => value,
+            }
         }),
         _ => None,
     }
+}
+
+/// Where a value that may hold blanks (a connection string's) ends when an object's printed
+/// fields follow it: a `,`, blanks, then a name and its `=` (`password=…, user=bob)` as
+/// Kotlin's data classes, Lombok's `toString` and Java's maps print them) ends it at the
+/// comma. A connection string separates its pairs with `;`, so its values keep their blanks.
+fn before_next_field(text: &str, value: Range<usize>) -> usize {
+    let b = text.as_bytes();
+    let mut at = value.start;
+    while let Some(o) = memchr::memchr(b',', &b[at..value.end]) {
+        let comma = at + o;
+        let blanks = b[comma + 1..]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count();
+        let name = ident_len(&b[comma + 1 + blanks..], 128);
+        if blanks > 0 && name > 0 && b.get(comma + 1 + blanks + name) == Some(&b'=') {
+            return comma;
+        }
+        at = comma + 1;
+    }
+    value.end
 }
 
 /// A labelled secret (`bearer`, `labelled`, `labelled-is`, `connection-string`): the value
@@ -5887,6 +5968,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     };
     if !beside
         && !unquoted.is_empty()
+        && !declares_variable(&text[name_at..match_at.max(name_at)], &text[match_at..s.start], unquoted)
         // What closes the template the label is in (`{{ password }}</p>`).
         && !unquoted.starts_with(['}', ')', ']'])
         // A word, then the tag closing the element the label is in (`the password
@@ -5918,6 +6000,25 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     {
         out.push(s);
     }
+}
+
+/// A declaration of a variable whose type is named like a secret (`Credentials
+/// additionalCreds,`, `PrivateKey signerPrivateKey)`, `SecretKey masterSecret;`): the name
+/// before the label (`before`, then the `label`) is capitalised as a type's, and the value
+/// is a lowerCamelCase variable of two words or more, or one word ending the declaration.
+fn declares_variable(before: &str, label: &str, value: &str) -> bool {
+    let type_name = if before.is_empty() { label } else { before };
+    if !type_name.starts_with(|c: char| c.is_ascii_uppercase())
+        || !type_name.bytes().any(|c| c.is_ascii_lowercase())
+    {
+        return false;
+    }
+    let bare = value.trim_end_matches([',', ';', ')', ':']);
+    let ended = bare.len() < value.len() && matches!(value.as_bytes()[bare.len()], b';' | b')');
+    bare.starts_with(|c: char| c.is_ascii_lowercase())
+        && !bare.is_empty()
+        && (super::code::is_compound_identifier(bare)
+            || (ended && bare.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')))
 }
 
 /// `name: value` (rule `colon-pair`): the value from `first`, its first character or the quote
@@ -6656,9 +6757,23 @@ fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
         // empty one (`wget --ask-password https://host`, `--password= https://host`).
         && !is_plain_url(&text[r.clone()])
         && !asks_for_it(text, s)
+        && !(quote.is_none() && is_function_word(&text[r.clone()]))
     {
         out.push(r);
     }
+}
+
+/// A word that joins or qualifies where a flag's value would be: prose naming the flag (`the
+/// -storepass and -keypass options`, `-srckeypass must not be specified`, and the same in the
+/// languages a tool's messages are translated to), not a password.
+fn is_function_word(value: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "and", "or", "not", "nor", "must", "is", "are", "was", "were", "can", "cannot", "should",
+        "will", "may", "to", "of", "for", "with", "the", "option", "options", "flag", "und",
+        "oder", "et", "ou", "y", "o", "e", "och", "eller", "og",
+    ];
+    let word = value.trim_end_matches([',', '.', ';', ':', ')']);
+    WORDS.iter().any(|w| w.eq_ignore_ascii_case(word))
 }
 
 /// Whether the flag before a value at `s` takes none: one that makes the command ask for
@@ -7176,6 +7291,15 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
             _ => return push_value(name, text, tagged.end + blank, min, out),
         }
     }
+    // An optional value that is there (`password: Some("…")` as Rust's `{:?}` prints a
+    // struct, Scala's `Some("…")`, `Ok("…")`): the wrapper is no call, its literal is the
+    // value, whatever its shape.
+    if let Some(literal) = wrapped_literal(text, range.start) {
+        if !literal.is_empty() && !is_stand_in(&text[literal.clone()]) {
+            out.push(literal);
+        }
+        return;
+    }
     // A call given a literal (`SecretStr("…")`, `[]byte("…")`): the call is code, its literal
     // the secret when it has a key's shape. The unquoted value holds the call's `(`.
     if memchr::memchr(b'(', &text.as_bytes()[range.clone()]).is_some()
@@ -7310,6 +7434,22 @@ fn shell_array(text: &str, open: usize) -> Option<Range<usize>> {
     }
     let lead = inner.len() - inner.trim_start().len();
     Some(open + 1 + lead..open + 1 + inner.trim_end().len())
+}
+
+/// The string literal an option's or a result's wrapper at `start` holds (`Some("…")`,
+/// `Some('…')`, `Ok("…")`, also round a conversion: `Some("…".to_string())`,
+/// `Some(String::from("…"))`): the content of its quotes.
+fn wrapped_literal(text: &str, start: usize) -> Option<Range<usize>> {
+    let rest = &text[start..];
+    let after = ["Some(", "Ok("]
+        .iter()
+        .find(|w| rest.starts_with(**w))?
+        .len();
+    let inner = &rest[after..];
+    let from = inner
+        .strip_prefix("String::from(")
+        .map_or(after, |_| after + 13);
+    quoted_at(text, start + from)
 }
 
 /// The literal a call or conversion at `start` is given first, when it has a key's shape:
@@ -7795,6 +7935,21 @@ fn key_literal(text: &str, at: usize) -> Option<Range<usize>> {
 /// whether a quote closes the name (group `cq`).
 fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Vec<Range<usize>>) {
     let bytes = text.as_bytes();
+    // A blank before the colon and code after it: no header but a loop's variable (Java's
+    // `for (HttpCookie cookie : cookieJar.get(uri)) {`). A header's name ends at its colon;
+    // PowerShell's aligned `Authorization : Bearer …` is text, and stays a header.
+    let colon_at = text[..start]
+        .trim_end_matches([' ', '\t'])
+        .len()
+        .saturating_sub(1);
+    if colon_at > 0 && matches!(bytes[colon_at - 1], b' ' | b'\t') && is_code(&text[start..]) {
+        return;
+    }
+    // A quoted name holding its colon (`without the leading "Cookie:" token`): the quote after
+    // the colon closes the name's string, and no value is in it.
+    if lq.is_some_and(|q| q == bytes[start]) && !cq {
+        return;
+    }
     let first = bytes[start];
     if first == b'[' {
         let close = bytes[start..]

@@ -1605,7 +1605,7 @@ fn javascript_code_under_secret_names_ships_readable() {
         ),
         (
             "const password = 'Hunt3r:Pw9x'",
-            "const password = [REDACTED]",
+            "const password = '[REDACTED]'",
         ),
     ] {
         assert_eq!(redact(text), want, "{text:?}");
@@ -1637,4 +1637,74 @@ fn keys_read_back_from_the_memo_redact_as_the_first_time() {
         expected,
         "after the memo filled"
     );
+}
+
+/// Objects as languages print them: the secret field's value goes, and the fields after it,
+/// the separators and the closing bracket stay (Kotlin's data classes, Lombok's `toString`,
+/// Java's maps; Rust's `{:?}` of an `Option`). A connection string keeps the blanks of its
+/// values: its pairs end at `;`.
+#[test]
+fn printed_objects_keep_the_fields_after_a_secret() {
+    for (text, want) in [
+        (
+            "User(name=bob, password=hunter2x, email=a@b.c)",
+            "User(name=bob, password=[REDACTED], email=a@b.c)",
+        ),
+        (
+            "{password=hunter2x, user=bob}",
+            "{password=[REDACTED], user=bob}",
+        ),
+        (
+            "DataSource(url=jdbc:postgresql://db/app, username=app, password=S3cretPw9, poolSize=10)",
+            "DataSource(url=jdbc:postgresql://db/app, username=app, password=[REDACTED], poolSize=10)",
+        ),
+        (
+            "ConnectionConfig{host='db', password='S3cretPw9', port=5432}",
+            "ConnectionConfig{host='db', password='[REDACTED]', port=5432}",
+        ),
+        (
+            "Config { password: Some(\"hunter2x\"), user: \"bob\" }",
+            "Config { password: Some(\"[REDACTED]\"), user: \"bob\" }",
+        ),
+        (
+            "Server=db;User Id=sa;Password=S3cret Pw9, x;Database=app",
+            "Server=db;User Id=sa;Password=[REDACTED];Database=app",
+        ),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
+
+/// `echo 'user:pass' | chpasswd`: a password holding the other quote or a blank is taken to
+/// the quote that closes the pair, not cut where its first odd character is.
+#[test]
+fn a_chpasswd_pair_is_taken_to_its_closing_quote() {
+    for (text, want) in [
+        (
+            "echo 'deploy:Pa\"ss9 word' | chpasswd",
+            "echo 'deploy:[REDACTED]' | chpasswd",
+        ),
+        (
+            "echo \"deploy:Pa'ss9\" | sudo chpasswd",
+            "echo \"deploy:[REDACTED]\" | sudo chpasswd",
+        ),
+        (
+            "echo deploy:Chp4sswd | chpasswd",
+            "echo deploy:[REDACTED] | chpasswd",
+        ),
+    ] {
+        assert_eq!(redact(text), want, "{text:?}");
+    }
+}
+
+/// A form's validation rule where a value would be is no password.
+#[test]
+fn a_validation_rule_is_no_password() {
+    for text in [
+        "    password: required,",
+        "if (!ok) throw new Error(\"password: required\")",
+        "  password: optional",
+    ] {
+        assert_eq!(redact(text), text);
+    }
 }
