@@ -441,3 +441,65 @@ class_tests! {
             "curl -H \"Cookie: Xk9vQ2mLp7Rz\" https://x",
         ];
 }
+
+// Code (T2.7) of Rust's parsers, Python's lexers and Perl's modules, where "token" and "key"
+// name what a parser reads: a macro's invocation, a turbofish, a field's type of one or more
+// capitalised words or a constant naming types, a class given to a name, a colour, a regular
+// expression, a tuple of one name, a typed integer, an alias of a type, a variable whose name
+// is part of the name, Perl's `shift` and `qr//`, a conditional's branches.
+class_tests! {
+    code_rust_macros_types_and_constants: NON_PASSWORD_NAMES,
+        left alone [
+            "    pub or2_@: Token![|],",
+            "        bracket_@: bracketed!(content in input),",
+            "    let eq_@: Token![=] = input.parse()?;",
+            "        bool_@: input.parse::<kw::bool>()?,",
+            "    @: Literal,",
+            "    fn from(@: Literal) -> Self {",
+            "    Auth: AsyncAuthorizeRequest<ReqBody, ResponseBody = ResBody>,",
+            "    semaphore_@s: Rc<Cell<Vec<JobToken>>>,",
+            "pub const @@_MAGIC: u32 = 1397048141;",
+        ],
+        redacted [
+            "    @: Xk9vQ2mLp7Rz,",
+            "    let @ = Xk9vQ2mLp7Rz![x];",
+            "@@: u32 = Xk9vQ2mLp7Rz",
+        ];
+    code_python_lexers_and_types: NON_PASSWORD_NAMES,
+        left alone [
+            "            @ = Punctuation",
+            "    @:              '#ffffff',",
+            "    @ = r'[^\\W\\d]\\w*'",
+            "consistent!(w_0, r\"^aws_@_id = (.*)\");",
+            "    _@s = (COMMENT,)",
+            "    @_end = r'''",
+            "    @s = [default_value]",
+            "def strip_html_tags(s: str, l: int, @s: ParseResults):",
+            "    private_@: _ALLOWED_PRIVATE_KEY_TYPES,",
+            "    other@type = @type",
+            "EllipticCurvePrivateKeyWithSerialization = EllipticCurvePrivateKey",
+        ],
+        redacted [
+            "@ = Xk9vQ2mLp7Rz",
+            "@ = '#Xk9vQ2mLp7Rz'",
+            "@ = (Xk9vQ2mLp7Rz,)",
+        ];
+    code_perl_and_conditionals: &["token", "pass", "auth"],
+        left alone [
+            "    my $@ = shift;",
+            "our $exists_@ = \\undef;",
+            "my $@ = qr/[\\x21\\x23-\\x27]/;",
+            "    'CPAN::HTTP::Credentials'=> 'cpan',",
+            "    my $out = $as->{@} ? \"PASS\" : \"FAIL\";",
+            "my $header = $mode eq 'proxy' ? 'Proxy-Authorization' : 'Authorization';",
+            "        return \"Proxy-Authorization: Basic \" + base64.b64encode(@).decode()",
+            "    :param cookie: The cookie header as a string.",
+            "    cookie: str | None = None,",
+            "    return '<a href=\"topic?key=%s\">%s</a>' % (name, name)",
+        ],
+        redacted [
+            "my $@ = 'Xk9vQ2mLp7Rz';",
+            "    'CPAN' => 'Xk9vQ2mLp7Rz', '@' => 'Xk9vQ2mLp7Rz',",
+            "Proxy-Authorization: Basic Xk9vQ2mLp7Rz",
+        ];
+}

@@ -303,7 +303,16 @@ fn group(toks: &[Tok<'_>], open: usize, kind: Group) -> Option<usize> {
 fn ident_in_literal_is_code(toks: &[Tok<'_>], i: usize) -> bool {
     let next = toks[i + 1..].iter().find(|t| **t != Tok::Space);
     let prev = toks[..i].iter().rev().find(|t| **t != Tok::Space);
-    matches!(next, Some(Tok::Punct(b':' | b'.' | b'(' | b'[')))
+    // A variable of lowercase words joined by `_` (`[default_value]`) names what it holds.
+    let snake = matches!(toks[i], Tok::Ident(w) if {
+        let mut words = 0;
+        w.split('_').all(|p| {
+            words += 1;
+            p.len() >= 2 && p.bytes().all(|c| c.is_ascii_lowercase())
+        }) && words >= 2
+    });
+    snake
+        || matches!(next, Some(Tok::Punct(b':' | b'.' | b'(' | b'[')))
         || matches!(prev, Some(Tok::Punct(b':' | b'.')))
 }
 
@@ -354,6 +363,9 @@ fn may_start_code(b: &[u8]) -> bool {
                 Some(b'.' | b'?' | b':' | b'-' | b'(' | b'[' | b'{' | b'<') => {
                     std::str::from_utf8(w).is_ok_and(is_word)
                 }
+                Some(b'!') if matches!(b.get(word + 1), Some(b'(' | b'[' | b'{')) => {
+                    std::str::from_utf8(w).is_ok_and(is_word)
+                }
                 _ => false,
             }
         }
@@ -393,6 +405,14 @@ fn code_expression(rest: &str) -> bool {
             let Some(close) = group(&toks, i, Group::Args) else {
                 return false;
             };
+            // Python's tuple of one name (`(COMMENT,)`).
+            if let (Some(Tok::Ident(w)), Some(Tok::Punct(b',')), Some(Tok::Punct(b')'))) =
+                (toks.get(i + 1), toks.get(i + 2), toks.get(i + 3))
+                && is_word(w)
+                && w.len() >= 2
+            {
+                return ends_value(&toks, i + 4);
+            }
             // A condition or a computation in parentheses (`(storePassNew!=null) ? a : b`,
             // `((is.read()<<8) | is.read())`, `(keyLenBits + 7) >> 3`): code's operators
             // between its words, or after them.
@@ -469,6 +489,16 @@ fn path(toks: &[Tok<'_>], mut i: usize) -> Option<(usize, bool)> {
                 i = group(toks, i, Group::Args)?;
                 structured = true;
             }
+            // A Rust macro's invocation (`Token![=]`, `bracketed!(content in input)`).
+            (Some(Tok::Punct(b'!')), Some(Tok::Punct(b'(' | b'[' | b'{')), _) => {
+                i = group(toks, i + 1, Group::Args)?;
+                structured = true;
+            }
+            // Rust's turbofish: `input.parse::<kw::bool>()`.
+            (Some(Tok::Punct(b':')), Some(Tok::Punct(b':')), Some(Tok::Punct(b'<'))) => {
+                i = generic(toks, i + 2)?;
+                structured = true;
+            }
             (Some(Tok::Punct(b'{')), _, _) => {
                 i = group(toks, i, Group::Literal)?;
                 structured = true;
@@ -505,6 +535,8 @@ fn generic(toks: &[Tok<'_>], open: usize) -> Option<usize> {
             }
             // A function type's arrow (`-> String`, `=> void`) closes no argument list.
             Tok::Punct(b'-' | b'=') if toks.get(i + 1) == Some(&Tok::Punct(b'>')) => i += 1,
+            // An associated type's binding: `AsyncAuthorizeRequest<B, ResponseBody = ResBody>`.
+            Tok::Punct(b'=') => {}
             // Type parameters and short names a person wrote: `K`, `Fn`, `dyn`.
             Tok::Ident(w) if is_word(w) || w.len() <= 3 => {}
             Tok::Space

@@ -3731,12 +3731,13 @@ fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
     if bare.len() == value.len() {
         return unquoted
             && (is_named_like(name, bare)
+                || is_part_of_name(name, bare)
                 || (!is_password_name(name) && is_prefixed_constant(bare)));
     }
     if bare.len() <= 2 {
         return bare.bytes().all(|c| c.is_ascii_lowercase());
     }
-    if unquoted && is_named_like(name, bare) {
+    if unquoted && (is_named_like(name, bare) || is_part_of_name(name, bare)) {
         return true;
     }
     if !bare.starts_with(|c: char| c.is_ascii_lowercase())
@@ -3768,6 +3769,15 @@ fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
         && credential
 }
 
+/// A variable whose name is part of the name it is given to (`lasttoken = token`,
+/// `otokentype = tokentype`): lowercase letters, four or more, inside a longer name.
+fn is_part_of_name(name: &str, value: &str) -> bool {
+    value.len() >= 4
+        && value.len() < name.len()
+        && value.bytes().all(|c| c.is_ascii_lowercase())
+        && name.to_ascii_lowercase().contains(value)
+}
+
 /// A constant named as code names one: a one-letter prefix, then words of four letters or
 /// more with a vowel each (Node's `kEnumerableProperty`, a member's `mRefreshToken`).
 fn is_prefixed_constant(value: &str) -> bool {
@@ -3786,14 +3796,47 @@ fn is_prefixed_constant(value: &str) -> bool {
 /// of two words or more with no digit. A password of words shares none with its name
 /// (`password = superSecret;` stays a secret).
 fn is_named_like(name: &str, value: &str) -> bool {
-    // A type's name is not a variable's (`secret: SuperSecret,` may be a password of words).
-    if !value.starts_with(|c: char| c.is_ascii_lowercase())
+    // A type's name is not a variable's (`secret: SuperSecret,` may be a password of words),
+    // unless the name is a type's too (`EllipticCurvePrivateKeyWithSerialization =
+    // EllipticCurvePrivateKey`: an alias).
+    let alias = name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name.bytes().any(|c| c.is_ascii_lowercase())
+        && !name.contains(['_', '-', '.']);
+    if !(value.starts_with(|c: char| c.is_ascii_lowercase()) || alias)
         || !super::code::is_compound_identifier(value)
     {
         return false;
     }
     let name_words: Vec<&str> = super::code::words(name).filter(|w| w.len() >= 3).collect();
     super::code::words(value).any(|w| name_words.iter().any(|n| n.eq_ignore_ascii_case(w)))
+}
+
+/// A field's or a parameter's type of one capitalised word, ended as a type is ended
+/// (`token: Literal,`, `fn from(token: Literal) -> Self`): a token or a key is no word. (Under
+/// a password's name a capitalised word may be the password.)
+fn is_one_word_type(rest: &str) -> bool {
+    let len = rest
+        .bytes()
+        .take_while(|c| c.is_ascii_alphabetic() || *c == b'_')
+        .count();
+    let ty = &rest[..len];
+    // Capitalised words (`Literal`, `ParseResults`), or a constant naming the types allowed
+    // (`_ALLOWED_PRIVATE_KEY_TYPES`).
+    let capitalised = !ty.contains('_')
+        && super::code::words(ty).all(|w| {
+            let w = w.as_bytes();
+            w.len() >= 3 && w[0].is_ascii_uppercase() && w[1..].iter().all(u8::is_ascii_lowercase)
+        });
+    let constant = ty.trim_start_matches('_').contains('_')
+        && ty
+            .split('_')
+            .all(|w| w.is_empty() || (w.len() >= 3 && w.bytes().all(|c| c.is_ascii_uppercase())));
+    len >= 3
+        && (capitalised || constant)
+        && matches!(
+            rest.as_bytes().get(len),
+            None | Some(b',' | b')' | b';' | b'>' | b'\n' | b'\r')
+        )
 }
 
 /// A parameter's or a field's type named after what it holds (`secrets: ConnectionSecrets,`,
@@ -4711,7 +4754,7 @@ fn is_type_or_literal(value: &str) -> bool {
     // Generic types: `Option<String>`, `Promise<string>`, `Vec<u8>`.
     if let Some(open) = v.find('<')
         && v.ends_with('>')
-        && open >= 3
+        && open >= 2
         && v[..open]
             .bytes()
             .all(|b| b.is_ascii_alphabetic() || b == b':')
@@ -4828,6 +4871,56 @@ fn holds_marker(value: &str) -> bool {
     memchr::memchr_iter(b'[', b).any(|at| b[at..].starts_with(MARKER.as_bytes()))
 }
 
+/// `#` then three, four, six or eight hex digits: a colour.
+fn is_hex_colour(value: &str) -> bool {
+    value.strip_prefix('#').is_some_and(|h| {
+        matches!(h.len(), 3 | 4 | 6 | 8) && h.bytes().all(|c| c.is_ascii_hexdigit())
+    })
+}
+
+/// A regular expression's piece where a value would be: a group or a class of its
+/// metacharacters and escapes (`(.*)`, `(\S+)`, `[^\W\d]\w*`, `(?:.+)`), with no run of
+/// three letters or digits outside an escape.
+fn is_regex_fragment(value: &str) -> bool {
+    let b = value.as_bytes();
+    const PIECES: &[&str] = &[
+        ".*", ".+", "\\w", "\\W", "\\d", "\\D", "\\s", "\\S", "[^", "(?",
+    ];
+    if b.len() < 3 || !PIECES.iter().any(|p| value.contains(p)) {
+        return false;
+    }
+    let mut run = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                run = 0;
+                i += 2;
+                continue;
+            }
+            c if c.is_ascii_alphanumeric() => {
+                run += 1;
+                if run >= 3 {
+                    return false;
+                }
+            }
+            b'(' | b')' | b'[' | b']' | b'^' | b'$' | b'.' | b'*' | b'+' | b'?' | b'|' | b':'
+            | b'{' | b'}' | b',' | b'-' | b'=' | b'<' | b'>' => run = 0,
+            _ => return false,
+        }
+        i += 1;
+    }
+    matches!(b[0], b'(' | b'[' | b'^' | b'\\' | b'.')
+}
+
+/// One capitalised word of letters, three to twenty of them (`Name`, `Punctuation`).
+fn is_capitalised_word(value: &str) -> bool {
+    let b = value.as_bytes();
+    (3..=20).contains(&b.len())
+        && b[0].is_ascii_uppercase()
+        && b[1..].iter().all(u8::is_ascii_lowercase)
+}
+
 /// [`value_exempt`] for a JSON string under a secret-named key (`code` false): data, so a
 /// bare name there is not a variable.
 pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -> bool {
@@ -4918,6 +5011,33 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         }
     }
     if is_count_id_or_version(name, value, code) || is_placeholder(value) {
+        return true;
+    }
+    // Perl: the next argument (`my $token = shift;`), nothing (`\\undef`), the arguments
+    // (`= @_`), a quoted regular expression (`qr/[\x21…]/`).
+    if code
+        && (matches!(
+            value.trim_end_matches(';'),
+            "shift" | "shift()" | "pop" | "undef" | "\\undef" | "@_"
+        ) || ["qr/", "qr{", "qr(", "qr!"]
+            .iter()
+            .any(|p| value.starts_with(p)))
+    {
+        return true;
+    }
+    // A colour (`Token: '#ffffff'` in a syntax highlighter's style) and a regular expression
+    // (`r"^aws_access_key_id = (.*)"`, `jsonnet_token = r'[^\W\d]\w*'`): no secret.
+    if is_hex_colour(value) || is_regex_fragment(value) {
+        return true;
+    }
+    // In code, a capitalised word given unquoted to a name that is no password's (`token =
+    // Name`, `token = Punctuation` in a lexer) is a class or a constant: a token or a key is
+    // no word.
+    if code
+        && rest.starts_with(value)
+        && !is_password_name(name)
+        && is_capitalised_word(value.trim_end_matches([',', ';', ')']))
+    {
         return true;
     }
     if is_validation_rules(value) || (code && is_scheme_alone(value)) {
@@ -5980,6 +6100,11 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
             },
         )
         && !is_password_slot(unquoted)
+        // The word for what would be there (`a "bearer token"`, `Bearer <token>` without its
+        // brackets): prose.
+        && !["token", "secret", "password", "key", "credentials"]
+            .iter()
+            .any(|w| unquoted.eq_ignore_ascii_case(w))
         // A command's next argument: after a flag that asks for the password
         // (`--ask-password https://host`), or a URL, which is no password.
         && !is_plain_url(unquoted)
@@ -5992,7 +6117,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !is_snake_name(unquoted)
         && !is_code(&text[s.start..])
         && !is_word_list(value)
-        && !super::code::is_name_of_thing(unquoted)
+        && !super::code::is_name_of_thing(unquoted.trim_start_matches('_'))
         && !is_rust_type_or_array(&text[s.start..])
         && !string_prefix(text, s.clone())
         && !annotated()
@@ -6030,6 +6155,15 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if !name_is_secret(name) {
         return;
     }
+    // A conditional's branches (`$as->{pass} ? "PASS" : "FAIL"`, `ok ? 'token' : 'none'`):
+    // a `?` before the name's quote.
+    if text[..n.start]
+        .trim_end_matches(['"', '\''])
+        .trim_end_matches([' ', '\t'])
+        .ends_with('?')
+    {
+        return;
+    }
     if annotates(text, n.start, first.start, true) || names_a_variable(text, n.clone(), first.start)
     {
         return;
@@ -6047,7 +6181,8 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     let field = indented || before.trim_end().ends_with(['(', ',']);
     if !quoted
         && (is_rust_type_or_array(&text[first.start..])
-            || (field && names_its_type(name, &text[first.start..])))
+            || (field && names_its_type(name, &text[first.start..]))
+            || (field && !is_password_name(name) && is_one_word_type(&text[first.start..])))
     {
         return;
     }
@@ -6143,11 +6278,40 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     if is_argument_variable(text, n.start, value_at)
         || is_rust_type_or_array(&text[value_at..])
         || is_chained_assignment(&text[value_at..])
+        || is_typed_integer(&text[n.end..value_at], &text[value_at..])
     {
         return;
     }
     // One character is no secret (HTML's `accesskey="n"`, `challengePassword = A challenge`).
     push_value(name, text, value_at, 2, out);
+}
+
+/// A constant declared with an integer type and given a number (`pub const SECRETMEM_MAGIC:
+/// u32 = 1397048141;`, `ETH_P_PREAUTH: u32 = 35015`): `between` is the text from the name to
+/// the value, `rest` the value on. A secret given to an integer is no secret a string holds.
+fn is_typed_integer(between: &str, rest: &str) -> bool {
+    let Some(ty) = between
+        .trim_end_matches([' ', '\t', '='])
+        .trim_end()
+        .rsplit_once(':')
+        .map(|(_, t)| t.trim())
+    else {
+        return false;
+    };
+    const INTEGERS: &[&str] = &[
+        "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize",
+        "int", "uint", "int32", "int64", "uint32", "uint64", "number",
+    ];
+    let digits = rest
+        .bytes()
+        .take_while(|c| c.is_ascii_digit() || *c == b'_')
+        .count();
+    INTEGERS.contains(&ty)
+        && digits > 0
+        && matches!(
+            rest.as_bytes().get(digits),
+            None | Some(b';' | b',' | b' ' | b'\n' | b'\r')
+        )
 }
 
 /// Whether the first word of an unquoted value (up to a blank or the line's end) can be an
@@ -6563,6 +6727,9 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             if let (Some(o), Some(n), Some(v)) = (caps.name("o"), caps.name("n"), caps.name("s"))
                 && matches!(v.as_str(), "\"" | "'")
                 && (!o.is_empty() || arrow_literal(text.as_bytes(), v.start()))
+                // A module's path (`'CPAN::HTTP::Credentials' => 'cpan'`): its last part is
+                // no secret's name.
+                && !(o.as_str() == ":" && o.start() > 0 && text.as_bytes()[o.start() - 1] == b':')
             {
                 assign(text, n.range(), v.start(), out);
             }
@@ -6713,8 +6880,13 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::LabelToken => {
-            if let Some(s) = caps.name("s")
+            // A redacted value between the label and its separator (`token "[REDACTED] "x":
+            // …`) is no part of a label's phrase: the phrase, up to 40 bytes, would have been
+            // longer than that before the value was redacted, and redacting again must find
+            // what redacting once found.
+            if let (Some(s), Some(m)) = (caps.name("s"), caps.get(0))
                 && super::vendors::class_changes(s.as_str().as_bytes()) >= 4
+                && !holds_marker(&text[m.start()..s.start()])
             {
                 url_token(text, s.range(), out);
             }
@@ -6885,7 +7057,14 @@ fn query(text: &str, n: Range<usize>, s: Range<usize>, out: &mut Vec<Range<usize
         || lower.contains("secret")
         || lower.contains("passw");
     let value = &text[s.clone()];
-    if secret && !is_shell_reference(value) && !is_template_slot(value) {
+    if secret
+        && !is_shell_reference(value)
+        && !is_template_slot(value)
+        && !is_format_directive(value)
+        && !value
+            .trim_end_matches(['`', ')', '\'', '"'])
+            .eq_ignore_ascii_case("value")
+    {
         out.push(s);
     }
 }
@@ -7253,9 +7432,32 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     let Some(range) = value_extent(text, start) else {
         return;
     };
+    // A triple-quoted string with a prefix opening at the end of the line (`token_end =
+    // r'''`): its value is on the next lines, beyond the assignment's window.
+    if text[range.clone()]
+        .trim_start_matches(['r', 'R', 'b', 'B', 'f', 'F', 'u', 'U'])
+        .len()
+        == 3
+        && matches!(
+            text[range.clone()].trim_start_matches(['r', 'R', 'b', 'B', 'f', 'F', 'u', 'U']),
+            "'''" | "\"\"\""
+        )
+    {
+        return;
+    }
     // Python's string prefixes (`f"{self.token}"`, `b'...'`): the value is the string.
     if string_prefix(text, range.clone()) {
         push_value(name, text, range.end, min, out);
+        return;
+    }
+    // A `'` is no value's end, so a prefix before one is read here (`r'[^\W\d]\w*'`).
+    let prefix = text.as_bytes()[range.clone()]
+        .iter()
+        .take(3)
+        .position(|&c| c == b'\'')
+        .filter(|&at| at > 0 && string_prefix(text, range.start..range.start + at));
+    if let Some(at) = prefix {
+        push_value(name, text, range.start + at, min, out);
         return;
     }
     // `(await fs.readdir(dir)).filter(…)`: an expression in parentheses is code.
@@ -7325,6 +7527,9 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
             literals
                 .into_iter()
                 .filter(|&(item, _)| !login || item == 1)
+                // A function's or a variable's name (`'OAuth': ('oauth_get_sbs',
+                // 'oauth_urlencode')`): words joined by `_`.
+                .filter(|(_, r)| !is_snake_identifier_of_words(&text[r.clone()]))
                 .map(|(_, r)| r),
         );
         return;
@@ -7359,6 +7564,15 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     }
     // A quoted value: also exempt when the quotes hold code.
     out.push(range);
+}
+
+/// Lowercase words joined by `_`, two or more, each of two letters or more (`oauth_get_sbs`).
+fn is_snake_identifier_of_words(v: &str) -> bool {
+    let mut words = 0;
+    v.split('_').all(|w| {
+        words += 1;
+        w.len() >= 2 && w.bytes().all(|c| c.is_ascii_lowercase())
+    }) && words >= 2
 }
 
 /// A string literal of a tuple: its item's place, and its content's span.
@@ -7935,6 +8149,17 @@ fn key_literal(text: &str, at: usize) -> Option<Range<usize>> {
 /// whether a quote closes the name (group `cq`).
 fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Vec<Range<usize>>) {
     let bytes = text.as_bytes();
+    // Inside a string that holds the header's name: a scheme alone, or nothing, before that
+    // string closes (`"Proxy-Authorization: Basic " + base64.b64encode(auth)`, `the leading
+    // "Cookie:" token`): the credential is code's, appended, or there is none.
+    if let Some(q) = lq
+        && !cq
+        && let Some(close) = memchr::memchr(q, &bytes[start..])
+        && (bytes[start..start + close].iter().all(|c| *c == b' ')
+            || is_scheme_alone(&text[start..start + close]))
+    {
+        return;
+    }
     // A blank before the colon and code after it: no header but a loop's variable (Java's
     // `for (HttpCookie cookie : cookieJar.get(uri)) {`). A header's name ends at its colon;
     // PowerShell's aligned `Authorization : Bearer …` is text, and stays a header.
@@ -7943,11 +8168,6 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         .len()
         .saturating_sub(1);
     if colon_at > 0 && matches!(bytes[colon_at - 1], b' ' | b'\t') && is_code(&text[start..]) {
-        return;
-    }
-    // A quoted name holding its colon (`without the leading "Cookie:" token`): the quote after
-    // the colon closes the name's string, and no value is in it.
-    if lq.is_some_and(|q| q == bytes[start]) && !cq {
         return;
     }
     let first = bytes[start];
@@ -8005,7 +8225,30 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
     if value.is_empty() || value == MARKER {
         return;
     }
-    if quote.is_none() && (is_type_or_literal(value) || is_shell_reference(value)) {
+    if quote.is_none()
+        && (is_type_or_literal(value)
+            || is_shell_reference(value.trim_end_matches([';', ',', ')']))
+            || is_type_or_literal(first_word(value)))
+    {
+        return;
+    }
+    // Another header's name (`$mode eq 'proxy' ? 'Proxy-Authorization' : 'Authorization'`),
+    // and a docstring's field (`:param cookie: The cookie header.`).
+    if [
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+    ]
+    .iter()
+    .any(|h| {
+        value
+            .trim_matches(['"', '\'', ';', ','])
+            .eq_ignore_ascii_case(h)
+    }) || [":param ", ":type ", "@param "]
+        .iter()
+        .any(|p| line_before(text, start).trim_start().starts_with(p))
+    {
         return;
     }
     // A path of code (`cookie::CookieStore`), a type (`cookie: &Jar,`), or a call given to a
@@ -8024,6 +8267,9 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         || is_template_slot(value)
         || is_format_directive(value)
         || value.bytes().all(|c| c.is_ascii_punctuation())
+        // A scheme alone, the string closing after it (`"Proxy-Authorization: Basic " +
+        // base64.b64encode(auth)`): the credential is code's, appended.
+        || is_scheme_alone(value)
     {
         return;
     }
