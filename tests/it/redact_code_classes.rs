@@ -503,3 +503,22 @@ class_tests! {
             "Proxy-Authorization: Basic Xk9vQ2mLp7Rz",
         ];
 }
+
+// C's headers and settings files (T2.7-T2.9): a C type after an enum's colon, a negative
+// number with C's suffix, a device's path given as a default, a setting switched off, and a
+// usage line's `|` after a password flag.
+class_tests! {
+    code_c_headers_and_settings: &["token", "passphrase"],
+        left alone [
+            "      enum _@T : unsigned",
+            "      _S_@_unknown = -1u",
+            "    random_device(const std::string& __@ = \"/dev/urandom\")",
+            "#ssl_@_command_supports_reload = off",
+            "    -key | -pkcs12 | -pass | \\",
+        ],
+        redacted [
+            "    std::string __@ = \"Xk9vQ2mLp7Rz\"",
+            "@ = /Xk9vQ2mLp7Rz/abc",
+            "openssl pkcs12 -in a.p12 -pass pass:Xk9vQ2mLp7Rz -out b",
+        ];
+}

@@ -4741,6 +4741,16 @@ fn is_type_or_literal(value: &str) -> bool {
         // schema, `password: optional`).
         "required",
         "optional",
+        // C's types (`enum _TokenT : unsigned`) and a setting's switch (`#ssl_passphrase_…
+        // = off`).
+        "unsigned",
+        "signed",
+        "char",
+        "long",
+        "short",
+        "double",
+        "size_t",
+        "off",
     ];
     // The longest of the words (`undefined`): a longer value is none of them.
     if v.len() <= 9
@@ -4871,6 +4881,23 @@ fn holds_marker(value: &str) -> bool {
     memchr::memchr_iter(b'[', b).any(|at| b[at..].starts_with(MARKER.as_bytes()))
 }
 
+/// An absolute path of two segments or more, each of lowercase letters, digits, `.`, `_` or
+/// `-` with a letter (`/dev/urandom`, `/run/secrets/db_password`); base64 has capitals.
+fn is_lowercase_path(value: &str) -> bool {
+    let Some(rest) = value.strip_prefix('/') else {
+        return false;
+    };
+    let mut segments = 0;
+    rest.split('/').all(|seg| {
+        segments += 1;
+        (1..=40).contains(&seg.len())
+            && seg.bytes().any(|c| c.is_ascii_lowercase())
+            && seg.bytes().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+            })
+    }) && segments >= 2
+}
+
 /// `#` then three, four, six or eight hex digits: a colour.
 fn is_hex_colour(value: &str) -> bool {
     value.strip_prefix('#').is_some_and(|h| {
@@ -4978,8 +5005,10 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         let small_hex = bare.strip_prefix("0x").is_some_and(|h| {
             (1..=8).contains(&h.len()) && h.bytes().all(|c| c.is_ascii_hexdigit())
         });
-        // `-1` too: a count's or an index's sentinel (`int inTokenLen = -1;`).
+        // `-1` too: a count's or an index's sentinel (`int inTokenLen = -1;`), also with C's
+        // suffixes (`-1u`, `0UL`).
         let digits = bare.strip_prefix('-').unwrap_or(bare);
+        let digits = digits.trim_end_matches(['u', 'U', 'l', 'L']);
         let small_number =
             (1..=3).contains(&digits.len()) && digits.bytes().all(|c| c.is_ascii_digit());
         let object_id = bare.len() >= 7
@@ -5023,6 +5052,11 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
             .iter()
             .any(|p| value.starts_with(p)))
     {
+        return true;
+    }
+    // A file's absolute path (`__token = "/dev/urandom"`, `token: /run/secrets/api`): where a
+    // secret is kept, not the secret. Segments of lowercase words, two or more.
+    if is_lowercase_path(value) {
         return true;
     }
     // A colour (`Token: '#ffffff'` in a syntax highlighter's style) and a regular expression
@@ -6930,6 +6964,8 @@ fn flag(text: &str, s: usize, quote: Option<u8>, out: &mut Vec<Range<usize>>) {
         && !is_plain_url(&text[r.clone()])
         && !asks_for_it(text, s)
         && !(quote.is_none() && is_function_word(&text[r.clone()]))
+        // A usage line's `|` (`-key | -pkcs12 | -pass | \\`): punctuation alone.
+        && !text[r.clone()].bytes().all(|c| c.is_ascii_punctuation())
     {
         out.push(r);
     }
