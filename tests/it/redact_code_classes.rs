@@ -378,6 +378,8 @@ class_tests! {
             "        for (HttpCookie @ : cookieJar.get(uri)) {",
             "        @Len = (keyLenBits + 7) >> 3;",
             "        srcIs@ = PKCS12KeyStore.isPasswordless(srcksfile);",
+            "        PrivateKey pk = (rsaPossession != null) ?\n                rsaPossession.pop@ : x509Possession.pop@;",
+            "            krb5@ = new Credentials(asn1Encoding,",
         ],
         redacted [
             "@ = (Credentials)Xk9vQ2mLp7Rz;",
@@ -404,6 +406,8 @@ class_tests! {
             "            @ additionalCreds, PAData[] extraPAs)",
             "    private final @ localPrivateKey;",
             "            DEBUG.println(\">>> @ acquireServiceCreds: \" +",
+            "    @ getKrb5Credentials() {",
+            "     * <p>The given java.security.@ <code>key</code> must",
         ],
         redacted [
             "    @ Xk9vQ2mLp7RzAbCd9",

@@ -21,6 +21,9 @@ pub(super) fn is_word(w: &str) -> bool {
         Regex::new(concat!(
             r"^(?:[a-z_$][a-z0-9_$]*",
             r"|_*[a-z]+(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
+            // A lowercase word and its number before capitalised words (`asn1Encoding`,
+            // `krb5Credentials`, `x509Credentials`).
+            r"|[a-z]+[0-9]+(?:[A-Z][a-z]{2,}[0-9]*)+",
             r"|_*[A-Z]+[0-9]*(?:[A-Z][a-z]{2,}|[a-z]{2,})(?:[A-Z]+[a-z]+)*[A-Z]*[0-9]*",
             r"|_*[A-Z][A-Z0-9_]*)$"
         ))

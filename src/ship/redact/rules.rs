@@ -6105,6 +6105,21 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     // Judged last, as the checks that read around the value cost more.
     let annotated =
         || annotates(text, name_at, s.start, true) || declares_code(text, name_at, s.start);
+    // A declaration of a variable or a method (`Credentials additionalCreds,`, `SecretKey
+    // deriveKey(`): its `(` follows the value the pattern took.
+    let declared = || {
+        let called = text.as_bytes().get(s.end) == Some(&b'(');
+        let value = if called {
+            &text[s.start..=s.end]
+        } else {
+            unquoted
+        };
+        declares_variable(
+            &text[name_at..match_at.max(name_at)],
+            &text[match_at..s.start],
+            value,
+        )
+    };
     // A Markdown link (`([1b3c5ff…](https://…/commit/…))` after "secret" in a changelog), or
     // the text beside a string literal the label sits in (`'Async/Sync token equality')`).
     let beside = beside_a_literal(unquoted);
@@ -6122,7 +6137,7 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     };
     if !beside
         && !unquoted.is_empty()
-        && !declares_variable(&text[name_at..match_at.max(name_at)], &text[match_at..s.start], unquoted)
+        && !declared()
         // What closes the template the label is in (`{{ password }}</p>`).
         && !unquoted.starts_with(['}', ')', ']'])
         // A word, then the tag closing the element the label is in (`the password
@@ -6139,6 +6154,16 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !["token", "secret", "password", "key", "credentials"]
             .iter()
             .any(|w| unquoted.eq_ignore_ascii_case(w))
+        // Markup wrapping a name (`the given PrivateKey <code>key</code> must`, `password
+        // (<code>otherKeyPass</code>)`): code named in prose.
+        && !markup_text(unquoted.trim_start_matches('('))
+            .flatten()
+            .is_some_and(|t| {
+                ["token", "secret", "password", "key", "credentials"]
+                    .iter()
+                    .any(|w| t.eq_ignore_ascii_case(w))
+                    || super::code::is_compound_identifier(t)
+            })
         // A command's next argument: after a flag that asks for the password
         // (`--ask-password https://host`), or a URL, which is no password.
         && !is_plain_url(unquoted)
@@ -6172,8 +6197,14 @@ fn declares_variable(before: &str, label: &str, value: &str) -> bool {
     {
         return false;
     }
+    // A method's declaration (`Credentials getKrb5Credentials() {`): its name, ended.
+    let (value, method) = match value.strip_suffix("()").or_else(|| value.strip_suffix('(')) {
+        Some(name) => (name, true),
+        None => (value, false),
+    };
     let bare = value.trim_end_matches([',', ';', ')', ':']);
-    let ended = bare.len() < value.len() && matches!(value.as_bytes()[bare.len()], b';' | b')');
+    let ended =
+        method || (bare.len() < value.len() && matches!(value.as_bytes()[bare.len()], b';' | b')'));
     bare.starts_with(|c: char| c.is_ascii_lowercase())
         && !bare.is_empty()
         && (super::code::is_compound_identifier(bare)
@@ -6190,13 +6221,28 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
         return;
     }
     // A conditional's branches (`$as->{pass} ? "PASS" : "FAIL"`, `ok ? 'token' : 'none'`):
-    // a `?` before the name's quote.
-    if text[..n.start]
-        .trim_end_matches(['"', '\''])
-        .trim_end_matches([' ', '\t'])
-        .ends_with('?')
-    {
+    // a `?` before the name's quote, or a blank before the colon and ` ? ` earlier on the
+    // line or ending the line before (`(a != null) ?` then `a.popPrivateKey : b.popPrivateKey;`).
+    let before_name = text[..n.start].trim_end_matches(['"', '\'']);
+    if before_name.trim_end_matches([' ', '\t']).ends_with('?') {
         return;
+    }
+    let after_name = text[n.end..].trim_start_matches(['"', '\'']);
+    if after_name.starts_with([' ', '\t']) {
+        let line_start = text[..n.start].rfind('\n').map_or(0, |i| i + 1);
+        let previous = text[..line_start.saturating_sub(1)]
+            .rsplit('\n')
+            .next()
+            .unwrap_or("");
+        if text[line_start..n.start].contains(" ? ")
+            || (line_start > 0 && previous.trim_end().ends_with(" ?"))
+            || (line_start > 0
+                && previous
+                    .rfind(" ? ")
+                    .is_some_and(|q| !previous[q..].contains(':')))
+        {
+            return;
+        }
     }
     if annotates(text, n.start, first.start, true) || names_a_variable(text, n.clone(), first.start)
     {
