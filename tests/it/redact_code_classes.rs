@@ -526,3 +526,19 @@ class_tests! {
             "openssl pkcs12 -in a.p12 -pass pass:Xk9vQ2mLp7Rz -out b",
         ];
 }
+
+// Go (T2.7): a struct's field declared with a Go type, and a struct literal's last field given
+// a variable named like it.
+class_tests! {
+    code_go_field_types_and_literals: NON_PASSWORD_NAMES,
+        left alone [
+            "\tCredentials map[string]string",
+            "\t@ map[string][]string",
+            "\t@ *oauth2.Token",
+            "\ttkr := conf.TokenSource(ctx, &Token{Refresh@: oldRefresh@})",
+        ],
+        redacted [
+            "\t@ Xk9vQ2mLp7RzAbCdEf",
+            "\ttkr := conf.TokenSource(ctx, &Token{@: Xk9vQ2mLp7Rz})",
+        ];
+}

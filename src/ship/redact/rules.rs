@@ -3722,7 +3722,9 @@ fn names_word(name: &str, value: &str) -> bool {
 /// whose value may be words (`password = superSecret;`), three words or more, one of them a
 /// credential's (`secretOrPublicKey`).
 fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
-    let bare = value.trim_end_matches([',', ';', ')']);
+    // Ended as an argument, a statement or a struct literal's last field (`{RefreshToken:
+    // oldRefreshToken})`).
+    let bare = value.trim_end_matches([',', ';', ')', '}']);
     if bare.is_empty() {
         return false;
     }
@@ -6178,12 +6180,24 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !is_word_list(value)
         && !super::code::is_name_of_thing(unquoted.trim_start_matches('_'))
         && !is_rust_type_or_array(&text[s.start..])
+        && !is_go_type(unquoted)
         && !string_prefix(text, s.clone())
         && !annotated()
         && !same()
     {
         out.push(s);
     }
+}
+
+/// A Go type where a field's value would be (`Credentials map[string]string`, `Token
+/// []byte`, `Secret *string`, `Keys chan Key`).
+fn is_go_type(value: &str) -> bool {
+    let v = value.trim_start_matches('*');
+    v.starts_with("map[")
+        || v.starts_with("[]")
+        || v.starts_with("chan ")
+        || v.starts_with("func(")
+        || (value.starts_with('*') && v.split('.').all(super::code::is_word))
 }
 
 /// A declaration of a variable whose type is named like a secret (`Credentials
