@@ -3734,7 +3734,7 @@ fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
         return unquoted
             && (is_named_like(name, bare)
                 || is_part_of_name(name, bare)
-                || (!is_password_name(name) && is_prefixed_constant(bare)));
+                || (is_prefixed_constant(bare) && !is_password_name(name)));
     }
     if bare.len() <= 2 {
         return bare.bytes().all(|c| c.is_ascii_lowercase());
@@ -3777,7 +3777,10 @@ fn is_part_of_name(name: &str, value: &str) -> bool {
     value.len() >= 4
         && value.len() < name.len()
         && value.bytes().all(|c| c.is_ascii_lowercase())
-        && name.to_ascii_lowercase().contains(value)
+        && name
+            .as_bytes()
+            .windows(value.len())
+            .any(|w| w.eq_ignore_ascii_case(value.as_bytes()))
 }
 
 /// A constant named as code names one: a one-letter prefix, then words of four letters or
@@ -3804,13 +3807,15 @@ fn is_named_like(name: &str, value: &str) -> bool {
     let alias = name.starts_with(|c: char| c.is_ascii_uppercase())
         && name.bytes().any(|c| c.is_ascii_lowercase())
         && !name.contains(['_', '-', '.']);
+    // The cheap checks first: most values judged here are secrets, not variables.
     if !(value.starts_with(|c: char| c.is_ascii_lowercase()) || alias)
-        || !super::code::is_compound_identifier(value)
+        || value.bytes().any(|c| c.is_ascii_digit())
+        || !super::code::words(value)
+            .any(|w| w.len() >= 3 && super::code::words(name).any(|n| n.eq_ignore_ascii_case(w)))
     {
         return false;
     }
-    let name_words: Vec<&str> = super::code::words(name).filter(|w| w.len() >= 3).collect();
-    super::code::words(value).any(|w| name_words.iter().any(|n| n.eq_ignore_ascii_case(w)))
+    super::code::is_compound_identifier(value)
 }
 
 /// A field's or a parameter's type of one capitalised word, ended as a type is ended
@@ -4912,6 +4917,13 @@ fn is_hex_colour(value: &str) -> bool {
 /// three letters or digits outside an escape.
 fn is_regex_fragment(value: &str) -> bool {
     let b = value.as_bytes();
+    // Most values hold none of a pattern's metacharacters: one pass settles them.
+    if !b
+        .iter()
+        .any(|c| matches!(c, b'*' | b'+' | b'\\' | b'[' | b'('))
+    {
+        return false;
+    }
     const PIECES: &[&str] = &[
         ".*", ".+", "\\w", "\\W", "\\d", "\\D", "\\s", "\\S", "[^", "(?",
     ];
@@ -5070,9 +5082,9 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     // Name`, `token = Punctuation` in a lexer) is a class or a constant: a token or a key is
     // no word.
     if code
+        && is_capitalised_word(value.trim_end_matches([',', ';', ')']))
         && rest.starts_with(value)
         && !is_password_name(name)
-        && is_capitalised_word(value.trim_end_matches([',', ';', ')']))
     {
         return true;
     }
@@ -6241,19 +6253,20 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if before_name.trim_end_matches([' ', '\t']).ends_with('?') {
         return;
     }
+    // Both lines are read within [`LOOK_AROUND`] bytes: a long line's many pairs must not
+    // each read it back to its start.
     let after_name = text[n.end..].trim_start_matches(['"', '\'']);
     if after_name.starts_with([' ', '\t']) {
-        let line_start = text[..n.start].rfind('\n').map_or(0, |i| i + 1);
-        let previous = text[..line_start.saturating_sub(1)]
-            .rsplit('\n')
-            .next()
+        let line = line_before(text, n.start);
+        let line_start = n.start - line.len();
+        let previous = (line_start > 0 && text.as_bytes()[line_start - 1] == b'\n')
+            .then(|| line_before(text, line_start - 1))
             .unwrap_or("");
-        if text[line_start..n.start].contains(" ? ")
-            || (line_start > 0 && previous.trim_end().ends_with(" ?"))
-            || (line_start > 0
-                && previous
-                    .rfind(" ? ")
-                    .is_some_and(|q| !previous[q..].contains(':')))
+        if line.contains(" ? ")
+            || previous.trim_end().ends_with(" ?")
+            || previous
+                .rfind(" ? ")
+                .is_some_and(|q| !previous[q..].contains(':'))
         {
             return;
         }
@@ -6276,7 +6289,7 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if !quoted
         && (is_rust_type_or_array(&text[first.start..])
             || (field && names_its_type(name, &text[first.start..]))
-            || (field && !is_password_name(name) && is_one_word_type(&text[first.start..])))
+            || (field && is_one_word_type(&text[first.start..]) && !is_password_name(name)))
     {
         return;
     }
