@@ -8263,7 +8263,8 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
     // "Cookie:" token`): the credential is code's, appended, or there is none.
     if let Some(q) = lq
         && !cq
-        && let Some(close) = memchr::memchr(q, &bytes[start..])
+        && let Some(close) =
+            memchr::memchr(q, &bytes[start..(start + LOOK_AROUND).min(bytes.len())])
         && (bytes[start..start + close].iter().all(|c| *c == b' ')
             || is_scheme_alone(&text[start..start + close]))
     {
