@@ -4905,6 +4905,16 @@ fn is_lowercase_path(value: &str) -> bool {
     }) && segments >= 2
 }
 
+/// Whether `phrase` holds a quote, the marker, then anything but that quote.
+fn quotes_a_marker_and_more(phrase: &str) -> bool {
+    let b = phrase.as_bytes();
+    memchr::memmem::find_iter(b, MARKER.as_bytes()).any(|at| {
+        let quote = at.checked_sub(1).map(|q| b[q]);
+        matches!(quote, Some(b'"' | b'\''))
+            && b.get(at + MARKER.len()).is_some_and(|&c| Some(c) != quote)
+    })
+}
+
 /// `#` then three, four, six or eight hex digits: a colour.
 fn is_hex_colour(value: &str) -> bool {
     value.strip_prefix('#').is_some_and(|h| {
@@ -6259,9 +6269,11 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if after_name.starts_with([' ', '\t']) {
         let line = line_before(text, n.start);
         let line_start = n.start - line.len();
-        let previous = (line_start > 0 && text.as_bytes()[line_start - 1] == b'\n')
-            .then(|| line_before(text, line_start - 1))
-            .unwrap_or("");
+        let previous = if line_start > 0 && text.as_bytes()[line_start - 1] == b'\n' {
+            line_before(text, line_start - 1)
+        } else {
+            ""
+        };
         if line.contains(" ? ")
             || previous.trim_end().ends_with(" ?")
             || previous
@@ -6987,13 +6999,14 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::LabelToken => {
-            // A redacted value between the label and its separator (`token "[REDACTED] "x":
-            // …`) is no part of a label's phrase: the phrase, up to 40 bytes, would have been
-            // longer than that before the value was redacted, and redacting again must find
-            // what redacting once found.
+            // A quoted literal of the phrase that starts with a redacted value and goes on
+            // (`token "[REDACTED] "x": …`) held that value and more: up to 40 bytes now, it may
+            // have been longer before the value was redacted, so redacting again would find a
+            // label redacting once did not. A literal that is the marker alone (`token
+            // "[REDACTED]": …`) or a marker outside quotes still labels its value.
             if let (Some(s), Some(m)) = (caps.name("s"), caps.get(0))
                 && super::vendors::class_changes(s.as_str().as_bytes()) >= 4
-                && !holds_marker(&text[m.start()..s.start()])
+                && !quotes_a_marker_and_more(&text[m.start()..s.start()])
             {
                 url_token(text, s.range(), out);
             }

@@ -1718,4 +1718,16 @@ fn a_redacted_value_inside_a_labels_phrase_does_not_open_it() {
     let once = redact(text);
     assert!(!once.contains("eyJhbGciOiJIUzI1"), "{once}");
     assert_eq!(redact(&once), once);
+    // Text that already held the marker before it ships: the marker alone in the phrase's
+    // quotes, or outside them, still labels the value after it (T2.1).
+    for text in [
+        "token \"[REDACTED]\": Xk9vQ2mLp7RzAbCd",
+        "New personal access token (copy it now [REDACTED]): Pat9ZqXk9mW2xL8qP5vN3tY7",
+    ] {
+        let shipped = redact(text);
+        assert!(
+            !shipped.contains("Xk9vQ2mLp7RzAbCd") && !shipped.contains("Pat9ZqXk9"),
+            "{shipped}"
+        );
+    }
 }
