@@ -3774,13 +3774,23 @@ fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
 /// A variable whose name is part of the name it is given to (`lasttoken = token`,
 /// `otokentype = tokentype`): lowercase letters, four or more, inside a longer name.
 fn is_part_of_name(name: &str, value: &str) -> bool {
-    value.len() >= 4
+    // Code's names only: an environment's `ADMIN_PASSWORD=admin` or `POSTGRES_PASSWORD=postgres`
+    // is a password, however weak, and so is a password's part of its own name.
+    is_code_name(name)
+        && !is_password_name(name)
+        && value.len() >= 4
         && value.len() < name.len()
         && value.bytes().all(|c| c.is_ascii_lowercase())
         && name
             .as_bytes()
             .windows(value.len())
             .any(|w| w.eq_ignore_ascii_case(value.as_bytes()))
+}
+
+/// A name as code writes a variable's or a field's: a lowercase letter in it (an
+/// environment's and a configuration's `ADMIN_PASSWORD` have none).
+fn is_code_name(name: &str) -> bool {
+    name.bytes().any(|c| c.is_ascii_lowercase())
 }
 
 /// A constant named as code names one: a one-letter prefix, then words of four letters or
@@ -3808,7 +3818,9 @@ fn is_named_like(name: &str, value: &str) -> bool {
         && name.bytes().any(|c| c.is_ascii_lowercase())
         && !name.contains(['_', '-', '.']);
     // The cheap checks first: most values judged here are secrets, not variables.
-    if !(value.starts_with(|c: char| c.is_ascii_lowercase()) || alias)
+    // Code's names only: `MYSQL_PASSWORD=mysqlPassword` in an environment is a password.
+    if !is_code_name(name)
+        || !(value.starts_with(|c: char| c.is_ascii_lowercase()) || alias)
         || value.bytes().any(|c| c.is_ascii_digit())
         || !super::code::words(value)
             .any(|w| w.len() >= 3 && super::code::words(name).any(|n| n.eq_ignore_ascii_case(w)))
