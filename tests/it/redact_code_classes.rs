@@ -386,6 +386,11 @@ class_tests! {
             "@ = (Xk9vQ2mLp7Rz!=null)",
             "@ = new Xk9vQ2mLp7Rz('a', {",
             "@ = Xk9vQ2mLp7Rz ?",
+            // A constructor, a cast or a tuple around a secret does not hide it.
+            "@ = new Token(\"Xk9vQ2mLp7Rz\")",
+            "@ = new Token(\"Xk9vQ2mLp7Rz\", {",
+            "@ = (String) \"Xk9vQ2mLp7Rz\";",
+            "@ = (Xk9vQ2mLp7Rz, x)",
         ];
     code_variable_named_like_its_name: &["x"],
         left alone [
@@ -424,6 +429,9 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         ("        password = superSecret;", "superSecret"),
         ("secret: SuperSecret,", "SuperSecret"),
         ("  password: \"myPassword\",", "myPassword"),
+        // An environment's names are no code's: a value sharing their word is a password.
+        ("DB_SECRET=cookieSecret", "cookieSecret"),
+        ("export JWT_SECRET=jwtSecretKey", "jwtSecretKey"),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

@@ -7601,11 +7601,26 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     ) {
         return;
     }
-    // `await`, `new`: the value is the expression after the keyword.
+    // `await`, `new`: the value is the expression after the keyword, judged as any value is
+    // (`new Token("Xk9v…")` loses a key-shaped literal; `new Foo(bar)` is code).
     if matches!(&text[range.clone()], "await" | "new" | "yield")
-        && !is_code(&text[start..])
         && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
         && blank > 0
+    {
+        push_value(name, text, range.end + blank, min, out);
+        return;
+    }
+    // A cast of a literal (`(String) "Hunter2Pw9"`, `(char*)"…"`): the literal is the value.
+    let value = &text[range.clone()];
+    if value.len() > 2
+        && value.starts_with('(')
+        && value.ends_with(')')
+        && value[1..value.len() - 1]
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'*' | b' '))
+        && value.as_bytes()[1].is_ascii_alphabetic()
+        && let Some(blank) = text[range.end..].find(|c: char| c != ' ' && c != '\t')
+        && matches!(text.as_bytes()[range.end + blank], b'"' | b'\'')
     {
         push_value(name, text, range.end + blank, min, out);
         return;
@@ -7735,7 +7750,13 @@ fn tuple_literals(text: &str, open: usize) -> Option<(usize, Vec<ItemLiteral>)> 
                     .iter()
                     .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
                     .count();
-                if word == 0 {
+                // A name a person wrote, or a number: a random run (`(Xk9vQ2mLp7Rz, x)`) is
+                // no name, and the tuple is then a value as written.
+                let item = &text[at..at + word];
+                if word == 0
+                    || !(item.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+                        || item.split('.').all(super::code::is_word))
+                {
                     return None;
                 }
                 at + word
