@@ -432,6 +432,11 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         // An environment's names are no code's: a value sharing their word is a password.
         ("DB_SECRET=cookieSecret", "cookieSecret"),
         ("export JWT_SECRET=jwtSecretKey", "jwtSecretKey"),
+        // A PIN typed as an integer outside a constant's declaration, and a capitalised word
+        // given by a setting or YAML rather than assigned in code.
+        ("PASSWORD: int = 123456", "123456"),
+        ("auth_token: Summerwind", "Summerwind"),
+        ("TOKEN=Summerwind", "Summerwind"),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

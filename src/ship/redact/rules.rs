@@ -5100,16 +5100,6 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     if is_hex_colour(value) || is_regex_fragment(value) {
         return true;
     }
-    // In code, a capitalised word given unquoted to a name that is no password's (`token =
-    // Name`, `token = Punctuation` in a lexer) is a class or a constant: a token or a key is
-    // no word.
-    if code
-        && is_capitalised_word(value.trim_end_matches([',', ';', ')']))
-        && rest.starts_with(value)
-        && !is_password_name(name)
-    {
-        return true;
-    }
     if is_validation_rules(value) || (code && is_scheme_alone(value)) {
         return true;
     }
@@ -6409,7 +6399,12 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     if is_argument_variable(text, n.start, value_at)
         || is_rust_type_or_array(&text[value_at..])
         || is_chained_assignment(&text[value_at..])
-        || is_typed_integer(&text[n.end..value_at], &text[value_at..])
+        || is_typed_integer(
+            line_before(text, n.start),
+            &text[n.end..value_at],
+            &text[value_at..],
+        )
+        || is_class_given(name, separator, &text[value_at..])
     {
         return;
     }
@@ -6417,10 +6412,30 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     push_value(name, text, value_at, 2, out);
 }
 
+/// A code's assignment, blanks round its `=`, of one capitalised word to a name that is no
+/// password's (`token = Punctuation`, `token = Name` in a lexer): a class or a constant. A
+/// token is no word; a pair of a setting or a YAML file (`auth_token: Summerwind`) keeps its
+/// rules.
+fn is_class_given(name: &str, separator: &str, rest: &str) -> bool {
+    let word = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+    separator.ends_with(" =")
+        && is_capitalised_word(&rest[..word])
+        && matches!(
+            rest.as_bytes().get(word),
+            None | Some(b'\n' | b'\r' | b')' | b',' | b';')
+        )
+        && !is_password_name(name)
+}
+
 /// A constant declared with an integer type and given a number (`pub const SECRETMEM_MAGIC:
-/// u32 = 1397048141;`, `ETH_P_PREAUTH: u32 = 35015`): `between` is the text from the name to
-/// the value, `rest` the value on. A secret given to an integer is no secret a string holds.
-fn is_typed_integer(between: &str, rest: &str) -> bool {
+/// u32 = 1397048141;`, `ETH_P_PREAUTH: u32 = 35015`): `line` is the text before the name on
+/// its line, which declares a constant (`const`, `static`), `between` the text from the name
+/// to the value, `rest` the value on. A variable's PIN (`PASSWORD: int = 123456`) is still
+/// one.
+fn is_typed_integer(line: &str, between: &str, rest: &str) -> bool {
+    if !(line.contains("const ") || line.contains("static ")) {
+        return false;
+    }
     let Some(ty) = between
         .trim_end_matches([' ', '\t', '='])
         .trim_end()
