@@ -391,6 +391,10 @@ class_tests! {
             "@ = new Token(\"Xk9vQ2mLp7Rz\", {",
             "@ = (String) \"Xk9vQ2mLp7Rz\";",
             "@ = (Xk9vQ2mLp7Rz, x)",
+            // Each branch of a conditional given to the name is a value.
+            "@ = isProd ? \"Xk9vQ2mLp7Rz\" : \"devpass99\"",
+            "const @ = prod ? 'Xk9vQ2mLp7Rz' : null;",
+            "  @: isProd ? process.env.KEY : \"Xk9vQ2mLp7Rz\",",
         ];
     code_variable_named_like_its_name: &["x"],
         left alone [

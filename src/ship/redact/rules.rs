@@ -3850,12 +3850,16 @@ fn is_one_word_type(rest: &str) -> bool {
         && ty
             .split('_')
             .all(|w| w.is_empty() || (w.len() >= 3 && w.bytes().all(|c| c.is_ascii_uppercase())));
+    // Ended as a type is: by the line, a parameter's or a field's end, type arguments, a
+    // union (`auth: Authorization | None = None,`) or a default.
+    let after = &rest[len..];
     len >= 3
         && (capitalised || constant)
-        && matches!(
-            rest.as_bytes().get(len),
+        && (matches!(
+            after.as_bytes().first(),
             None | Some(b',' | b')' | b';' | b'>' | b'\n' | b'\r')
-        )
+        ) || after.starts_with(" | ")
+            || after.starts_with(" = "))
 }
 
 /// A parameter's or a field's type named after what it holds (`secrets: ConnectionSecrets,`,
@@ -6391,6 +6395,9 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         && !matches!(text.as_bytes().get(value_at), Some(b'"' | b'\'' | b'`'))
         && may_be_code(&text[value_at..])
     {
+        if push_branches(name, text, value_at, out) {
+            return;
+        }
         if let Some(literal) = key_literal_argument(text, value_at) {
             out.push(literal);
         }
@@ -7616,6 +7623,11 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     ) {
         return;
     }
+    // A conditional (`isProd ? "Pr0dPw9" : "devPw9"`): each branch's literal is a value the
+    // name may be given.
+    if push_branches(name, text, range.start, out) {
+        return;
+    }
     // `await`, `new`: the value is the expression after the keyword, judged as any value is
     // (`new Token("Xk9v…")` loses a key-shaped literal; `new Foo(bar)` is code).
     if matches!(&text[range.clone()], "await" | "new" | "yield")
@@ -7818,6 +7830,61 @@ fn shell_array(text: &str, open: usize) -> Option<Range<usize>> {
     }
     let lead = inner.len() - inner.trim_start().len();
     Some(open + 1 + lead..open + 1 + inner.trim_end().len())
+}
+
+/// The literals of a conditional's branches at `start` given to `name`, each judged as a
+/// quoted value of four characters or more: whether `start` holds a conditional with one.
+fn push_branches(name: &str, text: &str, start: usize, out: &mut Vec<Range<usize>>) -> bool {
+    let branches = conditional_literals(text, start);
+    for literal in &branches {
+        let value = &text[literal.clone()];
+        if value.chars().nth(3).is_some()
+            && !is_stand_in(value)
+            && !value_exempt(name, value, &text[literal.start - 1..])
+        {
+            out.push(literal.clone());
+        }
+    }
+    !branches.is_empty()
+}
+
+/// The quoted literals of the branches of a conditional starting at `start` (`cond ? "a" :
+/// "b"`, `prod ? process.env.KEY : 'dev'`), read on its line within [`LOOK_AROUND`] bytes:
+/// the condition holds no quote, then ` ? `, a branch, ` : `, a branch. Empty when the value
+/// is no conditional or neither branch is a literal.
+fn conditional_literals(text: &str, start: usize) -> Vec<Range<usize>> {
+    let line = line_after(text, start);
+    let b = line.as_bytes();
+    let Some(q) = memchr::memmem::find(b, b" ? ") else {
+        return Vec::new();
+    };
+    if b[..q]
+        .iter()
+        .any(|c| matches!(c, b'"' | b'\'' | b'`' | b';' | b'='))
+    {
+        return Vec::new();
+    }
+    let first = start + q + 3;
+    let (first_end, mut found) = match quoted_at(text, first) {
+        Some(r) => (r.end + 1, vec![r]),
+        None => {
+            let word = b[q + 3..]
+                .iter()
+                .take_while(|c| !matches!(c, b' ' | b'\t' | b'"' | b'\'' | b'`'))
+                .count();
+            (first + word, Vec::new())
+        }
+    };
+    let rest = &text[first_end.min(start + line.len())..start + line.len()];
+    if let Some(after) = rest.strip_prefix(" : ")
+        && let Some(r) = quoted_at(text, start + line.len() - after.len())
+    {
+        found.push(r);
+    } else if found.is_empty() || !rest.starts_with(" : ") {
+        return Vec::new();
+    }
+    found.retain(|r| !r.is_empty());
+    found
 }
 
 /// The string literal an option's or a result's wrapper at `start` holds (`Some("…")`,
