@@ -395,6 +395,13 @@ class_tests! {
             "@ = isProd ? \"Xk9vQ2mLp7Rz\" : \"devpass99\"",
             "const @ = prod ? 'Xk9vQ2mLp7Rz' : null;",
             "  @: isProd ? process.env.KEY : \"Xk9vQ2mLp7Rz\",",
+            // A default after code, and the operators that assign one.
+            "  @: @ ?? \"Xk9vQ2mLp7Rz\",",
+            "@ = user_input or \"Xk9vQ2mLp7Rz\"",
+            "@ ||= \"Xk9vQ2mLp7Rz\"",
+            "@@ ?= Xk9vQ2mLp7Rz",
+            "@ ??= 'Xk9vQ2mLp7Rz';",
+            "let c = Client::builder().with_password(\"Xk9vQ2mLp7Rz\");",
         ];
     code_variable_named_like_its_name: &["x"],
         left alone [

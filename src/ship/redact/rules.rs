@@ -595,8 +595,11 @@ fn is_quote(c: Option<u8>) -> bool {
 fn site_assignment(a: &Around<'_>) -> bool {
     let mut at = a.name.end + usize::from(is_quote(a.at(a.name.end)));
     at = skip_blanks(a.b, at);
-    if a.at(at) == Some(b':') {
-        at += 1;
+    // `:=`, and the defaults `?=`, `||=`, `??=`.
+    match (a.at(at), a.at(at + 1)) {
+        (Some(b':' | b'?'), Some(b'=')) => at += 1,
+        (Some(b'|'), Some(b'|')) | (Some(b'?'), Some(b'?')) => at += 2,
+        _ => {}
     }
     a.at(at) == Some(b'=')
 }
@@ -1761,7 +1764,7 @@ pub(crate) static RULES: &[Rule] = &[
             concat!(
                 r#"(?i)(?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
-                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*:?=[ \t]*(?P<s>[^\s=>])"#
+                r#")[A-Za-z0-9_.\-]*)["']?[ \t]*(?::|\?|\|\||\?\?)?=[ \t]*(?P<s>[^\s=>])"#
             ),
             Refine::Assign,
             &[
@@ -2620,11 +2623,12 @@ pub(crate) static RULES: &[Rule] = &[
         rule(
             "setter-literal",
             "code",
-            &["password", "secret", "token", "apikey", "passwd"],
-            r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
+            &["password", "secret", "token", "apikey", "api_key", "passwd"],
+            r#"(?:\b(?:set|with)(?:Db|Client|Api|Access|Secret|Auth|Admin|Root|User)?(?:Password|Passwd|Secret|Token|ApiKey|AccessKey|SecretKey|Key)|\b(?:set|with)_(?:(?:db|client|api|access|secret|auth|admin|root|user|bearer)_)?(?:password|passwd|secret|token|api_key|access_key|secret_key|key)|\.(?:password|secret|token|apiKey|api_key|clientSecret|secretKey|accessKey))[ \t]*\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
             Refine::Flag,
             &[
                 "ds.setPassword(\"DsS3cretPw\");",
+                "let c = Client::builder().with_password(\"Xk9vQ2mLp7RzAbCd\");",
                 "Client.builder().apiKey(\"ak_live_8f3k2m9d\").build()",
                 "cfg.withSecret('W1thSecretVal')",
             ],
@@ -5582,7 +5586,8 @@ pub(crate) fn next_match(rule: &Rule, re: &Regex, text: &str, at: usize) -> Opti
 }
 
 /// The first match at or after `from` of `assignment` (`sep` `=`:
-/// `NAME["']?[ \t]*:?=[ \t]*[^\s=>]`, `:=` for Go and Pascal) or `colon-pair` (`sep` `:`:
+/// `NAME["']?[ \t]*(?::|\?|\|\||\?\?)?=[ \t]*[^\s=>]`, `:=` for Go and Pascal, `?=`, `||=`,
+/// `??=` for a default) or `colon-pair` (`sep` `:`:
 /// `NAME["']?[ \t]*:(?:[ \t]+\S|["'])`), `NAME` a run of name characters holding a name
 /// word. Each separator has one candidate: the name must end where the quote or blanks
 /// before the separator start (no name character can follow it), and it starts where the
@@ -5615,10 +5620,18 @@ fn name_pair(text: &str, from: usize, sep: u8) -> Option<Range<usize>> {
             }
         };
         let Some(end) = value_end else { continue };
-        // Go's and Pascal's `:=`: the colon sits right before the `=`.
+        // Go's and Pascal's `:=`: the colon sits right before the `=`; Ruby's `||=`, Make's
+        // `?=` and JavaScript's `??=` assign a default the same way.
         let mut e = q;
         if sep == b'=' && e > from && b[e - 1] == b':' {
             e -= 1;
+        } else if sep == b'=' {
+            let before = &b[from..e];
+            if before.ends_with(b"||") || before.ends_with(b"??") {
+                e -= 2;
+            } else if before.ends_with(b"?") {
+                e -= 1;
+            }
         }
         e -= b[from..e].iter().rev().take_while(|&&c| blank(c)).count();
         if e > from && matches!(b[e - 1], b'"' | b'\'') {
@@ -7856,7 +7869,21 @@ fn conditional_literals(text: &str, start: usize) -> Vec<Range<usize>> {
     let line = line_after(text, start);
     let b = line.as_bytes();
     let Some(q) = memchr::memmem::find(b, b" ? ") else {
-        return Vec::new();
+        // A default after code (`token ?? "…"`, `input || "…"`, `arg or "…"`): the literal.
+        let fallback = [&b" ?? "[..], b" || ", b" or "]
+            .iter()
+            .find_map(|op| memchr::memmem::find(b, op).map(|at| (at, at + op.len())));
+        return match fallback {
+            Some((at, lit))
+                if !b[..at]
+                    .iter()
+                    .any(|c| matches!(c, b'"' | b'\'' | b'`' | b';' | b'='))
+                    && let Some(r) = quoted_at(text, start + lit) =>
+            {
+                vec![r].into_iter().filter(|r| !r.is_empty()).collect()
+            }
+            _ => Vec::new(),
+        };
     };
     if b[..q]
         .iter()
