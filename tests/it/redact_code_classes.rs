@@ -448,6 +448,15 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         ("PASSWORD: int = 123456", "123456"),
         ("auth_token: Summerwind", "Summerwind"),
         ("TOKEN=Summerwind", "Summerwind"),
+        // A password of words in prose, after the word or wrapped in markup.
+        (
+            "Password correctHorseBattery, then log in",
+            "correctHorseBattery",
+        ),
+        (
+            "The password <code>correctHorseBattery</code> was set",
+            "correctHorseBattery",
+        ),
     ] {
         failures.extend(leaks(text, &[secret]));
     }

@@ -6197,15 +6197,15 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
         && !["token", "secret", "password", "key", "credentials"]
             .iter()
             .any(|w| unquoted.eq_ignore_ascii_case(w))
-        // Markup wrapping a name (`the given PrivateKey <code>key</code> must`, `password
-        // (<code>otherKeyPass</code>)`): code named in prose.
+        // Markup wrapping the word for what would be there (`the given PrivateKey
+        // <code>key</code> must`): prose. (A name of words in markup may be a password of
+        // words: `the password <code>correctHorseBattery</code>`.)
         && !markup_text(unquoted.trim_start_matches('('))
             .flatten()
             .is_some_and(|t| {
                 ["token", "secret", "password", "key", "credentials"]
                     .iter()
                     .any(|w| t.eq_ignore_ascii_case(w))
-                    || super::code::is_compound_identifier(t)
             })
         // A command's next argument: after a flag that asks for the password
         // (`--ask-password https://host`), or a URL, which is no password.
@@ -6247,8 +6247,14 @@ fn is_go_type(value: &str) -> bool {
 /// is a lowerCamelCase variable of two words or more, or one word ending the declaration.
 fn declares_variable(before: &str, label: &str, value: &str) -> bool {
     let type_name = if before.is_empty() { label } else { before };
+    // A sentence may start with a password's word (`Password correctHorseBattery, then…`): a
+    // type of that one word is no declaration here.
+    let word = type_name.trim_end();
     if !type_name.starts_with(|c: char| c.is_ascii_uppercase())
         || !type_name.bytes().any(|c| c.is_ascii_lowercase())
+        || ["password", "passwd", "passphrase", "pwd", "secret"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
     {
         return false;
     }
