@@ -448,6 +448,8 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         ("PASSWORD: int = 123456", "123456"),
         ("auth_token: Summerwind", "Summerwind"),
         ("TOKEN=Summerwind", "Summerwind"),
+        // A YAML or settings literal of words sharing the name's word: no code's variable.
+        ("password: adminPassword", "adminPassword"),
         // A password of words in prose, after the word or wrapped in markup.
         (
             "Password correctHorseBattery, then log in",

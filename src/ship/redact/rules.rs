@@ -3732,13 +3732,11 @@ fn is_code_variable(name: &str, value: &str, unquoted: bool) -> bool {
     if bare.is_empty() {
         return false;
     }
-    // Unended (JavaScript without semicolons: `creds.token = tokenReg`), only a variable named
-    // like the name it is given to.
+    // Unended, only a constant named as code names one (the last field of an object literal:
+    // `withCredentials: kEnumerableProperty`). A variable named like its name, unended, is
+    // code's only after `=` (see [`assign`]): `password: adminPassword` is YAML's literal.
     if bare.len() == value.len() {
-        return unquoted
-            && (is_named_like(name, bare)
-                || is_part_of_name(name, bare)
-                || (is_prefixed_constant(bare) && !is_password_name(name)));
+        return unquoted && is_prefixed_constant(bare) && !is_password_name(name);
     }
     if bare.len() <= 2 {
         return bare.bytes().all(|c| c.is_ascii_lowercase());
@@ -6431,11 +6429,29 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
             &text[value_at..],
         )
         || is_class_given(name, separator, &text[value_at..])
+        || is_like_named_variable(name, &text[value_at..])
     {
         return;
     }
     // One character is no secret (HTML's `accesskey="n"`, `challengePassword = A challenge`).
     push_value(name, text, value_at, 2, out);
+}
+
+/// An assignment of a variable named like the name (`creds.token = tokenReg`, `lasttoken =
+/// token`, JavaScript and Python without a `;`): the identifier at `rest`'s start, ending its
+/// line or followed by a blank or an end of a statement.
+fn is_like_named_variable(name: &str, rest: &str) -> bool {
+    let len = rest
+        .bytes()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        .count();
+    let ident = &rest[..len];
+    len > 0
+        && matches!(
+            rest.as_bytes().get(len),
+            None | Some(b'\n' | b'\r' | b' ' | b'\t' | b';' | b',' | b')')
+        )
+        && (is_named_like(name, ident) || is_part_of_name(name, ident))
 }
 
 /// A code's assignment, blanks round its `=`, of one capitalised word to a name that is no
