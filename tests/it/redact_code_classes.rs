@@ -450,6 +450,8 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         ("TOKEN=Summerwind", "Summerwind"),
         // A YAML or settings literal of words sharing the name's word: no code's variable.
         ("password: adminPassword", "adminPassword"),
+        // A login's password of joined words in a tuple.
+        ("auth = ('alice', 'super_secret_pw')", "super_secret_pw"),
         // A password of words in prose, after the word or wrapped in markup.
         (
             "Password correctHorseBattery, then log in",

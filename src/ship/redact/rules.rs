@@ -7739,8 +7739,9 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
                 .into_iter()
                 .filter(|&(item, _)| !login || item == 1)
                 // A function's or a variable's name (`'OAuth': ('oauth_get_sbs',
-                // 'oauth_urlencode')`): words joined by `_`.
-                .filter(|(_, r)| !is_snake_identifier_of_words(&text[r.clone()]))
+                // 'oauth_urlencode')`): words joined by `_`. A login's password may be such
+                // words (`auth=('alice', 'super_secret_pw')`).
+                .filter(|(_, r)| login || !is_snake_identifier_of_words(&text[r.clone()]))
                 .map(|(_, r)| r),
         );
         return;
