@@ -6423,11 +6423,7 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
     if is_argument_variable(text, n.start, value_at)
         || is_rust_type_or_array(&text[value_at..])
         || is_chained_assignment(&text[value_at..])
-        || is_typed_integer(
-            line_before(text, n.start),
-            &text[n.end..value_at],
-            &text[value_at..],
-        )
+        || is_typed_integer(text, n.start, &text[n.end..value_at], &text[value_at..])
         || is_class_given(name, separator, &text[value_at..])
         || is_like_named_variable(name, &text[value_at..])
     {
@@ -6470,14 +6466,11 @@ fn is_class_given(name: &str, separator: &str, rest: &str) -> bool {
 }
 
 /// A constant declared with an integer type and given a number (`pub const SECRETMEM_MAGIC:
-/// u32 = 1397048141;`, `ETH_P_PREAUTH: u32 = 35015`): `line` is the text before the name on
-/// its line, which declares a constant (`const`, `static`), `between` the text from the name
-/// to the value, `rest` the value on. A variable's PIN (`PASSWORD: int = 123456`) is still
+/// u32 = 1397048141;`, `ETH_P_PREAUTH: u32 = 35015`): the line before the name at `name_at`
+/// declares a constant (`const`, `static`), `between` is the text from the name to the
+/// value, `rest` the value on. A variable's PIN (`PASSWORD: int = 123456`) is still
 /// one.
-fn is_typed_integer(line: &str, between: &str, rest: &str) -> bool {
-    if !(line.contains("const ") || line.contains("static ")) {
-        return false;
-    }
+fn is_typed_integer(text: &str, name_at: usize, between: &str, rest: &str) -> bool {
     let Some(ty) = between
         .trim_end_matches([' ', '\t', '='])
         .trim_end()
@@ -6494,12 +6487,17 @@ fn is_typed_integer(line: &str, between: &str, rest: &str) -> bool {
         .bytes()
         .take_while(|c| c.is_ascii_digit() || *c == b'_')
         .count();
+    // The line is read last: most assignments have no type.
     INTEGERS.contains(&ty)
         && digits > 0
         && matches!(
             rest.as_bytes().get(digits),
             None | Some(b';' | b',' | b' ' | b'\n' | b'\r')
         )
+        && {
+            let line = line_before(text, name_at);
+            line.contains("const ") || line.contains("static ")
+        }
 }
 
 /// Whether the first word of an unquoted value (up to a blank or the line's end) can be an
@@ -7884,55 +7882,54 @@ fn push_branches(name: &str, text: &str, start: usize, out: &mut Vec<Range<usize
     !branches.is_empty()
 }
 
-/// The quoted literals of the branches of a conditional starting at `start` (`cond ? "a" :
-/// "b"`, `prod ? process.env.KEY : 'dev'`), read on its line within [`LOOK_AROUND`] bytes:
-/// the condition holds no quote, then ` ? `, a branch, ` : `, a branch. Empty when the value
-/// is no conditional or neither branch is a literal.
+/// The quoted literals of the branches of a conditional whose condition is the word at
+/// `start` (`isProd ? "a" : "b"`, `prod ? process.env.KEY : 'dev'`), or of a default after it
+/// (`token ?? "…"`, `input || "…"`, `arg or "…"`). Empty when the word is followed by none of
+/// these, or no branch is a literal. Read from the word's end only: a value costs this one
+/// look.
 fn conditional_literals(text: &str, start: usize) -> Vec<Range<usize>> {
-    let line = line_after(text, start);
-    let b = line.as_bytes();
-    let Some(q) = memchr::memmem::find(b, b" ? ") else {
-        // A default after code (`token ?? "…"`, `input || "…"`, `arg or "…"`): the literal.
-        let fallback = [&b" ?? "[..], b" || ", b" or "]
-            .iter()
-            .find_map(|op| memchr::memmem::find(b, op).map(|at| (at, at + op.len())));
-        return match fallback {
-            Some((at, lit))
-                if !b[..at]
-                    .iter()
-                    .any(|c| matches!(c, b'"' | b'\'' | b'`' | b';' | b'='))
-                    && let Some(r) = quoted_at(text, start + lit) =>
-            {
-                vec![r].into_iter().filter(|r| !r.is_empty()).collect()
-            }
-            _ => Vec::new(),
-        };
-    };
-    if b[..q]
+    let b = text.as_bytes();
+    let word = b[start..]
         .iter()
-        .any(|c| matches!(c, b'"' | b'\'' | b'`' | b';' | b'='))
-    {
+        .take(LOOK_AROUND)
+        .take_while(|c| {
+            !matches!(
+                c,
+                b' ' | b'\t' | b'\n' | b'\r' | b'"' | b'\'' | b'`' | b';' | b'='
+            )
+        })
+        .count();
+    if word == 0 {
         return Vec::new();
     }
-    let first = start + q + 3;
+    let at = start + word;
+    let after = &text[at..];
+    let literal = |from: usize| quoted_at(text, from).filter(|r| !r.is_empty());
+    if let Some(op) = [" ?? ", " || ", " or "]
+        .iter()
+        .find(|op| after.starts_with(**op))
+    {
+        return literal(at + op.len()).into_iter().collect();
+    }
+    if !after.starts_with(" ? ") {
+        return Vec::new();
+    }
+    let first = at + 3;
     let (first_end, mut found) = match quoted_at(text, first) {
         Some(r) => (r.end + 1, vec![r]),
         None => {
-            let word = b[q + 3..]
+            let word = b[first..]
                 .iter()
-                .take_while(|c| !matches!(c, b' ' | b'\t' | b'"' | b'\'' | b'`'))
+                .take(LOOK_AROUND)
+                .take_while(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b'"' | b'\'' | b'`'))
                 .count();
             (first + word, Vec::new())
         }
     };
-    let rest = &text[first_end.min(start + line.len())..start + line.len()];
-    if let Some(after) = rest.strip_prefix(" : ")
-        && let Some(r) = quoted_at(text, start + line.len() - after.len())
-    {
-        found.push(r);
-    } else if found.is_empty() || !rest.starts_with(" : ") {
+    if !text[first_end.min(text.len())..].starts_with(" : ") {
         return Vec::new();
     }
+    found.extend(literal(first_end + 3));
     found.retain(|r| !r.is_empty());
     found
 }
@@ -8533,10 +8530,12 @@ fn header_value(text: &str, start: usize, lq: Option<u8>, cq: bool, out: &mut Ve
         value
             .trim_matches(['"', '\'', ';', ','])
             .eq_ignore_ascii_case(h)
-    }) || [":param ", ":type ", "@param "]
-        .iter()
-        .any(|p| line_before(text, start).trim_start().starts_with(p))
-    {
+    }) || {
+        let line = line_before(text, start).trim_start();
+        [":param ", ":type ", "@param "]
+            .iter()
+            .any(|p| line.starts_with(p))
+    } {
         return;
     }
     // A path of code (`cookie::CookieStore`), a type (`cookie: &Jar,`), or a call given to a
