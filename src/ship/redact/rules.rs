@@ -7739,7 +7739,7 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
                 // A function's or a variable's name (`'OAuth': ('oauth_get_sbs',
                 // 'oauth_urlencode')`): words joined by `_`. A login's password may be such
                 // words (`auth=('alice', 'super_secret_pw')`).
-                .filter(|(_, r)| login || !is_snake_identifier_of_words(&text[r.clone()]))
+                .filter(|(_, r)| login || !is_snake_name(&text[r.clone()]))
                 .map(|(_, r)| r),
         );
         return;
@@ -7774,15 +7774,6 @@ fn push_value(name: &str, text: &str, start: usize, min: usize, out: &mut Vec<Ra
     }
     // A quoted value: also exempt when the quotes hold code.
     out.push(range);
-}
-
-/// Lowercase words joined by `_`, two or more, each of two letters or more (`oauth_get_sbs`).
-fn is_snake_identifier_of_words(v: &str) -> bool {
-    let mut words = 0;
-    v.split('_').all(|w| {
-        words += 1;
-        w.len() >= 2 && w.bytes().all(|c| c.is_ascii_lowercase())
-    }) && words >= 2
 }
 
 /// A string literal of a tuple: its item's place, and its content's span.
