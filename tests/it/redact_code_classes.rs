@@ -450,6 +450,10 @@ fn a_password_of_words_is_no_variable_named_like_its_name() {
         ("TOKEN=Summerwind", "Summerwind"),
         // A YAML or settings literal of words sharing the name's word: no code's variable.
         ("password: adminPassword", "adminPassword"),
+        // A token of letters in camel case after a scheme or a type's name is no declaration
+        // (the property test `json_keeps_its_structure` found the first).
+        (" Bearer aaaAaaaAaAaaaAAA ", "aaaAaaaAaAaaaAAA"),
+        ("    Credentials aaaAaaaAaAaaaAAA", "aaaAaaaAaAaaaAAA"),
         // A login's password of joined words in a tuple.
         ("auth = ('alice', 'super_secret_pw')", "super_secret_pw"),
         // A password of words in prose, after the word or wrapped in markup.

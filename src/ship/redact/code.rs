@@ -307,14 +307,7 @@ fn ident_in_literal_is_code(toks: &[Tok<'_>], i: usize) -> bool {
     let next = toks[i + 1..].iter().find(|t| **t != Tok::Space);
     let prev = toks[..i].iter().rev().find(|t| **t != Tok::Space);
     // A variable of lowercase words joined by `_` (`[default_value]`) names what it holds.
-    let snake = matches!(toks[i], Tok::Ident(w) if {
-        let mut words = 0;
-        w.split('_').all(|p| {
-            words += 1;
-            p.len() >= 2 && p.bytes().all(|c| c.is_ascii_lowercase())
-        }) && words >= 2
-    });
-    snake
+    matches!(toks[i], Tok::Ident(w) if super::rules::is_snake_name(w))
         || matches!(next, Some(Tok::Punct(b':' | b'.' | b'(' | b'[')))
         || matches!(prev, Some(Tok::Punct(b':' | b'.')))
 }
@@ -427,7 +420,7 @@ fn code_expression(rest: &str) -> bool {
                         | Some([Tok::Punct(b'<'), Tok::Punct(b'<')])
                 );
             if close > i + 2 && (compares(&toks[i + 1..close - 1]) || computed) {
-                return ends_value(&toks, close) || toks.get(close) == Some(&Tok::Space);
+                return ends_value(&toks, close);
             }
             if close == toks.len() {
                 return rest_is_blank(&toks[i + 1..]);

@@ -3843,11 +3843,7 @@ fn is_one_word_type(rest: &str) -> bool {
     let ty = &rest[..len];
     // Capitalised words (`Literal`, `ParseResults`), or a constant naming the types allowed
     // (`_ALLOWED_PRIVATE_KEY_TYPES`).
-    let capitalised = !ty.contains('_')
-        && super::code::words(ty).all(|w| {
-            let w = w.as_bytes();
-            w.len() >= 3 && w[0].is_ascii_uppercase() && w[1..].iter().all(u8::is_ascii_lowercase)
-        });
+    let capitalised = !ty.contains('_') && super::code::words(ty).all(is_capitalised_word);
     let constant = ty.trim_start_matches('_').contains('_')
         && ty
             .split('_')
@@ -4317,7 +4313,7 @@ fn is_snake_identifier(word: &str) -> bool {
 
 /// A variable's name in snake case (`access_token`, `_session_token`): lowercase letters and
 /// `_`, two words at least. A key has digits or capitals.
-fn is_snake_name(value: &str) -> bool {
+pub(super) fn is_snake_name(value: &str) -> bool {
     value.trim_matches('_').contains('_')
         && value.bytes().all(|c| c.is_ascii_lowercase() || c == b'_')
 }
@@ -6147,10 +6143,13 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     let annotated =
         || annotates(text, name_at, s.start, true) || declares_code(text, name_at, s.start);
     // A declaration of a variable or a method (`Credentials additionalCreds,`, `SecretKey
-    // deriveKey(`): its `(` follows the value the pattern took.
+    // deriveKey(`): the byte ending it may follow the value the pattern took.
     let declared = || {
-        let called = text.as_bytes().get(s.end) == Some(&b'(');
-        let value = if called {
+        let ends = matches!(
+            text.as_bytes().get(s.end),
+            Some(b'(' | b',' | b';' | b')' | b':' | b'}')
+        );
+        let value = if ends {
             &text[s.start..=s.end]
         } else {
             unquoted
@@ -6245,14 +6244,25 @@ fn is_go_type(value: &str) -> bool {
 /// is a lowerCamelCase variable of two words or more, or one word ending the declaration.
 fn declares_variable(before: &str, label: &str, value: &str) -> bool {
     let type_name = if before.is_empty() { label } else { before };
-    // A sentence may start with a password's word (`Password correctHorseBattery, then…`): a
-    // type of that one word is no declaration here.
+    // A sentence may start with a password's word (`Password correctHorseBattery, then…`),
+    // and an authorization scheme is no type (`Bearer aaaAaaaAaAaaaAAA`): a type of one of
+    // those words is no declaration here.
     let word = type_name.trim_end();
     if !type_name.starts_with(|c: char| c.is_ascii_uppercase())
         || !type_name.bytes().any(|c| c.is_ascii_lowercase())
-        || ["password", "passwd", "passphrase", "pwd", "secret"]
-            .iter()
-            .any(|w| word.eq_ignore_ascii_case(w))
+        || [
+            "password",
+            "passwd",
+            "passphrase",
+            "pwd",
+            "secret",
+            "bearer",
+            "basic",
+            "token",
+            "digest",
+        ]
+        .iter()
+        .any(|w| word.eq_ignore_ascii_case(w))
     {
         return false;
     }
@@ -6261,11 +6271,15 @@ fn declares_variable(before: &str, label: &str, value: &str) -> bool {
         Some(name) => (name, true),
         None => (value, false),
     };
-    let bare = value.trim_end_matches([',', ';', ')', ':']);
+    // A declaration ends its name: a parameter's `,` or `)`, a statement's `;`, a method's `(`,
+    // a log label's `:`, a struct literal's `}`. A word run alone after the label may be a token of letters
+    // (`Credentials aaaAaaaAaAaaaAAA`).
+    let bare = value.trim_end_matches([',', ';', ')', ':', '}']);
     let ended =
         method || (bare.len() < value.len() && matches!(value.as_bytes()[bare.len()], b';' | b')'));
     bare.starts_with(|c: char| c.is_ascii_lowercase())
         && !bare.is_empty()
+        && (method || bare.len() < value.len())
         && (super::code::is_compound_identifier(bare)
             || (ended && bare.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')))
 }
