@@ -1854,7 +1854,7 @@ fn a_flag_that_asks_for_the_password_takes_no_value_and_a_url_is_none() {
 fn a_template_slot_or_reference_given_as_a_secret_ships() {
     let mut failures = Vec::new();
     for text in [
-        "//registry.npmjs.org/:_authToken={NPM_TOKEN}",
+        "//npm.registry.example/:_authToken={NPM_TOKEN}",
         "password: \"{ password }\"",
         "$variable_password7 = \"{ password }\";",
         "02_variable_password: $$password",
@@ -1868,7 +1868,7 @@ fn a_template_slot_or_reference_given_as_a_secret_ships() {
     }
     for (text, secret) in [
         (
-            "//registry.npmjs.org/:_authToken=Np9mTok3nXk2Lp7Rz",
+            "//npm.registry.example/:_authToken=Np9mTok3nXk2Lp7Rz",
             "Np9mTok3nXk2Lp7Rz",
         ),
         ("<password>MvnDeployPw1</password>", "MvnDeployPw1"),

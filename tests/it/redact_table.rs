@@ -488,7 +488,7 @@ fn json_pairs() -> Vec<(String, Vec<String>)> {
             &["HarTok3", "HarCookie4", "HarKey5"],
         ),
         (
-            json!({"auths": {"https://index.docker.io/v1/": {"auth": "ZG9ja2VyOmh1YlNlY3JldA=="}}}),
+            json!({"auths": {"https://index.hub.example/v1/": {"auth": "ZG9ja2VyOmh1YlNlY3JldA=="}}}),
             &["ZG9ja2VyOmh1YlNlY3JldA"],
         ),
         (
