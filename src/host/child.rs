@@ -107,6 +107,8 @@ pub(crate) struct Child {
     slot: u64,
     opts: WatchOptions,
     path: PathBuf,
+    /// `path` in its normal form ([`normal_form`]): what a changed path is matched against.
+    route: PathBuf,
     tail: Option<Tail>,
     pipeline: Pipeline,
     /// Where the shipping cursor starts when the file is opened later.
@@ -183,6 +185,7 @@ impl Child {
         Ok(Child {
             slot,
             opts,
+            route: normal_form(&path),
             path,
             tail: tail.map(|(t, _)| t),
             pipeline,
@@ -225,6 +228,18 @@ impl Child {
     /// The rollout's current path (it changes when Codex archives it).
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether `path` is byte for byte this child's path in its normal form ([`normal_form`]):
+    /// `true` means it names the child's file; a path not in its normal form may name it too
+    /// and get `false`.
+    pub(crate) fn follows(&self, path: &Path) -> bool {
+        self.route.as_os_str() == path.as_os_str()
+    }
+
+    fn set_path(&mut self, path: PathBuf) {
+        self.route = normal_form(&path);
+        self.path = path;
     }
 
     /// The watcher key, once the identity is settled.
@@ -330,6 +345,14 @@ impl Child {
         self.wake
     }
 
+    /// Sets the next wake, and tells the hub where it moved.
+    fn set_wake(&mut self, hub: &Hub, wake: Option<Ts>) {
+        if wake != self.wake {
+            hub.wake_moved(self.slot, self.wake, wake);
+            self.wake = wake;
+        }
+    }
+
     /// Settles the identity (taking the key's files in `watch`), logs the start and checks
     /// what `--once` needs.
     pub(crate) fn start(&mut self, hub: &Hub) -> Result<()> {
@@ -358,7 +381,7 @@ impl Child {
                 return Err(UsageError(missing.message(&self.path)).into());
             }
             self.pipeline.begin_once(hub.clock.now());
-            self.wake = self.pipeline.next_wake(hub.clock.now());
+            self.set_wake(hub, self.pipeline.next_wake(hub.clock.now()));
         } else if self.tail.is_none() {
             info!(event = "waiting_for_file", path = %self.path.display(), "rollout does not exist yet; waiting for it");
         }
@@ -381,7 +404,7 @@ impl Child {
             match self.read_text()? {
                 Some(text) => queue.push_back(text),
                 None => {
-                    self.wake = self.pipeline.next_wake(hub.clock.now());
+                    self.set_wake(hub, self.pipeline.next_wake(hub.clock.now()));
                     return Ok(());
                 }
             }
@@ -510,7 +533,10 @@ impl Child {
             }
             Action::TrimMemory => crate::platform::memory::release_freed(),
             Action::Rewritten(why) => return Err(self.rewritten(why)),
-            Action::Exit(reason) => self.exit = Some(reason),
+            Action::Exit(reason) => {
+                self.exit = Some(reason);
+                hub.exited(self.slot);
+            }
         }
         Ok(None)
     }
@@ -548,7 +574,7 @@ impl Child {
             Err(why) => return Err(self.rewritten(why)),
             Ok(Seen::Unchanged) => return Ok(()),
             Ok(Seen::Archived(path)) => {
-                self.path = path.clone();
+                self.set_path(path.clone());
                 self.dispatch(hub, Event::Moved(path))?;
             }
             Ok(Seen::Changed) => {}
@@ -584,7 +610,7 @@ impl Child {
             let partial = t.fold.partial_bytes() > 0;
             let handled = match moved {
                 Some(path) => {
-                    self.path = path.clone();
+                    self.set_path(path.clone());
                     self.dispatch(hub, Event::Moved(path))
                 }
                 None => Ok(()),
@@ -795,6 +821,15 @@ type Folded = (crate::fold::State, u64, bool);
 
 /// Opens the rollout (if it exists) and folds every complete line on disk, observed at the
 /// file's modification time (never later than now).
+/// `path` spelled one way: its components joined by the platform's separator. Two paths are
+/// equal (`Path`'s `==`, component by component: `s//r.jsonl` is `s/r.jsonl`) exactly when
+/// their normal forms are equal byte for byte, which is a `memcmp`: matching a changed path
+/// against every child's by components cost 37,000 instructions a line with 50 children
+/// (docs/performance.md, "twenty-seventh pass").
+pub(crate) fn normal_form(path: &Path) -> PathBuf {
+    path.components().collect()
+}
+
 fn open_and_seed(path: &Path, now: Ts) -> Result<Option<(Tail, Folded)>> {
     let file = match File::open(path) {
         Ok(f) => f,

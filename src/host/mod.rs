@@ -92,6 +92,11 @@ pub(crate) struct Hub {
     pub keys: Ownership,
     tx: mpsc::Sender<(u64, Done)>,
     limit: Arc<Semaphore>,
+    /// Every child's next wake with its slot, in order: the loop takes the earliest without
+    /// asking each of hundreds of children at every turn ([`Host::earliest_wake`]).
+    wakes: std::sync::Mutex<std::collections::BTreeSet<(Ts, u64)>>,
+    /// Slots of children whose pipeline asked to end since the membership last looked.
+    exited: std::sync::Mutex<Vec<u64>>,
 }
 
 impl Hub {
@@ -123,9 +128,36 @@ impl Hub {
                 keys,
                 tx,
                 limit: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+                wakes: Default::default(),
+                exited: Default::default(),
             },
             rx,
         ))
+    }
+
+    /// The child in `slot` moved its next wake from `from` to `to`.
+    pub(crate) fn wake_moved(&self, slot: u64, from: Option<Ts>, to: Option<Ts>) {
+        // A panic while holding the lock left a set whose stale entries the loop drops.
+        let mut wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(from) = from {
+            wakes.remove(&(from, slot));
+        }
+        if let Some(to) = to {
+            wakes.insert((to, slot));
+        }
+    }
+
+    /// The child in `slot` asked to end.
+    pub(crate) fn exited(&self, slot: u64) {
+        self.exited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(slot);
+    }
+
+    /// The slots of the children that asked to end since the last call.
+    pub(crate) fn take_exited(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.exited.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Runs `request` as a task once a request slot is free; its answer goes to `slot`.
@@ -344,9 +376,8 @@ impl Host {
                 self.status.maybe_changed();
             }
             let next = self
-                .children
-                .values()
-                .filter_map(|c| c.next_wake())
+                .earliest_wake()
+                .into_iter()
                 .chain(self.status.next_due())
                 .chain(members.next_wake(now))
                 .min();
@@ -391,6 +422,20 @@ impl Host {
     pub(crate) fn close(&mut self) {
         self.status.remove();
         self.hub.keys.release_all();
+    }
+
+    /// The earliest next wake of any child. Entries of children gone, or whose wake moved
+    /// without the hub being told (a stop latched by the membership), are dropped as they
+    /// come first.
+    pub(crate) fn earliest_wake(&self) -> Option<Ts> {
+        let mut wakes = self.hub.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(&(at, slot)) = wakes.first() {
+            if self.children.get(&slot).and_then(Child::next_wake) == Some(at) {
+                return Some(at);
+            }
+            wakes.pop_first();
+        }
+        None
     }
 
     /// Runs `f` on one child; an error takes the child out and is the membership's to judge.
@@ -455,14 +500,19 @@ impl Host {
         for path in changes.paths {
             // A scan of the children, not a map of every child's path built for each batch: a
             // batch names a path or two, and the map cost a copy and a hash of every child's
-            // path for each line appended to any child. `Path` equality (component by
-            // component, as the map's was: `s//r.jsonl` is `s/r.jsonl`) compares from the file
-            // name back, so another child's path differs at once.
-            let slot = self
-                .children
-                .iter()
-                .find(|(_, c)| c.path() == path.as_path())
-                .map(|(slot, _)| *slot);
+            // path for each line appended to any child. Each child keeps its path's normal
+            // form, so the scan compares bytes, where `Path`'s `==` parsed both paths into
+            // components for every child; a path as the notifier spells it (the watched
+            // directory, which is a child's own, joined to a name) is normal already, and
+            // only one that is found nowhere is put in its normal form to be sure.
+            let find = |children: &BTreeMap<u64, Child>, normal: &std::path::Path| {
+                children
+                    .iter()
+                    .find(|(_, c)| c.follows(normal))
+                    .map(|(slot, _)| *slot)
+            };
+            let slot = find(&self.children, &path)
+                .or_else(|| find(&self.children, &child::normal_form(&path)));
             match slot {
                 Some(slot) => self.check(members, slot)?,
                 None => others.push(path),

@@ -575,12 +575,12 @@ impl Tree {
     /// Releases the key of every child whose pipeline ended, except one reaped or at its
     /// ceiling: that key is held, its rollout watched for growth (S2.7).
     fn reap_ended(&mut self, host: &mut Host) {
-        let ended: Vec<u64> = host
-            .children
-            .iter()
-            .filter(|(_, c)| c.exit.is_some())
-            .map(|(slot, _)| *slot)
-            .collect();
+        // The children that asked to end, as the hub heard it: not a scan of every child at
+        // every turn of the loop.
+        let mut ended = host.hub.take_exited();
+        ended.retain(|slot| host.children.get(slot).is_some_and(|c| c.exit.is_some()));
+        ended.sort_unstable();
+        ended.dedup();
         for slot in ended {
             let (Some(mut child), Some(key)) =
                 (host.children.remove(&slot), self.keys.remove(&slot))

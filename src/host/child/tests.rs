@@ -164,3 +164,48 @@ async fn lines_read_after_an_archive_in_the_same_pass_stop_under_the_archives_pa
         "the stop names where the rollout is now"
     );
 }
+
+/// A changed path is routed to the child whose path it names, however either is spelled: the
+/// normal forms compare equal exactly when the paths do (`Path`'s `==`).
+#[test]
+fn a_changed_path_reaches_its_child_however_it_is_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let rollout = dir.path().join("r.jsonl");
+    std::fs::write(&rollout, format!("{META}\n")).unwrap();
+    let (hub, _rx) = hub(&dir.path().join("config"));
+    let child = supervised(&hub, &rollout);
+    let sep = std::path::MAIN_SEPARATOR;
+    let base = dir.path().display().to_string();
+    for same in [
+        format!("{base}{sep}r.jsonl"),
+        format!("{base}{sep}{sep}r.jsonl"),
+        format!("{base}{sep}.{sep}r.jsonl"),
+    ] {
+        let changed = PathBuf::from(&same);
+        assert_eq!(changed, rollout, "{same} names the rollout");
+        assert!(
+            child.follows(&normal_form(&changed)),
+            "{same} routed elsewhere"
+        );
+    }
+    for other in [
+        format!("{base}{sep}r.jsonl.bak"),
+        format!("{base}{sep}q.jsonl"),
+        format!("{base}{sep}r"),
+        format!("{base}{sep}..{sep}r.jsonl"),
+        base.clone(),
+    ] {
+        let changed = PathBuf::from(&other);
+        assert_ne!(changed, rollout, "{other} is another path");
+        assert!(
+            !child.follows(&normal_form(&changed)),
+            "{other} routed to the rollout's child"
+        );
+    }
+    // And on Windows, either separator.
+    #[cfg(windows)]
+    {
+        let slashed = PathBuf::from(base.replace('\\', "/") + "/r.jsonl");
+        assert!(child.follows(&normal_form(&slashed)));
+    }
+}

@@ -40,6 +40,15 @@ pub(super) const DAEMON_COALESCE: Duration = Duration::from_millis(200);
 /// which reads again at once while more is queued.
 const READ_BUFFER: usize = 16 * 1024;
 
+/// The largest event the kernel queues: its header and a file name of `NAME_MAX` bytes with
+/// its terminating zero.
+const LARGEST_EVENT: usize = 16 + 255 + 1;
+
+/// A read of at most this many events left room in [`READ_BUFFER`] for one more of any size,
+/// so the kernel had no more queued when it copied them: the queue is empty without a second
+/// read to find it so (one system call fewer for every line appended to a followed file).
+const DRAINED_AT_MOST: usize = READ_BUFFER / LARGEST_EVENT - 1;
+
 /// A paced thread reads this much at a time (a few thousand events), so that its pauses
 /// never leave the kernel's queue to overflow into a rescan.
 const PACED_READ_BUFFER: usize = 64 * 1024;
@@ -76,12 +85,15 @@ struct Reader {
 
 impl Reader {
     /// Delivers what `events` name (those `wanted` accepts), if anything.
-    fn deliver(&self, events: Events<'_>) {
+    /// Delivers what one read found; how many events that was.
+    fn deliver(&self, events: Events<'_>) -> usize {
         let mut paths = Vec::new();
         let mut rescan = false;
+        let mut count = 0;
         {
             let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
             for event in events {
+                count += 1;
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
                     rescan = true;
                     continue;
@@ -112,6 +124,7 @@ impl Reader {
         if rescan || !paths.is_empty() {
             self.sink.deliver(paths, rescan);
         }
+        count
     }
 }
 
@@ -192,7 +205,11 @@ async fn read_on_loop(mut fd: tokio::io::unix::AsyncFd<Inotify>, reader: Reader)
         match read {
             // Nothing left to read: readiness was cleared, wait for the next.
             Err(_would_block) => continue,
-            Ok(Ok(())) => {}
+            // Nothing left either: the edge-triggered registration reports the next event
+            // queued, and one that came after this read makes a newer readiness, which this
+            // clear leaves in place.
+            Ok(Ok(count)) if count <= DRAINED_AT_MOST => ready.clear_ready(),
+            Ok(Ok(_)) => {}
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(Err(_)) => {
                 reader.sink.fail();
@@ -317,6 +334,40 @@ mod tests {
         assert!(!paths.contains(&read_me), "a read was an event: {paths:?}");
         assert!(paths.contains(&removed), "{paths:?}");
         assert!(paths.contains(&renamed), "{paths:?}");
+        drop(raw);
+    }
+
+    /// A read that leaves the queue empty ends the wait for readiness without a second read
+    /// to find it empty: each change after one still wakes the reader, and a burst larger than
+    /// one read's worth (events of the longest names) is read whole.
+    #[tokio::test(flavor = "current_thread")]
+    async fn every_change_is_read_whether_one_read_or_many_took_the_queue() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (sink, mut raw) = started();
+        raw.watch(&dir).unwrap();
+        let rollout = dir.join("rollout.jsonl");
+        let mut file = std::fs::File::create(&rollout).unwrap();
+        sink.paths_until(&rollout).await;
+        for round in 0..20 {
+            std::io::Write::write_all(&mut file, b"{}\n").unwrap();
+            let paths = sink.paths_until(&rollout).await;
+            assert_eq!(paths.len(), 1, "round {round}: {paths:?}");
+        }
+        let names: Vec<PathBuf> = (0..300).map(|i| dir.join(format!("{i:0>250}"))).collect();
+        for name in &names {
+            std::fs::write(name, "{}").unwrap();
+        }
+        assert!(
+            names.len() * LARGEST_EVENT > READ_BUFFER * 4,
+            "a burst of several reads"
+        );
+        std::io::Write::write_all(&mut file, b"{}\n").unwrap();
+        let paths = sink.paths_until(&rollout).await;
+        let missing: Vec<_> = names.iter().filter(|n| !paths.contains(*n)).collect();
+        assert!(missing.is_empty(), "{} of the burst unread", missing.len());
+        std::io::Write::write_all(&mut file, b"{}\n").unwrap();
+        sink.paths_until(&rollout).await;
         drop(raw);
     }
 
