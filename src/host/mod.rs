@@ -241,7 +241,7 @@ pub(crate) trait Membership {
     }
 
     /// Changed paths no child follows (`rescan`: too many, or unknown ones), while the host is
-    /// not ending.
+    /// not ending; not called for a batch that named children's files only.
     fn on_other_paths(&mut self, host: &mut Host, paths: Vec<PathBuf>, rescan: bool) -> Result<()>;
 
     /// Every poll interval while the host is not ending, before the children's own check.
@@ -524,7 +524,9 @@ impl Host {
                 self.check(members, slot)?;
             }
         }
-        if self.ending.is_none() {
+        // A batch that named only children's files is nothing for the membership (a
+        // supervisor synced its watched directories after every line appended to any child).
+        if self.ending.is_none() && (!others.is_empty() || changes.rescan) {
             members.on_other_paths(self, others, changes.rescan)?;
         }
         Ok(())
