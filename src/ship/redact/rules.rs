@@ -3296,7 +3296,8 @@ pub(crate) static RULES: &[Rule] = &[
         ),
     ),
     // The literal a secret-named environment variable falls back to when unset: the secret
-    // itself, written into the code (`process.env.API_KEY || '…'`). Only after a lookup of
+    // itself, written into the code (`process.env.API_KEY || '…'`, Ruby's block of
+    // `ENV.fetch("API_KEY") { '…' }` or `do '…' end`). Only after a lookup of
     // the environment (`env`, `getenv`, `environ`, PHP's `$_ENV` and `$_SERVER`, .NET's
     // `GetEnvironmentVariable`), and only for a name of a secret: `process.env.HOST ||
     // "localhost"` stays.
@@ -3308,7 +3309,7 @@ pub(crate) static RULES: &[Rule] = &[
             NAME_KEYWORDS,
             // Any variable's name: the name of a secret may be the one assigned instead
             // (`const password = process.env.PW || '…'`), which the refinement reads.
-            r#"(?i)(?:\benv\b|getenv|environ|\$_env|\$_server|getenvironmentvariable)[^\n;=]{0,24}?\b(?P<n>[A-Za-z0-9_]+)\b["'\]\)]{0,3}[ \t]*(?:\|\||\?\?|\?:|\bor\b|\.unwrap_or(?:_else)?\([ \t]*(?:\|[^|\n]{0,8}\|[ \t]*)?)[ \t]*(?P<q>["'])"#,
+            r#"(?i)(?:\benv\b|getenv|environ|\$_env|\$_server|getenvironmentvariable)[^\n;=]{0,24}?\b(?P<n>[A-Za-z0-9_]+)\b["'\]\)]{0,3}[ \t]*(?:\|\||\?\?|\?:|\bor\b|\.unwrap_or(?:_else)?\([ \t]*(?:\|[^|\n]{0,8}\|[ \t]*)?|(?:\{|\bdo\b)[ \t]*(?:\|[^|\n]{0,16}\|[ \t]*)?)[ \t]*(?P<q>["'])"#,
             Refine::Fallback,
             &[
                 "password = os.getenv(\"DB_PASSWORD\") or \"OrFallbk9Zq\"",
@@ -3320,6 +3321,9 @@ pub(crate) static RULES: &[Rule] = &[
                 "$apiKey = $_ENV['API_KEY'] ?? 'PhpEnvFb9Zq';",
                 "let key = std::env::var(\"API_KEY\").unwrap_or(\"RsUnwrapFb9Zq\".to_string());",
                 "var s = Environment.GetEnvironmentVariable(\"CLIENT_SECRET\") ?? \"CsEnvFb9Zq\";",
+                "password = ENV.fetch(\"DB_PASSWORD\") { \"RbFetchFb9Zq\" }",
+                "api_key = ENV.fetch('API_KEY') { |name| 'RbBlockFb9Zq' }",
+                "secret = ENV.fetch(\"SECRET\") do \"RbDoFb9Zq\" end",
             ],
             &[
                 "host = process.env.HOST || \"localhost\"",
@@ -3331,6 +3335,37 @@ pub(crate) static RULES: &[Rule] = &[
                 "password = os.getenv(\"PW\") or default_password()",
                 "if (password == process.env.PW || 'x') {}",
                 "const host = process.env.PW || 'localhost';",
+                "host = ENV.fetch(\"HOST\") { \"localhost\" }",
+                "token = ENV.fetch(\"TOKEN\") { raise \"TOKEN is not set\" }",
+                "key = ENV.fetch(\"API_KEY\") { '' }",
+            ],
+        ),
+    ),
+    // A secret-named key's default where the key is looked up in a settings object (Ruby's
+    // `config.fetch(:password) { '…' }`, `params.fetch(:api_key, '…')`,
+    // `credentials.fetch(:secret_key_base) do '…' end`): the secret itself, written into the
+    // code, as the environment's fallback above. A key given as a symbol has no quotes, which
+    // the rule of a named literal (`fetch("api_key", '…')`) needs.
+    when(
+        HAS_QUOTE,
+        rule(
+            "fetch-default-literal",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            r#"(?i)\bfetch\([ \t]*(?::|["'])(?P<n>[A-Za-z0-9_]+)["']?[ \t]*(?:,[ \t]*|\)[ \t]*(?:\{|\bdo\b)[ \t]*(?:\|[^|\n]{0,16}\|[ \t]*)?)(?P<q>["'])"#,
+            Refine::Fallback,
+            &[
+                "pw = config.fetch(:password) { \"RbSymFetch9Zq\" }",
+                "key = params.fetch(:api_key, 'RbSymArg9Zq')",
+                "base = Rails.application.credentials.fetch(:secret_key_base) do 'RbCredDo9Zq' end",
+                "token = settings.fetch(:auth_token) { |k| \"RbSymBlk9Zq\" }",
+            ],
+            &[
+                "pw = config.fetch(:password) { raise KeyError, \"password missing\" }",
+                "host = config.fetch(:host) { \"localhost\" }",
+                "token = settings.fetch(:token) { \"\" }",
+                "pw = config.fetch(:password) { \"<password>\" }",
+                "pw = config.fetch(:password, nil)",
             ],
         ),
     ),
@@ -3392,16 +3427,17 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
-    // Go's variable declared with its type and given a string literal: `var password string =
-    // "…"` (a name then `=` is `assignment`'s; Go puts the type between); an identifier given
+    // Go's variable or constant declared with its type and given a string literal: `var
+    // password string = "…"`, `const token string = "…"` (a name then `=` is `assignment`'s;
+    // Go puts the type between); an identifier given
     // stays. Opened by `var ` itself: a name keyword opens dozens of rules on every line of
     // code.
     rule(
         "go-typed-var",
         "generic-assignment",
-        &["var "],
+        &["var ", "const "],
         concat!(
-            r#"(?i)\bvar[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
+            r#"(?i)\b(?:var|const)[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
             name_words!(),
             r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>["`])"#
         ),
@@ -3409,12 +3445,65 @@ pub(crate) static RULES: &[Rule] = &[
         &[
             r#"var password string = "GoTyped9Pw2""#,
             r#"var apiKey string = "GoTypedKey9x""#,
+            r#"const apiToken string = "GoConstTok9x""#,
         ],
         &[
             "var password string = os.Getenv(\"DB_PASSWORD\")",
             "var token string = cfg.Token",
             "var password string = defaultPassword",
         ],
+    ),
+    // A member of Go's `var (…)` or `const (…)` block, on a line of its own with its type and
+    // a string literal (`\tapiKey string = "…"`): `go-typed-var` without its keyword, which
+    // is lines above. Only at a line's start after an indent, as gofmt writes it.
+    when(
+        HAS_QUOTE,
+        rule(
+            "go-typed-block-member",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?im)^[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>["`])"#
+            ),
+            Refine::NameThenValue,
+            &["var (\n\tapiKey string = \"GoBlockKey9x\"\n)"],
+            &[
+                "var (\n\tapiKey string = os.Getenv(\"API_KEY\")\n)",
+                "\tpassword string = \"\"",
+            ],
+        ),
+    ),
+    // R's assignment arrows (`api_key <- "…"`, `<<-` to an outer scope) and a name given
+    // quoted in a call's arguments (`Sys.setenv("OPENAI_API_KEY" = "…")`,
+    // `list("token" = "…")`): a secret's name given a string literal, judged as any
+    // assignment's value.
+    when(
+        HAS_QUOTE,
+        rule(
+            "r-assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?:\b|[(,][ \t]*["'])(?P<n>[A-Za-z0-9_.]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_.]*)(?:[ \t]*<<?-|["'][ \t]*=)[ \t]*(?P<s>["'])"#
+            ),
+            Refine::NameThenValue,
+            &[
+                "api_key <- \"RArrowKey9Zq\"",
+                "db_password <<- 'RSuperPw9Zq'",
+                "Sys.setenv(\"OPENAI_API_KEY\" = \"RSetenvKey9Zq\")",
+                "cfg <- list(host = \"db\", \"password\" = \"RListPw9Zq\")",
+            ],
+            &[
+                "token <- Sys.getenv(\"API_TOKEN\")",
+                "password <- \"\"",
+                "if (token_count < -1) stop(\"x\")",
+                "api_key <- \"<your key>\"",
+            ],
+        ),
     ),
     // Spring's and Quarkus's property placeholders: `${NAME:default}`, the default after a
     // colon alone. Only a default starting with a letter: bash's substrings of a token
