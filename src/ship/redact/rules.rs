@@ -1702,6 +1702,51 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
+    // Java's and Kotlin's comparisons by method: `password.equals("…")`,
+    // `"…".equals(apiKey)`, `token.equalsIgnoreCase("…")`: the literal a secret is compared
+    // to is the secret, as with `==`.
+    when(
+        HAS_QUOTE,
+        rule(
+            "secret-equals",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<n>[A-Za-z0-9_]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)(?:\(\))?\.equals(?:ignorecase)?\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#
+            ),
+            Refine::Comparison,
+            &[
+                "if (password.equals(\"EqualsPw9Zq\")) {",
+                "if (getApiKey().equalsIgnoreCase(\"EqKey9ZqXm\")) {",
+            ],
+            &[
+                "if (password.equals(\"\")) {",
+                "if (token.equals(confirm)) {",
+            ],
+        ),
+    ),
+    when(
+        HAS_QUOTE,
+        rule(
+            "secret-equals-reversed",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?i)(?P<q>["'])(?P<s>[^"'\n]{1,256})["']\.equals(?:ignorecase)?\([ \t]*(?P<n>[A-Za-z0-9_.]*(?:"#,
+                name_words!(),
+                r#")[A-Za-z0-9_]*)[ \t]*\)"#
+            ),
+            Refine::Comparison,
+            &["if (\"RevEq9PwZq\".equals(password)) {"],
+            &[
+                "if (\"\".equals(password)) {",
+                "if (\"Bearer\".equals(tokenType)) {",
+                "byte[] b = \"RAW\".equals(masterSecret.getFormat())",
+            ],
+        ),
+    ),
     when(
         HAS_ARROW,
         rule(
@@ -2508,6 +2553,15 @@ pub(crate) static RULES: &[Rule] = &[
         &["mongosh \"mongodb://db.internal:27017\" -u admin -p"],
     ),
     rule(
+        "twine-p",
+        "command-line",
+        &["twine"],
+        r#"(?i)\btwine\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=)(?P<q>["']?)(?P<s>[^\s"'-])"#,
+        Refine::Flag,
+        &["twine upload -u __token__ -p TwineTok9Zq dist/*"],
+        &["twine upload -u __token__ -p \"$PYPI_TOKEN\" dist/*"],
+    ),
+    rule(
         "openssl-k",
         "command-line",
         &["openssl"],
@@ -2963,6 +3017,34 @@ pub(crate) static RULES: &[Rule] = &[
                 "<property><name>fs.s3a.endpoint</name><value>s3.amazonaws.com</value></property>",
                 "<property><name>fs.s3a.secret.key</name><value>${env.S3_SECRET}</value></property>",
                 "<entry><key>username</key><value>username</value></entry>",
+            ],
+        ),
+    ),
+    // An element named for a secret by its `name` or `key` attribute, its text the value:
+    // Android's `<string name="api_key">…</string>`, Java's properties in XML (`<entry
+    // key="password">…</entry>`), .NET's settings (`<setting name="ApiKey"
+    // …><value>…</value>`). A value of one word only: a label or a message a resource holds
+    // (`<string name="prompt_password">Password</string>`, `…>This password is too
+    // short<…`) stays, and so does a resource's reference (`@string/…`, `?attr/…`).
+    when(
+        HAS_QUOTE,
+        rule(
+            "xml-named-element",
+            "markup",
+            NAME_KEYWORDS,
+            r#"(?i)<[A-Za-z][\w:.\-]*[^<>\n]*?[ \t](?:name|key)[ \t]*=[ \t]*["'](?P<n>[^"'<>\n]{1,128})["'][^<>\n]*>[ \t]*(?:<value>[ \t]*)?(?P<s>[^<\s@?][^<\s]*)[ \t]*</"#,
+            Refine::NameValueElements,
+            &[
+                "<string name=\"api_key\">Xk9vQ2mLp7RzAb12Cd34</string>",
+                "<entry key=\"password\">EntryAttr9Pw</entry>",
+                "<setting name=\"ApiKey\" serializeAs=\"String\"><value>SetVal9Key2x</value></setting>",
+            ],
+            &[
+                "<string name=\"prompt_password\">Password</string>",
+                "<string name=\"error_invalid_password\">This password is too short</string>",
+                "<string name=\"api_key\">@string/default_key</string>",
+                "<entry key=\"password\">${db.password}</entry>",
+                "<string name=\"token_label\">Token</string>",
             ],
         ),
     ),
