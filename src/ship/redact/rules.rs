@@ -1147,6 +1147,7 @@ pub(crate) static RULES: &[Rule] = &[
             Refine::TableColumn,
             &[
                 "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           Zq8Wm3Np7Lk2Vb6Xc1Rt5",
+                "+-------+-------------+\n| user  | password    |\n+-------+-------------+\n| admin | MyTbl9PwZq2 |\n+-------+-------------+",
             ],
             &[
                 "KeyName    Permissions    Value\n---------  -------------  --------------------\nkey1       FULL           [REDACTED]",
@@ -8886,7 +8887,11 @@ fn table_column(
     let (Some(h), Some(sep)) = (caps.name("h"), caps.name("sep")) else {
         return;
     };
-    let piped = sep.as_str().contains('|');
+    // Cells between bars: Markdown's and psql's `|---|---|`, and MySQL's and PrettyTable's
+    // bordered tables, whose rule lines cross at `+` (`+------+----------+`) under a header
+    // of bars.
+    let piped =
+        sep.as_str().contains('|') || (sep.as_str().contains('+') && h.as_str().contains('|'));
     // Each column's byte range within a line.
     let columns: Vec<Range<usize>> = if piped {
         let mut cols = Vec::new();
