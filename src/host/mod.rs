@@ -505,10 +505,10 @@ impl Host {
             // components for every child; a path as the notifier spells it (the watched
             // directory, which is a child's own, joined to a name) is normal already, and
             // only one that is found nowhere is put in its normal form to be sure.
-            let find = |children: &BTreeMap<u64, Child>, normal: &std::path::Path| {
+            let find = |children: &BTreeMap<u64, Child>, spelled: &std::path::Path| {
                 children
                     .iter()
-                    .find(|(_, c)| c.follows(normal))
+                    .find(|(_, c)| c.follows(spelled))
                     .map(|(slot, _)| *slot)
             };
             let slot = find(&self.children, &path)
