@@ -7,15 +7,15 @@
 //!
 //! The policy: whatever shipped a batch reports its size ([`note_shipped`]); when it is idle
 //! again it asks for a trim ([`release_freed`]), which runs once enough was shipped since the
-//! last one and nothing for [`SETTLED`], or once anything was and [`LATE_TRIM`] has passed
-//! since the last trim. Every burst is followed by a trim, whatever its batch sizes, while a
-//! watcher shipping one small line at a time does not pay a heap walk per line, nor a
-//! supervisor whose children ship without a pause one per shipped quarter MiB: a trim hands
-//! the pages of every free block back (600 `madvise` calls for 50 children streaming), and the
-//! next batches fault them in again at once (docs/performance.md, "twenty-seventh pass"). The
-//! host asks again at every safety-net poll, so what the last children of a catch-up freed
-//! (each below the threshold, and nothing drains after them) is handed back too: 4 MiB of a
-//! supervisor of 50 children's 27 MiB.
+//! last one, or once anything was and [`LATE_TRIM`] has passed since it. Every burst is
+//! followed by a trim, whatever its batch sizes, while a watcher shipping one small line at a
+//! time does not pay a heap walk per line; and the host asks again at every safety-net poll,
+//! so what the last children of a catch-up freed (each below the threshold, and nothing drains
+//! after them) is handed back too: 4 MiB of a supervisor of 50 children's 27 MiB. Children
+//! streaming small lines trim too, about once a second for 50 children at 250 lines a second
+//! (600-700 `madvise` calls each): a trim held back until the stream paused left a supervisor
+//! of 200 children 1.2-2.6 MiB larger, for 2.4 system calls a line (docs/performance.md,
+//! "twenty-seventh pass").
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,41 +29,22 @@ const TRIM_AFTER_BYTES: usize = 256 * 1024;
 /// Anything shipped since the last trim is trimmed for at an idle moment this long after it.
 const LATE_TRIM: Duration = Duration::from_secs(10);
 
-/// How long nothing must have been shipped for a burst to be over: a burst's heap is handed
-/// back after it, not while the next batches would take the same pages again.
-const SETTLED: Duration = Duration::from_millis(500);
-
-/// Shipped bytes since the last trim, over every pipeline of the process, when that trim was,
-/// and when the last batch was shipped.
+/// Shipped bytes since the last trim, over every pipeline of the process, and when that was.
 struct Burst {
     bytes: AtomicUsize,
-    times: Mutex<Times>,
-}
-
-struct Times {
-    trimmed: Option<Instant>,
-    shipped: Option<Instant>,
+    last: Mutex<Option<Instant>>,
 }
 
 impl Burst {
     const fn new() -> Burst {
         Burst {
             bytes: AtomicUsize::new(0),
-            times: Mutex::new(Times {
-                trimmed: None,
-                shipped: None,
-            }),
+            last: Mutex::new(None),
         }
     }
 
-    fn times(&self) -> std::sync::MutexGuard<'_, Times> {
-        // A panic while holding the lock left two plain fields: either value is sound.
-        self.times.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn note(&self, bytes: usize, now: Instant) {
+    fn note(&self, bytes: usize) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.times().shipped = Some(now);
     }
 
     /// Whether a trim is due at `now` (and then counts from zero again).
@@ -72,15 +53,12 @@ impl Burst {
         if pending == 0 {
             return false;
         }
-        let mut times = self.times();
-        let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
-        let late = since(times.trimmed).is_none_or(|d| d >= LATE_TRIM);
-        let settled = since(times.shipped).is_none_or(|d| d >= SETTLED);
-        let burst_over = pending >= TRIM_AFTER_BYTES && settled;
-        if !(late || burst_over) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let late = last.is_none_or(|t| now.saturating_duration_since(t) >= LATE_TRIM);
+        if pending < TRIM_AFTER_BYTES && !late {
             return false;
         }
-        times.trimmed = Some(now);
+        *last = Some(now);
         self.bytes.swap(0, Ordering::Relaxed) > 0
     }
 }
@@ -89,9 +67,8 @@ static SHIPPED_SINCE_TRIM: Burst = Burst::new();
 
 /// Records that a batch of `bytes` was delivered (its memory is now freed or reusable).
 pub fn note_shipped(bytes: usize) {
-    let now = Instant::now();
-    SHIPPED_SINCE_TRIM.note(bytes, now);
-    quiet().busy(now);
+    SHIPPED_SINCE_TRIM.note(bytes);
+    quiet().busy(Instant::now());
 }
 
 /// At an idle moment: returns freed heap memory to the system when enough was shipped since
@@ -358,45 +335,15 @@ mod tests {
         let burst = Burst::new();
         let t0 = Instant::now();
         assert!(!burst.take(t0), "nothing shipped, nothing to trim");
-        burst.note(TRIM_AFTER_BYTES, t0);
-        assert!(burst.take(t0 + SETTLED), "one big batch is a burst");
-        let t1 = t0 + SETTLED * 2;
-        burst.note(1000, t1);
-        assert!(
-            !burst.take(t1 + SETTLED),
-            "one small batch right after is none"
-        );
+        burst.note(TRIM_AFTER_BYTES);
+        assert!(burst.take(t0), "one big batch is a burst");
+        burst.note(1000);
+        assert!(!burst.take(t0), "one small batch right after is none");
         for _ in 0..TRIM_AFTER_BYTES / 1000 {
-            burst.note(1000, t1 + SETTLED);
+            burst.note(1000);
         }
-        assert!(burst.take(t1 + SETTLED * 2), "many small batches are");
-        assert!(!burst.take(t1 + SETTLED * 3), "and are trimmed once");
-    }
-
-    /// While batches keep coming (children streaming without a pause), the heap they free is
-    /// taken again by the next ones: no trim until the stream pauses, or the late delay.
-    #[test]
-    fn a_stream_without_a_pause_is_trimmed_once_it_pauses_or_late() {
-        let burst = Burst::new();
-        let t0 = Instant::now();
-        let tick = Duration::from_millis(4);
-        let mut t = t0;
-        burst.note(TRIM_AFTER_BYTES, t);
-        assert!(burst.take(t + SETTLED), "the first burst, once it paused");
-        t += SETTLED;
-        let trimmed = t;
-        let mut trims = 0;
-        while t < trimmed + LATE_TRIM {
-            burst.note(TRIM_AFTER_BYTES / 8, t);
-            trims += usize::from(burst.take(t));
-            t += tick;
-        }
-        assert_eq!(trims, 0, "many quarter MiBs streamed, none trimmed");
-        burst.note(1000, t);
-        assert!(burst.take(t), "the late delay bounds what a stream keeps");
-        burst.note(TRIM_AFTER_BYTES, t + tick);
-        assert!(!burst.take(t + tick * 2), "still streaming");
-        assert!(burst.take(t + tick + SETTLED), "paused");
+        assert!(burst.take(t0), "many small batches are");
+        assert!(!burst.take(t0), "and are trimmed once");
     }
 
     /// What the last small batches freed is trimmed for once the late delay has passed (the
@@ -405,13 +352,12 @@ mod tests {
     fn small_batches_are_trimmed_for_late_and_at_most_that_often() {
         let burst = Burst::new();
         let t0 = Instant::now();
-        burst.note(TRIM_AFTER_BYTES, t0);
-        assert!(burst.take(t0 + SETTLED));
-        let t0 = t0 + SETTLED;
-        burst.note(1000, t0);
+        burst.note(TRIM_AFTER_BYTES);
+        assert!(burst.take(t0));
+        burst.note(1000);
         assert!(!burst.take(t0 + LATE_TRIM / 2));
         assert!(burst.take(t0 + LATE_TRIM), "left untrimmed for good");
-        burst.note(1000, t0 + LATE_TRIM);
+        burst.note(1000);
         assert!(!burst.take(t0 + LATE_TRIM + LATE_TRIM / 2));
         assert!(!burst.take(t0 + LATE_TRIM * 3 / 2), "nothing new shipped");
     }
