@@ -3103,17 +3103,20 @@ pub(crate) static RULES: &[Rule] = &[
         "here-string-secret",
         "command-line",
         &["<<<"],
-        r#"(?i)\b(?:env[ \t]+add|secrets?[ \t]+(?:set|add|create|put)|--with-token|--password-stdin|--token-stdin|login|sudo[ \t]+(?:-[a-z]+[ \t]+)*-[a-z]*(?-i:S))\b[^\n|;&]*<<<[ \t]*(?P<q>["']?)(?P<s>[^\s"'$])"#,
+        r#"(?i)\b(?:env[ \t]+add|secrets?[ \t]+(?:set|add|create|put)|--with-token|--password-stdin|--token-stdin|login|passwd|pass[ \t]+(?:insert|add)|sudo[ \t]+(?:-[a-z]+[ \t]+)*-[a-z]*(?-i:S))\b[^\n|;&]*<<<[ \t]*(?P<q>["']?)(?P<s>[^\s"'$])"#,
         Refine::Flag,
         &[
             "vercel env add API_SECRET production <<< \"V3rcelS3cret9\"",
             "docker login -u bob --password-stdin <<< 'D0ckerHere9'",
             "sudo -S <<< 'SudoHere9Zq' apt-get update",
+            "pass insert -m web/github <<< 'PassStore9Zq'",
+            "passwd --stdin deploy <<< 'PasswdIn9Zq'",
         ],
         &[
             "vercel env add API_SECRET production <<< \"$API_SECRET\"",
             "sudo -s <<< 'ls -la /root'",
             "sudo -S <<< \"$SUDO_PASSWORD\" true",
+            "pass show web/github <<< 'q'",
         ],
     ),
     rule(
