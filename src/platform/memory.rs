@@ -13,9 +13,8 @@
 //! so what the last children of a catch-up freed (each below the threshold, and nothing drains
 //! after them) is handed back too: 4 MiB of a supervisor of 50 children's 27 MiB. Children
 //! streaming small lines trim too, about once a second for 50 children at 250 lines a second
-//! (600-700 `madvise` calls each): a trim held back until the stream paused left a supervisor
-//! of 200 children 1.2-2.6 MiB larger, for 2.4 system calls a line (docs/performance.md,
-//! "twenty-seventh pass").
+//! (600-700 `madvise` calls each, 2.4 system calls a line): holding the trim back until the
+//! stream paused was tried and not kept (docs/performance.md, "twenty-seventh pass").
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1712,11 +1712,7 @@ pub(crate) static RULES: &[Rule] = &[
             "secret-equals",
             "code",
             NAME_KEYWORDS,
-            concat!(
-                r#"(?i)(?P<n>[A-Za-z0-9_]*(?:"#,
-                name_words!(),
-                r#")[A-Za-z0-9_]*)(?:\(\))?\.equals(?:ignorecase)?\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#
-            ),
+            r#"(?P<n>[A-Za-z0-9_]+)(?:\(\))?\.(?:equals|equalsIgnoreCase)\([ \t]*(?P<q>["'])(?P<s>[^"'\n])"#,
             Refine::Comparison,
             &[
                 "if (password.equals(\"EqualsPw9Zq\")) {",
@@ -1734,11 +1730,7 @@ pub(crate) static RULES: &[Rule] = &[
             "secret-equals-reversed",
             "code",
             NAME_KEYWORDS,
-            concat!(
-                r#"(?i)(?P<q>["'])(?P<s>[^"'\n]{1,256})["']\.equals(?:ignorecase)?\([ \t]*(?P<n>[A-Za-z0-9_.]*(?:"#,
-                name_words!(),
-                r#")[A-Za-z0-9_]*)[ \t]*\)"#
-            ),
+            r#"(?P<q>["'])(?P<s>[^"'\n]{1,256})["']\.(?:equals|equalsIgnoreCase)\([ \t]*(?P<n>[A-Za-z0-9_.]+)[ \t]*\)"#,
             Refine::Comparison,
             &["if (\"RevEq9PwZq\".equals(password)) {"],
             &[
@@ -3548,11 +3540,7 @@ pub(crate) static RULES: &[Rule] = &[
             "go-typed-block-member",
             "generic-assignment",
             NAME_KEYWORDS,
-            concat!(
-                r#"(?im)^[ \t]+(?P<n>[A-Za-z0-9_]*(?:"#,
-                name_words!(),
-                r#")[A-Za-z0-9_]*)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>["`])"#
-            ),
+            r#"(?m)^[ \t]+(?P<n>[A-Za-z0-9_]+)[ \t]+\*?(?:\[\])?[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[ \t]*(?P<s>["`])"#,
             Refine::NameThenValue,
             &["var (\n\tapiKey string = \"GoBlockKey9x\"\n)"],
             &[
@@ -3571,11 +3559,7 @@ pub(crate) static RULES: &[Rule] = &[
             "r-assignment",
             "generic-assignment",
             NAME_KEYWORDS,
-            concat!(
-                r#"(?i)(?:\b|[(,][ \t]*["'])(?P<n>[A-Za-z0-9_.]*(?:"#,
-                name_words!(),
-                r#")[A-Za-z0-9_.]*)(?:[ \t]*<<?-|["'][ \t]*=)[ \t]*(?P<s>["'])"#
-            ),
+            r#"(?:\b|[(,][ \t]*["'])(?P<n>[A-Za-z0-9_.]+)(?:[ \t]*<<?-|["'][ \t]*=)[ \t]*(?P<s>["'])"#,
             Refine::NameThenValue,
             &[
                 "api_key <- \"RArrowKey9Zq\"",
