@@ -5078,13 +5078,16 @@ fn is_lowercase_path(value: &str) -> bool {
     }) && segments >= 2
 }
 
-/// Whether `phrase` holds a quote, the marker, then anything but that quote.
+/// Whether `phrase` holds the marker inside a quoted literal (after an odd number of one
+/// kind of quote), followed by anything but that literal's closing quote: `"[REDACTED] x`,
+/// `"token [REDACTED] [REDACTED] x`.
 fn quotes_a_marker_and_more(phrase: &str) -> bool {
     let b = phrase.as_bytes();
     memchr::memmem::find_iter(b, MARKER.as_bytes()).any(|at| {
-        let quote = at.checked_sub(1).map(|q| b[q]);
-        matches!(quote, Some(b'"' | b'\''))
-            && b.get(at + MARKER.len()).is_some_and(|&c| Some(c) != quote)
+        [b'"', b'\''].into_iter().any(|quote| {
+            let open = b[..at].iter().filter(|&&c| c == quote).count() % 2 == 1;
+            open && b.get(at + MARKER.len()).is_some_and(|&c| c != quote)
+        })
     })
 }
 
@@ -5100,11 +5103,9 @@ fn is_hex_colour(value: &str) -> bool {
 /// three letters or digits outside an escape.
 fn is_regex_fragment(value: &str) -> bool {
     let b = value.as_bytes();
-    // Most values hold none of a pattern's metacharacters: one pass settles them.
-    if !b
-        .iter()
-        .any(|c| matches!(c, b'*' | b'+' | b'\\' | b'[' | b'('))
-    {
+    // A piece is a group or a class, so most values (which open neither) are settled in one
+    // pass; an escape alone (`\sk-…`, a key after a stray backslash) is no pattern.
+    if !b.iter().any(|c| matches!(c, b'[' | b'(')) {
         return false;
     }
     const PIECES: &[&str] = &[
@@ -7239,8 +7240,9 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::LabelToken => {
-            // A quoted literal of the phrase that starts with a redacted value and goes on
-            // (`token "[REDACTED] "x": …`) held that value and more: up to 40 bytes now, it may
+            // A quoted literal of the phrase that holds a redacted value and goes on
+            // (`token "[REDACTED] "x": …`, `token "token [REDACTED] [REDACTED] "x": …`) held
+            // that value and more: up to 40 bytes now, it may
             // have been longer before the value was redacted, so redacting again would find a
             // label redacting once did not. A literal that is the marker alone (`token
             // "[REDACTED]": …`) or a marker outside quotes still labels its value.

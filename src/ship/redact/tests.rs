@@ -1714,10 +1714,18 @@ fn a_validation_rule_is_no_password() {
 /// twice is redacting once.
 #[test]
 fn a_redacted_value_inside_a_labels_phrase_does_not_open_it() {
-    let text = "token \"eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ";
-    let once = redact(text);
-    assert!(!once.contains("eyJhbGciOiJIUzI1"), "{once}");
-    assert_eq!(redact(&once), once);
+    // The redacted values first in the literal, or after a word (the property test found both).
+    for text in [
+        "token \"eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ",
+        "token \"token AKIAIOSFODNN7EXAMPLE AKIAIOSFODNN7EXAMPLE \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ",
+    ] {
+        let once = redact(text);
+        assert!(
+            !once.contains("eyJhbGciOiJIUzI1") && !once.contains("AKIAIOSFODNN7"),
+            "{once}"
+        );
+        assert_eq!(redact(&once), once);
+    }
     // Text that already held the marker before it ships: the marker alone in the phrase's
     // quotes, or outside them, still labels the value after it (T2.1).
     for text in [
@@ -1730,4 +1738,19 @@ fn a_redacted_value_inside_a_labels_phrase_does_not_open_it() {
             "{shipped}"
         );
     }
+}
+
+/// A secret's key holding a value after a stray backslash (`\sk-`) is data, not a regular
+/// expression: an escape alone is no pattern's group or class (the property test
+/// `escapes_next_to_secrets_stay_valid` found it kept).
+#[test]
+fn a_keys_value_after_a_backslash_is_no_regular_expression() {
+    let r = Redactor::new();
+    for line in [r#"{"api_key":"\\sk-"}"#, r#"{"api_key":"\\sk-a1-b2"}"#] {
+        let shipped = r.redact_line(line.as_bytes());
+        assert_eq!(shipped, r#"{"api_key":"[REDACTED]"}"#, "{line}");
+    }
+    // A pattern's group or class still is one.
+    let code = "jsonnet_token = r'[^\\W\\d]\\w*'";
+    assert_eq!(r.redact_text(code), code);
 }
