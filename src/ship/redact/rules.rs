@@ -5078,16 +5078,16 @@ fn is_lowercase_path(value: &str) -> bool {
     }) && segments >= 2
 }
 
-/// Whether `phrase` holds the marker inside a quoted literal (after an odd number of one
-/// kind of quote), followed by anything but that literal's closing quote: `"[REDACTED] x`,
-/// `"token [REDACTED] [REDACTED] x`.
+/// Whether `phrase` holds a quote, the marker, then anything but that quote. (Not a marker
+/// further inside the literal: `token "x [REDACTED] y": <secret>` must still label its
+/// secret, though `token "token [REDACTED] [REDACTED] "x": …` then redacts more on a second
+/// pass than on the first: more redacted, never less.)
 fn quotes_a_marker_and_more(phrase: &str) -> bool {
     let b = phrase.as_bytes();
     memchr::memmem::find_iter(b, MARKER.as_bytes()).any(|at| {
-        [b'"', b'\''].into_iter().any(|quote| {
-            let open = b[..at].iter().filter(|&&c| c == quote).count() % 2 == 1;
-            open && b.get(at + MARKER.len()).is_some_and(|&c| c != quote)
-        })
+        let quote = at.checked_sub(1).map(|q| b[q]);
+        matches!(quote, Some(b'"' | b'\''))
+            && b.get(at + MARKER.len()).is_some_and(|&c| Some(c) != quote)
     })
 }
 
@@ -7240,9 +7240,8 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
             }
         }
         Refine::LabelToken => {
-            // A quoted literal of the phrase that holds a redacted value and goes on
-            // (`token "[REDACTED] "x": …`, `token "token [REDACTED] [REDACTED] "x": …`) held
-            // that value and more: up to 40 bytes now, it may
+            // A quoted literal of the phrase that starts with a redacted value and goes on
+            // (`token "[REDACTED] "x": …`) held that value and more: up to 40 bytes now, it may
             // have been longer before the value was redacted, so redacting again would find a
             // label redacting once did not. A literal that is the marker alone (`token
             // "[REDACTED]": …`) or a marker outside quotes still labels its value.

@@ -1714,18 +1714,14 @@ fn a_validation_rule_is_no_password() {
 /// twice is redacting once.
 #[test]
 fn a_redacted_value_inside_a_labels_phrase_does_not_open_it() {
-    // The redacted values first in the literal, or after a word (the property test found both).
-    for text in [
-        "token \"eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ",
-        "token \"token AKIAIOSFODNN7EXAMPLE AKIAIOSFODNN7EXAMPLE \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ",
-    ] {
-        let once = redact(text);
-        assert!(
-            !once.contains("eyJhbGciOiJIUzI1") && !once.contains("AKIAIOSFODNN7"),
-            "{once}"
-        );
-        assert_eq!(redact(&once), once);
-    }
+    let text = "token \"eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ";
+    let once = redact(text);
+    assert!(!once.contains("eyJhbGciOiJIUzI1"), "{once}");
+    assert_eq!(redact(&once), once);
+    // A marker further inside a quoted literal still labels the secret after it: text that
+    // held the marker before must not ship what follows.
+    let shipped = redact("token \"x [REDACTED] y\": Xk9vQ2mLp7RzAbCd");
+    assert!(!shipped.contains("Xk9vQ2mLp7RzAbCd"), "{shipped}");
     // Text that already held the marker before it ships: the marker alone in the phrase's
     // quotes, or outside them, still labels the value after it (T2.1).
     for text in [
