@@ -147,6 +147,36 @@ proptest! {
         check(&format!(r#"{{"output":"{}"#, pieces.concat()))?;
     }
 
+    /// A label's phrase whose quoted literal holds a secret before more words, then pairs
+    /// after it: the marker is shorter than the secret, so the phrase reaches further in the
+    /// redacted text than in the raw one, and a second pass must find nothing the first did
+    /// not (docs/redaction.md, "Redacting twice").
+    #[test]
+    fn a_secret_inside_a_labels_phrase_settles_in_one_pass(
+        label in select(&["token", "password", "Secret", "API key", "access key", "passphrase"][..]),
+        quote in select(&["\"", "'"][..]),
+        before in "[a-z]{0,12}( [a-z]{1,8}){0,2} ",
+        secret in select(&[
+            "eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2",
+            "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+            "sk-abcdefghij1234abcdefghij1234abcd",
+            "AKIAIOSFODNN7EXAMPLE",
+        ][..]),
+        after in "( [a-z]{1,8}){0,3}",
+        tail in vec(select(&[
+            "\"gpt-tokenizer\": \"^2.1.0\" ",
+            "'v': Xk9vQ2mLp7RzAbCd9 ",
+            ": Rt5vX9mK2pQ7wL3zN8bH6 ",
+            "\"x\" ",
+            "'y' ",
+            ": ",
+        ][..]), 0..6),
+        shape in any::<u8>(),
+    ) {
+        let text = format!("{label} {quote}{before}{secret}{after}{quote}{}", tail.concat());
+        check(&line(&text, shape))?;
+    }
+
     #[test]
     fn any_bytes_never_panic(raw in vec(any::<u8>(), 0..4096)) {
         let out = global().redact_line(&raw).into_owned();

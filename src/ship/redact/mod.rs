@@ -436,7 +436,7 @@ impl Redactor {
     /// [`Redactor::redact`] of text decoded from an encoded run `encoded` levels deep.
     /// `parsed`: the tokens of `text` and the places of its escapes ([`json::parse_escapes`]),
     /// when the caller has checked it is JSON.
-    fn redact_at<'a>(
+    fn redact_pass<'a>(
         &self,
         text: &'a str,
         parsed: Option<(Vec<Tok>, Option<Vec<u32>>)>,
@@ -477,6 +477,41 @@ impl Redactor {
             every_copy(text, &mut spans, hides_ascii);
         }
         apply(text, spans)
+    }
+
+    /// [`Redactor::redact_pass`], then again while a marker it placed may let a label's
+    /// phrase reach further.
+    fn redact_at<'a>(
+        &self,
+        text: &'a str,
+        parsed: Option<(Vec<Tok>, Option<Vec<u32>>)>,
+        encoded: usize,
+    ) -> Cow<'a, str> {
+        let out = self.redact_pass(text, parsed, encoded);
+        // A label's phrase is read up to a byte count (`token "…": <value>`), and a value
+        // redacted inside it is shorter as the marker: what the phrase could not reach on
+        // this pass it may reach on the next. That text is redacted again, until it settles,
+        // so redacting twice is redacting once (docs/redaction.md, "Redacting twice").
+        if encoded == 0
+            && let Cow::Owned(once) = &out
+            && marker_in_a_labels_phrase(once.as_bytes())
+        {
+            return Cow::Owned(self.settle(once));
+        }
+        out
+    }
+
+    /// `text` (already redacted once) redacted again until nothing changes, at most a few
+    /// times: each pass only adds markers, so this ends; the bound keeps a line's time linear.
+    fn settle(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for _ in 0..SETTLE_PASSES {
+            match self.redact_pass(&text, None, 0) {
+                Cow::Owned(again) => text = again,
+                Cow::Borrowed(_) => break,
+            }
+        }
+        text
     }
 
     /// The rules' spans of `text` ([`Redactor::redact_at`]'s arguments): through its JSON
@@ -2066,6 +2101,46 @@ fn unescaped_len(raw: &[u8]) -> usize {
         n += 1;
     }
     n
+}
+
+/// The passes [`Redactor::settle`] may add to a line's first: a phrase holding the marker
+/// is reached by the second; the rest are margin for a phrase that holds two.
+const SETTLE_PASSES: usize = 3;
+
+/// Whether a marker of `text` is inside a quoted literal that follows a label's word on its
+/// line (`token "x [REDACTED] y": …`), where `label-phrase-value`'s byte count reaches further
+/// once the value inside is the marker. A line break, raw or escaped (`\n`), ends the look.
+fn marker_in_a_labels_phrase(text: &[u8]) -> bool {
+    /// The label words of `label-phrase-value`, lowercase, as far as they tell it apart.
+    const WORDS: &[&[u8]] = &[b"pass", b"token", b"secret", b"api", b"access"];
+    /// The phrase's reach before its value: 40 bytes, a literal of 40 and its quotes.
+    const LOOK: usize = 84;
+    // A line break, raw or escaped, at `i` of `b`.
+    let breaks = |b: &[u8], i: usize| b[i] == b'\n' || (b[i] == b'n' && i > 0 && b[i - 1] == b'\\');
+    memmem::find_iter(text, REDACTED.as_bytes()).any(|at| {
+        // Most markers have no quote within reach (found 32 bytes at a time); then the line
+        // must not break between the quote and the marker, and a label's word must come
+        // before the quote on the same line.
+        let before = &text[at.saturating_sub(LOOK)..at];
+        let Some(quote) = memchr::memrchr2(b'"', b'\'', before) else {
+            return false;
+        };
+        if (quote + 1..before.len()).any(|i| breaks(before, i)) {
+            return false;
+        }
+        let from = (0..quote)
+            .rev()
+            .find(|&i| breaks(before, i))
+            .map_or(0, |i| i + 1);
+        let head = &before[from..quote];
+        (0..head.len()).any(|i| {
+            WORDS.iter().any(|w| {
+                head[i..]
+                    .get(..w.len())
+                    .is_some_and(|h| h.eq_ignore_ascii_case(w))
+            })
+        })
+    })
 }
 
 /// `text` with every span replaced by the marker (overlapping and touching spans merged).

@@ -1718,6 +1718,21 @@ fn a_redacted_value_inside_a_labels_phrase_does_not_open_it() {
     let once = redact(text);
     assert!(!once.contains("eyJhbGciOiJIUzI1"), "{once}");
     assert_eq!(redact(&once), once);
+    // The same with a word before the value inside the literal, as raw text and inside a
+    // JSON string: the phrase the marker shortens reaches the pair after it on the first
+    // pass's output, so the first pass redacts again until it settles.
+    for text in [
+        "token \"x eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" ",
+        r#"{"output":"token \"x eyJhbGciOiJIUzI1.eyJzdWIiOiIx.SflKxwRJSMeKKF2 \"gpt-tokenizer\": \"^2.1.0\" \"gpt-tokenizer\": \"^2.1.0\" "}"#,
+        "api key 'x y sk-abcdefghij1234abcdefghij1234abcd 'z': Xk9vQ2mLp7RzAbCd9 'w': 7",
+    ] {
+        let once = redact(text);
+        assert!(
+            !once.contains("eyJhbGciOiJIUzI1") && !once.contains("sk-abc"),
+            "{once}"
+        );
+        assert_eq!(redact(&once), once, "{text}");
+    }
     // A marker further inside a quoted literal still labels the secret after it: text that
     // held the marker before must not ship what follows.
     let shipped = redact("token \"x [REDACTED] y\": Xk9vQ2mLp7RzAbCd");
