@@ -113,6 +113,13 @@ pub(crate) enum Refine {
     /// A secret's name compared with a literal (`password == "…"`): the literal from group
     /// `s`, opened by the quote of group `q`.
     Comparison,
+    /// A pair of a secret's quoted name (group `n`) and a literal (group `s`) alone in
+    /// brackets or parentheses (`('api_key', '…')`): the literal, unless it reads as a name.
+    NamedPair,
+    /// SQL's `INSERT INTO t (columns) VALUES (…), (…)`: in each row, the quoted literal at
+    /// the place of every column with a secret's name (group `h`: the columns; group `v`:
+    /// from the first row on).
+    SqlInsert,
     /// `'password' => 'x'` (PHP, Ruby, Perl): the value of group `s`, read as an assignment's;
     /// after a bare name (group `o` empty) only a whole quoted literal, as JavaScript's
     /// `token => …` is a function.
@@ -1703,6 +1710,39 @@ pub(crate) static RULES: &[Rule] = &[
             ],
         ),
     ),
+    // A secret's name and its literal as a pair alone in brackets or parentheses: a
+    // request's parameters or headers as a list of pairs (`params=[('api_key', '…')]`,
+    // `[["X-Api-Key", "…"]]`), a tuple (`("password", "…")`). The pair must close after the
+    // literal, so a list of names (`["username", "password", "email"]`) is no pair; a flag
+    // and its value may stand anywhere in a command's list (`["login", "--token", "…", "-v"]`;
+    // a literal starting with `-` is the next flag, not a value).
+    when(
+        HAS_COMMA_AND_QUOTE,
+        rule(
+            "named-pair",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            r#"(?:[\[(][ \t]*["'](?P<n>-{0,2}[A-Za-z][A-Za-z0-9_.\-]*)|["'](?P<f>--?[A-Za-z][A-Za-z0-9_.\-]*))["'][ \t]*,[ \t]*["'](?P<s>[^"'\n\\\-][^"'\n\\]*)["']"#,
+            Refine::NamedPair,
+            &[
+                "params = [('api_key', 'PairKey9ZqXm4'), ('format', 'json')]",
+                "data = [(\"password\", \"hunter2x\")]",
+                "args = [\"--token\", \"PairTok9ZqXm4\"]",
+                "cmd = [\"gh\", \"auth\", \"--password\", \"hunter2x\", \"-v\"]",
+            ],
+            &[
+                "fields = [\"access_token\", \"refresh_token\"]",
+                "choices = [(\"password\", \"Password\")]",
+                "flags = (\"--token\", \"-t\")",
+                "cols = [\"username\", \"password\", \"email\"]",
+                "pair = (\"password\", \"<password>\")",
+                "opts = (\"token\", \"API token\")",
+                "cols = [\"id\", \"api_key\", \"Created9\", \"x\"]",
+                "'CREATE': ('AUTH', 'SELECTED'),",
+                "INSERT INTO users (name, email) VALUES ('password', 'Admin9@b.c');",
+            ],
+        ),
+    ),
     // Java's and Kotlin's comparisons by method: `password.equals("…")`,
     // `"…".equals(apiKey)`, `token.equalsIgnoreCase("…")`: the literal a secret is compared
     // to is the secret, as with `==`.
@@ -1737,6 +1777,89 @@ pub(crate) static RULES: &[Rule] = &[
                 "if (\"\".equals(password)) {",
                 "if (\"Bearer\".equals(tokenType)) {",
                 "byte[] b = \"RAW\".equals(masterSecret.getFormat())",
+            ],
+        ),
+    ),
+    // A test's assertion that a secret's expression equals a literal, either way round
+    // (`assert_eq!(token, "…")`, `assertEquals("…", config.getApiKey())`,
+    // `require.Equal(t, "…", cfg.Token)`), or an expectation's chain
+    // (`expect(apiKey).toBe("…")`, `assertThat(props.getPassword()).isEqualTo("…")`): the
+    // literal is the secret, as with `==`. The expression is any identifier path with
+    // subscripts and a call without arguments; its last part must name a secret.
+    when(
+        HAS_PAREN_AND_QUOTE,
+        rule(
+            "secret-assertion",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?:\b(?:assert_eq|assert_ne|debug_assert_eq)!|\b(?:assertEquals|assertEqual|assertNotEqual|assertSame|Equal|Equalf|EqualValues|equal|strictEqual|deepEqual|deepStrictEqual|assert_equal))\([ \t]*(?:t,[ \t]*)?"#,
+                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?"#,
+                r#"[ \t]*,[ \t]*(?P<q>["'`])(?P<s>[^"'`\n])"#
+            ),
+            Refine::Comparison,
+            &[
+                "assert_eq!(token, \"AsrtTok9ZqXm4\");",
+                "self.assertEqual(creds.secret, \"AsrtSec9ZqXm4\")",
+                "assert.Equal(t, cfg.Password, \"hunter2x\")",
+                "assert_eq!(cfg[\"api_key\"], \"AsrtKey9ZqXm4\");",
+            ],
+            &[
+                "assert_eq!(token, \"fn\");",
+                "assertEquals(token.getType(), \"IDENT9x\");",
+                "assert_eq!(password, \"\");",
+                "self.assertEqual(token_type, \"Bearer\")",
+                "self.assertEqual(creds.consumer.secret, \"consumer.secret\")",
+            ],
+        ),
+    ),
+    when(
+        HAS_PAREN_AND_QUOTE,
+        rule(
+            "secret-assertion-reversed",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"(?:\b(?:assert_eq|assert_ne|debug_assert_eq)!|\b(?:assertEquals|assertEqual|assertNotEqual|assertSame|Equal|Equalf|EqualValues|equal|strictEqual|deepEqual|deepStrictEqual|assert_equal))\([ \t]*(?:t,[ \t]*)?"#,
+                r#"(?P<q>["'`])(?P<s>[^"'`\n]+)["'`][ \t]*,[ \t]*"#,
+                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?[ \t]*[,)]"#
+            ),
+            Refine::Comparison,
+            &[
+                "assertEquals(\"AsrtKey9ZqXm4\", config.getApiKey());",
+                "require.Equal(t, \"AsrtTok9ZqXm4\", cfg.Token)",
+                "assert_eq!(\"hunter2x\", password);",
+            ],
+            &[
+                "assertEquals(\"Bearer\", tokenType);",
+                "assertEquals(\"password\", field.getName());",
+                "assert_eq!(\"\", password);",
+            ],
+        ),
+    ),
+    when(
+        HAS_PAREN_AND_QUOTE,
+        rule(
+            "secret-expectation",
+            "code",
+            NAME_KEYWORDS,
+            concat!(
+                r#"\b(?:expect|assertThat|assert_that)\([ \t]*"#,
+                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?[ \t]*\)[ \t]*"#,
+                r#"(?:\.(?:toBe|toEqual|toStrictEqual|isEqualTo|to\.equal|to\.eql|to\.eq|to\.be|should\.equal)\(|\.to[ \t]+eq(?:ual)?[ \t(])[ \t]*(?P<q>["'`])(?P<s>[^"'`\n])"#
+            ),
+            Refine::Comparison,
+            &[
+                "expect(apiKey).toBe(\"ExpKey9ZqXm4\");",
+                "assertThat(props.getPassword()).isEqualTo(\"hunter2x\");",
+                "expect(config.token).to.equal('ExpTok9ZqXm4');",
+                "expect(user.password).to eq(\"hunter2x\")",
+            ],
+            &[
+                "expect(tokenizer.decode(ids)).toBe(\"hello world\");",
+                "expect(password).toBe(\"\");",
+                "expect(token.kind).toBe(\"identifier\");",
+                "expect(tokenType).toEqual(\"Bearer\");",
             ],
         ),
     ),
@@ -2597,6 +2720,30 @@ pub(crate) static RULES: &[Rule] = &[
             "ALTER USER 'app'@'%' IDENTIFIED WITH mysql_native_password BY 'MyNat1vePw';",
         ],
         &["-- the user is identified by their email address"],
+    ),
+    // SQL's `INSERT` naming its columns: the literal at a secret column's place in each row
+    // (`INSERT INTO users (name, password) VALUES ('admin', '…')`).
+    when(
+        HAS_OPEN_PAREN,
+        rule(
+            "sql-insert-column",
+            "sql",
+            NAME_KEYWORDS,
+            r#"(?i)\bINSERT[ \t]+(?:IGNORE[ \t]+)?INTO[ \t]+[A-Za-z0-9_."`\[\]]+[ \t]*\((?P<h>[^()\n]+)\)[ \t]*VALUES[ \t]*(?P<v>\()"#,
+            Refine::SqlInsert,
+            &[
+                "INSERT INTO users (name, password) VALUES ('admin', 'Sup3rS3cret!x');",
+                "cursor.execute(\"INSERT INTO accounts (id, email, api_token) VALUES (1, 'a@b.c', 'tok9fQ2mLp7RzAbCdXk')\")",
+                "INSERT INTO `users` (`id`, `password`) VALUES (1, 'it''s9Secret'), (2, 'Second9Pw');",
+                "INSERT INTO creds (user, secret) VALUES ('u', crypt('Crypt9Pw', gen_salt('bf')));",
+            ],
+            &[
+                "INSERT INTO users (name, password) VALUES (?, ?);",
+                "INSERT INTO users (name, password) VALUES ($1, $2)",
+                "INSERT INTO tokens (id, token) VALUES (1, NULL);",
+                "INSERT INTO users (name, email) VALUES ('password', 'a@b.c');",
+            ],
+        ),
     ),
     // Oracle writes the password unquoted; only in a statement that creates or alters a user.
     rule(
@@ -3572,6 +3719,28 @@ pub(crate) static RULES: &[Rule] = &[
                 "password <- \"\"",
                 "if (token_count < -1) stop(\"x\")",
                 "api_key <- \"<your key>\"",
+            ],
+        ),
+    ),
+    // R's rightward assignment: the literal first (`"…" -> api_key`, `->>`), the name last
+    // on its line or before `;`, `)` or a comment (a case clause's `"x" -> handle()` calls).
+    when(
+        HAS_QUOTE,
+        rule(
+            "r-right-assignment",
+            "generic-assignment",
+            NAME_KEYWORDS,
+            r#"(?m)(?P<q>["'])(?P<s>[^"'\n]+)["'][ \t]*->>?[ \t]*(?P<n>[A-Za-z0-9_.]+)[ \t]*(?:$|[;)#])"#,
+            Refine::Comparison,
+            &[
+                "\"RRightKey9Zq\" -> api_key",
+                "'RSuperPw9Zq' ->> db_password  # global",
+            ],
+            &[
+                "\"\" -> password",
+                "\"password\" -> field_name",
+                "\"login\" -> token_handler(x)",
+                "\"<your key>\" -> api_key",
             ],
         ),
     ),
@@ -7180,6 +7349,30 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 comparison(text, n.as_str(), q.as_str().as_bytes()[0], v.start(), out);
             }
         }
+        Refine::SqlInsert => {
+            if let (Some(h), Some(v)) = (caps.name("h"), caps.name("v")) {
+                sql_insert(text, h.as_str(), v.start(), out);
+            }
+        }
+        Refine::NamedPair => {
+            // Group `n`: a pair opening its brackets; group `f`: a flag anywhere in a list.
+            let name = caps.name("n").or_else(|| caps.name("f"));
+            if let (Some(m), Some(n), Some(v)) = (caps.get(0), name, caps.name("s")) {
+                // What follows the literal's quote: the pair's end, or more of a list, in
+                // which only a flag and its value are a pair.
+                let after = skip_blanks(text.as_bytes(), m.end());
+                let closes = matches!(text.as_bytes().get(after), Some(b']' | b')'));
+                let more = text.as_bytes().get(after) == Some(&b',');
+                // A row of SQL's `VALUES (…)` is data in columns, not a name and its value.
+                let head = text[..m.start()].trim_end_matches([' ', '\t']);
+                let row = head.len() >= 6
+                    && head.is_char_boundary(head.len() - 6)
+                    && head[head.len() - 6..].eq_ignore_ascii_case("values");
+                if !row && (closes || (more && n.as_str().starts_with('-'))) {
+                    named_pair(n.as_str(), v.as_str(), v.range(), out);
+                }
+            }
+        }
         Refine::CallArgument => {
             if let Some(m) = caps.get(0) {
                 call_argument(text, m.range(), out);
@@ -8294,7 +8487,7 @@ fn quoted_prose(text: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
 /// parser compares its `token` with `"}"` and `"return"`.
 fn comparison(text: &str, name: &str, q: u8, at: usize, out: &mut Vec<Range<usize>>) {
     let last = name
-        .rsplit(['.', '[', '\'', '"'])
+        .rsplit(['.', '[', ']', '\'', '"'])
         .find(|p| !p.is_empty())
         .unwrap_or(name);
     if !name_is_secret(last) {
@@ -8306,6 +8499,15 @@ fn comparison(text: &str, name: &str, q: u8, at: usize, out: &mut Vec<Range<usiz
         return;
     }
     let literal = &text[at..end];
+    // A literal that spells the expression's own path or its end names it, as a test's
+    // fixture does (`assertEqual(creds.consumer.secret, "consumer.secret")`).
+    if literal.len() >= 3
+        && name
+            .to_ascii_lowercase()
+            .ends_with(&literal.to_ascii_lowercase())
+    {
+        return;
+    }
     let shaped = if is_password_name(last) {
         literal.chars().count() >= 3
     } else {
@@ -8320,6 +8522,116 @@ fn comparison(text: &str, name: &str, q: u8, at: usize, out: &mut Vec<Range<usiz
     };
     if shaped && !is_stand_in(literal) {
         out.push(at..end);
+    }
+}
+
+/// [`Refine::SqlInsert`]: `columns` of an `INSERT`, its rows from `from` in `text`. A row's
+/// values are split at its commas outside quotes and parentheses; a literal in `'…'` (with
+/// SQL's `''` for a quote) or `"…"` at a secret column's place is redacted, a number, a
+/// `NULL`, a call (`crypt('…', gen_salt('bf'))` is read inside: its first literal) or a
+/// parameter (`?`, `$1`, `:pw`) is not.
+fn sql_insert(text: &str, columns: &str, from: usize, out: &mut Vec<Range<usize>>) {
+    let secret: Vec<bool> = columns
+        .split(',')
+        .map(|c| name_is_secret(c.trim().trim_matches(['`', '"', '[', ']', '\''])))
+        .collect();
+    if !secret.contains(&true) {
+        return;
+    }
+    let b = text.as_bytes();
+    let mut i = from;
+    // Rows: `(` values `)`, separated by `,`; at most a thousand, within the line.
+    for _ in 0..1000 {
+        i = skip_blanks(b, i);
+        if b.get(i) != Some(&b'(') {
+            return;
+        }
+        i += 1;
+        let mut place = 0;
+        let mut depth = 0usize;
+        // The first literal of the value at the current place.
+        let mut first_literal: Option<Range<usize>> = None;
+        loop {
+            let Some(&c) = b.get(i) else { return };
+            match c {
+                b'\'' | b'"' => {
+                    let start = i + 1;
+                    let mut j = start;
+                    // SQL doubles a quote inside a literal; a backslash escapes one in MySQL.
+                    loop {
+                        match b.get(j) {
+                            None | Some(b'\n') => return,
+                            Some(b'\\') => j += 2,
+                            Some(&q) if q == c && b.get(j + 1) == Some(&c) => j += 2,
+                            Some(&q) if q == c => break,
+                            Some(_) => j += 1,
+                        }
+                    }
+                    if first_literal.is_none() {
+                        first_literal = Some(start..j);
+                    }
+                    i = j + 1;
+                }
+                b'(' => {
+                    depth += 1;
+                    i += 1;
+                }
+                b')' if depth > 0 => {
+                    depth -= 1;
+                    i += 1;
+                }
+                b',' | b')' => {
+                    if secret.get(place) == Some(&true)
+                        && let Some(lit) = first_literal.take()
+                        && !lit.is_empty()
+                        && !is_stand_in(&text[lit.clone()])
+                    {
+                        out.push(lit);
+                    }
+                    first_literal = None;
+                    place += 1;
+                    i += 1;
+                    if c == b')' {
+                        break;
+                    }
+                }
+                b'\n' => return,
+                _ => i += 1,
+            }
+        }
+        i = skip_blanks(b, i);
+        if b.get(i) != Some(&b',') {
+            return;
+        }
+        i += 1;
+    }
+}
+
+/// [`Refine::NamedPair`]: `literal` at `at` is the value of the secret named `name` unless
+/// it reads as a name or a label itself (`["access_token", "refresh_token"]`,
+/// `("password", "Password")`, `("--token", "-t")`): it must hold no blank, be no secret's
+/// name, and hold a digit, a symbol other than `_` and `-`, or a capital after its first
+/// character beside small letters (a constant's capitals, `('AUTH', 'SELECTED')`, are a
+/// name).
+fn named_pair(name: &str, literal: &str, at: Range<usize>, out: &mut Vec<Range<usize>>) {
+    let name = name.trim_start_matches('-');
+    if !name_is_secret(name) || literal.len() < 4 || literal.len() > 256 {
+        return;
+    }
+    let b = literal.as_bytes();
+    let lower = b.iter().any(|c| c.is_ascii_lowercase());
+    let marked = b.iter().enumerate().any(|(i, &c)| {
+        c.is_ascii_digit()
+            || (c.is_ascii_punctuation() && !matches!(c, b'_' | b'-'))
+            || (i > 0 && lower && c.is_ascii_uppercase())
+    });
+    if marked
+        && !b.iter().any(|c| c.is_ascii_whitespace())
+        && !literal.eq_ignore_ascii_case(name)
+        && !name_is_secret(literal)
+        && !is_stand_in(literal)
+    {
+        out.push(at);
     }
 }
 
