@@ -1694,7 +1694,7 @@ pub(crate) static RULES: &[Rule] = &[
             "code",
             NAME_KEYWORDS,
             concat!(
-                r#"(?i)(?P<q>["'`])(?P<s>[^"'`\n]{1,256})["'`][ \t]*(?:===?|!==?)[ \t]*(?P<n>[A-Za-z0-9_.\-]*(?:"#,
+                r#"(?i)(?P<q>["'`])(?P<s>[^"'`\n]+)["'`][ \t]*(?:===?|!==?)[ \t]*(?P<n>[A-Za-z0-9_.\-]*(?:"#,
                 name_words!(),
                 r#")[A-Za-z0-9_]*)"#
             ),
@@ -1770,7 +1770,7 @@ pub(crate) static RULES: &[Rule] = &[
             "secret-equals-reversed",
             "code",
             NAME_KEYWORDS,
-            r#"(?P<q>["'])(?P<s>[^"'\n]{1,256})["']\.(?:equals|equalsIgnoreCase)\([ \t]*(?P<n>[A-Za-z0-9_.]+)[ \t]*\)"#,
+            r#"(?P<q>["'])(?P<s>[^"'\n]+)["']\.(?:equals|equalsIgnoreCase)\([ \t]*(?P<n>[A-Za-z0-9_.]+)[ \t]*\)"#,
             Refine::Comparison,
             &["if (\"RevEq9PwZq\".equals(password)) {"],
             &[
@@ -2024,7 +2024,7 @@ pub(crate) static RULES: &[Rule] = &[
             "password-is",
             "generic-label",
             &["passw", "passphrase", "secret"],
-            r#"(?i)(?:password|passwd|passphrase|secret)(?:[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3})?[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
+            r#"(?i)(?:password|passwd|passphrase|secret)(?:[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']+){1,3})?[ \t]+(?:is|was)[ \t]+["']?(?P<s>[^\s"',;]{6,})"#,
             Refine::Prose,
             &[
                 "the secret is hunter2x",
@@ -2047,7 +2047,7 @@ pub(crate) static RULES: &[Rule] = &[
             "token-for-is",
             "generic-label",
             TOKEN_LABEL_KEYWORDS,
-            r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']{1,32}){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~!@#$%^&*]{7,}[A-Za-z0-9_\-/+=~!@#$%^&*])"#,
+            r#"(?i)(?:token|api[ _-]?key|access[ _-]?key)[ \t]+(?:for|of)(?:[ \t]+[^\s.,;:"']+){1,3}[ \t]+(?:is|was)[ \t]+["'`]?(?P<s>[A-Za-z0-9_\-./+=~!@#$%^&*]{7,}[A-Za-z0-9_\-/+=~!@#$%^&*])"#,
             Refine::ProseToken,
             &[
                 "the token for the staging API is Tk9aB3xY7qLm2PzQ",
@@ -2086,7 +2086,7 @@ pub(crate) static RULES: &[Rule] = &[
             &["passw", "passphrase"],
             // Also a log's or an error's "… with password 'X'" (`authentication failed for
             // user "app" with password "…"`, `connecting using password '…'`).
-            r#"(?i)(?:\b(?:password|passwd|passphrase)\b(?:[ \t]+(?:for|of)[ \t]+(?:the[ \t]+)?(?:user|account|login)?[ \t]*["']?[^\s"']{1,64}["']?)?[ \t]+(?:is|was|will[ \t]+be|should[ \t]+be|to)|\b(?:with|using|via)[ \t]+(?:the[ \t]+)?(?:password|passwd|passphrase))[ \t]+(?P<q>["'])(?P<s>[^"'\n])"#,
+            r#"(?i)(?:\b(?:password|passwd|passphrase)\b(?:[ \t]+(?:for|of)[ \t]+(?:the[ \t]+)?(?:user|account|login)?[ \t]*["']?[^\s"']+["']?)?[ \t]+(?:is|was|will[ \t]+be|should[ \t]+be|to)|\b(?:with|using|via)[ \t]+(?:the[ \t]+)?(?:password|passwd|passphrase))[ \t]+(?P<q>["'])(?P<s>[^"'\n])"#,
             Refine::QuotedProse,
             &[
                 "ensure the password is \"centipede\" and press On",
@@ -3146,7 +3146,7 @@ pub(crate) static RULES: &[Rule] = &[
             "xml-name-value",
             "markup",
             &["</name>", "</key>"],
-            r#"(?i)<(?:name|key)>[ \t]*(?P<n>[^<>\n]{1,128}?)[ \t]*</(?:name|key)>\s{0,64}<value>[ \t]*(?P<s>[^<\s][^<\n]*)</value>"#,
+            r#"(?i)<(?:name|key)>[ \t]*(?P<n>[^<>\n]+?)[ \t]*</(?:name|key)>\s{0,64}<value>[ \t]*(?P<s>[^<\s][^<\n]*)</value>"#,
             Refine::NameValueElements,
             &[
                 "<property><name>fs.s3a.secret.key</name><value>Xk9vQ2mLp7RzAb12Cd34Ef</value></property>",
@@ -3172,7 +3172,7 @@ pub(crate) static RULES: &[Rule] = &[
             "xml-named-element",
             "markup",
             NAME_KEYWORDS,
-            r#"(?i)<[A-Za-z][\w:.\-]*[^<>\n]*?[ \t](?:name|key)[ \t]*=[ \t]*["'](?P<n>[^"'<>\n]{1,128})["'][^<>\n]*>[ \t]*(?:<value>[ \t]*)?(?P<s>[^<\s@?][^<\s]*)[ \t]*</"#,
+            r#"(?i)<[A-Za-z][\w:.\-]*[^<>\n]*?[ \t](?:name|key)[ \t]*=[ \t]*["'](?P<n>[^"'<>\n]+)["'][^<>\n]*>[ \t]*(?:<value>[ \t]*)?(?P<s>[^<\s@?][^<\s]*)[ \t]*</"#,
             Refine::NameValueElements,
             &[
                 "<string name=\"api_key\">Xk9vQ2mLp7RzAb12Cd34</string>",
