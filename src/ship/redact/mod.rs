@@ -1208,6 +1208,17 @@ impl Walk<'_> {
                     forced[i + 1] = true;
                 }
             }
+            // A secret's name and its value as a pair of two strings (`["password", "…"]`,
+            // a request's parameters as a list of pairs): the value, if it does not read as
+            // a name itself (`["password", "username"]`, a schema's `required`).
+            if let [(_, first), (_, second)] = kids[..]
+                && let (Some(n), Some(v)) = (str_at(first), str_at(second))
+                && n.len() <= 64
+                && self.may_hold(&n)
+                && rules::pair_value_is_secret(&self.decoded(&n), &self.decoded(&v))
+            {
+                forced[1] = true;
+            }
             self.argv(&kids, out);
             flagged = self.secret_flag_values(&kids);
         }

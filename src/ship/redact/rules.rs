@@ -8614,9 +8614,22 @@ fn sql_insert(text: &str, columns: &str, from: usize, out: &mut Vec<Range<usize>
 /// character beside small letters (a constant's capitals, `('AUTH', 'SELECTED')`, are a
 /// name).
 fn named_pair(name: &str, literal: &str, at: Range<usize>, out: &mut Vec<Range<usize>>) {
+    if pair_value_is_secret(name, literal) {
+        out.push(at);
+    }
+}
+
+/// Whether `literal`, paired with `name` ([`Refine::NamedPair`]; a JSON array of the two),
+/// is that secret's value.
+pub(crate) fn pair_value_is_secret(name: &str, literal: &str) -> bool {
     let name = name.trim_start_matches('-');
-    if !name_is_secret(name) || literal.len() < 4 || literal.len() > 256 {
-        return;
+    // A name as code writes one (a JSON array's first string may be any text).
+    let is_name = name.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if !is_name || !name_is_secret(name) || literal.len() < 4 || literal.len() > 256 {
+        return false;
     }
     let b = literal.as_bytes();
     let lower = b.iter().any(|c| c.is_ascii_lowercase());
@@ -8625,14 +8638,11 @@ fn named_pair(name: &str, literal: &str, at: Range<usize>, out: &mut Vec<Range<u
             || (c.is_ascii_punctuation() && !matches!(c, b'_' | b'-'))
             || (i > 0 && lower && c.is_ascii_uppercase())
     });
-    if marked
+    marked
         && !b.iter().any(|c| c.is_ascii_whitespace())
         && !literal.eq_ignore_ascii_case(name)
         && !name_is_secret(literal)
         && !is_stand_in(literal)
-    {
-        out.push(at);
-    }
 }
 
 /// The calls whose password is their third argument, after a place (a connection's URL or

@@ -1765,3 +1765,30 @@ fn a_keys_value_after_a_backslash_is_no_regular_expression() {
     let code = "jsonnet_token = r'[^\\W\\d]\\w*'";
     assert_eq!(r.redact_text(code), code);
 }
+
+/// A JSON array of a secret's name and its value (`["password", "…"]`, a request's
+/// parameters as a list of pairs) ships without the value; a list of names does not lose
+/// its second name (`"required": ["password", "username"]`).
+#[test]
+fn a_json_pair_of_a_secrets_name_and_its_value_loses_the_value() {
+    for (text, secret) in [
+        (r#"[["password", "Zq9vK2mLp7Rx4tW8"]]"#, "Zq9vK2mLp7Rx4tW8"),
+        (
+            r#"{"params": [["api_key", "Kq8vB2mLp7Rx4tW9"], ["q", "x"]]}"#,
+            "Kq8vB2mLp7Rx4tW9",
+        ),
+    ] {
+        let shipped = redact(text);
+        assert!(!shipped.contains(secret), "{shipped}");
+        assert!(shipped.contains("[REDACTED]"), "{shipped}");
+    }
+    for text in [
+        r#"{"required": ["password", "username"]}"#,
+        r#"{"required": ["password", "Email"]}"#,
+        r#"["token", "Bearer"]"#,
+        r#"["access_token", "refresh_token"]"#,
+        r#"["the api_key field", "src/main.rs9"]"#,
+    ] {
+        assert_eq!(redact(text), text);
+    }
+}
