@@ -116,6 +116,9 @@ pub(crate) enum Refine {
     /// A pair of a secret's quoted name (group `n`) and a literal (group `s`) alone in
     /// brackets or parentheses (`('api_key', '…')`): the literal, unless it reads as a name.
     NamedPair,
+    /// A network configuration's secret: group `s` (a device's typed password or secret,
+    /// any value) or group `c` (an SNMP community, a pre-shared key: unless a reference).
+    DeviceConfig,
     /// SQL's `INSERT INTO t (columns) VALUES (…), (…)`: in each row, the quoted literal at
     /// the place of every column with a secret's name (group `h`: the columns; group `v`:
     /// from the first row on).
@@ -2744,6 +2747,41 @@ pub(crate) static RULES: &[Rule] = &[
                 "INSERT INTO users (name, email) VALUES ('password', 'a@b.c');",
             ],
         ),
+    ),
+    // A network device's configuration (Cisco's IOS and its kin): a password or secret given
+    // with its type's digit (`username admin password 0 …`, `enable secret 5 $1$…`, a line's
+    // `password 7 …`), whatever the type (7 is only obscured), and an SNMP community.
+    rule(
+        "device-config-secret",
+        "network",
+        &["password", "secret", "snmp-server"],
+        r#"(?im)^[ \t]*(?:(?:enable|username[ \t]+\S+(?:[ \t]+privilege[ \t]+[0-9]+)?)[ \t]+)?(?:password|secret)[ \t]+[0-9][ \t]+(?P<s>\S+)|\bsnmp-server[ \t]+community[ \t]+(?P<c>[^\s]+)"#,
+        Refine::DeviceConfig,
+        &[
+            "username admin privilege 15 password 0 Cisco9Zq8",
+            " password 7 0822455D0A16",
+            "enable password 0 En4ble9Zq",
+            "snmp-server community S3cretComm9 RO",
+        ],
+        &[
+            "snmp-server community ${SNMP_COMMUNITY} RO",
+            "the password 3 times",
+        ],
+    ),
+    // A pre-shared key: WPA's `psk="…"` (wpa_supplicant) or `psk=<64 hex>`, and an IPsec
+    // secret (`: PSK "…"` in ipsec.secrets).
+    rule(
+        "pre-shared-key",
+        "network",
+        &["psk"],
+        r#"(?im)(?:^[ \t]*psk[ \t]*=[ \t]*"?|:[ \t]*PSK[ \t]+")(?P<c>[^"\s]+)"#,
+        Refine::DeviceConfig,
+        &[
+            "network={\n  ssid=\"home\"\n  psk=\"Wpa9Zq8Wm3Np7\"\n}",
+            "  psk=2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f80910",
+            "%any 203.0.113.5 : PSK \"IpsecPsk9Zq8\"",
+        ],
+        &["  key_mgmt=WPA-PSK", "  psk=$WIFI_PSK"],
     ),
     // Oracle writes the password unquoted; only in a statement that creates or alters a user.
     rule(
@@ -7352,6 +7390,15 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
         Refine::SqlInsert => {
             if let (Some(h), Some(v)) = (caps.name("h"), caps.name("v")) {
                 sql_insert(text, h.as_str(), v.start(), out);
+            }
+        }
+        Refine::DeviceConfig => {
+            if let Some(v) = caps.name("s") {
+                out.push(v.range());
+            } else if let Some(c) = caps.name("c")
+                && !is_stand_in(c.as_str())
+            {
+                out.push(c.range());
             }
         }
         Refine::NamedPair => {
