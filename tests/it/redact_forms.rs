@@ -325,6 +325,8 @@ leak_tests! {
     invisible_zero_width_inside_the_name: "pass\u{200b}word=Z3roW1dthPw" => ["Z3roW1dthPw"];
     invisible_byte_order_mark_inside_the_name: "api\u{feff}_key: B0mInsideKey77" => ["B0mInsideKey77"];
     invisible_full_width_name: "\u{ff50}\u{ff41}\u{ff53}\u{ff53}\u{ff57}\u{ff4f}\u{ff52}\u{ff44}=Fu11W1dthPw" => ["Fu11W1dthPw"];
+    invisible_em_space_around_the_separator: "DB_PASSWORD\u{2003}=\u{2003}EmSp4cePw9" => ["EmSp4cePw9"];
+    invisible_narrow_space_before_the_value: "api_key:\u{202f}Narr0wSp4ceKey9" => ["Narr0wSp4ceKey9"];
 }
 
 left_alone_tests! {
