@@ -228,6 +228,11 @@ left_alone_tests! {
     precision_typescript_annotation: "const [firstTokenReceived, setFirstTokenReceived] = useState(false);\n  setFirstTokenReceived: boolean;";
     precision_package_version: r#"{"dependencies": {"gpt-tokenizer": "^2.1.0", "react": "18.2.0"}}"#;
     precision_token_arithmetic: "const remainingTokens = MAX - used;";
+    precision_format_placeholders_between_escapes: r#"t.Errorf("subjectToken = \n%q\n want \n%q", got, want)
+fmt.Printf("password = \t%s\n", pw)
+printf("secret: %.*s\n", n, s)
+"password = {}\n".format(pw)
+println!("token = {}\n", t);"#;
     precision_member_path_default: "apiKey: profile.openai_api_key || \"\",";
     precision_json_schema_type: r#"{"type": "object", "properties": {"token": {"type": "string", "description": "The API token"}, "password": {"type": "string"}}}"#;
     precision_token_counts: r#"{"type":"token_count","info":{"total_token_usage":{"input_tokens":1843021,"output_tokens":21877},"max_tokens":"4096"}}"#;

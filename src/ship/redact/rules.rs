@@ -4720,7 +4720,8 @@ fn is_code_slot(value: &str) -> bool {
 /// A template's slot standing for a value: `{}`, `{token}`, `{ token }`, `{self.api_key}`,
 /// `{0}`, `{self.scope(request)}`, maybe closing its string (`{signature}'`).
 fn is_template_slot(value: &str) -> bool {
-    template_slot(value).is_some()
+    // Between a format string's own escapes (`"password = {}\n".format(pw)`) too.
+    template_slot(value).is_some() || template_slot(trim_escapes(value).1).is_some()
 }
 
 /// What a template's slot holds ([`is_template_slot`]).
@@ -4990,6 +4991,13 @@ fn markup_text(v: &str) -> Option<Option<&str>> {
 /// A stand-in for a value, written where a secret goes in docs and templates: `<token>`,
 /// `<your-password-here>`, `...`, `xxxxxxxx`, `***`, `your-api-key-here`, `[trimmed 20 bytes]`.
 fn is_placeholder(value: &str) -> bool {
+    // Between a format string's own escapes (`"password = \t%s\n"`) too.
+    let (_, inner) = trim_escapes(value);
+    is_stand_in_text(value) || (inner.len() < value.len() && is_stand_in_text(inner))
+}
+
+/// [`is_placeholder`] of `value` as it is.
+fn is_stand_in_text(value: &str) -> bool {
     let v = value.trim_end_matches([')', ',', ';']);
     // `<name>` and what closes round it (`passphrase: <string>]}`, `AUTH=<mechanism>.`).
     let angled = v.trim_end_matches([']', '}', '.', ':']);
@@ -5031,6 +5039,21 @@ fn is_placeholder(value: &str) -> bool {
                 .any(|w| w.eq_ignore_ascii_case(b"redacted")))
 }
 
+/// `value` without the escapes of a string's layout around it (`\n`, `\r`, `\t` written as a
+/// backslash and a letter), and how many bytes went from its start.
+fn trim_escapes(value: &str) -> (usize, &str) {
+    const ESCAPES: [&str; 3] = ["\\n", "\\t", "\\r"];
+    let mut v = value;
+    while let Some(rest) = ESCAPES.iter().find_map(|e| v.strip_prefix(e)) {
+        v = rest;
+    }
+    let lead = value.len() - v.len();
+    while let Some(rest) = ESCAPES.iter().find_map(|e| v.strip_suffix(e)) {
+        v = rest;
+    }
+    (lead, v)
+}
+
 /// Whether `v` starts with `prefix` (ASCII), in any case.
 fn starts_with_ignore_case(v: &str, prefix: &str) -> bool {
     v.as_bytes()
@@ -5044,7 +5067,8 @@ fn ends_with_ignore_case(v: &str, suffix: &str) -> bool {
         && v.as_bytes()[v.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
 }
 
-const DIRECTIVE_PATTERN: &str = r"^%[-+ #0]*[0-9]*(?:\.[0-9]+)?[a-zA-Z](?:[^A-Za-z0-9]|$)";
+const DIRECTIVE_PATTERN: &str =
+    r"^%[-+ #0]*(?:[0-9]+|\*)?(?:\.(?:[0-9]+|\*))?[a-zA-Z](?:[^A-Za-z0-9]|$)";
 
 /// A format string's placeholder where the value goes: `%s`, `%v`, `%-8d`
 /// (`fmt.Sprintf("token: %v\nResponse: %s", ...)`), followed by nothing a value could
@@ -5382,6 +5406,17 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
                 b'.' | b',' | b';' | b':' | b')' | b']' | b'}' | b' ' | b'\t'
             )
         }) || value_exempt_in(name, text, text, code);
+    }
+    // A format string's placeholder between the string's own escapes (`"token = \n%q\n"`,
+    // `"password = \t%s\n"`, `"password = {}\n".format(pw)`): judged without them; a value
+    // that is no stand-in without them is judged whole below.
+    let (lead, inner) = trim_escapes(value);
+    if inner.len() < value.len()
+        && !inner.is_empty()
+        && rest.is_char_boundary(lead)
+        && value_exempt_in(name, inner, &rest[lead..], code)
+    {
+        return true;
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
     // and what a rule took with it (a comma, a short word) are not.
