@@ -154,6 +154,7 @@ macro_rules! left_alone_tests {
 
 // "Below the kcap CLI's own floor".
 leak_tests! {
+    form_tab_indented_field_given_a_literal: "\tPassword: \"GoLit9ZqPw\",\n\tpassword: TabConf9Zq\n\ttoken: TabTok9ZqXm4Lp7, # a list" => ["GoLit9ZqPw", "TabConf9Zq", "TabTok9ZqXm4Lp7"];
     form_value_after_a_yaml_tag: "password: !!str TagStrPw9Zq\nsecret: !!binary c2VjcmV0cGFzc3dvcmQxMjM=\nDbPassword: !Sub 'SubLiteral9Zq'\nkey_password: !QAZ2wsx # keyboard" => ["TagStrPw9Zq", "c2VjcmV0cGFzc3dvcmQxMjM", "SubLiteral9Zq", "QAZ2wsx"];
     form_declared_field_given_a_value: "pub password: Xk9mW2xL8qP5,\nval token: Qz8vL2pR9mW4xN7t\n$password = 'PhpPw9Zq' ?? $_POST['password'];" => ["Xk9mW2xL8qP5", "Qz8vL2pR9mW4xN7t", "PhpPw9Zq"];
     form_secret_store_and_setter_commands: "define( 'DB_PASSWORD', 'WpDbPw9Zq' );\ndefine('SECURE_AUTH_KEY',  'Xk9m!W2xL8q#P5vN3t&Y7zB1cD4fG6hJ0kL2mN5');\naz keyvault secret set --vault-name kv --name db --value KvSecret9Zq\ncmdkey /add:fs01 /user:CORP\\svc /pass:CmdKey9Zq\ndriver.find_element(By.ID, \"password\").send_keys(\"SelPw9Zq\")" => ["WpDbPw9Zq", "W2xL8q", "KvSecret9Zq", "CmdKey9Zq", "SelPw9Zq"];
@@ -228,6 +229,8 @@ left_alone_tests! {
     precision_typescript_annotation: "const [firstTokenReceived, setFirstTokenReceived] = useState(false);\n  setFirstTokenReceived: boolean;";
     precision_package_version: r#"{"dependencies": {"gpt-tokenizer": "^2.1.0", "react": "18.2.0"}}"#;
     precision_token_arithmetic: "const remainingTokens = MAX - used;";
+    precision_go_fields_given_variables: "\t\tcredentials: &securityCredentials,\n\t\tAccessToken: correctAT,\n\tPassword:    cfg.Password(),\n\tsecret: *secretPtr,";
+    precision_word_ending_a_sentence_before_an_escape: r#"t.Errorf("Incorrect token received.\nExpected: %s\nReceived: %s", want, got)"#;
     precision_format_placeholders_between_escapes: r#"t.Errorf("subjectToken = \n%q\n want \n%q", got, want)
 fmt.Printf("password = \t%s\n", pw)
 printf("secret: %.*s\n", n, s)

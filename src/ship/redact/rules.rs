@@ -6577,7 +6577,18 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
             &unquoted[..first_len],
         )
     };
+    // A word ending a sentence of a string, then the string's escape (`"Incorrect token
+    // received.\nExpected: %s"`): prose.
+    let word_then_escape = ["\\n", "\\t", "\\r"]
+        .iter()
+        .filter_map(|e| unquoted.find(e))
+        .min()
+        .is_some_and(|at| {
+            let head = unquoted[..at].trim_end_matches(['.', ',', ':', ';', '!', '?']);
+            !head.is_empty() && head.bytes().all(|c| c.is_ascii_lowercase())
+        });
     if !beside
+        && !word_then_escape
         && !unquoted.is_empty()
         && !declared()
         // What closes the template the label is in (`{{ password }}</p>`).
@@ -6747,6 +6758,13 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     if !quoted && is_prose_after(before, &text[first.start..]) {
         return;
     }
+    // A field of a composite literal given a variable, on a line indented with a tab (Go's
+    // `AccessToken: correctAT,`, `credentials: &securityCredentials,`): a tab never indents
+    // YAML, and an unquoted value there is code.
+    if !quoted && before.contains('\t') && indented && is_variable_then_comma(&text[first.start..])
+    {
+        return;
+    }
     let strong = is_password_name(name);
     let min = match (quoted, strong) {
         (true, _) => 1,
@@ -6795,6 +6813,30 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
             span.end += rest.len();
         }
     }
+}
+
+/// Whether `rest` starts with a variable, its address or what it points to (`&x`, `*x`), a
+/// path of fields (`cfg.Token`) or a call without arguments, then a `,` ending it.
+fn is_variable_then_comma(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'&' | b'*')));
+    if !b
+        .get(i)
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+    {
+        return false;
+    }
+    while b
+        .get(i)
+        .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+    {
+        i += 1;
+    }
+    if b[i..].starts_with(b"()") {
+        i += 2;
+    }
+    // Then the comma that ends a field on its own line (no configuration's value has one).
+    b.get(i) == Some(&b',') && matches!(b.get(i + 1), None | Some(b'\n' | b'\r' | b' ' | b'\t'))
 }
 
 /// `name = value` (rule `assignment`): the value from `value_at`, unless the name is not a
