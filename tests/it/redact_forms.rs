@@ -231,6 +231,10 @@ left_alone_tests! {
     precision_token_arithmetic: "const remainingTokens = MAX - used;";
     precision_go_fields_given_variables: "\t\tcredentials: &securityCredentials,\n\t\tAccessToken: correctAT,\n\tPassword:    cfg.Password(),\n\tsecret: *secretPtr,";
     precision_word_ending_a_sentence_before_an_escape: r#"t.Errorf("Incorrect token received.\nExpected: %s\nReceived: %s", want, got)"#;
+    precision_keytool_flags_named_in_its_messages: r#"{ "if.srcprotected.is.specified.then.srcstorepass.and.srckeypass.must.not.be.specified", "if -srcprotected is specified, then -srcstorepass and -srckeypass must not be specified" },
+{ "x", "The destination pkcs12 keystore has different storepass and keypass. Please retry with -destkeypass specified." },
+{ "y", "se o alias n\u00E3o estiver especificado, -srckeypass n\u00E3o dever\u00E3o ser especificados" },
+{ "z", "Si se especifica -srcprotected, no se puede especificar -srcstorepass ni -srckeypass" },"#;
     precision_format_placeholders_between_escapes: r#"t.Errorf("subjectToken = \n%q\n want \n%q", got, want)
 fmt.Printf("password = \t%s\n", pw)
 printf("secret: %.*s\n", n, s)

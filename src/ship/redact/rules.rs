@@ -5741,6 +5741,48 @@ fn refine_flag(caps: &regex::Captures<'_>, text: &str, out: &mut Vec<Range<usize
     flag(text, s.start(), quote, out);
 }
 
+/// Whether the word at `at` of `text` (up to a blank or a quote) has fewer than `n`
+/// characters, a `\uXXXX` escape counting as one.
+fn shorter_than(text: &str, at: usize, n: usize) -> bool {
+    let rest = &text[at..];
+    let word = &rest[..rest
+        .find([' ', '\t', '\n', '\r', '"', '\''])
+        .unwrap_or(rest.len())];
+    word.chars()
+        .count()
+        .saturating_sub(5 * word.matches("\\u").count())
+        < n
+}
+
+/// Whether `text` at `at` holds a word of letters (a `\uXXXX` escape counts as one), then
+/// blanks and another word starting with a small letter, or a full stop: a sentence, not a
+/// value.
+fn word_then_word(text: &str, at: usize) -> bool {
+    let rest = &text[at..];
+    let end = rest.find([' ', '\t', '\n', '\r']).unwrap_or(rest.len());
+    // The string the word is in may close after it (`-destkeypass specified."`).
+    let word = rest[..end].trim_end_matches(['"', '\'', '`', ')']);
+    let sentence_end = word.ends_with('.');
+    let word = word.trim_end_matches(['.', ',', ';', ':']);
+    let mut letters = 0;
+    let mut chars = word.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' && word[i..].starts_with("\\u") && word.len() >= i + 6 {
+            // The escape's `u` and four hex digits.
+            chars.nth(4);
+        } else if !c.is_alphabetic() {
+            return false;
+        }
+        letters += 1;
+    }
+    let next = rest[end..].trim_start_matches([' ', '\t']);
+    // Or a word that ends the sentence (`Please retry with -destkeypass specified.`).
+    letters > 0
+        && (sentence_end
+            || (next.chars().next().is_some_and(char::is_lowercase)
+                && next.chars().nth(1).is_some_and(char::is_alphabetic)))
+}
+
 /// How far past its match a rule reads to judge a value: a value is judged by its first
 /// kilobyte, and taken whole ([`Stops::widen`]). Each match read to the end of its line made a
 /// line of values inside values (`token=token=…`, a minified bundle's `a.secret=b.token=…`)
@@ -7320,6 +7362,17 @@ pub(crate) fn refine(rule: &Rule, caps: &Captures<'_>, text: &str, out: &mut Vec
                 colon(text, n.range(), first.range(), out);
             }
         }
+        // keytool's flags named in its own messages and docs (`-srckeypass must not be
+        // specified`, `-keypass não deverão`, `-storepass ni -keypass`): a word of letters
+        // then another word is prose, as is a word shorter than the six characters keytool
+        // requires of a password; keytool takes only flags after its password (`-storepass
+        // changeit -v`).
+        Refine::Flag
+            if rule.id == "keytool-pass"
+                && caps.name("q").is_none_or(|q| q.is_empty())
+                && caps.name("s").is_some_and(|s| {
+                    word_then_word(text, s.start()) || shorter_than(text, s.start(), 6)
+                }) => {}
         Refine::Flag => refine_flag(caps, text, out),
         Refine::Label => {
             if let (Some(m), Some(s)) = (caps.get(0), group()) {
