@@ -235,6 +235,7 @@ left_alone_tests! {
 { "x", "The destination pkcs12 keystore has different storepass and keypass. Please retry with -destkeypass specified." },
 { "y", "se o alias n\u00E3o estiver especificado, -srckeypass n\u00E3o dever\u00E3o ser especificados" },
 { "z", "Si se especifica -srcprotected, no se puede especificar -srcstorepass ni -srckeypass" },"#;
+    precision_java_type_names_loops_and_casts: " * GSS-API has two types of per-message tokens: WrapToken and MicToken.\n        \"SunTls12RsaPremasterSecret\" : \"TlsRsaPremasterSecret\";\n        for (char[] pass : passwords) {\n                gssCredentials = ((GSSCredentialImpl) creds).getElements();";
     precision_format_placeholders_between_escapes: r#"t.Errorf("subjectToken = \n%q\n want \n%q", got, want)
 fmt.Printf("password = \t%s\n", pw)
 printf("secret: %.*s\n", n, s)

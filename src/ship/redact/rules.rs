@@ -5039,6 +5039,47 @@ fn is_stand_in_text(value: &str) -> bool {
                 .any(|w| w.eq_ignore_ascii_case(b"redacted")))
 }
 
+/// How many words `v` is, if two or more, each a capital then small letters (a digit makes
+/// it a password's: `Hunt3rPw9Secret`), the last a secret's word (`WrapToken`,
+/// `TlsRsaPremasterSecret`, `AwsCredentials`).
+fn type_named_for_a_secret(v: &str) -> Option<usize> {
+    const LAST: &[&str] = &[
+        "Token",
+        "Tokens",
+        "Secret",
+        "Secrets",
+        "Key",
+        "Keys",
+        "Password",
+        "Passwords",
+        "Credential",
+        "Credentials",
+    ];
+    let b = v.as_bytes();
+    if b.len() > 64 || !b.first().is_some_and(u8::is_ascii_uppercase) {
+        return None;
+    }
+    let mut words = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_uppercase() {
+            return None;
+        }
+        let start = i;
+        i += 1;
+        let rest = b[i..].iter().take_while(|c| c.is_ascii_lowercase()).count();
+        if rest == 0 {
+            return None;
+        }
+        i += rest;
+        words += 1;
+        if i == b.len() {
+            return (words >= 2 && LAST.contains(&&v[start..])).then_some(words);
+        }
+    }
+    None
+}
+
 /// `value` without the escapes of a string's layout around it (`\n`, `\r`, `\t` written as a
 /// backslash and a letter), and how many bytes went from its start.
 fn trim_escapes(value: &str) -> (usize, &str) {
@@ -5415,6 +5456,30 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
         && !inner.is_empty()
         && rest.is_char_boundary(lead)
         && value_exempt_in(name, inner, &rest[lead..], code)
+    {
+        return true;
+    }
+    // A type's or a class's name of words in capitals ending in a secret's word, of three
+    // words or more (`"TlsRsaPremasterSecret"`) or one of a list of such names (`tokens:
+    // WrapToken and MicToken`): a name of a thing. Two words alone may be a password of
+    // words (`secret: SuperSecret,`).
+    // (In text; a JSON string under a secret's key is the value whatever it says, as the
+    // kcap CLI redacts it.)
+    let bare = value.trim_end_matches([',', ';', ')', '.']);
+    if code
+        && let Some(words) = type_named_for_a_secret(bare)
+        && (words >= 3 || {
+            let after = rest.get(bare.len()..).unwrap_or_default();
+            let next = after
+                .strip_prefix(" and ")
+                .or_else(|| after.strip_prefix(" or "))
+                .or_else(|| after.strip_prefix(", "))
+                .or_else(|| after.strip_prefix('/'));
+            next.is_some_and(|n| {
+                let n = &n[..n.find([' ', ',', '.', ')']).unwrap_or(n.len())];
+                type_named_for_a_secret(n).is_some()
+            })
+        })
     {
         return true;
     }
@@ -6779,6 +6844,12 @@ fn colon(text: &str, n: Range<usize>, first: Range<usize>, out: &mut Vec<Range<u
     {
         return;
     }
+    // A loop over a collection (Java's `for (char[] pass : passwords) {`, C++'s `for (auto&
+    // token : tokens)`): the name is the loop's variable.
+    let head = line_before(text, n.start).trim_start();
+    if (head.starts_with("for (") || head.starts_with("for(")) && !head[4..].contains([';', ')']) {
+        return;
+    }
     let first_char = &text[first.clone()];
     let quoted = matches!(first_char, "\"" | "'" | "`");
     if !quoted && matches!(first_char, ":" | "=") {
@@ -6881,6 +6952,40 @@ fn is_variable_then_comma(rest: &str) -> bool {
     b.get(i) == Some(&b',') && matches!(b.get(i + 1), None | Some(b'\n' | b'\r' | b' ' | b'\t'))
 }
 
+/// Whether `rest` starts with a cast of a variable (`(SecretKey) ks…`, `((Impl) creds)…`):
+/// `(`, a capitalised name (a path of names, generics and `[]` allowed), `)`, then a
+/// variable or `(`.
+fn is_cast(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    let mut i = 0;
+    while b.get(i) == Some(&b'(') {
+        i += 1;
+    }
+    if i == 0 || !b.get(i).is_some_and(u8::is_ascii_uppercase) {
+        return false;
+    }
+    while b.get(i).is_some_and(|c| {
+        c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'<' | b'>' | b'[' | b']')
+    }) {
+        i += 1;
+    }
+    if b.get(i) != Some(&b')') {
+        return false;
+    }
+    i += 1;
+    while b.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    // What is cast: a variable (small letters first, no digit), a call or a parenthesis; a
+    // run of letters and digits after a cast may be a secret (`(Credentials)Xk9vQ2mLp7Rz`).
+    let var = b[i..]
+        .iter()
+        .take_while(|c| c.is_ascii_alphabetic() || **c == b'_')
+        .count();
+    b.get(i) == Some(&b'(')
+        || (var > 0 && b[i].is_ascii_lowercase() && !b.get(i + var).is_some_and(u8::is_ascii_digit))
+}
+
 /// `name = value` (rule `assignment`): the value from `value_at`, unless the name is not a
 /// secret's, the pair is a URL query parameter's or the name is annotated as code.
 fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usize>>) {
@@ -6894,6 +6999,11 @@ fn assign(text: &str, n: Range<usize>, value_at: usize, out: &mut Vec<Range<usiz
         return;
     }
     if annotates(text, n.start, value_at, false) {
+        return;
+    }
+    // A cast or a parenthesised expression (`gssCredentials = ((GSSCredentialImpl)
+    // creds).getElements();`, `key = (SecretKey) ks.getKey(a, p);`): code.
+    if is_cast(&text[value_at..]) {
         return;
     }
     // `:=` (Go, Go templates, Python, Pascal) declares a variable from an expression: unquoted,
