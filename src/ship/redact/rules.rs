@@ -5084,6 +5084,10 @@ fn type_named_for_a_secret(v: &str) -> Option<usize> {
 /// backslash and a letter), and how many bytes went from its start.
 fn trim_escapes(value: &str) -> (usize, &str) {
     const ESCAPES: [&str; 3] = ["\\n", "\\t", "\\r"];
+    // Most values hold no backslash.
+    if memchr::memchr(b'\\', value.as_bytes()).is_none() {
+        return (0, value);
+    }
     let mut v = value;
     while let Some(rest) = ESCAPES.iter().find_map(|e| v.strip_prefix(e)) {
         v = rest;
@@ -6686,10 +6690,8 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     };
     // A word ending a sentence of a string, then the string's escape (`"Incorrect token
     // received.\nExpected: %s"`): prose.
-    let word_then_escape = ["\\n", "\\t", "\\r"]
-        .iter()
-        .filter_map(|e| unquoted.find(e))
-        .min()
+    let word_then_escape = memchr::memchr_iter(b'\\', unquoted.as_bytes())
+        .find(|&at| matches!(unquoted.as_bytes().get(at + 1), Some(b'n' | b't' | b'r')))
         .is_some_and(|at| {
             let head = unquoted[..at].trim_end_matches(['.', ',', ':', ';', '!', '?']);
             !head.is_empty() && head.bytes().all(|c| c.is_ascii_lowercase())
