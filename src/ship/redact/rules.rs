@@ -1110,6 +1110,22 @@ macro_rules! secret_name_end {
     };
 }
 
+/// The calls of a test's equality assertion (rules `secret-assertion` and
+/// `secret-assertion-reversed`), up to their first argument (after Go's `t,`).
+macro_rules! assertion_call {
+    () => {
+        r#"(?:\b(?:assert_eq|assert_ne|debug_assert_eq)!|\b(?:assertEquals|assertEqual|assertNotEqual|assertSame|Equal|Equalf|EqualValues|equal|strictEqual|deepEqual|deepStrictEqual|assert_equal))\([ \t]*(?:t,[ \t]*)?"#
+    };
+}
+
+/// An asserted expression (rules `secret-assertion*`, `secret-expectation`): an identifier
+/// path (group `n`) with quoted subscripts, then a call without arguments.
+macro_rules! asserted_expression {
+    () => {
+        r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?"#
+    };
+}
+
 pub(crate) static RULES: &[Rule] = &[
     // docs/behaviour.md T2.6: tables cloud CLIs and databases print. A row naming a secret
     // in its first cell (`aws ... --output table`)...
@@ -1796,8 +1812,8 @@ pub(crate) static RULES: &[Rule] = &[
             "code",
             NAME_KEYWORDS,
             concat!(
-                r#"(?:\b(?:assert_eq|assert_ne|debug_assert_eq)!|\b(?:assertEquals|assertEqual|assertNotEqual|assertSame|Equal|Equalf|EqualValues|equal|strictEqual|deepEqual|deepStrictEqual|assert_equal))\([ \t]*(?:t,[ \t]*)?"#,
-                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?"#,
+                assertion_call!(),
+                asserted_expression!(),
                 r#"[ \t]*,[ \t]*(?P<q>["'`])(?P<s>[^"'`\n])"#
             ),
             Refine::Comparison,
@@ -1823,9 +1839,10 @@ pub(crate) static RULES: &[Rule] = &[
             "code",
             NAME_KEYWORDS,
             concat!(
-                r#"(?:\b(?:assert_eq|assert_ne|debug_assert_eq)!|\b(?:assertEquals|assertEqual|assertNotEqual|assertSame|Equal|Equalf|EqualValues|equal|strictEqual|deepEqual|deepStrictEqual|assert_equal))\([ \t]*(?:t,[ \t]*)?"#,
+                assertion_call!(),
                 r#"(?P<q>["'`])(?P<s>[^"'`\n]+)["'`][ \t]*,[ \t]*"#,
-                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?[ \t]*[,)]"#
+                asserted_expression!(),
+                r#"[ \t]*[,)]"#
             ),
             Refine::Comparison,
             &[
@@ -1848,7 +1865,8 @@ pub(crate) static RULES: &[Rule] = &[
             NAME_KEYWORDS,
             concat!(
                 r#"\b(?:expect|assertThat|assert_that)\([ \t]*"#,
-                r#"(?P<n>[A-Za-z_$][A-Za-z0-9_.$]*(?:\[["'][^"'\]\n]+["']\])*)(?:\(\))?[ \t]*\)[ \t]*"#,
+                asserted_expression!(),
+                r#"[ \t]*\)[ \t]*"#,
                 r#"(?:\.(?:toBe|toEqual|toStrictEqual|isEqualTo|to\.equal|to\.eql|to\.eq|to\.be|should\.equal)\(|\.to[ \t]+eq(?:ual)?[ \t(])[ \t]*(?P<q>["'`])(?P<s>[^"'`\n])"#
             ),
             Refine::Comparison,
