@@ -154,6 +154,8 @@ macro_rules! left_alone_tests {
 
 // "Below the kcap CLI's own floor".
 leak_tests! {
+    form_password_of_capitalised_words_ending_in_its_word: "DB_PASSWORD=MyDbPassword\npassword: CorrectHorseBatteryPassword\nsecret: SuperSecret," => ["MyDbPassword", "CorrectHorseBatteryPassword", "SuperSecret"];
+    form_password_of_a_word_before_an_escape: "conn = \"Server=db;Password=hunter\\n\";" => ["hunter"];
     form_tab_indented_field_given_a_literal: "\tPassword: \"GoLit9ZqPw\",\n\tpassword: TabConf9Zq\n\ttoken: TabTok9ZqXm4Lp7, # a list" => ["GoLit9ZqPw", "TabConf9Zq", "TabTok9ZqXm4Lp7"];
     form_value_after_a_yaml_tag: "password: !!str TagStrPw9Zq\nsecret: !!binary c2VjcmV0cGFzc3dvcmQxMjM=\nDbPassword: !Sub 'SubLiteral9Zq'\nkey_password: !QAZ2wsx # keyboard" => ["TagStrPw9Zq", "c2VjcmV0cGFzc3dvcmQxMjM", "SubLiteral9Zq", "QAZ2wsx"];
     form_declared_field_given_a_value: "pub password: Xk9mW2xL8qP5,\nval token: Qz8vL2pR9mW4xN7t\n$password = 'PhpPw9Zq' ?? $_POST['password'];" => ["Xk9mW2xL8qP5", "Qz8vL2pR9mW4xN7t", "PhpPw9Zq"];
@@ -235,7 +237,7 @@ left_alone_tests! {
 { "x", "The destination pkcs12 keystore has different storepass and keypass. Please retry with -destkeypass specified." },
 { "y", "se o alias n\u00E3o estiver especificado, -srckeypass n\u00E3o dever\u00E3o ser especificados" },
 { "z", "Si se especifica -srcprotected, no se puede especificar -srcstorepass ni -srckeypass" },"#;
-    precision_java_type_names_loops_and_casts: " * GSS-API has two types of per-message tokens: WrapToken and MicToken.\n        \"SunTls12RsaPremasterSecret\" : \"TlsRsaPremasterSecret\";\n        for (char[] pass : passwords) {\n                gssCredentials = ((GSSCredentialImpl) creds).getElements();";
+    precision_java_type_names_loops_and_casts: " * GSS-API has two types of per-message tokens: WrapToken and MicToken.\n        // TlsRsaPremasterSecret, TlsMasterSecret or TlsKeyMaterialSecret;\n        for (char[] pass : passwords) {\n                gssCredentials = ((GSSCredentialImpl) creds).getElements();";
     precision_format_placeholders_between_escapes: r#"t.Errorf("subjectToken = \n%q\n want \n%q", got, want)
 fmt.Printf("password = \t%s\n", pw)
 printf("secret: %.*s\n", n, s)

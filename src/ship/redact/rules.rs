@@ -5057,10 +5057,9 @@ fn is_stand_in_text(value: &str) -> bool {
                 .any(|w| w.eq_ignore_ascii_case(b"redacted")))
 }
 
-/// How many words `v` is, if two or more, each a capital then small letters (a digit makes
-/// it a password's: `Hunt3rPw9Secret`), the last a secret's word (`WrapToken`,
-/// `TlsRsaPremasterSecret`, `AwsCredentials`).
-fn type_named_for_a_secret(v: &str) -> Option<usize> {
+/// Whether `v` is two words or more, each a capital then small letters (a digit makes it a
+/// password's: `Hunt3rPw9Secret`), the last a secret's word (`WrapToken`, `AwsCredentials`).
+fn type_named_for_a_secret(v: &str) -> bool {
     const LAST: &[&str] = &[
         "Token",
         "Tokens",
@@ -5075,27 +5074,27 @@ fn type_named_for_a_secret(v: &str) -> Option<usize> {
     ];
     let b = v.as_bytes();
     if b.len() > 64 || !b.first().is_some_and(u8::is_ascii_uppercase) {
-        return None;
+        return false;
     }
     let mut words = 0;
     let mut i = 0;
     while i < b.len() {
         if !b[i].is_ascii_uppercase() {
-            return None;
+            return false;
         }
         let start = i;
         i += 1;
         let rest = b[i..].iter().take_while(|c| c.is_ascii_lowercase()).count();
         if rest == 0 {
-            return None;
+            return false;
         }
         i += rest;
         words += 1;
         if i == b.len() {
-            return (words >= 2 && LAST.contains(&&v[start..])).then_some(words);
+            return words >= 2 && LAST.contains(&&v[start..]);
         }
     }
-    None
+    false
 }
 
 /// `value` without the escapes of a string's layout around it (`\n`, `\r`, `\t` written as a
@@ -5481,28 +5480,23 @@ pub(crate) fn value_exempt_in(name: &str, value: &str, rest: &str, code: bool) -
     {
         return true;
     }
-    // A type's or a class's name of words in capitals ending in a secret's word, of three
-    // words or more (`"TlsRsaPremasterSecret"`) or one of a list of such names (`tokens:
-    // WrapToken and MicToken`): a name of a thing. Two words alone may be a password of
-    // words (`secret: SuperSecret,`).
+    // A type's or a class's name of words in capitals ending in a secret's word, one of a
+    // list of such names (`tokens: WrapToken and MicToken`): a name of a thing. One alone
+    // may be a password of words (`secret: SuperSecret,`, `DB_PASSWORD=MyDbPassword`).
     // (In text; a JSON string under a secret's key is the value whatever it says, as the
     // kcap CLI redacts it.)
     let bare = value.trim_end_matches([',', ';', ')', '.']);
-    if code
-        && let Some(words) = type_named_for_a_secret(bare)
-        && (words >= 3 || {
-            let after = rest.get(bare.len()..).unwrap_or_default();
-            let next = after
-                .strip_prefix(" and ")
-                .or_else(|| after.strip_prefix(" or "))
-                .or_else(|| after.strip_prefix(", "))
-                .or_else(|| after.strip_prefix('/'));
-            next.is_some_and(|n| {
-                let n = &n[..n.find([' ', ',', '.', ')']).unwrap_or(n.len())];
-                type_named_for_a_secret(n).is_some()
-            })
+    if code && type_named_for_a_secret(bare) && {
+        let after = rest.get(bare.len()..).unwrap_or_default();
+        let next = after
+            .strip_prefix(" and ")
+            .or_else(|| after.strip_prefix(" or "))
+            .or_else(|| after.strip_prefix(", "))
+            .or_else(|| after.strip_prefix('/'));
+        next.is_some_and(|n| {
+            type_named_for_a_secret(&n[..n.find([' ', ',', '.', ')']).unwrap_or(n.len())])
         })
-    {
+    } {
         return true;
     }
     // Text that already held the marker: a value glued to it is still one (T2.1); the marker
@@ -6711,8 +6705,10 @@ fn label(text: &str, match_at: usize, s: Range<usize>, out: &mut Vec<Range<usize
     let word_then_escape = memchr::memchr_iter(b'\\', unquoted.as_bytes())
         .find(|&at| matches!(unquoted.as_bytes().get(at + 1), Some(b'n' | b't' | b'r')))
         .is_some_and(|at| {
-            let head = unquoted[..at].trim_end_matches(['.', ',', ':', ';', '!', '?']);
-            !head.is_empty() && head.bytes().all(|c| c.is_ascii_lowercase())
+            // Only a sentence's end: a word alone before an escape may be a password
+            // (`Password=hunter\n`).
+            let head = unquoted[..at].trim_end_matches(['.', '!', '?']);
+            head.len() < at && !head.is_empty() && head.bytes().all(|c| c.is_ascii_lowercase())
         });
     if !beside
         && !word_then_escape
